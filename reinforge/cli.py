@@ -1,0 +1,74 @@
+"""The `reinforge` command.
+
+    reinforge train [--dry-run] [--config FILE.yaml] [key=value ...]
+
+Overrides use verl's key paths and Hydra's grammar, so a verl command line works with
+`reinforge train` in place of `python3 -m verl.trainer.main_ppo`. Mistakes in config, data, model
+or reward code print one message and exit with status 2; `--traceback` (or
+REINFORGE_TRACEBACK=1) shows the full traceback too.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import traceback
+
+from reinforge import __version__
+from reinforge.errors import UserError
+
+
+def _train(args: argparse.Namespace) -> int:
+    from reinforge.config import load_config
+
+    config_file = args.config
+    if args.config_name:
+        config_file = os.path.join(args.config_path or ".", args.config_name if args.config_name.endswith(".yaml") else args.config_name + ".yaml")
+    config, user_keys = load_config(args.overrides, config_file)
+    if args.dry_run:
+        from reinforge.trainer.main import describe
+
+        print(describe(config, user_keys))
+        return 0
+    from reinforge.trainer.main import run
+
+    run(config, user_keys)
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="reinforge", description="RL post-training for language models (verl-compatible).")
+    parser.add_argument("--version", action="version", version=f"reinforge {__version__}")
+    commands = parser.add_subparsers(dest="command", required=True)
+    train = commands.add_parser("train", help="PPO-family training (GRPO, ...) from verl-style overrides",
+                                description="Train with verl's config keys as overrides, e.g. algorithm.adv_estimator=grpo "
+                                            "data.train_files=train.parquet actor_rollout_ref.model.path=/models/x. "
+                                            "With no model and no data: the built-in quickstart.")
+    train.add_argument("overrides", nargs="*", help="key=value, +key=value, ~key (Hydra grammar)")
+    train.add_argument("--dry-run", action="store_true", help="validate, print the resolved config and batch arithmetic, exit")
+    train.add_argument("--config", help="a YAML file of config keys (overrides on the command line win)")
+    train.add_argument("--config-path", help="Hydra-style: folder of --config-name")
+    train.add_argument("--config-name", help="Hydra-style: YAML file name (without .yaml) in --config-path")
+    train.add_argument("--traceback", action="store_true", help="show full tracebacks for user errors")
+    train.set_defaults(func=_train)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    show_traceback = getattr(args, "traceback", False) or os.environ.get("REINFORGE_TRACEBACK") == "1"
+    try:
+        return args.func(args)
+    except UserError as exc:
+        if show_traceback:
+            traceback.print_exc()
+        print(f"reinforge: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("reinforge: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

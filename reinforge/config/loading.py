@@ -1,0 +1,291 @@
+"""From command-line overrides (and an optional YAML file) to a validated `Config`.
+
+Overrides use Hydra's grammar as verl users type it: `a.b=c`, `+a.b=c` (add), `++a.b=c`,
+`~a.b` (delete: back to the default), lists `'[x,y]'`, `null`. Values that Hydra's parser rejects
+but that are plainly a path (`data.train_files=~/x.parquet`) are taken as strings.
+
+The schema is strict: a key that is not in it fails before anything loads, with the closest
+valid key suggested. Keys under free-form dicts (`reward_kwargs`, `engine_kwargs`, ...) are open.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import re
+import types
+import typing
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+from reinforge.config import quickstart
+from reinforge.config.schema import Config
+from reinforge.errors import ConfigError
+
+_PLAIN_OVERRIDE = re.compile(r"^(\+{0,2}|~)([A-Za-z_][\w.]*)(?:=(.*))?$", re.S)
+
+
+@dataclasses.dataclass(frozen=True)
+class Override:
+    key: str
+    value: Any
+    kind: str  # "set", "add" or "delete"
+    text: str
+
+
+def parse_overrides(args: list[str]) -> list[Override]:
+    """Parse override strings with Hydra's parser (its grammar is what verl users know)."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.errors import OverrideParseException
+
+    parser = OverridesParser.create()
+    result = []
+    for arg in args:
+        try:
+            (parsed,) = parser.parse_overrides([arg])
+        except OverrideParseException:
+            match = _PLAIN_OVERRIDE.match(arg)
+            if not match or match.group(3) is None and match.group(1) != "~":
+                raise ConfigError(
+                    f"cannot parse override {arg!r}: expected key=value, +key=value or ~key "
+                    "(Hydra's override grammar, as verl uses)"
+                ) from None
+            prefix, key, value = match.groups()
+            kind = {"": "set", "+": "add", "++": "add", "~": "delete"}[prefix]
+            result.append(Override(key, value, kind, arg))
+            continue
+        if parsed.is_sweep_override():
+            raise ConfigError(f"override {arg!r} is a sweep; reinforge train runs one configuration")
+        kind = {"CHANGE": "set", "ADD": "add", "FORCE_ADD": "add", "DEL": "delete"}[parsed.type.name]
+        value = None if kind == "delete" else parsed.value()
+        result.append(Override(parsed.key_or_group, value, kind, arg))
+    return result
+
+
+# ---------------------------------------------------------------------------------------------
+@cache
+def _hints(cls: type) -> dict[str, Any]:
+    return typing.get_type_hints(cls)
+
+
+def _dataclass_of(annotation: Any) -> type | None:
+    """The dataclass inside `X` or `X | None`, else None."""
+    if dataclasses.is_dataclass(annotation):
+        return annotation
+    for arg in typing.get_args(annotation):
+        if dataclasses.is_dataclass(arg):
+            return arg
+    return None
+
+
+@cache
+def all_keys() -> tuple[str, ...]:
+    """Every leaf key path of the schema ('data.train_files', ...)."""
+    keys: list[str] = []
+
+    def walk(cls: type, prefix: str) -> None:
+        for name, annotation in _hints(cls).items():
+            sub = _dataclass_of(annotation)
+            if sub is not None:
+                walk(sub, f"{prefix}{name}.")
+            else:
+                keys.append(prefix + name)
+
+    walk(Config, "")
+    return tuple(keys)
+
+
+def field_doc(key: str) -> str:
+    """The documentation of a schema key."""
+    cls, *parts = Config, *key.split(".")
+    for part in parts[:-1]:
+        cls = _dataclass_of(_hints(cls)[part])
+    return {f.name: f for f in dataclasses.fields(cls)}[parts[-1]].metadata.get("doc", "")
+
+
+def _suggest(key: str) -> str:
+    keys = all_keys()
+    close = difflib.get_close_matches(key, keys, n=1, cutoff=0.6)
+    if not close:  # a misspelt last part under the right parent, or the right leaf under a wrong parent
+        leaf = key.rsplit(".", 1)[-1]
+        by_leaf = {k.rsplit(".", 1)[-1]: k for k in keys if k.startswith(key.rsplit(".", 1)[0] + ".")}
+        leaf_match = difflib.get_close_matches(leaf, list(by_leaf), n=1, cutoff=0.6)
+        close = [by_leaf[leaf_match[0]]] if leaf_match else [k for k in keys if k.endswith("." + leaf)][:1]
+    return f"; did you mean '{close[0]}'?" if close else ""
+
+
+def _apply(tree: dict, cls: type, override: Override) -> None:
+    """Set, add or delete one key in the nested dict `tree` that mirrors dataclass `cls`."""
+    parts = override.key.split(".")
+    node, node_cls = tree, cls
+    for depth, part in enumerate(parts):
+        last = depth == len(parts) - 1
+        if node_cls is None:  # inside a free-form dict: anything goes
+            if last:
+                if override.kind == "delete":
+                    node.pop(part, None)
+                else:
+                    node[part] = override.value
+                return
+            node = node.setdefault(part, {})
+            if not isinstance(node, dict):
+                raise ConfigError(f"{override.text!r}: '{'.'.join(parts[:depth + 1])}' is not a mapping")
+            continue
+        hints = _hints(node_cls)
+        if part not in hints:
+            where = ".".join(parts[: depth + 1])
+            detail = f" ('{where}' is not a key)" if where != override.key else ""
+            raise ConfigError(f"unknown config key '{override.key}'{detail}{_suggest(override.key)}")
+        annotation = hints[part]
+        sub = _dataclass_of(annotation)
+        if last:
+            if override.kind == "delete":
+                node[part] = _default_at(override.key)
+            elif sub is not None and not isinstance(override.value, dict) and override.value is not None:
+                raise ConfigError(
+                    f"'{override.key}' is a group of keys, not a value; set one of: "
+                    + ", ".join(f"{override.key}.{name}" for name in _hints(sub))
+                )
+            else:
+                if sub is not None and isinstance(override.value, dict):
+                    for key, value in override.value.items():
+                        _apply(tree, cls, Override(f"{override.key}.{key}", value, override.kind, override.text))
+                    return
+                node[part] = override.value
+            return
+        if sub is None:
+            if _is_free_dict(annotation):
+                if node.get(part) is None:
+                    node[part] = {}
+                node, node_cls = node[part], None
+                continue
+            raise ConfigError(f"unknown config key '{override.key}' ('{'.'.join(parts[:depth + 1])}' is a value, not a group){_suggest(override.key)}")
+        if node.get(part) is None:
+            node[part] = dataclasses.asdict(sub())
+        node, node_cls = node[part], sub
+
+
+def _is_free_dict(annotation: Any) -> bool:
+    return annotation is dict or typing.get_origin(annotation) is dict or annotation is Any
+
+
+def _default_at(key: str) -> Any:
+    node: Any = dataclasses.asdict(Config())
+    for part in key.split("."):
+        node = node[part] if isinstance(node, dict) else None
+    return node
+
+
+# ---------------------------------------------------------------------------------------------
+def _coerce(value: Any, annotation: Any, key: str) -> Any:
+    """Check `value` against the field type; convert the harmless cases (int -> float)."""
+    if annotation is Any:
+        return value
+    origin = typing.get_origin(annotation)
+    if origin in (typing.Union, types.UnionType):
+        options = typing.get_args(annotation)
+        if value is None and type(None) in options:
+            return None
+        errors = []
+        for option in options:
+            if option is type(None):
+                continue
+            try:
+                return _coerce(value, option, key)
+            except ConfigError as exc:
+                errors.append(exc)
+        raise errors[0]
+    sub = _dataclass_of(annotation)
+    if sub is not None:
+        if not isinstance(value, dict):
+            raise ConfigError(f"'{key}' must be a group of keys, got {value!r}")
+        return _build(sub, value, key + ".")
+    expected = origin or annotation
+    if expected is float and isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
+    if expected is float and isinstance(value, str):
+        try:
+            return float(value)
+        except ValueError:
+            pass
+    if expected is int and isinstance(value, float) and value.is_integer():
+        return int(value)
+    if expected is list and isinstance(value, tuple):
+        return list(value)
+    if isinstance(value, expected) and not (expected is int and isinstance(value, bool)):
+        return value
+    type_name = {int: "an integer", float: "a number", bool: "true or false", str: "a string", list: "a list", dict: "a mapping"}
+    raise ConfigError(f"'{key}' must be {type_name.get(expected, expected)}, got {value!r} ({field_doc(key)})")
+
+
+def _build(cls: type, tree: dict, prefix: str = "") -> Any:
+    hints = _hints(cls)
+    kwargs = {}
+    for name, value in tree.items():
+        if name not in hints:
+            raise ConfigError(f"unknown config key '{prefix}{name}'{_suggest(prefix + name)}")
+        kwargs[name] = _coerce(value, hints[name], prefix + name)
+    return cls(**kwargs)
+
+
+def _from_yaml(path: str) -> list[Override]:
+    from omegaconf import OmegaConf
+
+    file = Path(path).expanduser()
+    if not file.is_file():
+        raise ConfigError(f"config file not found: {file}")
+    try:
+        loaded = OmegaConf.to_container(OmegaConf.load(file), resolve=False)
+    except Exception as exc:  # yaml syntax errors carry the line
+        raise ConfigError(f"cannot read config file {file}: {exc}") from None
+    if not isinstance(loaded, dict):
+        raise ConfigError(f"config file {file} must hold a mapping of keys")
+
+    overrides = []
+
+    def walk(node: dict, prefix: str) -> None:
+        for key, value in node.items():
+            full = f"{prefix}{key}"
+            if isinstance(value, dict) and value and _is_group(full):
+                walk(value, full + ".")
+            else:
+                overrides.append(Override(full, value, "set", f"{file}: {full}"))
+
+    walk(loaded, "")
+    return overrides
+
+
+def _is_group(key: str) -> bool:
+    return any(k.startswith(key + ".") for k in all_keys())
+
+
+def load_config(args: list[str] | None = None, config_file: str | None = None) -> tuple[Config, list[str]]:
+    """Resolve defaults, the quickstart preset, a YAML file and overrides into a `Config`.
+
+    Returns the config and the keys the user set (for the report of settings without effect).
+    """
+    from omegaconf import OmegaConf
+    from omegaconf.errors import OmegaConfBaseException
+
+    from reinforge.config.validate import finalize
+
+    overrides = (_from_yaml(config_file) if config_file else []) + parse_overrides(list(args or []))
+    user_keys = [o.key for o in overrides]
+    tree = dataclasses.asdict(Config())
+    if quickstart.applies(user_keys):
+        for key, value in quickstart.VALUES.items():
+            _apply(tree, Config, Override(key, value, "set", f"quickstart {key}"))
+    for override in overrides:
+        _apply(tree, Config, override)
+    try:
+        resolved = OmegaConf.to_container(OmegaConf.create(tree), resolve=True)
+    except OmegaConfBaseException as exc:
+        raise ConfigError(f"cannot resolve an interpolation in the config: {exc}") from None
+    config = _build(Config, resolved)
+    finalize(config, quickstart.applies(user_keys))
+    return config, user_keys
+
+
+def to_dict(config: Config) -> dict:
+    return dataclasses.asdict(config)

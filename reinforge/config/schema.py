@@ -1,0 +1,318 @@
+"""The config schema: every key reinforge reads, its default and its meaning.
+
+Key paths and defaults follow verl's `ppo_trainer.yaml`, so a verl command line means the same
+thing here. Every field carries its documentation in `metadata["doc"]`; `reinforge train
+--dry-run` and the error messages read it from there. Keys that only matter for engines or
+strategies this run does not use are still accepted (see `config/unused.py`, which reports them).
+
+The built-in quickstart (what `reinforge train` runs with no model and no data) changes a few
+defaults; those values live in `config/quickstart.py`, not here.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, field
+from typing import Any
+
+
+def _f(default: Any, doc: str) -> Any:
+    """A documented dataclass field; mutable defaults are copied per instance."""
+    if isinstance(default, (list, dict)):
+        return field(default_factory=lambda: copy.deepcopy(default), metadata={"doc": doc})
+    return field(default=default, metadata={"doc": doc})
+
+
+def _sub(cls: type, doc: str) -> Any:
+    return field(default_factory=cls, metadata={"doc": doc})
+
+
+# ---------------------------------------------------------------------------------------- data
+@dataclass
+class ClassRef:
+    path: str | None = _f(None, "Python file (or importable module) that defines the class.")
+    name: str | None = _f(None, "Name of the class inside `path`.")
+
+
+@dataclass
+class DataConfig:
+    train_files: Any = _f(
+        None,
+        "Training data: a parquet, JSON or JSONL file, or a list of them, in verl's schema "
+        "(data_source, prompt as chat messages, ability, reward_model.ground_truth, extra_info). "
+        "Unset with no model path: the built-in quickstart task.",
+    )
+    val_files: Any = _f(None, "Validation data, same format as train_files. Unset: no validation (quickstart: its own held-out set).")
+    prompt_key: str = _f("prompt", "Column holding the prompt: a list of chat messages, or a plain string.")
+    reward_fn_key: str = _f("data_source", "Column whose value picks the scorer and groups validation metrics.")
+    max_prompt_length: int = _f(512, "Longest prompt in tokens after the chat template; longer ones follow `truncation`.")
+    max_response_length: int = _f(512, "Most tokens generated per response.")
+    train_batch_size: int = _f(1024, "Prompts per training step (each is sampled rollout.n times).")
+    val_batch_size: int | None = _f(None, "Prompts per validation generation call; null: the whole validation set at once.")
+    truncation: str = _f("error", "What to do with a prompt over max_prompt_length: error, left, right or middle.")
+    filter_overlong_prompts: bool = _f(False, "Drop prompts longer than max_prompt_length when loading (reported with a count).")
+    shuffle: bool = _f(True, "Shuffle the training data each epoch (seeded by data.seed).")
+    validation_shuffle: bool = _f(False, "Shuffle the validation data.")
+    seed: int = _f(42, "Seed of the training data order.")
+    return_raw_chat: bool = _f(False, "Keep the prompt's chat messages in the batch as `raw_prompt` (for multi-turn rollouts).")
+    return_raw_input_ids: bool = _f(False, "Accepted for verl compatibility; prompts are always re-tokenized by the one tokenizer.")
+    return_full_prompt: bool = _f(False, "Keep the prompt text after the chat template as `full_prompts`.")
+    dataloader_num_workers: int = _f(8, "Accepted for verl compatibility; prompts are prepared in-process.")
+    tokenizer: str | None = _f(None, "Tokenizer path when it differs from the model's.")
+    trust_remote_code: bool = _f(False, "Allow a tokenizer with custom code.")
+    custom_cls: ClassRef = _sub(ClassRef, "A user Dataset class (a torch Dataset taking data_files, tokenizer, config).")
+    apply_chat_template_kwargs: dict = _f({}, "Extra keyword arguments for tokenizer.apply_chat_template (e.g. enable_thinking).")
+    max_samples: int = _f(-1, "Use at most this many training rows (-1: all).")
+    max_val_samples: int = _f(-1, "Use at most this many validation rows (-1: all).")
+
+
+# ------------------------------------------------------------------------------------ model/actor
+@dataclass
+class ModelConfig:
+    path: str | None = _f(None, "Local folder of a Hugging Face causal LM (or a hub id where a hub is reachable). Unset: the built-in tiny model.")
+    custom_chat_template: str | None = _f(None, "A Jinja chat template that replaces the tokenizer's.")
+    trust_remote_code: bool = _f(False, "Allow model code from the model folder.")
+    enable_gradient_checkpointing: bool = _f(True, "Recompute activations in the backward pass to save memory.")
+    use_remove_padding: bool = _f(False, "verl: pack sequences without padding. Accepted; padded batches are used in this version.")
+    override_config: dict = _f({}, "Values that override the model's config.json (e.g. attention_dropout).")
+    external_lib: str | None = _f(None, "A module to import before loading the model (registers custom architectures).")
+    use_shm: bool = _f(False, "Accepted for verl compatibility (copy the model to shared memory); no effect here.")
+    dtype: str = _f("float32", "Parameter dtype for training: float32 or bfloat16.")
+
+
+@dataclass
+class OptimConfig:
+    lr: float = _f(1e-6, "Peak learning rate of AdamW.")
+    lr_warmup_steps: int = _f(-1, "Linear warmup steps; negative: use lr_warmup_steps_ratio.")
+    lr_warmup_steps_ratio: float = _f(0.0, "Warmup as a fraction of total training steps (used when lr_warmup_steps < 0).")
+    lr_scheduler_type: str = _f("constant", "Learning-rate schedule after warmup: constant or cosine.")
+    warmup_style: str | None = _f(None, "Older verl name of lr_scheduler_type; when set it wins.")
+    min_lr_ratio: float = _f(0.0, "Cosine schedule floor as a fraction of lr.")
+    num_cycles: float = _f(0.5, "Cosine cycles over training (0.5: a half cosine down to min_lr).")
+    total_training_steps: int = _f(-1, "Steps the schedule spans; -1: filled in by the trainer.")
+    weight_decay: float = _f(0.01, "AdamW weight decay.")
+    betas: list = _f([0.9, 0.999], "AdamW betas.")
+    eps: float = _f(1e-8, "AdamW epsilon.")
+    clip_grad: float | None = _f(None, "Gradient-norm clip; when set it overrides actor.grad_clip (verl's newer name).")
+
+
+@dataclass
+class FSDPConfig:
+    param_offload: bool = _f(False, "FSDP: keep parameters on CPU between uses. Acts with the FSDP strategy (not in this version).")
+    optimizer_offload: bool = _f(False, "FSDP: keep optimizer state on CPU. Acts with the FSDP strategy (not in this version).")
+    offload_policy: bool = _f(False, "FSDP2 CPUOffloadPolicy. Acts with the FSDP strategy (not in this version).")
+    reshard_after_forward: bool = _f(True, "FSDP2 reshard after forward. Acts with the FSDP strategy (not in this version).")
+    fsdp_size: int = _f(-1, "FSDP shard group size. Acts with the FSDP strategy (not in this version).")
+    wrap_policy: dict = _f({}, "FSDP wrap policy. Acts with the FSDP strategy (not in this version).")
+    model_dtype: str = _f("fp32", "FSDP model dtype. Acts with the FSDP strategy (not in this version).")
+
+
+@dataclass
+class PolicyLossConfig:
+    loss_mode: str = _f("vanilla", "Policy loss from the registry (reinforge.algorithm.get_policy_loss_fn).")
+    clip_cov_ratio: float = _f(0.0002, "clip_cov: fraction of tokens clipped.")
+    clip_cov_lb: float = _f(1.0, "clip_cov: lower bound of covariance.")
+    clip_cov_ub: float = _f(5.0, "clip_cov: upper bound of covariance.")
+    kl_cov_ratio: float = _f(0.0002, "kl_cov: fraction of tokens with a KL penalty.")
+    ppo_kl_coef: float = _f(0.1, "kl_cov: KL coefficient.")
+
+
+@dataclass
+class CheckpointContents:
+    save_contents: list = _f(["model", "optimizer", "extra"], "What a checkpoint holds: model, optimizer, extra (scheduler, RNG), hf_model.")
+    load_contents: list = _f(["model", "optimizer", "extra"], "What resuming loads.")
+
+
+@dataclass
+class ActorConfig:
+    strategy: str = _f("fsdp", "Training backend: fsdp or fsdp2 (single process: plain PyTorch, the same maths).")
+    ppo_mini_batch_size: int = _f(256, "Prompts per optimizer step (multiplied by rollout.n trajectories).")
+    ppo_micro_batch_size: int | None = _f(None, "Deprecated verl global micro-batch; use ppo_micro_batch_size_per_gpu.")
+    ppo_micro_batch_size_per_gpu: int | None = _f(None, "Trajectories per forward/backward; gradients accumulate up to a mini-batch. Null: the whole mini-batch.")
+    use_dynamic_bsz: bool = _f(False, "verl: token-budget micro-batches. Accepted; fixed-size micro-batches in this version.")
+    ppo_max_token_len_per_gpu: int = _f(16384, "Token budget per micro-batch when use_dynamic_bsz (not in this version).")
+    grad_clip: float = _f(1.0, "Clip the global gradient norm to this (the pre-clip norm is logged as actor/grad_norm).")
+    clip_ratio: float = _f(0.2, "PPO clip epsilon; default for clip_ratio_low and clip_ratio_high.")
+    clip_ratio_low: float | None = _f(None, "Lower clip epsilon (ratio >= 1 - low); null: clip_ratio.")
+    clip_ratio_high: float | None = _f(None, "Upper clip epsilon (ratio <= 1 + high); null: clip_ratio. DAPO's clip-higher.")
+    clip_ratio_c: float = _f(3.0, "Dual-clip constant c > 1 bounding the loss for negative advantages (arXiv:1912.09729).")
+    loss_agg_mode: str = _f("token-mean", "How token losses become one number: token-mean, seq-mean-token-sum, seq-mean-token-mean, seq-mean-token-sum-norm.")
+    entropy_coeff: float = _f(0.0, "Weight of the entropy bonus (loss -= coeff * entropy).")
+    use_kl_loss: bool = _f(False, "Add a KL(actor || reference) term to the loss (GRPO style); needs the reference model.")
+    kl_loss_coef: float = _f(0.001, "Weight of the KL loss.")
+    kl_loss_type: str = _f("low_var_kl", "KL estimator for the loss: kl (k1), abs, mse (k2), low_var_kl (k3), full.")
+    ppo_epochs: int = _f(1, "Passes over the batch per step.")
+    shuffle: bool = _f(False, "Shuffle trajectories between mini-batches.")
+    use_torch_compile: bool = _f(True, "Accepted for verl compatibility; no torch.compile in this version.")
+    policy_loss: PolicyLossConfig = _sub(PolicyLossConfig, "Policy loss selection and its parameters.")
+    optim: OptimConfig = _sub(OptimConfig, "Optimizer and learning-rate schedule.")
+    fsdp_config: FSDPConfig = _sub(FSDPConfig, "FSDP settings.")
+    checkpoint: CheckpointContents = _sub(CheckpointContents, "Checkpoint contents.")
+    ulysses_sequence_parallel_size: int = _f(1, "Sequence parallel size (only 1 in this version).")
+
+
+@dataclass
+class RefConfig:
+    strategy: str = _f("fsdp", "Backend of the reference model.")
+    log_prob_micro_batch_size: int | None = _f(None, "Deprecated verl global micro-batch; use log_prob_micro_batch_size_per_gpu.")
+    log_prob_micro_batch_size_per_gpu: int | None = _f(None, "Trajectories per reference forward; null: rollout.log_prob_micro_batch_size_per_gpu.")
+    log_prob_use_dynamic_bsz: bool = _f(False, "Token-budget micro-batches (not in this version).")
+    log_prob_max_token_len_per_gpu: int = _f(16384, "Token budget per micro-batch (not in this version).")
+    fsdp_config: FSDPConfig = _sub(FSDPConfig, "FSDP settings of the reference.")
+    ulysses_sequence_parallel_size: int = _f(1, "Sequence parallel size (only 1 in this version).")
+
+
+@dataclass
+class ValKwargs:
+    temperature: float = _f(0.0, "Validation sampling temperature (0: greedy).")
+    top_p: float = _f(1.0, "Validation top-p.")
+    top_k: int = _f(-1, "Validation top-k (-1: off).")
+    n: int = _f(1, "Validation samples per prompt.")
+    do_sample: bool = _f(False, "Sample during validation; false: greedy.")
+
+
+@dataclass
+class MultiTurnConfig:
+    enable: bool = _f(False, "Multi-turn rollouts with tools (not in this version).")
+    max_assistant_turns: int | None = _f(None, "Multi-turn: most assistant turns.")
+    max_user_turns: int | None = _f(None, "Multi-turn: most user turns.")
+    tool_config_path: str | None = _f(None, "Multi-turn: tool definitions file.")
+    interaction_config_path: str | None = _f(None, "Multi-turn: interaction definitions file.")
+    format: str = _f("hermes", "Tool-call format.")
+
+
+@dataclass
+class RolloutConfig:
+    name: str = _f("hf", "Generation engine: hf (transformers; CPU or GPU). vllm and sglang are planned; asking for them runs hf and says so.")
+    mode: str = _f("sync", "sync or async rollout (async: planned; runs sync).")
+    n: int = _f(1, "Responses sampled per prompt (the group size of GRPO).")
+    temperature: float = _f(1.0, "Sampling temperature; the actor divides logits by it when computing log-probs too.")
+    top_p: float = _f(1.0, "Nucleus sampling threshold (1: off).")
+    top_k: int = _f(-1, "Top-k sampling (-1 or 0: off).")
+    do_sample: bool = _f(True, "Sample; false: greedy.")
+    prompt_length: int | None = _f(None, "Null: data.max_prompt_length.")
+    response_length: int | None = _f(None, "Most new tokens per response; null: data.max_response_length.")
+    ignore_eos: bool = _f(False, "Keep generating past EOS up to response_length.")
+    dtype: str = _f("bfloat16", "Engine dtype (vLLM/SGLang). The hf engine uses the actor's weights and dtype.")
+    log_prob_micro_batch_size: int | None = _f(None, "Deprecated verl global micro-batch; use log_prob_micro_batch_size_per_gpu.")
+    log_prob_micro_batch_size_per_gpu: int | None = _f(None, "Trajectories per forward when recomputing log-probs; null: all at once.")
+    log_prob_use_dynamic_bsz: bool = _f(False, "Token-budget micro-batches (not in this version).")
+    log_prob_max_token_len_per_gpu: int = _f(16384, "Token budget per micro-batch (not in this version).")
+    micro_batch_size_per_gpu: int | None = _f(None, "hf engine: prompts generated together; null: all at once.")
+    gpu_memory_utilization: float = _f(0.5, "vLLM/SGLang: fraction of GPU memory for weights and KV cache.")
+    tensor_model_parallel_size: int = _f(2, "vLLM/SGLang tensor parallel size.")
+    max_num_batched_tokens: int = _f(8192, "vLLM: tokens per scheduler step.")
+    max_model_len: int | None = _f(None, "vLLM: longest sequence.")
+    max_num_seqs: int = _f(1024, "vLLM: concurrent sequences.")
+    enforce_eager: bool = _f(True, "vLLM: disable CUDA graphs.")
+    free_cache_engine: bool = _f(True, "vLLM/SGLang: free the KV cache during training.")
+    load_format: str = _f("dummy", "vLLM/SGLang weight loading format.")
+    enable_chunked_prefill: bool = _f(True, "vLLM chunked prefill.")
+    disable_log_stats: bool = _f(True, "vLLM statistics logging.")
+    calculate_log_probs: bool = _f(False, "Return the engine's per-token log-probs as rollout_log_probs.")
+    engine_kwargs: dict = _f({}, "Extra engine arguments (vLLM/SGLang).")
+    val_kwargs: ValKwargs = _sub(ValKwargs, "Sampling for validation.")
+    multi_turn: MultiTurnConfig = _sub(MultiTurnConfig, "Multi-turn rollouts.")
+    agent: dict = _f({}, "Agent loop settings (planned).")
+
+
+@dataclass
+class ActorRolloutRefConfig:
+    hybrid_engine: bool = _f(True, "Actor, rollout and reference share one worker (the only layout).")
+    model: ModelConfig = _sub(ModelConfig, "The policy model.")
+    actor: ActorConfig = _sub(ActorConfig, "The policy update.")
+    ref: RefConfig = _sub(RefConfig, "The frozen reference policy (used when a KL term is on).")
+    rollout: RolloutConfig = _sub(RolloutConfig, "Generation.")
+
+
+# ---------------------------------------------------------------------------------- algorithm
+@dataclass
+class KLControlConfig:
+    type: str = _f("fixed", "fixed or adaptive KL coefficient for the in-reward penalty.")
+    kl_coef: float = _f(0.001, "Initial (fixed: constant) coefficient of the in-reward KL penalty.")
+    horizon: int = _f(10000, "Adaptive controller horizon.")
+    target_kl: float = _f(0.1, "Adaptive controller target KL.")
+
+
+@dataclass
+class AlgorithmConfig:
+    adv_estimator: str = _f("gae", "Advantage estimator from the registry: grpo, ... (gae needs a critic: planned).")
+    norm_adv_by_std_in_grpo: bool = _f(True, "GRPO: divide by the group's std; false gives Dr. GRPO (arXiv:2503.20783).")
+    gamma: float = _f(1.0, "Discount factor.")
+    lam: float = _f(1.0, "GAE lambda.")
+    use_kl_in_reward: bool = _f(False, "Subtract kl_coef * KL(actor || ref) from the token rewards (needs the reference).")
+    kl_penalty: str = _f("kl", "KL estimator of the in-reward penalty: kl, abs, mse, low_var_kl, full.")
+    kl_ctrl: KLControlConfig = _sub(KLControlConfig, "Coefficient of the in-reward KL penalty.")
+    use_pf_ppo: bool = _f(False, "Preference-feedback PPO reweighting (not in this version).")
+
+
+# ------------------------------------------------------------------------------------- reward
+@dataclass
+class CustomRewardFunctionConfig:
+    path: str | None = _f(None, "Python file defining the reward function.")
+    name: str = _f("compute_score", "Function name in that file: compute_score(data_source, solution_str, ground_truth, extra_info=None, **kwargs).")
+    reward_kwargs: dict = _f({}, "Keyword arguments passed to the function on every call.")
+
+
+@dataclass
+class SandboxFusionConfig:
+    url: str | None = _f(None, "Sandbox Fusion service URL for code rewards (planned).")
+    max_concurrent: int = _f(64, "Concurrent sandbox requests.")
+    memory_limit_mb: int = _f(1024, "Sandbox memory limit.")
+
+
+@dataclass
+class RewardModelConfig:
+    enable: bool = _f(False, "Score with a learned reward model (planned).")
+    reward_manager: str = _f("naive", "How responses are scored: naive (one call per sample).")
+    reward_kwargs: dict = _f({}, "Keyword arguments for the reward manager.")
+    launch_reward_fn_async: bool = _f(False, "Score while log-probs are computed (planned).")
+    custom_reward_function: CustomRewardFunctionConfig | None = _f(
+        None, "Older place of custom_reward_function; used when the top-level one has no path."
+    )
+    sandbox_fusion: SandboxFusionConfig = _sub(SandboxFusionConfig, "Remote code sandbox.")
+    model: dict = _f({}, "Reward model settings (planned).")
+    micro_batch_size_per_gpu: int | None = _f(None, "Reward model micro-batch (planned).")
+    max_length: int | None = _f(None, "Reward model max length (planned).")
+    strategy: str = _f("fsdp", "Reward model backend (planned).")
+
+
+# ------------------------------------------------------------------------------------- trainer
+@dataclass
+class TrainerConfig:
+    total_epochs: int = _f(30, "Passes over the training data.")
+    total_training_steps: int | None = _f(None, "Stop after this many steps (overrides total_epochs when smaller).")
+    project_name: str = _f("verl_examples", "Project name: trackers and the default run folder.")
+    experiment_name: str = _f("gsm8k", "Experiment name: trackers and the default run folder.")
+    logger: list = _f(["console"], "Where metrics go: console. metrics.jsonl in the run folder is always written.")
+    log_val_generations: int = _f(0, "Validation samples printed after each validation.")
+    rollout_data_dir: str | None = _f(None, "Write each step's rollouts as JSONL here.")
+    validation_data_dir: str | None = _f(None, "Write validation generations as JSONL here.")
+    nnodes: int = _f(1, "Nodes (multi-node runs: planned).")
+    n_gpus_per_node: int = _f(8, "GPUs per node (this version trains in one process).")
+    device: str | None = _f(None, "cuda or cpu; null: cuda when a GPU is present, else cpu.")
+    save_freq: int = _f(-1, "Save a checkpoint every this many steps (-1: never; the last step is saved when > 0).")
+    test_freq: int = _f(-1, "Validate every this many steps (-1: never; the last step is validated when > 0).")
+    val_before_train: bool = _f(True, "Validate before the first step.")
+    val_only: bool = _f(False, "Validate once and exit.")
+    critic_warmup: int = _f(0, "Steps that update only the critic before the actor.")
+    default_local_dir: str | None = _f(None, "The run folder; null: checkpoints/<project_name>/<experiment_name>.")
+    default_hdfs_dir: str | None = _f(None, "Accepted for verl compatibility; no HDFS copy.")
+    resume_mode: str = _f("auto", "auto: continue from the latest checkpoint in the run folder; disable; resume_path.")
+    resume_from_path: str | None = _f(None, "A global_step_<N> folder to resume from (resume_mode=resume_path).")
+    del_local_ckpt_after_load: bool = _f(False, "Delete the checkpoint after resuming from it.")
+    max_actor_ckpt_to_keep: int | None = _f(None, "Keep at most this many actor checkpoints (null: all).")
+    max_critic_ckpt_to_keep: int | None = _f(None, "Keep at most this many critic checkpoints (null: all).")
+    balance_batch: bool = _f(True, "Balance tokens across data-parallel ranks (one rank here).")
+    seed: int = _f(1, "Seed of model-side randomness (sampling, dropout).")
+
+
+@dataclass
+class Config:
+    data: DataConfig = _sub(DataConfig, "Datasets and prompt handling.")
+    actor_rollout_ref: ActorRolloutRefConfig = _sub(ActorRolloutRefConfig, "Policy model, its update, generation and reference.")
+    algorithm: AlgorithmConfig = _sub(AlgorithmConfig, "Advantages and the in-reward KL penalty.")
+    reward_model: RewardModelConfig = _sub(RewardModelConfig, "Reward managers and reward models.")
+    custom_reward_function: CustomRewardFunctionConfig = _sub(CustomRewardFunctionConfig, "A user reward function.")
+    trainer: TrainerConfig = _sub(TrainerConfig, "The training loop, logging and checkpoints.")
+    ray_kwargs: dict = _f({}, "Ray init arguments (multi-process runs: planned).")

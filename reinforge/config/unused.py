@@ -1,0 +1,50 @@
+"""Settings a user gave that have no effect in this run, reported once at start (not ignored silently)."""
+
+from __future__ import annotations
+
+from reinforge.config.schema import Config
+
+_ENGINE_ONLY = (
+    "gpu_memory_utilization", "tensor_model_parallel_size", "max_num_batched_tokens", "max_model_len",
+    "max_num_seqs", "enforce_eager", "free_cache_engine", "load_format", "enable_chunked_prefill",
+    "disable_log_stats", "engine_kwargs", "dtype",
+)
+
+_ALWAYS_INERT = {
+    "actor_rollout_ref.model.use_remove_padding": "padded batches are used in this version",
+    "actor_rollout_ref.model.use_shm": "the model is read from its folder",
+    "actor_rollout_ref.actor.use_dynamic_bsz": "fixed-size micro-batches are used in this version",
+    "actor_rollout_ref.actor.ppo_max_token_len_per_gpu": "fixed-size micro-batches are used in this version",
+    "actor_rollout_ref.actor.use_torch_compile": "no torch.compile in this version",
+    "actor_rollout_ref.rollout.log_prob_use_dynamic_bsz": "fixed-size micro-batches are used in this version",
+    "actor_rollout_ref.rollout.log_prob_max_token_len_per_gpu": "fixed-size micro-batches are used in this version",
+    "actor_rollout_ref.ref.log_prob_use_dynamic_bsz": "fixed-size micro-batches are used in this version",
+    "actor_rollout_ref.ref.log_prob_max_token_len_per_gpu": "fixed-size micro-batches are used in this version",
+    "actor_rollout_ref.hybrid_engine": "actor, rollout and reference always share one worker",
+    "data.dataloader_num_workers": "prompts are prepared in-process",
+    "data.return_raw_input_ids": "prompts are tokenized once by the model's tokenizer",
+    "trainer.n_gpus_per_node": "this version trains in one process on one device",
+    "trainer.balance_batch": "one data-parallel rank: nothing to balance",
+    "trainer.default_hdfs_dir": "no HDFS copy",
+    "ray_kwargs": "this version runs in one process without Ray",
+}
+
+
+def unused_settings(config: Config, user_keys: list[str]) -> list[str]:
+    """One line per user-set key that does nothing in this run, with the reason."""
+    rollout = config.actor_rollout_ref.rollout
+    lines = []
+    for key in dict.fromkeys(user_keys):
+        reason = next((r for prefix, r in _ALWAYS_INERT.items() if key == prefix or key.startswith(prefix + ".")), None)
+        parts = key.split(".")
+        if reason is None and "fsdp_config" in parts:
+            reason = "acts with the multi-process FSDP strategy (planned); this run trains in one process"
+        elif reason is None and key.startswith("actor_rollout_ref.rollout.") and parts[2] in _ENGINE_ONLY:
+            reason = "vLLM/SGLang setting; this run generates with the hf engine"
+        elif reason is None and key == "actor_rollout_ref.rollout.mode" and rollout.mode == "async":
+            reason = "asynchronous rollout is planned; this run generates synchronously"
+        elif reason is None and key == "actor_rollout_ref.rollout.name" and rollout.name != "hf":
+            reason = f"the {rollout.name} engine is not available in this version yet; this run generates with the hf engine"
+        if reason:
+            lines.append(f"{key}: {reason}")
+    return lines

@@ -1,0 +1,195 @@
+"""Fill in derived defaults, check values, and work out the batch arithmetic of a config.
+
+Every check names the key and says what is allowed. The arithmetic follows verl's units:
+`train_batch_size` and `ppo_mini_batch_size` count prompts, each sampled `rollout.n` times;
+`*_micro_batch_size_per_gpu` counts trajectories on one data-parallel rank.
+"""
+
+from __future__ import annotations
+
+from reinforge.config.schema import Config
+from reinforge.errors import ConfigError
+
+LOSS_AGG_MODES = ("token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm")
+TRUNCATIONS = ("error", "left", "right", "middle")
+LOGGERS = ("console", "file", "jsonl")
+
+
+def _choice(key: str, value: object, allowed: tuple | list) -> None:
+    if value not in allowed:
+        raise ConfigError(f"{key}={value!r} is not one of: {', '.join(map(str, allowed))}")
+
+
+def _positive(key: str, value: float | int | None, allow_zero: bool = False) -> None:
+    if value is None:
+        return
+    if value < 0 or (value == 0 and not allow_zero):
+        raise ConfigError(f"{key}={value!r} must be {'>= 0' if allow_zero else '> 0'}")
+
+
+def finalize(config: Config, quickstart: bool = False) -> None:
+    """Resolve null defaults that derive from other keys, then validate everything."""
+    data, arr, _algo, trainer = config.data, config.actor_rollout_ref, config.algorithm, config.trainer
+    actor, rollout, ref, optim = arr.actor, arr.rollout, arr.ref, arr.actor.optim
+
+    if rollout.response_length is None:
+        rollout.response_length = data.max_response_length
+    if rollout.prompt_length is None:
+        rollout.prompt_length = data.max_prompt_length
+    if actor.clip_ratio_low is None:
+        actor.clip_ratio_low = actor.clip_ratio
+    if actor.clip_ratio_high is None:
+        actor.clip_ratio_high = actor.clip_ratio
+    if optim.warmup_style is not None:
+        optim.lr_scheduler_type = optim.warmup_style
+    if optim.clip_grad is not None:
+        actor.grad_clip = optim.clip_grad
+    if actor.ppo_micro_batch_size_per_gpu is None and actor.ppo_micro_batch_size is not None:
+        actor.ppo_micro_batch_size_per_gpu = actor.ppo_micro_batch_size
+    if rollout.log_prob_micro_batch_size_per_gpu is None and rollout.log_prob_micro_batch_size is not None:
+        rollout.log_prob_micro_batch_size_per_gpu = rollout.log_prob_micro_batch_size
+    if ref.log_prob_micro_batch_size_per_gpu is None:
+        ref.log_prob_micro_batch_size_per_gpu = ref.log_prob_micro_batch_size or rollout.log_prob_micro_batch_size_per_gpu
+    if trainer.default_local_dir is None:
+        trainer.default_local_dir = f"checkpoints/{trainer.project_name}/{trainer.experiment_name}"
+    if trainer.device is None:
+        import torch
+
+        trainer.device = "cuda" if torch.cuda.is_available() else "cpu"
+    legacy = config.reward_model.custom_reward_function
+    if config.custom_reward_function.path is None and legacy is not None and legacy.path is not None:
+        config.custom_reward_function = legacy
+
+    _check(config)
+
+
+def _check(config: Config) -> None:
+    from reinforge.algorithm import ADV_ESTIMATORS_NEEDING_CRITIC, adv_estimator_names, policy_loss_names
+    from reinforge.algorithm.kl import KL_PENALTIES
+    from reinforge.reward.manager import reward_manager_names
+
+    data, arr, algo, trainer = config.data, config.actor_rollout_ref, config.algorithm, config.trainer
+    actor, rollout, optim = arr.actor, arr.rollout, arr.actor.optim
+
+    _choice("data.truncation", data.truncation, TRUNCATIONS)
+    _choice("actor_rollout_ref.actor.strategy", actor.strategy, ("fsdp", "fsdp2"))
+    _choice("actor_rollout_ref.actor.loss_agg_mode", actor.loss_agg_mode, LOSS_AGG_MODES)
+    _choice("actor_rollout_ref.actor.kl_loss_type", actor.kl_loss_type, KL_PENALTIES)
+    _choice("actor_rollout_ref.actor.optim.lr_scheduler_type", optim.lr_scheduler_type, ("constant", "cosine"))
+    _choice("actor_rollout_ref.actor.policy_loss.loss_mode", actor.policy_loss.loss_mode, policy_loss_names())
+    _choice("actor_rollout_ref.model.dtype", arr.model.dtype, ("float32", "bfloat16"))
+    _choice("actor_rollout_ref.rollout.name", rollout.name, ("hf", "vllm", "sglang"))
+    _choice("actor_rollout_ref.rollout.mode", rollout.mode, ("sync", "async"))
+    _choice("algorithm.kl_penalty", algo.kl_penalty, KL_PENALTIES)
+    _choice("algorithm.kl_ctrl.type", algo.kl_ctrl.type, ("fixed", "adaptive"))
+    _choice("reward_model.reward_manager", config.reward_model.reward_manager, reward_manager_names())
+    _choice("trainer.resume_mode", trainer.resume_mode, ("auto", "disable", "resume_path"))
+    _choice("trainer.device", trainer.device, ("cpu", "cuda"))
+    for name in trainer.logger:
+        if name not in LOGGERS:
+            raise ConfigError(
+                f"trainer.logger: {name!r} is not available in this version (available: "
+                f"{', '.join(LOGGERS)}); metrics.jsonl in the run folder is always written"
+            )
+    if algo.adv_estimator in ADV_ESTIMATORS_NEEDING_CRITIC:
+        raise ConfigError(
+            f"algorithm.adv_estimator={algo.adv_estimator} needs a critic, which this version does not "
+            "have yet; use a critic-free estimator such as algorithm.adv_estimator=grpo"
+        )
+    _choice("algorithm.adv_estimator", algo.adv_estimator, adv_estimator_names())
+
+    for key, value in [
+        ("data.train_batch_size", data.train_batch_size),
+        ("data.max_prompt_length", data.max_prompt_length),
+        ("data.max_response_length", data.max_response_length),
+        ("data.val_batch_size", data.val_batch_size),
+        ("actor_rollout_ref.rollout.n", rollout.n),
+        ("actor_rollout_ref.rollout.response_length", rollout.response_length),
+        ("actor_rollout_ref.rollout.val_kwargs.n", rollout.val_kwargs.n),
+        ("actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu", rollout.log_prob_micro_batch_size_per_gpu),
+        ("actor_rollout_ref.rollout.micro_batch_size_per_gpu", rollout.micro_batch_size_per_gpu),
+        ("actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu", arr.ref.log_prob_micro_batch_size_per_gpu),
+        ("actor_rollout_ref.actor.ppo_mini_batch_size", actor.ppo_mini_batch_size),
+        ("actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu", actor.ppo_micro_batch_size_per_gpu),
+        ("actor_rollout_ref.actor.ppo_epochs", actor.ppo_epochs),
+        ("actor_rollout_ref.actor.clip_ratio_c", actor.clip_ratio_c),
+        ("trainer.total_epochs", trainer.total_epochs),
+        ("trainer.total_training_steps", trainer.total_training_steps),
+        ("trainer.nnodes", trainer.nnodes),
+    ]:
+        _positive(key, value)
+    for key, value in [
+        ("actor_rollout_ref.actor.optim.lr", optim.lr),
+        ("actor_rollout_ref.actor.optim.weight_decay", optim.weight_decay),
+        ("actor_rollout_ref.actor.grad_clip", actor.grad_clip),
+        ("actor_rollout_ref.actor.clip_ratio_low", actor.clip_ratio_low),
+        ("actor_rollout_ref.actor.clip_ratio_high", actor.clip_ratio_high),
+        ("actor_rollout_ref.actor.kl_loss_coef", actor.kl_loss_coef),
+        ("actor_rollout_ref.rollout.temperature", rollout.temperature),
+        ("actor_rollout_ref.rollout.val_kwargs.temperature", rollout.val_kwargs.temperature),
+        ("algorithm.kl_ctrl.kl_coef", algo.kl_ctrl.kl_coef),
+        ("trainer.log_val_generations", trainer.log_val_generations),
+        ("trainer.critic_warmup", trainer.critic_warmup),
+    ]:
+        _positive(key, value, allow_zero=True)
+    if not 0 < rollout.top_p <= 1:
+        raise ConfigError(f"actor_rollout_ref.rollout.top_p={rollout.top_p} must be in (0, 1]")
+    if rollout.do_sample and rollout.temperature == 0:
+        raise ConfigError("actor_rollout_ref.rollout.temperature=0 with do_sample=true: set do_sample=false for greedy")
+    if actor.clip_ratio_c <= 1:
+        raise ConfigError(f"actor_rollout_ref.actor.clip_ratio_c={actor.clip_ratio_c} must be > 1 (dual-clip)")
+    if len(optim.betas) != 2:
+        raise ConfigError(f"actor_rollout_ref.actor.optim.betas={optim.betas} must be a list of two numbers")
+    if trainer.resume_mode == "resume_path" and not trainer.resume_from_path:
+        raise ConfigError("trainer.resume_mode=resume_path needs trainer.resume_from_path=<run folder>/global_step_<N>")
+
+    if actor.ppo_mini_batch_size > data.train_batch_size:
+        raise ConfigError(
+            f"actor_rollout_ref.actor.ppo_mini_batch_size={actor.ppo_mini_batch_size} is larger than "
+            f"data.train_batch_size={data.train_batch_size}; both count prompts"
+        )
+    if data.train_batch_size % actor.ppo_mini_batch_size:
+        raise ConfigError(
+            f"data.train_batch_size={data.train_batch_size} is not a multiple of "
+            f"actor_rollout_ref.actor.ppo_mini_batch_size={actor.ppo_mini_batch_size}; every mini-batch must be full"
+        )
+    mini = actor.ppo_mini_batch_size * rollout.n
+    micro = actor.ppo_micro_batch_size_per_gpu
+    if micro is not None and mini % micro:
+        raise ConfigError(
+            f"actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu={micro} does not divide the mini-batch of "
+            f"{mini} trajectories (ppo_mini_batch_size={actor.ppo_mini_batch_size} x rollout.n={rollout.n})"
+        )
+
+    for key, value, reason in [
+        ("actor_rollout_ref.rollout.multi_turn.enable", rollout.multi_turn.enable, "multi-turn rollouts"),
+        ("reward_model.enable", config.reward_model.enable, "learned reward models"),
+        ("reward_model.launch_reward_fn_async", config.reward_model.launch_reward_fn_async, "asynchronous reward scoring"),
+        ("algorithm.use_pf_ppo", algo.use_pf_ppo, "preference-feedback PPO"),
+        ("reward_model.sandbox_fusion.url", config.reward_model.sandbox_fusion.url, "the Sandbox Fusion client"),
+    ]:
+        if value:
+            raise ConfigError(f"{key}: {reason} are not supported in this version yet")
+    if actor.ulysses_sequence_parallel_size != 1:
+        raise ConfigError("actor_rollout_ref.actor.ulysses_sequence_parallel_size > 1 is not supported in this version yet")
+    if trainer.nnodes > 1:
+        raise ConfigError("trainer.nnodes > 1: multi-node runs are not supported in this version yet")
+
+
+def batch_arithmetic(config: Config) -> dict[str, int | bool]:
+    """The derived quantities that decide what one training step does."""
+    data, actor, rollout = config.data, config.actor_rollout_ref.actor, config.actor_rollout_ref.rollout
+    mini = actor.ppo_mini_batch_size * rollout.n
+    micro = actor.ppo_micro_batch_size_per_gpu or mini
+    mini_batches = data.train_batch_size // actor.ppo_mini_batch_size
+    return {
+        "prompts_per_step": data.train_batch_size,
+        "trajectories_per_step": data.train_batch_size * rollout.n,
+        "trajectories_per_mini_batch": mini,
+        "mini_batches_per_epoch": mini_batches,
+        "optimizer_steps_per_step": mini_batches * actor.ppo_epochs,
+        "trajectories_per_micro_batch": micro,
+        "gradient_accumulation": mini // micro,
+        "max_tokens_per_micro_batch": micro * (data.max_prompt_length + rollout.response_length),
+        "on_policy_single_update": mini_batches * actor.ppo_epochs == 1,
+    }

@@ -1,0 +1,373 @@
+"""Prompt datasets in verl's RL schema, and the collate function that pads them into batches.
+
+A row of an RL data file holds `data_source` (str), the prompt (column `data.prompt_key`: a list
+of chat messages `{"role", "content"}`, or a plain string that becomes one user message),
+`ability`, `reward_model` (`{"ground_truth", "style"}`) and `extra_info` (a dict that may hold
+`index`). Files are parquet, JSON (an array of rows, or JSON lines) or JSONL.
+
+`RLDataset` reads the files, renders every prompt with the tokenizer's chat template and
+tokenizes it once at load time, so that overlong prompts can be filtered or reported with their
+file and row before training starts (10k rows load in seconds). Items are UNPADDED; `collate_fn`
+left-pads a list of items into (batch, prompt_len) tensors. `create_rl_dataset` builds either
+`RLDataset` or the user's own Dataset class (`data.custom_cls`).
+
+Not here: multimodal prompts (images/videos through a processor) and passing through columns
+other than those listed above; a user Dataset class (`data.custom_cls`) can do either.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import importlib.util
+import inspect
+import json
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import pyarrow.parquet as pq
+import torch
+from torch.utils.data import Dataset
+
+from reinforge.errors import ConfigError, DataError, ModelError
+
+TRUNCATION_MODES = ("error", "left", "right", "middle")
+FORMATS = (".parquet", ".json", ".jsonl")
+
+Origin = tuple[str, int]  # (file as the user gave it, 0-based row within that file)
+
+
+# ---------------------------------------------------------------------------------- reading files
+def _file_list(data_files: str | Path | Sequence[str | Path]) -> list[str]:
+    if isinstance(data_files, (str, Path)):
+        return [str(data_files)]
+    files = [str(f) for f in data_files]
+    if not files:
+        raise DataError("No data files given: set data.train_files / data.val_files to a file or a list of files.")
+    return files
+
+
+def _read_json(path: Path, given: str) -> list[Any]:
+    text = path.read_text(encoding="utf-8")
+    if path.suffix == ".json" and text.lstrip().startswith("["):
+        try:
+            return json.loads(text)
+        except json.JSONDecodeError as err:
+            raise DataError(f"{given}: not valid JSON ({err}).") from err
+    rows = []
+    for line_number, line in enumerate(text.splitlines(), start=1):
+        if line.strip():
+            try:
+                rows.append(json.loads(line))
+            except json.JSONDecodeError as err:
+                raise DataError(
+                    f"{given}: line {line_number} is not valid JSON ({err}); expected one JSON object per line "
+                    "(JSON lines) or one JSON array of rows."
+                ) from err
+    return rows
+
+
+def read_rows(given: str) -> tuple[list[dict[str, Any]], list[str]]:
+    """Rows of one data file as dicts, and its column names; raises DataError naming the file."""
+    path = Path(given).expanduser().resolve()
+    if not path.is_file():
+        raise DataError(f"Data file not found: {given} (resolved to {path}).")
+    if path.suffix not in FORMATS:
+        raise DataError(f"{given}: unsupported file type {path.suffix or '(no extension)'!r}; use one of {', '.join(FORMATS)}.")
+    try:
+        if path.suffix == ".parquet":
+            table = pq.read_table(path)
+            return table.to_pylist(), list(table.column_names)
+        rows = _read_json(path, given)
+    except DataError:
+        raise
+    except Exception as err:  # pyarrow, OS and decoding errors all mean: this file cannot be read
+        raise DataError(f"{given}: cannot read this {path.suffix} file ({type(err).__name__}: {err}).") from err
+    if not isinstance(rows, list):
+        raise DataError(f"{given}: expected a JSON array of rows, got a JSON {type(rows).__name__}.")
+    for row_number, row in enumerate(rows):
+        if not isinstance(row, dict):
+            raise DataError(f"{given}: row {row_number} is a JSON {type(row).__name__}, not an object of columns.")
+    return rows, list(dict.fromkeys(key for row in rows for key in row))
+
+
+# ----------------------------------------------------------------------------------- one prompt
+def to_messages(value: Any, origin: Origin, column: str) -> list[dict[str, Any]]:
+    """The chat messages of one prompt value: a list of role/content dicts, or a string as one user message."""
+    if isinstance(value, str):
+        return [{"role": "user", "content": value}]
+    if isinstance(value, (list, tuple)) and value and all(
+        isinstance(m, dict) and isinstance(m.get("role"), str) and m.get("content") is not None for m in value
+    ):
+        return [dict(m) for m in value]
+    file, row = origin
+    raise DataError(
+        f"{file}: row {row}, column {column!r}: a prompt must be a string or a non-empty list of chat messages "
+        f"{{'role': ..., 'content': ...}}; got {_preview(value)}."
+    )
+
+
+def _preview(value: Any, limit: int = 120) -> str:
+    text = repr(value)
+    return f"{type(value).__name__} {text if len(text) <= limit else text[:limit] + '...'}"
+
+
+def truncate(ids: list[int], max_length: int, mode: str) -> list[int]:
+    """Shorten token ids to `max_length`: `left` keeps the last tokens, `right` the first, `middle` both ends."""
+    if len(ids) <= max_length:
+        return ids
+    if mode == "left":
+        return ids[len(ids) - max_length:]
+    if mode == "right":
+        return ids[:max_length]
+    head = max_length // 2
+    tail = max_length - head
+    return ids[:head] + ids[len(ids) - tail:]
+
+
+# ---------------------------------------------------------------------------------- the dataset
+class RLDataset(Dataset):
+    """Prompts of verl-schema data files, rendered with the chat template and tokenized at load time.
+
+    Args:
+        data_files: a path or a list of paths (`~` expanded): `.parquet`, `.json` (an array of rows
+            or JSON lines) or `.jsonl`; rows of several files are concatenated in order.
+        tokenizer: a Hugging Face tokenizer with a chat template.
+        config: the `data` section (prompt_key, max_prompt_length, truncation, filter_overlong_prompts,
+            return_raw_chat, return_full_prompt, apply_chat_template_kwargs).
+        processor: multimodal processor; not supported by this class (use `data.custom_cls`).
+        max_samples: keep only the first N rows of the concatenated files (before filtering); <= 0: all.
+
+    Only the prompt column is required. A row without `reward_model` gets `{}` and one without
+    `data_source` gets "unknown", so data scored by a custom reward function need not have them.
+
+    Each item is a dict: `input_ids` (1-D LongTensor, unpadded), `attention_mask` (ones),
+    `data_source`, `reward_model`, `extra_info` (always with `index`), `index`, `ability` (when
+    the column exists), `raw_prompt` (the messages, when `return_raw_chat`) and `full_prompts`
+    (the rendered text before truncation, when `return_full_prompt`). `index` is the row's
+    `extra_info.index`, else its row number in the concatenated files.
+
+    Attributes:
+        num_filtered: rows dropped by `filter_overlong_prompts` (0 when off).
+    """
+
+    def __init__(self, data_files: str | Path | Sequence[str | Path], tokenizer: Any, config: Any,
+                 processor: Any = None, max_samples: int = -1):
+        if config.truncation not in TRUNCATION_MODES:
+            raise ConfigError(f"data.truncation={config.truncation!r}: use one of {', '.join(TRUNCATION_MODES)}.")
+        if processor is not None:
+            raise DataError("Multimodal data (a processor) is not supported by the built-in dataset; use data.custom_cls.")
+        if not getattr(tokenizer, "chat_template", None):
+            raise DataError(
+                "The tokenizer has no chat template, so prompts cannot be rendered. Set "
+                "actor_rollout_ref.model.custom_chat_template to a Jinja chat template."
+            )
+        self.config = config
+        self.tokenizer = tokenizer
+        self.files = _file_list(data_files)
+        self.num_filtered = 0
+
+        rows, origins = self._read(max_samples)
+        key = config.prompt_key
+        self._messages = [to_messages(row.get(key), origin, key) for row, origin in zip(rows, origins, strict=True)]
+        texts = [self._render(messages, origin) for messages, origin in zip(self._messages, origins, strict=True)]
+        token_ids = tokenizer(texts, add_special_tokens=False)["input_ids"]
+        keep = self._fit_lengths(token_ids, origins)
+
+        self._rows = [rows[i] for i in keep]
+        self._messages = [self._messages[i] for i in keep]
+        self._texts = [texts[i] for i in keep]
+        self._row_numbers = keep
+        self._input_ids = [
+            torch.tensor(truncate(token_ids[i], config.max_prompt_length, config.truncation), dtype=torch.long)
+            for i in keep
+        ]
+
+    # ---- loading ---------------------------------------------------------------------------------
+    def _read(self, max_samples: int) -> tuple[list[dict[str, Any]], list[Origin]]:
+        rows: list[dict[str, Any]] = []
+        origins: list[Origin] = []
+        for given in self.files:
+            file_rows, columns = read_rows(given)
+            if file_rows and self.config.prompt_key not in columns:
+                raise DataError(
+                    f"{given}: no prompt column {self.config.prompt_key!r} (data.prompt_key); its columns are "
+                    f"{', '.join(columns)}. Set data.prompt_key to the column that holds the prompts."
+                )
+            rows += file_rows
+            origins += [(given, i) for i in range(len(file_rows))]
+        if not rows:
+            raise DataError(f"The data files hold no rows: {', '.join(self.files)}.")
+        if max_samples > 0:
+            rows, origins = rows[:max_samples], origins[:max_samples]
+        return rows, origins
+
+    def _render(self, messages: list[dict[str, Any]], origin: Origin) -> str:
+        try:
+            return self.tokenizer.apply_chat_template(
+                messages, add_generation_prompt=True, tokenize=False, **dict(self.config.apply_chat_template_kwargs)
+            )
+        except Exception as err:  # a template may raise on roles or fields it does not accept
+            file, row = origin
+            raise DataError(
+                f"{file}: row {row}, column {self.config.prompt_key!r}: the chat template failed on this prompt "
+                f"({type(err).__name__}: {err})."
+            ) from err
+
+    def _fit_lengths(self, token_ids: list[list[int]], origins: list[Origin]) -> list[int]:
+        """Indices of the rows to keep; drops overlong rows or raises, as configured."""
+        limit = self.config.max_prompt_length
+        overlong = [i for i, ids in enumerate(token_ids) if len(ids) > limit]
+        truncating = self.config.truncation != "error"
+        if not overlong or (truncating and not self.config.filter_overlong_prompts):
+            return list(range(len(token_ids)))  # truncated when the items are built
+        if not self.config.filter_overlong_prompts:
+            file, row = origins[overlong[0]]
+            raise DataError(
+                f"{file}: row {row}, column {self.config.prompt_key!r}: the prompt is {len(token_ids[overlong[0]])} "
+                f"tokens after the chat template, over data.max_prompt_length={limit} ({len(overlong)} of "
+                f"{len(token_ids)} rows are). Raise data.max_prompt_length, or set data.truncation to left, right "
+                "or middle (or data.filter_overlong_prompts=true to drop such rows)."
+            )
+        self.num_filtered = len(overlong)
+        print(
+            f"reinforge: dropped {len(overlong)} of {len(token_ids)} prompts longer than "
+            f"data.max_prompt_length={limit} tokens from {', '.join(self.files)}",
+            file=sys.stderr,
+        )
+        if len(overlong) == len(token_ids):
+            raise DataError(
+                f"No rows left after filtering: all {len(token_ids)} prompts of {', '.join(self.files)} are longer "
+                f"than data.max_prompt_length={limit} tokens. Raise data.max_prompt_length."
+            )
+        dropped = set(overlong)
+        return [i for i in range(len(token_ids)) if i not in dropped]
+
+    # ---- items -----------------------------------------------------------------------------------
+    def __len__(self) -> int:
+        return len(self._rows)
+
+    def __getitem__(self, i: int) -> dict[str, Any]:
+        row = self._rows[i]
+        input_ids = self._input_ids[i]
+        extra_info = dict(row.get("extra_info") or {})
+        if extra_info.get("index") is None:
+            extra_info["index"] = self._row_numbers[i]
+        item = {
+            "input_ids": input_ids,
+            "attention_mask": torch.ones_like(input_ids),
+            "data_source": row.get("data_source") or "unknown",
+            "reward_model": row.get("reward_model") or {},
+            "extra_info": extra_info,
+            "index": extra_info["index"],
+        }
+        if "ability" in row:
+            item["ability"] = row["ability"]
+        if self.config.return_raw_chat:
+            item["raw_prompt"] = self._messages[i]
+        if self.config.return_full_prompt:
+            item["full_prompts"] = self._texts[i]
+        return item
+
+
+# ------------------------------------------------------------------------------------- collation
+def collate_prompts(items: list[dict[str, Any]], pad_token_id: int) -> dict[str, Any]:
+    """Left-pad items' prompts into a batch.
+
+    Returns `input_ids`, `attention_mask` (0 on pads) and `position_ids` (count of real tokens
+    before each one, 0 on pads), all (batch, longest prompt); every other key becomes a list.
+    An item that is already padded (a user Dataset's) is first cut down by its own `attention_mask`;
+    any `position_ids` it has are recomputed.
+    """
+    if not items:
+        raise ValueError("collate_prompts needs at least one item")
+    prompts = [_unpadded_ids(item, i) for i, item in enumerate(items)]
+    length = max(len(p) for p in prompts)
+    input_ids = torch.full((len(items), length), pad_token_id, dtype=torch.long)  # (batch, prompt_len)
+    attention_mask = torch.zeros((len(items), length), dtype=torch.long)
+    for row, prompt in enumerate(prompts):
+        input_ids[row, length - len(prompt):] = prompt
+        attention_mask[row, length - len(prompt):] = 1
+    position_ids = (attention_mask.cumsum(-1) - 1).clamp(min=0)
+    batch: dict[str, Any] = {"input_ids": input_ids, "attention_mask": attention_mask, "position_ids": position_ids}
+    keys = [k for k in items[0] if k not in batch]
+    for i, item in enumerate(items):
+        if set(item) - set(batch) != set(keys):
+            raise DataError(f"Dataset items have different keys: item {i} has {sorted(item)}, item 0 has {sorted(items[0])}.")
+    batch.update({key: [item[key] for item in items] for key in keys})
+    return batch
+
+
+def _unpadded_ids(item: dict[str, Any], i: int) -> torch.Tensor:
+    ids = torch.as_tensor(item["input_ids"], dtype=torch.long)
+    if ids.dim() != 1:
+        raise DataError(f"Dataset item {i}: input_ids must be 1-D (one prompt), got shape {tuple(ids.shape)}.")
+    if "attention_mask" in item:
+        ids = ids[torch.as_tensor(item["attention_mask"]).bool()]
+    return ids
+
+
+def collate_fn(pad_token_id: int) -> Callable[[list[dict[str, Any]]], dict[str, Any]]:
+    """The collate function for a PromptLoader: `collate_prompts` with the tokenizer's pad id bound."""
+    if pad_token_id is None:
+        raise ModelError("The tokenizer has no pad token; set one (e.g. tokenizer.pad_token = tokenizer.eos_token).")
+    return functools.partial(collate_prompts, pad_token_id=pad_token_id)
+
+
+# ------------------------------------------------------------------------------- dataset factory
+def create_rl_dataset(data_files: str | Path | Sequence[str | Path], data_config: Any, tokenizer: Any,
+                      processor: Any = None, is_train: bool = True, max_samples: int = -1) -> Dataset:
+    """The dataset of `data_files`: the user's class when `data.custom_cls.path` is set, else `RLDataset`.
+
+    A user class is called with keyword arguments `data_files, tokenizer, config, processor` and
+    `max_samples` when its `__init__` accepts it. `is_train` is accepted for verl compatibility;
+    both splits are built the same way.
+    """
+    custom = data_config.custom_cls
+    cls = load_dataset_class(custom.path, custom.name) if custom.path else RLDataset
+    kwargs = {"data_files": data_files, "tokenizer": tokenizer, "config": data_config, "processor": processor}
+    if _accepts(cls, "max_samples"):
+        kwargs["max_samples"] = max_samples
+    return cls(**kwargs)
+
+
+def _accepts(cls: type, name: str) -> bool:
+    params = inspect.signature(cls.__init__).parameters.values()
+    return any(p.name == name or p.kind is inspect.Parameter.VAR_KEYWORD for p in params)
+
+
+def load_dataset_class(path: str, name: str | None) -> type:
+    """The torch Dataset subclass `name` defined in the Python file (or importable module) `path`."""
+    module = _import_source(path)
+    defined = sorted(k for k, v in vars(module).items() if isinstance(v, type) and v.__module__ == module.__name__)
+    where = f"data.custom_cls.path={path!r}"
+    if not name or not hasattr(module, name):
+        missing = "data.custom_cls.name is not set" if not name else f"it defines no {name!r} (data.custom_cls.name)"
+        raise DataError(f"{where}: {missing}; the classes it defines are: {', '.join(defined) or '(none)'}.")
+    cls = getattr(module, name)
+    if not (isinstance(cls, type) and issubclass(cls, Dataset)):
+        raise DataError(f"{where}: {name!r} is not a subclass of torch.utils.data.Dataset; it is {_preview(cls)}.")
+    return cls
+
+
+def _import_source(path: str) -> Any:
+    file = Path(path).expanduser()
+    try:
+        if file.is_file():
+            spec = importlib.util.spec_from_file_location(f"reinforge_custom_dataset_{file.stem}", file)
+            module = importlib.util.module_from_spec(spec)
+            spec.loader.exec_module(module)
+            return module
+        if path.endswith(".py") or "/" in path:
+            raise DataError(f"data.custom_cls.path: no such file {path} (resolved to {file.resolve()}).")
+        return importlib.import_module(path)
+    except DataError:
+        raise
+    except ModuleNotFoundError as err:
+        if err.name and path.startswith(err.name):
+            raise DataError(f"data.custom_cls.path={path!r} is neither a file nor an importable module.") from err
+        raise DataError(f"data.custom_cls.path={path!r}: importing it failed ({type(err).__name__}: {err}).") from err
+    except Exception as err:  # the user's module raised while being imported
+        raise DataError(f"data.custom_cls.path={path!r}: importing it failed ({type(err).__name__}: {err}).") from err

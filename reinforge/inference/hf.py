@@ -1,0 +1,118 @@
+"""The `hf` engine: generation with a transformers causal LM, on CPU or GPU.
+
+It decodes with a KV cache, one token per step for the whole batch, and samples with its own
+seeded `torch.Generator` (saved in checkpoints, so a resumed run samples the same tokens). The
+log-prob it returns for a token is log softmax(logits / temperature), the distribution the actor
+uses, before top-k/top-p filtering. It usually shares the actor's module, so there are no
+weights to sync after an update.
+
+What it does not do yet: drop finished rows from the batch (they ride along as padding until
+every row has stopped) or batch requests of different sampling parameters together.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from reinforge.inference.engine import GenerationOutput, InferenceEngine, SamplingParams
+
+
+def filter_logits(logits: torch.Tensor, top_k: int, top_p: float) -> torch.Tensor:
+    """Set logits outside the top-k and the top-p nucleus to -inf (always keeps the best token)."""
+    if top_k is not None and 0 < top_k < logits.shape[-1]:
+        kth = torch.topk(logits, top_k, dim=-1).values[..., -1:]
+        logits = logits.masked_fill(logits < kth, float("-inf"))
+    if top_p is not None and top_p < 1.0:
+        sorted_logits, order = torch.sort(logits, descending=True, dim=-1)
+        cumulative = torch.softmax(sorted_logits, dim=-1).cumsum(-1)
+        drop_sorted = cumulative - torch.softmax(sorted_logits, dim=-1) >= top_p  # mass before this token
+        drop = drop_sorted.scatter(-1, order, drop_sorted)
+        logits = logits.masked_fill(drop, float("-inf"))
+    return logits
+
+
+class HFEngine(InferenceEngine):
+    def __init__(self, model: torch.nn.Module, pad_token_id: int, eos_token_ids: list[int],
+                 seed: int = 0, micro_batch_size: int | None = None):
+        super().__init__()
+        self.model = model
+        self.pad_token_id = pad_token_id
+        self.eos_token_ids = tuple(eos_token_ids)
+        self.micro_batch_size = micro_batch_size
+        device = next(model.parameters()).device
+        self.generator = torch.Generator(device=device)
+        self.generator.manual_seed(seed)
+
+    def generate_batch(self, prompts: list[list[int]], params: SamplingParams) -> list[GenerationOutput]:
+        size = self.micro_batch_size or len(prompts) or 1
+        outputs: list[GenerationOutput] = []
+        was_training = self.model.training
+        self.model.eval()
+        try:
+            for start in range(0, len(prompts), size):
+                outputs += self._generate(prompts[start:start + size], params)
+        finally:
+            self.model.train(was_training)
+        return outputs
+
+    @torch.inference_mode()
+    def _generate(self, prompts: list[list[int]], params: SamplingParams) -> list[GenerationOutput]:
+        device = next(self.model.parameters()).device
+        batch, width = len(prompts), max(len(p) for p in prompts)
+        input_ids = torch.full((batch, width), self.pad_token_id, dtype=torch.long, device=device)
+        attention_mask = torch.zeros((batch, width), dtype=torch.long, device=device)
+        for row, prompt in enumerate(prompts):
+            input_ids[row, width - len(prompt):] = torch.tensor(prompt, dtype=torch.long)
+            attention_mask[row, width - len(prompt):] = 1
+        position_ids = (attention_mask.cumsum(-1) - 1).clamp(min=0)
+        stop_ids = torch.tensor(sorted(set(self.eos_token_ids) | set(params.stop_token_ids)), device=device)
+
+        tokens = torch.full((batch, params.max_tokens), self.pad_token_id, dtype=torch.long, device=device)
+        log_probs = torch.zeros((batch, params.max_tokens), dtype=torch.float32, device=device)
+        lengths = torch.zeros(batch, dtype=torch.long, device=device)
+        stopped = torch.zeros(batch, dtype=torch.bool, device=device)
+        past = None
+        step_ids, step_positions = input_ids, position_ids
+        for t in range(params.max_tokens):
+            out = self.model(input_ids=step_ids, attention_mask=attention_mask, position_ids=step_positions,
+                             past_key_values=past, use_cache=True, logits_to_keep=1)
+            past = out.past_key_values
+            logits = out.logits[:, -1, :].float()
+            next_ids, next_log_probs = self._sample(logits, params)
+            active = ~stopped
+            tokens[:, t] = torch.where(active, next_ids, self.pad_token_id)
+            log_probs[:, t] = torch.where(active, next_log_probs, 0.0)
+            lengths += active.long()
+            if not params.ignore_eos and stop_ids.numel():
+                stopped |= active & torch.isin(next_ids, stop_ids)
+            if bool(stopped.all()):
+                break
+            step_ids = tokens[:, t:t + 1]
+            attention_mask = torch.cat([attention_mask, torch.ones((batch, 1), dtype=attention_mask.dtype, device=device)], 1)
+            step_positions = step_positions[:, -1:] + 1
+
+        results = []
+        for row in range(batch):
+            n = int(lengths[row])
+            results.append(GenerationOutput(
+                token_ids=tokens[row, :n].tolist(),
+                log_probs=log_probs[row, :n].tolist(),
+                finish_reason="stop" if bool(stopped[row]) else "length",
+            ))
+        return results
+
+    def _sample(self, logits: torch.Tensor, params: SamplingParams) -> tuple[torch.Tensor, torch.Tensor]:
+        if params.greedy:
+            next_ids = logits.argmax(-1)
+            return next_ids, torch.log_softmax(logits, -1).gather(-1, next_ids[:, None]).squeeze(-1)
+        scaled = logits / params.temperature
+        log_dist = torch.log_softmax(scaled, -1)
+        filtered = filter_logits(scaled, params.top_k, params.top_p)
+        next_ids = torch.multinomial(torch.softmax(filtered, -1), 1, generator=self.generator).squeeze(-1)
+        return next_ids, log_dist.gather(-1, next_ids[:, None]).squeeze(-1)
+
+    def state_dict(self) -> dict:
+        return {"generator": self.generator.get_state()}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.generator.set_state(state["generator"])

@@ -1,0 +1,70 @@
+"""Rollout: from a batch of prompts to a batch of trajectories (verl's `generate_sequences`).
+
+The single-turn agent loop issues one engine request per row, all concurrently, so the engine
+runs them as one batch; multi-turn loops (tools, interactions) will issue several requests per
+row through the same `engine.generate`. The output has verl's fields:
+
+- `prompts` (B, P) left-padded, `responses` (B, R) right-padded with the pad id,
+- `input_ids`, `attention_mask`, `position_ids` (B, P + R) for the forward passes,
+- `response_mask` (B, R): 1 on generated tokens (EOS included),
+- `rollout_log_probs` (B, R): the engine's log-prob of each token.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import torch
+
+from reinforge.batch import Batch
+from reinforge.inference.engine import GenerationOutput, InferenceEngine, SamplingParams
+
+PROMPT_KEYS = ("input_ids", "attention_mask", "position_ids")  # what generate_sequences reads
+
+
+def prompt_token_lists(input_ids: torch.Tensor, attention_mask: torch.Tensor) -> list[list[int]]:
+    """The unpadded token ids of each left-padded prompt row."""
+    return [row[mask.bool()].tolist() for row, mask in zip(input_ids, attention_mask, strict=True)]
+
+
+async def _single_turn(engine: InferenceEngine, prompts: list[list[int]], params: SamplingParams) -> list[GenerationOutput]:
+    return list(await asyncio.gather(*(engine.generate(prompt, params) for prompt in prompts)))
+
+
+def run_single_turn(engine: InferenceEngine, prompts: list[list[int]], params: SamplingParams) -> list[GenerationOutput]:
+    """Run the single-turn agent loop for every prompt (one batched engine call)."""
+    return asyncio.run(_single_turn(engine, prompts, params))
+
+
+def generate_sequences(engine: InferenceEngine, prompts: Batch, params: SamplingParams, pad_token_id: int) -> Batch:
+    """Generate one response per row of `prompts` and return prompts + responses as one Batch."""
+    prompt_ids, prompt_mask = prompts["input_ids"], prompts["attention_mask"]
+    outputs = run_single_turn(engine, prompt_token_lists(prompt_ids, prompt_mask), params)
+
+    batch, width = len(outputs), max(1, max(len(o.token_ids) for o in outputs))
+    responses = torch.full((batch, width), pad_token_id, dtype=torch.long)
+    response_mask = torch.zeros((batch, width), dtype=torch.long)
+    rollout_log_probs = torch.zeros((batch, width), dtype=torch.float32)
+    for row, output in enumerate(outputs):
+        n = len(output.token_ids)
+        responses[row, :n] = torch.tensor(output.token_ids, dtype=torch.long)
+        response_mask[row, :n] = 1
+        rollout_log_probs[row, :n] = torch.tensor(output.log_probs, dtype=torch.float32)
+
+    prompt_mask = prompt_mask.to(torch.long).cpu()
+    attention_mask = torch.cat([prompt_mask, response_mask], dim=1)
+    position_ids = (attention_mask.cumsum(-1) - 1).clamp(min=0)
+    result = Batch(
+        tensors={
+            "prompts": prompt_ids.cpu(),
+            "responses": responses,
+            "input_ids": torch.cat([prompt_ids.cpu(), responses], dim=1),
+            "attention_mask": attention_mask,
+            "position_ids": position_ids,
+            "response_mask": response_mask,
+            "rollout_log_probs": rollout_log_probs,
+        },
+        non_tensors={"finish_reason": [o.finish_reason for o in outputs]},
+        meta_info=dict(prompts.meta_info),
+    )
+    return result

@@ -1,0 +1,52 @@
+"""GSM8K scorer: extract the final number of a solution and compare it to the ground truth.
+
+Two extraction modes, as in verl:
+
+- strict: the last `#### <number>` in the solution (the GSM8K answer format);
+- flexible: the last number anywhere in the solution (a match without digits, such as a
+  sentence's full stop, is not a number).
+
+Only the last 300 characters are searched, so a long chain of thought cannot hide a stray
+"#### 3" early on. Thousands separators and `$` are removed from the extracted number; the
+comparison with the ground truth is then exact string equality (no numeric tolerance: "72.0"
+does not match "72"), which keeps scores identical to verl's.
+"""
+
+from __future__ import annotations
+
+import re
+
+SOLUTION_CLIP_CHARS = 300
+
+_STRICT_ANSWER = re.compile(r"#### (\-?[0-9\.\,]+)")
+_ANY_NUMBER = re.compile(r"(\-?[0-9\.\,]+)")
+
+
+def extract_solution(solution_str: str, method: str = "strict") -> str | None:
+    """The answer string, or None when the solution has none in the given mode."""
+    if method not in ("strict", "flexible"):
+        raise ValueError(f"gsm8k method must be 'strict' or 'flexible', got {method!r}")
+    tail = solution_str[-SOLUTION_CLIP_CHARS:]
+    if method == "strict":
+        matches = _STRICT_ANSWER.findall(tail)
+        return _clean(matches[-1]) if matches else None
+    for candidate in reversed(_ANY_NUMBER.findall(tail)):
+        cleaned = _clean(candidate)
+        if any(char.isdigit() for char in cleaned):  # skip bare "." or "," from prose
+            return cleaned
+    return None
+
+
+def _clean(number: str) -> str:
+    return number.replace(",", "").replace("$", "")
+
+
+def compute_score(
+    solution_str: str, ground_truth: str, method: str = "strict", format_score: float = 0.0, score: float = 1.0
+) -> float:
+    """`score` when the extracted answer equals `ground_truth`, `format_score` when an answer was
+    extracted but differs, 0 when no answer could be extracted."""
+    answer = extract_solution(solution_str, method=method)
+    if answer is None:
+        return 0.0
+    return score if answer == _clean(str(ground_truth).strip()) else format_score

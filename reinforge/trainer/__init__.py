@@ -1,0 +1,1 @@
+"""The RL loop (ppo_trainer.py), validation, metrics, tracking and checkpoints; main.py assembles a run."""

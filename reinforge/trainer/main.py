@@ -1,0 +1,112 @@
+"""Assemble a run from a config: data, reward, workers, trainer (verl's TaskRunner.run)."""
+
+from __future__ import annotations
+
+import os
+import random
+import time
+from pathlib import Path
+
+import numpy as np
+
+from reinforge.config import Config, batch_arithmetic, quickstart, to_dict, unused_settings
+
+
+def describe(config: Config, user_keys: list[str]) -> str:
+    """What --dry-run prints: the resolved config, the batch arithmetic, and settings without effect."""
+    from omegaconf import OmegaConf
+
+    lines = ["# resolved config", OmegaConf.to_yaml(OmegaConf.create(to_dict(config))).rstrip(), "", "# batch arithmetic (per training step)"]
+    for key, value in batch_arithmetic(config).items():
+        lines.append(f"{key}: {value}")
+    if quickstart.applies(user_keys):
+        lines += ["", f"# {quickstart.DESCRIPTION}"]
+    unused = unused_settings(config, user_keys)
+    if unused:
+        lines += ["", "# settings without effect in this run"] + [f"- {line}" for line in unused]
+    return "\n".join(lines)
+
+
+def _seed_everything(seed: int) -> None:
+    import torch
+
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+
+
+def run(config: Config, user_keys: list[str]) -> dict[str, float]:
+    """Train as configured; returns the final validation metrics."""
+    from omegaconf import OmegaConf
+
+    from reinforge.distributed import LocalWorkerGroup
+    from reinforge.environment.dataloader import PromptLoader
+    from reinforge.environment.dataset import collate_fn, create_rl_dataset
+    from reinforge.reward import get_compute_score, make_reward_manager
+    from reinforge.trainer.ppo_trainer import RLTrainer
+    from reinforge.training.model import load_tokenizer
+    from reinforge.training.workers import ActorRolloutRefWorker
+
+    started = time.perf_counter()
+    _quiet_transformers()
+    run_dir = Path(config.trainer.default_local_dir).resolve()
+    print(f"reinforge: run folder {run_dir}", flush=True)
+    if quickstart.applies(user_keys):
+        print(f"reinforge: {quickstart.DESCRIPTION}", flush=True)
+        quickstart.prepare(config)
+    for line in unused_settings(config, user_keys):
+        print(f"reinforge: note: {line}", flush=True)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / "config.yaml").write_text(OmegaConf.to_yaml(OmegaConf.create(to_dict(config))))
+    _seed_everything(config.trainer.seed)
+
+    data = config.data
+    tokenizer = load_tokenizer(config)
+    train_set = create_rl_dataset(data.train_files, data, tokenizer, is_train=True, max_samples=data.max_samples)
+    collate = collate_fn(tokenizer.pad_token_id)
+    train_loader = PromptLoader(train_set, data.train_batch_size, collate, shuffle=data.shuffle, seed=data.seed, drop_last=True)
+    val_loader = None
+    if data.val_files:
+        val_set = create_rl_dataset(data.val_files, data, tokenizer, is_train=False, max_samples=data.max_val_samples)
+        val_loader = PromptLoader(val_set, data.val_batch_size or len(val_set), collate, shuffle=data.validation_shuffle,
+                                  seed=data.seed, drop_last=False)
+
+    total_steps = len(train_loader) * config.trainer.total_epochs
+    if config.trainer.total_training_steps is not None:
+        total_steps = min(total_steps, config.trainer.total_training_steps)
+
+    compute_score = get_compute_score(config)
+    rm = config.reward_model
+    reward_fn = make_reward_manager(rm.reward_manager, tokenizer, compute_score, reward_fn_key=data.reward_fn_key, **rm.reward_kwargs)
+    val_reward_fn = make_reward_manager(rm.reward_manager, tokenizer, compute_score, reward_fn_key=data.reward_fn_key, **rm.reward_kwargs)
+
+    actor_cfg = config.actor_rollout_ref.actor
+    role = "actor_rollout_ref" if actor_cfg.use_kl_loss or config.algorithm.use_kl_in_reward else "actor_rollout"
+    actor_rollout_wg = LocalWorkerGroup(ActorRolloutRefWorker, config, role)
+    actor_rollout_wg.init_model(total_steps)
+
+    trainer = RLTrainer(config, actor_rollout_wg, reward_fn, val_reward_fn, train_loader, val_loader, tokenizer, total_steps)
+    print(f"reinforge: {len(train_set)} training prompts, {total_steps} steps; ready in {time.perf_counter() - started:.1f}s", flush=True)
+    metrics = trainer.fit()
+    print(f"reinforge: done in {time.perf_counter() - started:.1f}s; metrics in {run_dir / 'metrics.jsonl'}", flush=True)
+    if len(trainer.val_history) > 1:
+        (first_step, first), (last_step, last) = trainer.val_history[0], trainer.val_history[-1]
+        print(f"reinforge: validation reward {mean_val_reward(first):.3f} (step {first_step}) -> "
+              f"{mean_val_reward(last):.3f} (step {last_step})", flush=True)
+    return metrics
+
+
+def mean_val_reward(metrics: dict[str, float]) -> float:
+    """Mean over data sources of val-core/<source>/reward/mean@n."""
+    values = [v for k, v in metrics.items() if k.startswith("val-core/") and "/reward/mean@" in k]
+    return float(np.mean(values)) if values else float("nan")
+
+
+def _quiet_transformers() -> None:
+    """No per-file progress bars or advisory warnings from transformers in the run log."""
+    from transformers.utils import logging as hf_logging
+
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    hf_logging.set_verbosity_error()
+    hf_logging.disable_progress_bar()
+

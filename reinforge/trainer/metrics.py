@@ -1,0 +1,79 @@
+"""Metrics of a training step under verl's names, and a timer for its phases."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import torch
+
+from reinforge.batch import Batch
+
+
+@contextmanager
+def timer(name: str, timing: dict[str, float]) -> Iterator[None]:
+    """Add the wall time of the block to timing[name] (seconds)."""
+    start = time.perf_counter()
+    try:
+        yield
+    finally:
+        timing[name] = timing.get(name, 0.0) + time.perf_counter() - start
+
+
+def _stats(prefix: str, values: torch.Tensor) -> dict[str, float]:
+    values = values.float()
+    return {f"{prefix}/mean": values.mean().item(), f"{prefix}/max": values.max().item(), f"{prefix}/min": values.min().item()}
+
+
+def compute_data_metrics(batch: Batch, max_response_length: int) -> dict[str, float]:
+    """critic/score, critic/rewards, critic/advantages, critic/returns, response_length, prompt_length."""
+    response_mask = batch["response_mask"].bool()
+    prompt_length = batch["attention_mask"][:, : batch["prompts"].shape[1]].sum(-1).float()
+    response_length = response_mask.sum(-1).float()
+    valid_adv = batch["advantages"][response_mask]
+    valid_ret = batch["returns"][response_mask]
+    metrics = {
+        **_stats("critic/score", batch["token_level_scores"].sum(-1)),
+        **_stats("critic/rewards", batch["token_level_rewards"].sum(-1)),
+        **(_stats("critic/advantages", valid_adv) if valid_adv.numel() else {}),
+        **(_stats("critic/returns", valid_ret) if valid_ret.numel() else {}),
+        **_stats("response_length", response_length),
+        "response_length/clip_ratio": (response_length >= max_response_length).float().mean().item(),
+        **_stats("prompt_length", prompt_length),
+    }
+    return metrics
+
+
+def compute_timing_metrics(batch: Batch, timing: dict[str, float]) -> dict[str, float]:
+    """timing_s/<phase> and timing_per_token_ms/<phase> (per token the phase processed)."""
+    response_tokens = int(batch["response_mask"].sum())
+    all_tokens = int(batch["attention_mask"].sum())
+    per_phase_tokens = {"gen": response_tokens}
+    metrics = {f"timing_s/{name}": seconds for name, seconds in timing.items()}
+    for name, seconds in timing.items():
+        if name == "step":
+            continue
+        tokens = per_phase_tokens.get(name, all_tokens)
+        metrics[f"timing_per_token_ms/{name}"] = 1000 * seconds / max(tokens, 1)
+    return metrics
+
+
+def compute_throughput_metrics(batch: Batch, step_seconds: float, n_devices: int = 1) -> dict[str, float]:
+    """perf/total_num_tokens (prompt + response), perf/time_per_step, perf/throughput (tokens/s/device)."""
+    total = int(batch["attention_mask"].sum())
+    return {
+        "perf/total_num_tokens": total,
+        "perf/time_per_step": step_seconds,
+        "perf/throughput": total / max(step_seconds, 1e-9) / n_devices,
+    }
+
+
+def extra_info_metrics(extra_info: dict[str, list]) -> dict[str, float]:
+    """reward/<key>/mean for each numeric extra key a reward function returned (besides score)."""
+    metrics = {}
+    for key, values in extra_info.items():
+        numbers = [float(v) for v in values if isinstance(v, (int, float))]
+        if key != "score" and numbers:
+            metrics[f"reward/{key}/mean"] = sum(numbers) / len(numbers)
+    return metrics

@@ -1,0 +1,40 @@
+"""AdamW and the learning-rate schedule (linear warmup, then constant or cosine).
+
+The schedule advances once per training step (not per mini-batch), as verl's does.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from reinforge.config.schema import OptimConfig
+
+
+def make_optimizer(params, optim: OptimConfig) -> torch.optim.AdamW:
+    return torch.optim.AdamW(
+        [p for p in params if p.requires_grad], lr=optim.lr, betas=tuple(optim.betas),
+        eps=optim.eps, weight_decay=optim.weight_decay,
+    )
+
+
+def warmup_steps(optim: OptimConfig, total_steps: int) -> int:
+    """lr_warmup_steps when >= 0, else lr_warmup_steps_ratio of the total."""
+    return optim.lr_warmup_steps if optim.lr_warmup_steps >= 0 else int(optim.lr_warmup_steps_ratio * total_steps)
+
+
+def lr_factor(step: int, optim: OptimConfig, total_steps: int) -> float:
+    """The multiplier of the peak lr after `step` scheduler steps."""
+    warmup = warmup_steps(optim, total_steps)
+    if step < warmup:
+        return step / warmup  # the first warmup step has lr 0, as in transformers' schedules
+    if optim.lr_scheduler_type == "constant":
+        return 1.0
+    progress = (step - warmup) / max(1, total_steps - warmup)
+    cosine = 0.5 * (1.0 + math.cos(math.pi * 2.0 * optim.num_cycles * progress))
+    return optim.min_lr_ratio + (1.0 - optim.min_lr_ratio) * max(0.0, cosine)
+
+
+def make_scheduler(optimizer: torch.optim.Optimizer, optim: OptimConfig, total_steps: int) -> torch.optim.lr_scheduler.LambdaLR:
+    return torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: lr_factor(step, optim, total_steps))

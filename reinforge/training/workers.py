@@ -1,0 +1,144 @@
+"""The actor/rollout/reference worker: one class holding the policy, its engine and the reference.
+
+Its public methods take and return Batches and are what the trainer calls through a worker
+group (DESIGN §3). The roles it plays are given by `role`: `actor_rollout_ref` (policy, engine
+and frozen reference), `actor_rollout` (no reference) or `ref` (reference only).
+"""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from reinforge.batch import Batch
+from reinforge.config.schema import Config
+from reinforge.distributed import Dispatch, register
+from reinforge.inference import HFEngine, SamplingParams, generate_sequences
+from reinforge.training.actor import Actor
+from reinforge.training.model import load_causal_lm, load_tokenizer
+from reinforge.training.optim import make_optimizer, make_scheduler
+
+RANK_SUFFIX = "world_size_1_rank_0"
+
+
+class ActorRolloutRefWorker:
+    def __init__(self, config: Config, role: str = "actor_rollout_ref"):
+        if role not in ("actor_rollout_ref", "actor_rollout", "ref"):
+            raise ValueError(f"unknown role {role!r}")
+        self.config, self.role = config, role
+        self.has_actor = role.startswith("actor")
+        self.has_ref = role.endswith("ref")
+        self.device = config.trainer.device
+
+    @register(Dispatch.ALL)
+    def init_model(self, total_training_steps: int) -> None:
+        cfg = self.config.actor_rollout_ref
+        torch.manual_seed(self.config.trainer.seed)
+        self.tokenizer = load_tokenizer(self.config)
+        if self.has_actor:
+            model = load_causal_lm(self.config, self.device, trainable=True)
+            optimizer = make_optimizer(model.parameters(), cfg.actor.optim)
+            total = cfg.actor.optim.total_training_steps
+            self.scheduler = make_scheduler(optimizer, cfg.actor.optim, total if total > 0 else total_training_steps)
+            self.actor = Actor(model, cfg.actor, optimizer)
+            eos = model.generation_config.eos_token_id if model.generation_config is not None else None
+            eos_ids = [eos] if isinstance(eos, int) else list(eos or [])
+            if self.tokenizer.eos_token_id is not None and self.tokenizer.eos_token_id not in eos_ids:
+                eos_ids.append(self.tokenizer.eos_token_id)
+            self.engine = HFEngine(model, self.tokenizer.pad_token_id, eos_ids, seed=self.config.trainer.seed,
+                                   micro_batch_size=cfg.rollout.micro_batch_size_per_gpu)
+        if self.has_ref:
+            self.ref = Actor(load_causal_lm(self.config, self.device, trainable=False), cfg.actor)
+
+    # ---- inference ----------------------------------------------------------------------------
+    def sampling_params(self, validate: bool) -> SamplingParams:
+        rollout = self.config.actor_rollout_ref.rollout
+        source = rollout.val_kwargs if validate else rollout
+        return SamplingParams(
+            max_tokens=rollout.response_length, temperature=source.temperature, top_p=source.top_p,
+            top_k=source.top_k, do_sample=source.do_sample, ignore_eos=rollout.ignore_eos,
+        )
+
+    @register(Dispatch.DP)
+    def generate_sequences(self, prompts: Batch) -> Batch:
+        """Prompts (input_ids, attention_mask) -> trajectories; meta_info['validate'] picks val_kwargs."""
+        params = self.sampling_params(bool(prompts.meta_info.get("validate", False)))
+        return generate_sequences(self.engine, prompts, params, self.tokenizer.pad_token_id)
+
+    # ---- training -----------------------------------------------------------------------------
+    @register(Dispatch.DP)
+    def compute_log_prob(self, batch: Batch) -> Batch:
+        """old_log_probs and entropys of the current policy (no gradient)."""
+        rollout = self.config.actor_rollout_ref.rollout
+        log_probs, entropy = self.actor.compute_log_prob(
+            batch, rollout.temperature, rollout.log_prob_micro_batch_size_per_gpu, with_entropy=True)
+        return Batch({"old_log_probs": log_probs, "entropys": entropy})
+
+    @register(Dispatch.DP)
+    def compute_ref_log_prob(self, batch: Batch) -> Batch:
+        cfg = self.config.actor_rollout_ref
+        log_probs, _ = self.ref.compute_log_prob(batch, cfg.rollout.temperature, cfg.ref.log_prob_micro_batch_size_per_gpu)
+        return Batch({"ref_log_prob": log_probs})
+
+    @register(Dispatch.DP)
+    def update_actor(self, batch: Batch) -> Batch:
+        """One training step of the policy; returns its metrics in meta_info['metrics']."""
+        cfg = self.config.actor_rollout_ref
+        metrics = self.actor.update_policy(batch, cfg.rollout.temperature, cfg.rollout.n)
+        metrics["actor/lr"] = self.scheduler.get_last_lr()[0]
+        self.scheduler.step()
+        self.engine.update_weights(())  # the hf engine shares the actor's module: nothing to copy
+        return Batch(meta_info={"metrics": metrics})
+
+    # ---- checkpoints --------------------------------------------------------------------------
+    @register(Dispatch.ALL)
+    def save_checkpoint(self, folder: str) -> None:
+        """Write model, optimizer and extra state (scheduler, every RNG) under `folder` (verl's names)."""
+        path = Path(folder)
+        path.mkdir(parents=True, exist_ok=True)
+        contents = self.config.actor_rollout_ref.actor.checkpoint.save_contents
+        model = self.actor.model
+        if "model" in contents:
+            torch.save(model.state_dict(), path / f"model_{RANK_SUFFIX}.pt")
+        if "optimizer" in contents:
+            torch.save(self.actor.optimizer.state_dict(), path / f"optim_{RANK_SUFFIX}.pt")
+        if "extra" in contents:
+            torch.save({"lr_scheduler": self.scheduler.state_dict(), "rng": self._rng_state()}, path / f"extra_state_{RANK_SUFFIX}.pt")
+        hf_dir = path / "huggingface"
+        model.config.save_pretrained(hf_dir)
+        if model.generation_config is not None:
+            model.generation_config.save_pretrained(hf_dir)
+        self.tokenizer.save_pretrained(hf_dir)
+        if "hf_model" in contents:
+            model.save_pretrained(hf_dir, safe_serialization=True)
+
+    @register(Dispatch.ALL)
+    def load_checkpoint(self, folder: str) -> None:
+        path = Path(folder)
+        contents = self.config.actor_rollout_ref.actor.checkpoint.load_contents
+        if "model" in contents:
+            self.actor.model.load_state_dict(torch.load(path / f"model_{RANK_SUFFIX}.pt", map_location=self.device))
+        if "optimizer" in contents:
+            self.actor.optimizer.load_state_dict(torch.load(path / f"optim_{RANK_SUFFIX}.pt", map_location=self.device))
+        if "extra" in contents:
+            extra = torch.load(path / f"extra_state_{RANK_SUFFIX}.pt", weights_only=False)
+            self.scheduler.load_state_dict(extra["lr_scheduler"])
+            self._set_rng_state(extra["rng"])
+
+    def _rng_state(self) -> dict:
+        state = {"torch": torch.get_rng_state(), "numpy": np.random.get_state(), "python": random.getstate(),
+                 "engine": self.engine.state_dict()}
+        if torch.cuda.is_available():
+            state["cuda"] = torch.cuda.get_rng_state_all()
+        return state
+
+    def _set_rng_state(self, state: dict) -> None:
+        torch.set_rng_state(state["torch"])
+        np.random.set_state(state["numpy"])
+        random.setstate(state["python"])
+        self.engine.load_state_dict(state["engine"])
+        if "cuda" in state and torch.cuda.is_available():
+            torch.cuda.set_rng_state_all(state["cuda"])

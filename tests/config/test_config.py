@@ -1,0 +1,106 @@
+import dataclasses
+
+import pytest
+
+from reinforge.config import all_keys, batch_arithmetic, field_doc, load_config, unused_settings
+from reinforge.config.schema import Config
+from reinforge.errors import ConfigError
+
+VERL = ["algorithm.adv_estimator=grpo", "data.train_files=/d/train.parquet", "actor_rollout_ref.model.path=/m"]
+
+
+def test_every_schema_field_is_documented():
+    missing = [key for key in all_keys() if not field_doc(key)]
+    assert missing == []
+
+
+def test_verl_defaults_hold_when_a_model_and_data_are_given():
+    cfg, _ = load_config(VERL)
+    actor = cfg.actor_rollout_ref.actor
+    assert (cfg.data.train_batch_size, cfg.data.max_prompt_length, cfg.data.max_response_length) == (1024, 512, 512)
+    assert (actor.optim.lr, actor.ppo_mini_batch_size, actor.clip_ratio_low, actor.clip_ratio_high) == (1e-6, 256, 0.2, 0.2)
+    assert (actor.kl_loss_type, actor.loss_agg_mode, cfg.algorithm.kl_ctrl.kl_coef) == ("low_var_kl", "token-mean", 0.001)
+    assert cfg.actor_rollout_ref.rollout.response_length == 512  # derived from data.max_response_length
+    assert cfg.trainer.default_local_dir == "checkpoints/verl_examples/gsm8k"
+
+
+def test_seed_overrides_parse(tmp_path):
+    cfg, keys = load_config(VERL + [
+        "actor_rollout_ref.rollout.name=vllm", "actor_rollout_ref.rollout.n=5",
+        "actor_rollout_ref.rollout.tensor_model_parallel_size=2", "actor_rollout_ref.actor.optim.lr=1e-6",
+        "actor_rollout_ref.actor.ppo_mini_batch_size=256", "actor_rollout_ref.actor.use_kl_loss=True",
+        "actor_rollout_ref.actor.kl_loss_coef=0.001", "actor_rollout_ref.actor.entropy_coeff=0",
+        "algorithm.use_kl_in_reward=False", "data.train_batch_size=1024", "trainer.n_gpus_per_node=8",
+        "trainer.logger=['console']", "+actor_rollout_ref.rollout.engine_kwargs.vllm.swap_space=4",
+    ])
+    assert cfg.actor_rollout_ref.rollout.n == 5 and cfg.actor_rollout_ref.actor.use_kl_loss is True
+    assert cfg.actor_rollout_ref.rollout.engine_kwargs == {"vllm": {"swap_space": 4}}
+    notes = "\n".join(unused_settings(cfg, keys))
+    assert "tensor_model_parallel_size" in notes and "rollout.name: the vllm engine" in notes and "n_gpus_per_node" in notes
+
+
+@pytest.mark.parametrize("override, message", [
+    ("actor_rollout_ref.actor.optim.lrr=1", "did you mean 'actor_rollout_ref.actor.optim.lr'"),
+    ("actor_rollout_ref.acter.ppo_epochs=2", "did you mean 'actor_rollout_ref.actor.ppo_epochs'"),
+    ("data.train_batch_sise=8", "did you mean 'data.train_batch_size'"),
+    ("actor_rollout_ref.rollout.n=0", "actor_rollout_ref.rollout.n=0 must be > 0"),
+    ("actor_rollout_ref.actor.optim.lr=-1", "optim.lr=-1.0 must be >= 0"),
+    ("actor_rollout_ref.actor.optim.lr=fast", "must be a number"),
+    ("data.truncation=sideways", "data.truncation='sideways' is not one of: error, left, right, middle"),
+    ("actor_rollout_ref.actor.ppo_mini_batch_size=2048", "larger than data.train_batch_size=1024"),
+    ("actor_rollout_ref.actor.ppo_mini_batch_size=300", "not a multiple"),
+    ("actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=7", "does not divide the mini-batch"),
+    ("algorithm.adv_estimator=gae", "needs a critic"),
+    ("algorithm.adv_estimator=nope", "is not one of: grpo"),
+    ("trainer.logger=['wandb']", "'wandb' is not available"),
+    ("a.b.c=1", "unknown config key 'a.b.c'"),
+    ("data.seed=[1,2", "'data.seed' must be an integer"),
+])
+def test_bad_values_name_the_key(override, message):
+    args = [a for a in VERL if not a.startswith(override.split("=")[0] + "=")] + [override]
+    with pytest.raises(ConfigError, match=message.replace("[", r"\[").replace("(", r"\(")):
+        load_config(args)
+
+
+def test_delete_restores_default_and_legacy_reward_location():
+    cfg, _ = load_config(VERL + ["trainer.total_epochs=3", "~trainer.total_epochs",
+                                 "reward_model.custom_reward_function.path=/r.py",
+                                 "reward_model.custom_reward_function.name=my_fn"])
+    assert cfg.trainer.total_epochs == 30
+    assert (cfg.custom_reward_function.path, cfg.custom_reward_function.name) == ("/r.py", "my_fn")
+
+
+def test_yaml_file_then_command_line(tmp_path):
+    file = tmp_path / "run.yaml"
+    file.write_text("data:\n  train_batch_size: 16\n  max_response_length: 32\nactor_rollout_ref:\n  rollout:\n    n: 4\n")
+    cfg, keys = load_config(VERL + ["data.train_batch_size=8", "actor_rollout_ref.actor.ppo_mini_batch_size=8"], str(file))
+    assert (cfg.data.train_batch_size, cfg.data.max_response_length, cfg.actor_rollout_ref.rollout.n) == (8, 32, 4)
+
+
+def test_batch_arithmetic_follows_verl_units():
+    cfg, _ = load_config(VERL + ["data.train_batch_size=64", "actor_rollout_ref.rollout.n=4",
+                                 "actor_rollout_ref.actor.ppo_mini_batch_size=16",
+                                 "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=8",
+                                 "actor_rollout_ref.actor.ppo_epochs=2", "data.max_prompt_length=100",
+                                 "data.max_response_length=28"])
+    assert batch_arithmetic(cfg) == {
+        "prompts_per_step": 64, "trajectories_per_step": 256, "trajectories_per_mini_batch": 64,
+        "mini_batches_per_epoch": 4, "optimizer_steps_per_step": 8, "trajectories_per_micro_batch": 8,
+        "gradient_accumulation": 8, "max_tokens_per_micro_batch": 8 * 128, "on_policy_single_update": False,
+    }
+
+
+def test_quickstart_applies_only_without_model_and_data():
+    quick, _ = load_config([])
+    assert quick.algorithm.adv_estimator == "grpo" and quick.trainer.experiment_name == "quickstart"
+    assert quick.data.train_files.endswith("train.parquet")
+    tweaked, _ = load_config(["trainer.total_training_steps=3"])
+    assert tweaked.trainer.total_training_steps == 3 and tweaked.trainer.experiment_name == "quickstart"
+    with pytest.raises(ConfigError, match="needs a critic"):  # verl's default estimator once a model is given
+        load_config(["actor_rollout_ref.model.path=/m", "data.train_files=/d.parquet"])
+
+
+def test_config_round_trips_through_its_dict():
+    cfg, _ = load_config([])
+    assert dataclasses.asdict(cfg)["data"]["train_batch_size"] == cfg.data.train_batch_size
+    assert isinstance(cfg, Config)

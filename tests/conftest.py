@@ -1,0 +1,34 @@
+"""Shared fixtures: the tiny model and tokenizer, built once per test session (no download)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+
+@pytest.fixture(scope="session")
+def cache_dir(tmp_path_factory) -> Path:
+    """The reinforge cache for this session: REINFORGE_CACHE if set (reused across runs), else a temp dir."""
+    if os.environ.get("REINFORGE_CACHE"):
+        return Path(os.environ["REINFORGE_CACHE"])
+    path = tmp_path_factory.mktemp("reinforge-cache")
+    os.environ["REINFORGE_CACHE"] = str(path)
+    return path
+
+
+@pytest.fixture(scope="session")
+def tiny_model_path(cache_dir) -> Path:
+    from reinforge.training.tiny_model import ensure_tiny_model
+
+    return ensure_tiny_model(root=cache_dir / "models")
+
+
+@pytest.fixture(scope="session")
+def tokenizer(tiny_model_path):
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(tiny_model_path)

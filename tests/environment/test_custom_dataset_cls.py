@@ -1,0 +1,103 @@
+"""create_rl_dataset: the built-in RLDataset, a user Dataset class from data.custom_cls, and its errors."""
+
+from __future__ import annotations
+
+import textwrap
+
+import pytest
+
+from reinforge.environment.dataset import RLDataset, create_rl_dataset
+from reinforge.errors import DataError
+
+SOURCE = """
+    from torch.utils.data import Dataset
+
+
+    class WithMaxSamples(Dataset):
+        def __init__(self, data_files, tokenizer, config, processor=None, max_samples=-1):
+            self.args = dict(data_files=data_files, tokenizer=tokenizer, config=config, processor=processor,
+                             max_samples=max_samples)
+
+        def __len__(self):
+            return 1
+
+        def __getitem__(self, i):
+            return {"input_ids": [1, 2]}
+
+
+    class WithoutMaxSamples(WithMaxSamples):
+        def __init__(self, data_files, tokenizer, config, processor=None):
+            super().__init__(data_files, tokenizer, config, processor, max_samples="not given")
+
+
+    class NotADataset:
+        pass
+"""
+
+
+@pytest.fixture
+def custom_file(tmp_path):
+    path = tmp_path / "my_data.py"
+    path.write_text(textwrap.dedent(SOURCE))
+    return path
+
+
+def _config(data_config, path, name):
+    config = data_config()
+    config.custom_cls.path, config.custom_cls.name = str(path), name
+    return config
+
+
+def test_default_is_rl_dataset(tmp_path, tokenizer, data_config, make_rows, write_rows):
+    path = write_rows(tmp_path / "d.jsonl", make_rows(3))
+    dataset = create_rl_dataset(str(path), data_config(), tokenizer, max_samples=2)
+    assert isinstance(dataset, RLDataset) and len(dataset) == 2
+
+
+def test_custom_class_gets_the_same_keyword_arguments(custom_file, tokenizer, data_config):
+    config = _config(data_config, custom_file, "WithMaxSamples")
+    dataset = create_rl_dataset(["x.parquet"], config, tokenizer, processor="proc", max_samples=7)
+    assert type(dataset).__name__ == "WithMaxSamples"
+    assert dataset.args == {"data_files": ["x.parquet"], "tokenizer": tokenizer, "config": config,
+                            "processor": "proc", "max_samples": 7}
+
+
+def test_custom_class_without_max_samples_is_called_without_it(custom_file, tokenizer, data_config):
+    dataset = create_rl_dataset("x.parquet", _config(data_config, custom_file, "WithoutMaxSamples"), tokenizer, max_samples=7)
+    assert dataset.args["max_samples"] == "not given"
+
+
+def test_custom_class_from_an_importable_module(custom_file, monkeypatch, tokenizer, data_config):
+    monkeypatch.syspath_prepend(str(custom_file.parent))
+    dataset = create_rl_dataset("x.parquet", _config(data_config, "my_data", "WithMaxSamples"), tokenizer)
+    assert type(dataset).__name__ == "WithMaxSamples"
+
+
+def test_class_that_is_not_a_dataset(custom_file, tokenizer, data_config):
+    with pytest.raises(DataError, match=r"my_data\.py'?: 'NotADataset' is not a subclass of torch.utils.data.Dataset"):
+        create_rl_dataset("x.parquet", _config(data_config, custom_file, "NotADataset"), tokenizer)
+
+
+@pytest.mark.parametrize(("name", "problem"), [("Missing", "it defines no 'Missing'"), (None, "data.custom_cls.name is not set")])
+def test_missing_class_lists_the_classes_defined(custom_file, tokenizer, data_config, name, problem):
+    with pytest.raises(DataError) as err:
+        create_rl_dataset("x.parquet", _config(data_config, custom_file, name), tokenizer)
+    assert problem in str(err.value)
+    assert "the classes it defines are: NotADataset, WithMaxSamples, WithoutMaxSamples." in str(err.value)
+
+
+def test_missing_file(tmp_path, tokenizer, data_config):
+    with pytest.raises(DataError, match=r"data.custom_cls.path: no such file .*absent\.py \(resolved to /"):
+        create_rl_dataset("x.parquet", _config(data_config, tmp_path / "absent.py", "X"), tokenizer)
+
+
+def test_missing_module(tokenizer, data_config):
+    with pytest.raises(DataError, match="'no_such_module_xyz' is neither a file nor an importable module"):
+        create_rl_dataset("x.parquet", _config(data_config, "no_such_module_xyz", "X"), tokenizer)
+
+
+def test_file_that_fails_to_import(tmp_path, tokenizer, data_config):
+    path = tmp_path / "broken.py"
+    path.write_text("import torch\nraise RuntimeError('boom')\n")
+    with pytest.raises(DataError, match=r"broken\.py'?: importing it failed \(RuntimeError: boom\)"):
+        create_rl_dataset("x.parquet", _config(data_config, path, "X"), tokenizer)

@@ -1,0 +1,89 @@
+"""PromptLoader: seeded per-epoch order, drop_last, and resume that matches an uninterrupted run."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from reinforge.environment.dataloader import PromptLoader
+from reinforge.environment.dataset import RLDataset, collate_fn
+from reinforge.errors import DataError
+
+
+def _loader(rows: int = 10, batch_size: int = 3, shuffle: bool = True, seed: int = 7, drop_last: bool = True) -> PromptLoader:
+    """A loader over the integers 0..rows-1 whose batches are the lists of dataset indices."""
+    return PromptLoader(list(range(rows)), batch_size, list, shuffle=shuffle, seed=seed, drop_last=drop_last)
+
+
+def _epochs(loader: PromptLoader, epochs: int) -> list[list[int]]:
+    return [batch for _ in range(epochs) for batch in loader]
+
+
+def test_without_shuffle_batches_follow_the_dataset_order():
+    assert _epochs(_loader(shuffle=False), 1) == [[0, 1, 2], [3, 4, 5], [6, 7, 8]]
+    assert _epochs(_loader(shuffle=False, drop_last=False), 1) == [[0, 1, 2], [3, 4, 5], [6, 7, 8], [9]]
+
+
+def test_len_is_batches_per_epoch():
+    assert len(_loader(drop_last=True)) == 3
+    assert len(_loader(drop_last=False)) == 4
+
+
+def test_shuffled_order_is_the_seeded_permutation_of_each_epoch():
+    batches = _epochs(_loader(seed=7), 2)
+    for epoch in range(2):
+        order = torch.randperm(10, generator=torch.Generator().manual_seed(7 + epoch)).tolist()
+        assert batches[3 * epoch: 3 * epoch + 3] == [order[0:3], order[3:6], order[6:9]]
+    assert batches[:3] != batches[3:]
+    assert _epochs(_loader(seed=7), 2) == batches
+    assert _epochs(_loader(seed=8), 1) != batches[:3]
+
+
+def test_epoch_advances_after_each_full_pass():
+    loader = _loader()
+    seen = []
+    for _ in range(2):
+        for _batch in loader:
+            seen.append(loader.epoch)
+    assert seen == [0, 0, 0, 1, 1, 1]
+    assert loader.epoch == 2 and loader.state_dict() == {"epoch": 2, "batch_in_epoch": 0}
+
+
+@pytest.mark.parametrize("stop_after", [1, 2, 3, 4, 6, 7])
+def test_resume_from_a_state_saved_while_a_batch_is_in_use(stop_after):
+    """The trainer saves the state inside its loop body; a new loader from it serves what the old one would have."""
+    expected = _epochs(_loader(), 3)
+    loader, served, state = _loader(), [], None
+    while state is None:
+        for batch in loader:
+            served.append(batch)
+            if len(served) == stop_after:
+                state = loader.state_dict()
+                break
+    resumed = _loader()
+    resumed.load_state_dict(state)
+    while len(served) < len(expected):
+        served += list(resumed)
+    assert served == expected
+
+
+def test_iterating_again_after_a_break_continues_the_epoch():
+    expected = _epochs(_loader(), 1)
+    loader = _loader()
+    first = next(iter(loader))
+    assert [first, *loader] == expected
+
+
+def test_fewer_rows_than_a_batch_with_drop_last_is_an_error():
+    with pytest.raises(DataError, match="The dataset has 4 rows but train_batch_size is 8"):
+        _loader(rows=4, batch_size=8)
+    assert _epochs(_loader(rows=4, batch_size=8, shuffle=False, drop_last=False), 1) == [[0, 1, 2, 3]]
+
+
+def test_batches_of_an_rl_dataset(tmp_path, tokenizer, data_config, make_rows, write_rows):
+    dataset = RLDataset(write_rows(tmp_path / "d.parquet", make_rows(5)), tokenizer, data_config())
+    loader = PromptLoader(dataset, 2, collate_fn(tokenizer.pad_token_id), shuffle=False, seed=0)
+    batches = list(loader)
+    assert len(batches) == 2
+    assert batches[0]["input_ids"].shape[0] == 2
+    assert [b["index"] for b in batches] == [[100, 101], [102, 103]]

@@ -1,0 +1,229 @@
+"""RLDataset: reading each format, chat-template rendering, item fields, length handling, and every DataError."""
+
+from __future__ import annotations
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+import torch
+
+from reinforge.environment.dataset import RLDataset
+from reinforge.errors import ConfigError, DataError
+
+
+def _template_ids(tokenizer, messages, **kwargs) -> list[int]:
+    text = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False, **kwargs)
+    return tokenizer(text, add_special_tokens=False)["input_ids"]
+
+
+# ---- formats ----------------------------------------------------------------------------------
+@pytest.mark.parametrize(("name", "json_array"), [("d.parquet", None), ("d.json", True), ("d.json", False), ("d.jsonl", None)])
+def test_reads_each_format(tmp_path, tokenizer, data_config, make_rows, write_rows, name, json_array):
+    rows = make_rows(5)
+    path = write_rows(tmp_path / name, rows, json_array=json_array)
+    dataset = RLDataset(str(path), tokenizer, data_config())
+    assert len(dataset) == 5
+    for i, row in enumerate(rows):
+        item = dataset[i]
+        assert item["data_source"] == row["data_source"]
+        assert item["reward_model"] == row["reward_model"]
+        assert item["extra_info"] == row["extra_info"]
+        assert item["ability"] == "digits"
+        assert item["index"] == 100 + i
+
+
+def test_concatenates_several_files_in_order(tmp_path, tokenizer, data_config, make_rows, write_rows):
+    first = write_rows(tmp_path / "a.parquet", make_rows(3))
+    second = write_rows(tmp_path / "b.jsonl", make_rows(2, start=3))
+    dataset = RLDataset([first, str(second)], tokenizer, data_config())
+    assert [dataset[i]["index"] for i in range(len(dataset))] == [100, 101, 102, 103, 104]
+
+
+def test_expands_home_in_paths(tmp_path, monkeypatch, tokenizer, data_config, make_rows, write_rows):
+    monkeypatch.setenv("HOME", str(tmp_path))
+    write_rows(tmp_path / "d.jsonl", make_rows(2))
+    assert len(RLDataset("~/d.jsonl", tokenizer, data_config())) == 2
+
+
+def test_max_samples_keeps_the_first_rows(tmp_path, tokenizer, data_config, make_rows, write_rows):
+    files = [write_rows(tmp_path / "a.jsonl", make_rows(3)), write_rows(tmp_path / "b.jsonl", make_rows(3, start=3))]
+    dataset = RLDataset(files, tokenizer, data_config(), max_samples=4)
+    assert [dataset[i]["index"] for i in range(len(dataset))] == [100, 101, 102, 103]
+
+
+# ---- rendering and items ----------------------------------------------------------------------
+def test_prompt_is_rendered_with_the_chat_template(tmp_path, tokenizer, data_config, make_rows, write_rows):
+    rows = make_rows(2)
+    rows[1]["prompt"].insert(0, {"role": "system", "content": "Be brief."})
+    dataset = RLDataset(write_rows(tmp_path / "d.parquet", rows), tokenizer, data_config(return_full_prompt=True))
+    for i, row in enumerate(rows):
+        text = tokenizer.apply_chat_template(row["prompt"], add_generation_prompt=True, tokenize=False)
+        item = dataset[i]
+        assert item["input_ids"].dtype == torch.long and item["input_ids"].dim() == 1
+        assert item["input_ids"].tolist() == tokenizer(text, add_special_tokens=False)["input_ids"]
+        assert tokenizer.decode(item["input_ids"]) == text
+        assert item["full_prompts"] == text
+        assert torch.equal(item["attention_mask"], torch.ones_like(item["input_ids"]))
+
+
+def test_string_prompt_becomes_one_user_message(tmp_path, tokenizer, data_config, write_rows):
+    path = write_rows(tmp_path / "d.jsonl", [{"prompt": "What is 2 + 2?"}])
+    item = RLDataset(path, tokenizer, data_config(return_raw_chat=True))[0]
+    messages = [{"role": "user", "content": "What is 2 + 2?"}]
+    assert item["raw_prompt"] == messages
+    assert item["input_ids"].tolist() == _template_ids(tokenizer, messages)
+
+
+def test_apply_chat_template_kwargs_reach_the_template(tmp_path, monkeypatch, tokenizer, data_config, make_rows, write_rows):
+    monkeypatch.setattr(tokenizer, "chat_template", "{% if shout %}LOUD {% endif %}" + tokenizer.chat_template)
+    config = data_config(apply_chat_template_kwargs={"shout": True}, return_full_prompt=True)
+    item = RLDataset(write_rows(tmp_path / "d.jsonl", make_rows(1)), tokenizer, config)[0]
+    assert item["full_prompts"].startswith("LOUD <|im_start|>user")
+
+
+def test_prompt_key_names_the_prompt_column(tmp_path, tokenizer, data_config, write_rows):
+    path = write_rows(tmp_path / "d.jsonl", [{"question": "hi", "prompt": 3}])
+    item = RLDataset(path, tokenizer, data_config(prompt_key="question", return_raw_chat=True))[0]
+    assert item["raw_prompt"] == [{"role": "user", "content": "hi"}]
+
+
+def test_optional_columns_get_defaults_and_index_falls_back_to_row_number(tmp_path, tokenizer, data_config, write_rows):
+    path = write_rows(tmp_path / "d.jsonl", [{"prompt": "a"}, {"prompt": "b", "extra_info": {"split": "x"}}])
+    items = [RLDataset(path, tokenizer, data_config())[i] for i in range(2)]
+    assert [item["data_source"] for item in items] == ["unknown", "unknown"]
+    assert [item["reward_model"] for item in items] == [{}, {}]
+    assert [item["extra_info"] for item in items] == [{"index": 0}, {"split": "x", "index": 1}]
+    assert [item["index"] for item in items] == [0, 1]
+    assert "ability" not in items[0] and "raw_prompt" not in items[0] and "full_prompts" not in items[0]
+
+
+# ---- length: truncation and filtering --------------------------------------------------------
+def _long_row(digits: int = 30) -> dict:
+    return {"prompt": "Reverse the digits: " + " ".join(str(i % 10) for i in range(digits))}
+
+
+@pytest.mark.parametrize("mode", ["left", "right", "middle"])
+def test_truncation_modes_keep_the_right_tokens(tmp_path, tokenizer, data_config, write_rows, mode):
+    row = _long_row()
+    full = _template_ids(tokenizer, [{"role": "user", "content": row["prompt"]}])
+    limit = (len(full) - 8) | 1  # odd, so `middle` must split it unevenly: 1 more token from the end
+    expected = {
+        "left": full[-limit:],
+        "right": full[:limit],
+        "middle": full[: limit // 2] + full[-(limit - limit // 2):],
+    }[mode]
+    dataset = RLDataset(write_rows(tmp_path / "d.jsonl", [row]), tokenizer, data_config(max_prompt_length=limit, truncation=mode))
+    assert dataset[0]["input_ids"].tolist() == expected
+    assert len(expected) == limit
+
+
+def test_truncation_error_names_file_row_column_lengths_and_keys(tmp_path, tokenizer, data_config, make_rows, write_rows):
+    row = _long_row()
+    length = len(_template_ids(tokenizer, [{"role": "user", "content": row["prompt"]}]))
+    write_rows(tmp_path / "a.jsonl", make_rows(2))
+    second = write_rows(tmp_path / "b.jsonl", [*make_rows(2), row])
+    with pytest.raises(DataError) as err:
+        RLDataset([tmp_path / "a.jsonl", second], tokenizer, data_config(max_prompt_length=length - 1))
+    message = str(err.value)
+    for part in [str(second), "row 2", "'prompt'", f"{length} tokens", f"data.max_prompt_length={length - 1}", "data.truncation"]:
+        assert part in message
+
+
+def test_filter_overlong_prompts_drops_and_reports_them(tmp_path, capsys, tokenizer, data_config, make_rows, write_rows):
+    rows = make_rows(5)
+    rows[1], rows[3] = _long_row(), _long_row()
+    limit = len(_template_ids(tokenizer, make_rows(1, start=9)[0]["prompt"]))
+    path = write_rows(tmp_path / "d.jsonl", rows)
+    dataset = RLDataset(path, tokenizer, data_config(max_prompt_length=limit, filter_overlong_prompts=True))
+    assert dataset.num_filtered == 2
+    assert [dataset[i]["index"] for i in range(len(dataset))] == [100, 102, 104]
+    assert f"dropped 2 of 5 prompts longer than data.max_prompt_length={limit} tokens from {path}" in capsys.readouterr().err
+
+
+def test_filtering_every_row_is_an_empty_dataset_error(tmp_path, tokenizer, data_config, write_rows):
+    path = write_rows(tmp_path / "d.jsonl", [_long_row(), _long_row()])
+    with pytest.raises(DataError, match=r"No rows left after filtering: all 2 prompts .* longer than data.max_prompt_length=5"):
+        RLDataset(path, tokenizer, data_config(max_prompt_length=5, filter_overlong_prompts=True))
+
+
+# ---- errors -----------------------------------------------------------------------------------
+def test_missing_file_shows_given_and_resolved_path(tmp_path, tokenizer, data_config):
+    with pytest.raises(DataError) as err:
+        RLDataset("~/nowhere/d.parquet", tokenizer, data_config())
+    assert "Data file not found: ~/nowhere/d.parquet" in str(err.value)
+    assert "nowhere/d.parquet)" in str(err.value) and "resolved to /" in str(err.value)
+
+
+def test_unsupported_extension(tmp_path, tokenizer, data_config):
+    path = tmp_path / "d.csv"
+    path.write_text("prompt\nhi\n")
+    with pytest.raises(DataError, match=r"d\.csv: unsupported file type '\.csv'; use one of \.parquet, \.json, \.jsonl"):
+        RLDataset(path, tokenizer, data_config())
+
+
+def test_corrupt_parquet_wraps_the_reader_error(tmp_path, tokenizer, data_config):
+    path = tmp_path / "d.parquet"
+    path.write_bytes(b"not a parquet file")
+    with pytest.raises(DataError, match=r"d\.parquet: cannot read this \.parquet file \(Arrow\w+: .+\)") as err:
+        RLDataset(path, tokenizer, data_config())
+    assert err.value.__cause__ is not None
+
+
+def test_bad_json_line_names_the_line(tmp_path, tokenizer, data_config):
+    path = tmp_path / "d.jsonl"
+    path.write_text('{"prompt": "a"}\n{"prompt": \n')
+    with pytest.raises(DataError, match=r"d\.jsonl: line 2 is not valid JSON"):
+        RLDataset(path, tokenizer, data_config())
+
+
+def test_json_row_that_is_not_an_object(tmp_path, tokenizer, data_config):
+    path = tmp_path / "d.json"
+    path.write_text('[{"prompt": "a"}, "b"]')
+    with pytest.raises(DataError, match=r"d\.json: row 1 is a JSON str, not an object of columns"):
+        RLDataset(path, tokenizer, data_config())
+
+
+def test_empty_files_are_an_empty_dataset_error(tmp_path, tokenizer, data_config):
+    jsonl = tmp_path / "d.jsonl"
+    jsonl.write_text("\n")
+    parquet = tmp_path / "d.parquet"
+    pq.write_table(pa.table({"prompt": pa.array([], pa.string())}), parquet)
+    with pytest.raises(DataError, match=r"The data files hold no rows: .*d\.jsonl, .*d\.parquet"):
+        RLDataset([jsonl, parquet], tokenizer, data_config())
+
+
+def test_missing_prompt_column_lists_the_columns(tmp_path, tokenizer, data_config, write_rows):
+    path = write_rows(tmp_path / "d.parquet", [{"question": "a", "answer": "b"}])
+    with pytest.raises(DataError) as err:
+        RLDataset(path, tokenizer, data_config())
+    message = str(err.value)
+    assert f"{path}: no prompt column 'prompt' (data.prompt_key)" in message
+    assert "its columns are question, answer" in message
+
+
+@pytest.mark.parametrize(
+    "bad", [7, None, [], ["hello"], [{"role": "user"}], [{"content": "hi"}], {"role": "user", "content": "hi"}]
+)
+def test_bad_prompt_value_names_row_and_column(tmp_path, tokenizer, data_config, write_rows, bad):
+    path = write_rows(tmp_path / "d.jsonl", [{"prompt": "fine"}, {"prompt": bad}])
+    with pytest.raises(DataError, match=r"d\.jsonl: row 1, column 'prompt': a prompt must be a string or a non-empty list"):
+        RLDataset(path, tokenizer, data_config())
+
+
+def test_tokenizer_without_chat_template_points_to_custom_chat_template(tmp_path, monkeypatch, tokenizer, data_config,
+                                                                        make_rows, write_rows):
+    monkeypatch.setattr(tokenizer, "chat_template", None)
+    with pytest.raises(DataError, match="no chat template.*actor_rollout_ref.model.custom_chat_template"):
+        RLDataset(write_rows(tmp_path / "d.jsonl", make_rows(1)), tokenizer, data_config())
+
+
+def test_template_error_names_row(tmp_path, monkeypatch, tokenizer, data_config, write_rows):
+    monkeypatch.setattr(tokenizer, "chat_template", "{{ raise_exception('only user turns') if messages[0].role != 'user' }}")
+    path = write_rows(tmp_path / "d.jsonl", [{"prompt": "a"}, {"prompt": [{"role": "system", "content": "b"}]}])
+    with pytest.raises(DataError, match=r"row 1, column 'prompt': the chat template failed on this prompt .*only user turns"):
+        RLDataset(path, tokenizer, data_config())
+
+
+def test_unknown_truncation_mode_is_a_config_error(tmp_path, tokenizer, data_config, make_rows, write_rows):
+    with pytest.raises(ConfigError, match="data.truncation='cut': use one of error, left, right, middle"):
+        RLDataset(write_rows(tmp_path / "d.jsonl", make_rows(1)), tokenizer, data_config(truncation="cut"))

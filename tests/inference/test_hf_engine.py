@@ -1,0 +1,91 @@
+import torch
+from transformers import AutoModelForCausalLM
+
+from reinforge.batch import Batch
+from reinforge.inference import HFEngine, SamplingParams, generate_sequences
+from reinforge.inference.hf import filter_logits
+from reinforge.training.actor import response_log_probs
+
+
+def prompts_batch(tokenizer, texts):
+    ids = [tokenizer.apply_chat_template([{"role": "user", "content": t}], add_generation_prompt=True, tokenize=True)
+           for t in texts]
+    ids = [i["input_ids"] if isinstance(i, dict) or hasattr(i, "keys") else i for i in ids]
+    width = max(map(len, ids))
+    input_ids = torch.full((len(ids), width), tokenizer.pad_token_id)
+    mask = torch.zeros((len(ids), width), dtype=torch.long)
+    for row, seq in enumerate(ids):
+        input_ids[row, width - len(seq):] = torch.tensor(seq)
+        mask[row, width - len(seq):] = 1
+    return Batch({"input_ids": input_ids, "attention_mask": mask, "position_ids": (mask.cumsum(-1) - 1).clamp(min=0)})
+
+
+def load(path):
+    torch.manual_seed(0)
+    return AutoModelForCausalLM.from_pretrained(path).eval()
+
+
+def test_greedy_matches_transformers_generate(tiny_model_path, tokenizer):
+    model = load(tiny_model_path)
+    engine = HFEngine(model, tokenizer.pad_token_id, [tokenizer.eos_token_id])
+    batch = prompts_batch(tokenizer, ["Reverse the digits: 1 2 3", "a much longer prompt with words 9 8"])
+    out = generate_sequences(engine, batch, SamplingParams(max_tokens=12, do_sample=False), tokenizer.pad_token_id)
+    reference = model.generate(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], max_new_tokens=12,
+                               do_sample=False, pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id)
+    expected = reference[:, batch["input_ids"].shape[1]:]
+    for row in range(2):
+        n = int(out["response_mask"][row].sum())
+        got = out["responses"][row, :n]
+        want = expected[row][: n]
+        assert torch.equal(got, want)
+
+
+def test_engine_log_probs_equal_teacher_forced_log_probs(tiny_model_path, tokenizer):
+    model = load(tiny_model_path)
+    engine = HFEngine(model, tokenizer.pad_token_id, [tokenizer.eos_token_id], seed=3)
+    batch = prompts_batch(tokenizer, ["1 2 3", "4 5", "some words here"])
+    out = generate_sequences(engine, batch, SamplingParams(max_tokens=10, temperature=0.7), tokenizer.pad_token_id)
+    with torch.no_grad():
+        log_probs, _ = response_log_probs(model, out, temperature=0.7)
+    mask = out["response_mask"].bool()
+    assert torch.allclose(log_probs[mask], out["rollout_log_probs"][mask], atol=1e-4)
+    assert torch.all(out["attention_mask"][:, batch["input_ids"].shape[1]:] == out["response_mask"])
+
+
+def test_sampling_is_reproducible_from_the_engine_state(tiny_model_path, tokenizer):
+    model = load(tiny_model_path)
+    engine = HFEngine(model, tokenizer.pad_token_id, [tokenizer.eos_token_id], seed=7)
+    batch = prompts_batch(tokenizer, ["1 2 3"] * 4)
+    params = SamplingParams(max_tokens=8)
+    state = engine.state_dict()
+    first = generate_sequences(engine, batch, params, tokenizer.pad_token_id)["responses"]
+    engine.load_state_dict(state)
+    again = generate_sequences(engine, batch, params, tokenizer.pad_token_id)["responses"]
+    assert torch.equal(first, again)
+    different = generate_sequences(engine, batch, params, tokenizer.pad_token_id)["responses"]
+    assert not torch.equal(first, different)
+
+
+def test_stop_on_eos_and_length_limit(tiny_model_path, tokenizer):
+    model = load(tiny_model_path)
+    # make EOS the certain next token: every response is exactly [eos]
+    def favour_eos(module, inputs, output):
+        output[..., tokenizer.eos_token_id] += 1000.0
+        return output
+
+    model.lm_head.register_forward_hook(favour_eos)
+    engine = HFEngine(model, tokenizer.pad_token_id, [tokenizer.eos_token_id])
+    out = generate_sequences(engine, prompts_batch(tokenizer, ["1", "2 2"]), SamplingParams(max_tokens=5), tokenizer.pad_token_id)
+    assert out["responses"].shape == (2, 1) and torch.all(out["responses"][:, 0] == tokenizer.eos_token_id)
+    assert out["finish_reason"].tolist() == ["stop", "stop"]
+    ignoring = generate_sequences(engine, prompts_batch(tokenizer, ["1"]), SamplingParams(max_tokens=5, ignore_eos=True),
+                                  tokenizer.pad_token_id)
+    assert ignoring["response_mask"].sum().item() == 5 and ignoring["finish_reason"].tolist() == ["length"]
+
+
+def test_top_k_and_top_p_filtering():
+    logits = torch.log(torch.tensor([[0.5, 0.3, 0.15, 0.05]]))
+    assert torch.isinf(filter_logits(logits, top_k=2, top_p=1.0)[0, 2:]).all()
+    kept = ~torch.isinf(filter_logits(logits, top_k=-1, top_p=0.7))
+    assert kept.tolist() == [[True, True, False, False]]  # 0.5 < 0.7, 0.5 + 0.3 >= 0.7
+    assert (~torch.isinf(filter_logits(logits, top_k=-1, top_p=0.1))).sum() == 1
