@@ -63,7 +63,10 @@ def load_causal_lm(config: Config, device: str, trainable: bool = True) -> torch
     if trainable:
         model.train()
         if model_cfg.enable_gradient_checkpointing:
-            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+            if hasattr(model, "activation_checkpointing_enable"):  # transformers >= 5
+                model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
+            else:
+                model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     else:
         model.eval()
         model.requires_grad_(False)

@@ -1,0 +1,72 @@
+"""The `reinforge` command as a user runs it: exit status and messages."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def reinforge(*args, env=None, timeout=600):
+    return subprocess.run([sys.executable, "-m", "reinforge", *args], capture_output=True, text=True,
+                          env={**os.environ, **(env or {})}, timeout=timeout, cwd=ROOT)
+
+
+def test_dry_run_prints_config_and_batch_arithmetic_without_loading_a_model(tmp_path):
+    result = reinforge("train", "--dry-run", "actor_rollout_ref.rollout.n=4", env={"REINFORGE_CACHE": str(tmp_path)})
+    assert result.returncode == 0, result.stderr
+    assert "# resolved config" in result.stdout and "trajectories_per_step: 128" in result.stdout
+    assert "gradient_accumulation: 1" in result.stdout
+    assert not (tmp_path / "models").exists()  # nothing was built or loaded
+
+
+def test_misspelt_key_fails_before_loading_with_a_suggestion():
+    result = reinforge("train", "actor_rollout_ref.actor.optim.lrr=1e-6")
+    assert result.returncode == 2
+    assert "did you mean 'actor_rollout_ref.actor.optim.lr'" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_missing_data_file_names_the_file(tiny_model_path, tmp_path):
+    missing = tmp_path / "nope.parquet"
+    result = reinforge("train", "algorithm.adv_estimator=grpo", f"actor_rollout_ref.model.path={tiny_model_path}",
+                       f"data.train_files={missing}", f"trainer.default_local_dir={tmp_path / 'run'}")
+    assert result.returncode == 2
+    assert str(missing) in result.stderr and "Traceback" not in result.stderr
+
+
+def test_missing_model_folder_is_a_clear_error(tmp_path):
+    result = reinforge("train", "algorithm.adv_estimator=grpo", f"actor_rollout_ref.model.path={tmp_path / 'm'}",
+                       f"data.train_files={tmp_path / 'd.parquet'}", "--dry-run")
+    assert result.returncode == 0  # the dry run does not look at the model
+    result = reinforge("train", "--traceback", "algorithm.adv_estimator=grpo", f"actor_rollout_ref.model.path={tmp_path / 'm'}",
+                       f"data.train_files={tmp_path / 'd.parquet'}", f"trainer.default_local_dir={tmp_path / 'run'}")
+    assert result.returncode == 2 and "Traceback" in result.stderr
+
+
+def test_the_seed_command_line_runs_with_local_model_and_data(tiny_model_path, tmp_path):
+    """verl's run_qwen3-8b.sh overrides, sizes and model swapped for local ones (examples/run_seed_command_cpu.sh)."""
+    run_dir = tmp_path / "run"
+    result = subprocess.run(
+        ["bash", str(ROOT / "examples" / "run_seed_command_cpu.sh"), f"trainer.default_local_dir={run_dir}",
+         "data.max_response_length=4", "data.val_files=null"],
+        capture_output=True, text=True, cwd=tmp_path, timeout=600,
+        env={**os.environ, "MODEL": str(tiny_model_path), "DATA": str(tmp_path / "data"), "STEPS": "1",
+             "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"},
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "rollout.tensor_model_parallel_size: vLLM/SGLang setting" in result.stdout
+    records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in records] == [1] and "actor/kl_loss" in records[0]
+
+
+def test_standalone_four_files_run(cache_dir, tiny_model_path):
+    folder = ROOT / "examples" / "standalone"
+    result = subprocess.run([sys.executable, "algorithm.py", "--steps", "2"], capture_output=True, text=True,
+                            cwd=folder, timeout=600, env={**os.environ, "REINFORGE_CACHE": str(cache_dir)})
+    assert result.returncode == 0, result.stdout + result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[0].startswith("validation reward before:") and lines[-1].startswith("validation reward after:")
+    assert [line.split(":")[0] for line in lines[1:-1]] == ["step 1", "step 2"]

@@ -1,0 +1,96 @@
+"""A few GRPO steps end-to-end on CPU: metrics, validation, checkpoints, and exact resume."""
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from reinforge.config import load_config
+from reinforge.environment.tasks import write_task_files
+from reinforge.trainer.main import run
+
+
+@pytest.fixture(scope="module")
+def task_files(cache_dir):
+    return write_task_files()
+
+
+def overrides(model, files, run_dir, *extra):
+    train, val = files
+    return [
+        f"actor_rollout_ref.model.path={model}", f"data.train_files={train}", f"data.val_files={val}",
+        "data.max_samples=64", "data.max_val_samples=8", "data.train_batch_size=4", "data.max_prompt_length=48",
+        "data.max_response_length=6", "algorithm.adv_estimator=grpo", "actor_rollout_ref.rollout.n=2",
+        "actor_rollout_ref.actor.ppo_mini_batch_size=2", "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=2",
+        "actor_rollout_ref.actor.optim.lr=1e-3", "actor_rollout_ref.actor.use_kl_loss=true",
+        "actor_rollout_ref.model.enable_gradient_checkpointing=false", "trainer.total_training_steps=4",
+        "trainer.test_freq=2", "trainer.save_freq=2", f"trainer.default_local_dir={run_dir}", *extra,
+    ]
+
+
+def records(run_dir: Path) -> list[dict]:
+    return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+
+
+def train_steps(run_dir: Path) -> dict[int, dict]:
+    return {r["step"]: r for r in records(run_dir) if "timing_s/step" in r}
+
+
+def test_grpo_steps_write_metrics_validation_and_checkpoints(tiny_model_path, task_files, tmp_path):
+    run_dir = tmp_path / "run"
+    config, keys = load_config(overrides(tiny_model_path, task_files, run_dir))
+    run(config, keys)
+
+    steps = train_steps(run_dir)
+    assert sorted(steps) == [1, 2, 3, 4]
+    for name in ("critic/score/mean", "actor/pg_loss", "actor/entropy", "actor/kl_loss", "actor/grad_norm", "actor/lr",
+                 "response_length/mean", "timing_s/gen", "timing_s/step", "timing_s/ref", "perf/throughput",
+                 "training/global_step", "actor/pg_clipfrac", "actor/ppo_kl"):
+        assert all(name in s for s in steps.values()), name
+    # two mini-batches per step: the second is off-policy, so old log-probs were computed
+    assert all("timing_s/old_log_prob" in s for s in steps.values())
+    assert all(0.0 <= s["critic/score/mean"] <= 1.0 for s in steps.values())
+    assert all(s["response_length/max"] <= 6 for s in steps.values())
+
+    vals = [r for r in records(run_dir) if "val-core/reinforge/reverse_digits/reward/mean@1" in r]
+    assert [r["step"] for r in vals] == [0, 2, 4]  # before training, then every test_freq
+
+    assert (run_dir / "latest_checkpointed_iteration.txt").read_text().strip() == "4"
+    for step in (2, 4):
+        actor = run_dir / f"global_step_{step}" / "actor"
+        assert (actor / "model_world_size_1_rank_0.pt").is_file()
+        assert (actor / "optim_world_size_1_rank_0.pt").is_file()
+        assert (actor / "huggingface" / "config.json").is_file()
+        assert (run_dir / f"global_step_{step}" / "data.pt").is_file()
+    assert "actor_rollout_ref" in (run_dir / "config.yaml").read_text()
+
+
+def test_resume_continues_exactly(tiny_model_path, task_files, tmp_path):
+    straight = tmp_path / "straight"
+    config, keys = load_config(overrides(tiny_model_path, task_files, straight))
+    run(config, keys)
+
+    resumed = tmp_path / "resumed"
+    config, keys = load_config(overrides(tiny_model_path, task_files, resumed, "trainer.total_training_steps=2"))
+    run(config, keys)
+    assert sorted(train_steps(resumed)) == [1, 2]
+    config, keys = load_config(overrides(tiny_model_path, task_files, resumed))  # resume_mode=auto
+    run(config, keys)
+
+    a, b = train_steps(straight), train_steps(resumed)
+    assert sorted(b) == [1, 2, 3, 4]
+    for step in (3, 4):
+        for name in ("critic/score/mean", "actor/pg_loss", "actor/grad_norm", "actor/kl_loss", "response_length/mean"):
+            assert a[step][name] == b[step][name], (step, name)
+    final_a = torch.load(straight / "global_step_4" / "actor" / "model_world_size_1_rank_0.pt")
+    final_b = torch.load(resumed / "global_step_4" / "actor" / "model_world_size_1_rank_0.pt")
+    assert all(torch.equal(final_a[k], final_b[k]) for k in final_a)
+
+
+def test_val_only_validates_once(tiny_model_path, task_files, tmp_path):
+    run_dir = tmp_path / "val"
+    config, keys = load_config(overrides(tiny_model_path, task_files, run_dir, "trainer.val_only=true"))
+    metrics = run(config, keys)
+    assert list(metrics) == ["val-core/reinforge/reverse_digits/reward/mean@1"]
+    assert not train_steps(run_dir)
