@@ -17,7 +17,7 @@ def reinforge(*args, env=None, timeout=600):
 def test_dry_run_prints_config_and_batch_arithmetic_without_loading_a_model(tmp_path):
     result = reinforge("train", "--dry-run", "actor_rollout_ref.rollout.n=4", env={"REINFORGE_CACHE": str(tmp_path)})
     assert result.returncode == 0, result.stderr
-    assert "# resolved config" in result.stdout and "trajectories_per_step: 128" in result.stdout
+    assert "# resolved config" in result.stdout and "trajectories_per_step: 64" in result.stdout
     assert "gradient_accumulation: 1" in result.stdout
     assert not (tmp_path / "models").exists()  # nothing was built or loaded
 

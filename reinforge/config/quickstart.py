@@ -1,9 +1,10 @@
 """The built-in quickstart: what `reinforge train` runs when given no model and no data.
 
-It trains the tiny model that reinforge builds itself (training/tiny_model.py) on the built-in
-synthetic task (environment/tasks.py), whose parquet files are written in verl's schema on first
-use. The preset applies only when neither `actor_rollout_ref.model.path` nor `data.train_files`
-is given; every other key can still be overridden on top of it.
+It trains the tiny model that reinforge builds itself (training/tiny_model.py), pretrained to
+copy digit strings (training/sft.py), on the built-in add-one task (environment/tasks.py), whose
+parquet files are written in verl's schema on first use. Both are cached. The preset applies
+only when neither `actor_rollout_ref.model.path` nor `data.train_files` is given; every other
+key can still be overridden on top of it.
 """
 
 from __future__ import annotations
@@ -12,32 +13,34 @@ from reinforge.environment.tasks import TASK, task_files
 from reinforge.training.tiny_model import TinyModelSpec, cache_root
 
 SPEC = TinyModelSpec()
+PRETRAIN_STEPS = 600
+MODEL_DIR = cache_root() / f"{SPEC.name}-copy{PRETRAIN_STEPS}"
 _TRAIN, _VAL = task_files()
 
 DESCRIPTION = (
-    f"quickstart: GRPO on the built-in '{TASK.data_source}' task ({TASK.summary}) "
-    f"with the tiny model {SPEC.name}, built locally"
+    f"quickstart: GRPO on the built-in '{TASK.data_source}' task ({TASK.summary}) with the tiny model "
+    f"{SPEC.name} pretrained to copy digits, built locally"
 )
 
 VALUES = {
-    "actor_rollout_ref.model.path": str(cache_root() / SPEC.name),
+    "actor_rollout_ref.model.path": str(MODEL_DIR),
     "actor_rollout_ref.model.enable_gradient_checkpointing": False,
     "data.train_files": str(_TRAIN),
     "data.val_files": str(_VAL),
-    "data.max_prompt_length": 64,
-    "data.max_response_length": 16,
-    "data.train_batch_size": 32,
+    "data.max_prompt_length": 32,
+    "data.max_response_length": 6,
+    "data.train_batch_size": 16,
     "algorithm.adv_estimator": "grpo",
     "actor_rollout_ref.rollout.n": 8,
-    "actor_rollout_ref.actor.optim.lr": 3e-3,
-    "actor_rollout_ref.actor.ppo_mini_batch_size": 32,
+    "actor_rollout_ref.actor.optim.lr": 1e-3,
+    "actor_rollout_ref.actor.ppo_mini_batch_size": 16,
     "actor_rollout_ref.actor.use_kl_loss": True,
     "actor_rollout_ref.actor.kl_loss_coef": 0.001,
     "actor_rollout_ref.actor.kl_loss_type": "low_var_kl",
-    "trainer.total_epochs": 1000,
-    "trainer.total_training_steps": 100,
-    "trainer.test_freq": 25,
-    "trainer.save_freq": 100,
+    "trainer.total_epochs": 100,
+    "trainer.total_training_steps": 800,
+    "trainer.test_freq": 100,
+    "trainer.save_freq": 800,
     "trainer.project_name": "reinforge",
     "trainer.experiment_name": "quickstart",
 }
@@ -48,11 +51,11 @@ def applies(user_keys: list[str]) -> bool:
 
 
 def prepare(config) -> None:
-    """Build the tiny model and write the task's data files if they are not cached yet."""
-    from pathlib import Path
-
-    from reinforge.environment.tasks import write_task_files
+    """Build the pretrained tiny model and write the task's data files if they are not cached yet."""
+    from reinforge.environment.tasks import pretraining_examples, write_task_files
+    from reinforge.training.sft import ensure_finetuned
     from reinforge.training.tiny_model import ensure_tiny_model
 
-    ensure_tiny_model(SPEC, Path(config.actor_rollout_ref.model.path).parent)
+    base = ensure_tiny_model(SPEC, MODEL_DIR.parent)
+    ensure_finetuned(base, MODEL_DIR, pretraining_examples, PRETRAIN_STEPS, lr=3e-3, batch_size=64, seed=SPEC.seed)
     write_task_files()

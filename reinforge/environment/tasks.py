@@ -1,66 +1,83 @@
 """The built-in synthetic task of the quickstart, written as verl-schema parquet files.
 
-Task: reverse a short string of digits. The prompt is a chat message such as
-"Reverse the digits: 3 1 4 5"; the answer is "5 4 1 3". The reward (reward/scorers/digits.py) is the
-fraction of the expected digits the response gets right position by position, so it rises as the policy learns
-and a constant answer scores about 0.1 (one digit in ten by chance). Validation prompts are
-digit strings that never occur in training, so a rising validation reward means the model
-learned to reverse, not to recall.
+Task `reinforge/add_one`: add one to each digit of a 4-digit string, modulo 10. The prompt is a
+chat message "Add 1: 3145" and the answer is "4256". The reward (reward/scorers/digits.py) is
+the fraction of digits right, position by position, over the longer of answer and response, so
+partial skill earns partial reward and a constant answer scores about 0.1. Validation prompts
+are digit strings that never occur in training (10,000 exist), so a rising validation reward
+means the model learned the rule, not a table.
+
+The quickstart's model is pretrained on a different task, copying ("Copy: 3145" -> "3145"), so
+that it can read digits from its prompt (`pretraining_examples`). It never sees "Add" before
+RL, and as a copier it starts at chance or below on add-one: what RL adds is the new skill.
 """
 
 from __future__ import annotations
 
+import os
 import random
 from dataclasses import dataclass
 from pathlib import Path
 
 from reinforge.training.tiny_model import cache_root
 
-TASK_VERSION = 1
+TASK_VERSION = 2
 
 
 @dataclass(frozen=True)
 class DigitTask:
-    data_source: str = "reinforge/reverse_digits"
-    summary: str = "reverse 4 digits"
+    data_source: str = "reinforge/add_one"
+    summary: str = "add one to each of 4 digits"
     length: int = 4
     train_size: int = 4096
     val_size: int = 128
     seed: int = 1234
 
-    def prompt(self, digits: list[int]) -> str:
-        return "Reverse the digits: " + " ".join(map(str, digits))
-
-    def answer(self, digits: list[int]) -> str:
-        return " ".join(map(str, reversed(digits)))
+    def example(self, rng: random.Random) -> tuple[str, str]:
+        """(prompt text, answer) of one random example."""
+        digits = "".join(str(rng.randrange(10)) for _ in range(self.length))
+        return f"Add 1: {digits}", "".join(str((int(d) + 1) % 10) for d in digits)
 
 
 TASK = DigitTask()
 
 
-def task_rows(task: DigitTask = TASK) -> tuple[list[dict], list[dict]]:
-    """Train and validation rows in verl's schema; validation digit strings never occur in training."""
-    rng = random.Random(task.seed)
-    seen: set[tuple[int, ...]] = set()
+def pretraining_examples(rng: random.Random, count: int, length: int = 4) -> list[tuple[str, str]]:
+    """Copy examples ("Copy: 3145" -> "3145") that teach the tiny model to read its prompt."""
     examples = []
-    while len(examples) < task.train_size + task.val_size:
-        digits = tuple(rng.randrange(10) for _ in range(task.length))
-        if digits not in seen:
-            seen.add(digits)
-            examples.append(list(digits))
+    for _ in range(count):
+        digits = "".join(str(rng.randrange(10)) for _ in range(length))
+        examples.append((f"Copy: {digits}", digits))
+    return examples
 
-    def row(digits: list[int], split: str, index: int) -> dict:
+
+def task_rows(task: DigitTask = TASK) -> tuple[list[dict], list[dict]]:
+    """Train and validation rows in verl's schema; validation prompts never occur in training."""
+    rng = random.Random(task.seed)
+    val: list[tuple[str, str]] = []
+    seen: set[str] = set()
+    while len(val) < task.val_size:
+        prompt, answer = task.example(rng)
+        if prompt not in seen:
+            seen.add(prompt)
+            val.append((prompt, answer))
+    train: list[tuple[str, str]] = []
+    while len(train) < task.train_size:
+        prompt, answer = task.example(rng)
+        if prompt not in seen:
+            train.append((prompt, answer))
+
+    def row(prompt: str, answer: str, split: str, index: int) -> dict:
         return {
             "data_source": task.data_source,
-            "prompt": [{"role": "user", "content": task.prompt(digits)}],
+            "prompt": [{"role": "user", "content": prompt}],
             "ability": "symbolic",
-            "reward_model": {"style": "rule", "ground_truth": task.answer(digits)},
+            "reward_model": {"style": "rule", "ground_truth": answer},
             "extra_info": {"split": split, "index": index},
         }
 
-    val = [row(d, "test", i) for i, d in enumerate(examples[: task.val_size])]
-    train = [row(d, "train", i) for i, d in enumerate(examples[task.val_size:])]
-    return train, val
+    return ([row(p, a, "train", i) for i, (p, a) in enumerate(train)],
+            [row(p, a, "test", i) for i, (p, a) in enumerate(val)])
 
 
 def task_files(task: DigitTask = TASK) -> tuple[Path, Path]:
@@ -70,8 +87,6 @@ def task_files(task: DigitTask = TASK) -> tuple[Path, Path]:
 
 def write_task_files(task: DigitTask = TASK) -> tuple[Path, Path]:
     """Write the task's parquet files once (atomically); later calls reuse them."""
-    import os
-
     import pyarrow as pa
     import pyarrow.parquet as pq
 

@@ -38,9 +38,13 @@ def run_single_turn(engine: InferenceEngine, prompts: list[list[int]], params: S
 
 def generate_sequences(engine: InferenceEngine, prompts: Batch, params: SamplingParams, pad_token_id: int) -> Batch:
     """Generate one response per row of `prompts` and return prompts + responses as one Batch."""
-    prompt_ids, prompt_mask = prompts["input_ids"], prompts["attention_mask"]
-    outputs = run_single_turn(engine, prompt_token_lists(prompt_ids, prompt_mask), params)
+    outputs = run_single_turn(engine, prompt_token_lists(prompts["input_ids"], prompts["attention_mask"]), params)
+    return trajectories(prompts, outputs, pad_token_id)
 
+
+def trajectories(prompts: Batch, outputs: list[GenerationOutput], pad_token_id: int) -> Batch:
+    """Lay out prompts (left-padded) and responses (right-padded) as one Batch with verl's fields."""
+    prompt_ids, prompt_mask = prompts["input_ids"].cpu(), prompts["attention_mask"].to(torch.long).cpu()
     batch, width = len(outputs), max(1, max(len(o.token_ids) for o in outputs))
     responses = torch.full((batch, width), pad_token_id, dtype=torch.long)
     response_mask = torch.zeros((batch, width), dtype=torch.long)
@@ -49,22 +53,20 @@ def generate_sequences(engine: InferenceEngine, prompts: Batch, params: Sampling
         n = len(output.token_ids)
         responses[row, :n] = torch.tensor(output.token_ids, dtype=torch.long)
         response_mask[row, :n] = 1
-        rollout_log_probs[row, :n] = torch.tensor(output.log_probs, dtype=torch.float32)
+        if output.log_probs:
+            rollout_log_probs[row, :n] = torch.tensor(output.log_probs, dtype=torch.float32)
 
-    prompt_mask = prompt_mask.to(torch.long).cpu()
     attention_mask = torch.cat([prompt_mask, response_mask], dim=1)
-    position_ids = (attention_mask.cumsum(-1) - 1).clamp(min=0)
-    result = Batch(
+    return Batch(
         tensors={
-            "prompts": prompt_ids.cpu(),
+            "prompts": prompt_ids,
             "responses": responses,
-            "input_ids": torch.cat([prompt_ids.cpu(), responses], dim=1),
+            "input_ids": torch.cat([prompt_ids, responses], dim=1),
             "attention_mask": attention_mask,
-            "position_ids": position_ids,
+            "position_ids": (attention_mask.cumsum(-1) - 1).clamp(min=0),
             "response_mask": response_mask,
             "rollout_log_probs": rollout_log_probs,
         },
         non_tensors={"finish_reason": [o.finish_reason for o in outputs]},
         meta_info=dict(prompts.meta_info),
     )
-    return result

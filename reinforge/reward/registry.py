@@ -85,4 +85,4 @@ register_scorer("openai/gsm8k", gsm8k.compute_score)
 for _name in ("lighteval/MATH", "DigitalLearningGmbH/MATH-lighteval", "HuggingFaceH4/MATH-500"):
     register_scorer(_name, math.compute_score)
 register_scorer("countdown", countdown.compute_score, prefix=True)
-register_scorer("reinforge/reverse_digits", digits.compute_score)
+register_scorer("reinforge/add_one", digits.compute_score)

@@ -53,7 +53,7 @@ def test_grpo_steps_write_metrics_validation_and_checkpoints(tiny_model_path, ta
     assert all(0.0 <= s["critic/score/mean"] <= 1.0 for s in steps.values())
     assert all(s["response_length/max"] <= 6 for s in steps.values())
 
-    vals = [r for r in records(run_dir) if "val-core/reinforge/reverse_digits/reward/mean@1" in r]
+    vals = [r for r in records(run_dir) if "val-core/reinforge/add_one/reward/mean@1" in r]
     assert [r["step"] for r in vals] == [0, 2, 4]  # before training, then every test_freq
 
     assert (run_dir / "latest_checkpointed_iteration.txt").read_text().strip() == "4"
@@ -92,5 +92,5 @@ def test_val_only_validates_once(tiny_model_path, task_files, tmp_path):
     run_dir = tmp_path / "val"
     config, keys = load_config(overrides(tiny_model_path, task_files, run_dir, "trainer.val_only=true"))
     metrics = run(config, keys)
-    assert list(metrics) == ["val-core/reinforge/reverse_digits/reward/mean@1"]
+    assert list(metrics) == ["val-core/reinforge/add_one/reward/mean@1"]
     assert not train_steps(run_dir)

@@ -1,6 +1,6 @@
-"""Scorer of the built-in digit task (`reinforge/reverse_digits`, the quickstart's task).
+"""Scorer of the built-in digit task (`reinforge/add_one`, the quickstart's task).
 
-The ground truth is a string of digits such as "5 4 1 3". The score is the fraction of positions
+The ground truth is a string of digits such as "4256". The score is the fraction of positions
 where the response's digits match the expected ones, divided by the longer of the two digit
 sequences, so both missing and surplus digits cost. Non-digit characters are ignored.
 """
