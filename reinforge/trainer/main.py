@@ -77,15 +77,15 @@ def run(config: Config, user_keys: list[str]) -> dict[str, float]:
 
     compute_score = get_compute_score(config)
     rm = config.reward_model
+    # one manager for training and validation: a failing reward function's traceback is shown once per run
     reward_fn = make_reward_manager(rm.reward_manager, tokenizer, compute_score, reward_fn_key=data.reward_fn_key, **rm.reward_kwargs)
-    val_reward_fn = make_reward_manager(rm.reward_manager, tokenizer, compute_score, reward_fn_key=data.reward_fn_key, **rm.reward_kwargs)
 
     actor_cfg = config.actor_rollout_ref.actor
     role = "actor_rollout_ref" if actor_cfg.use_kl_loss or config.algorithm.use_kl_in_reward else "actor_rollout"
     actor_rollout_wg = LocalWorkerGroup(ActorRolloutRefWorker, config, role)
     actor_rollout_wg.init_model(total_steps)
 
-    trainer = RLTrainer(config, actor_rollout_wg, reward_fn, val_reward_fn, train_loader, val_loader, tokenizer, total_steps)
+    trainer = RLTrainer(config, actor_rollout_wg, reward_fn, reward_fn, train_loader, val_loader, tokenizer, total_steps)
     print(f"reinforge: {len(train_set)} training prompts, {total_steps} steps; ready in {time.perf_counter() - started:.1f}s", flush=True)
     metrics = trainer.fit()
     print(f"reinforge: done in {time.perf_counter() - started:.1f}s; metrics in {run_dir / 'metrics.jsonl'}", flush=True)

@@ -26,6 +26,7 @@ from reinforge.config.schema import Config
 from reinforge.distributed import WorkerGroup
 from reinforge.inference.rollout import PROMPT_KEYS
 from reinforge.trainer.checkpoint import resume_folder, save_checkpoint, step_of
+from reinforge.trainer.generations import generation_records, write_generations
 from reinforge.trainer.metrics import (
     compute_data_metrics,
     compute_throughput_metrics,
@@ -94,7 +95,10 @@ class RLTrainer:
         metrics.update(compute_data_metrics(batch, cfg.actor_rollout_ref.rollout.response_length))
         metrics.update(compute_timing_metrics(batch, timing))
         metrics.update(compute_throughput_metrics(batch, timing["step"]))
-        self.last_batch = batch
+        if cfg.trainer.rollout_data_dir:
+            scores = batch["token_level_scores"].sum(-1).tolist()
+            write_generations(cfg.trainer.rollout_data_dir, self.global_steps,
+                              generation_records(batch, scores, self.tokenizer, self.global_steps))
         return metrics
 
     # ---- the loop -----------------------------------------------------------------------------

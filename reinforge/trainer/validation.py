@@ -8,9 +8,7 @@ writes every sample as JSONL.
 
 from __future__ import annotations
 
-import json
 from collections import defaultdict
-from pathlib import Path
 
 import numpy as np
 
@@ -18,6 +16,7 @@ from reinforge.batch import Batch
 from reinforge.config.schema import Config
 from reinforge.distributed import WorkerGroup
 from reinforge.inference.rollout import PROMPT_KEYS
+from reinforge.trainer.generations import generation_records, write_generations
 
 
 def validate(config: Config, wg: WorkerGroup, reward_fn, val_loader, tokenizer, step: int) -> dict[str, float]:
@@ -36,7 +35,7 @@ def validate(config: Config, wg: WorkerGroup, reward_fn, val_loader, tokenizer, 
             for extra_key, extra_values in scored.get("reward_extra_info", {}).items():
                 if extra_key != "score" and isinstance(extra_values[row], (int, float)):  # bools count as 0/1
                     values[(source, extra_key)].append(float(extra_values[row]))
-        samples += _samples(batch, scores, tokenizer, step)
+        samples += generation_records(batch, scores, tokenizer, step)
 
     metrics: dict[str, float] = {}
     for (source, name), vals in sorted(values.items()):
@@ -49,31 +48,10 @@ def validate(config: Config, wg: WorkerGroup, reward_fn, val_loader, tokenizer, 
     return metrics
 
 
-def _samples(batch: Batch, scores: list[float], tokenizer, step: int) -> list[dict]:
-    prompts = batch["prompts"]
-    prompt_mask = batch["attention_mask"][:, : prompts.shape[1]].bool()
-    out = []
-    for row in range(len(batch)):
-        response = batch["responses"][row][batch["response_mask"][row].bool()]
-        reward_model = batch["reward_model"][row] if "reward_model" in batch else {}
-        out.append({
-            "input": tokenizer.decode(prompts[row][prompt_mask[row]], skip_special_tokens=False),
-            "output": tokenizer.decode(response, skip_special_tokens=True),
-            "gts": (reward_model or {}).get("ground_truth"),
-            "score": scores[row],
-            "step": step,
-        })
-    return out
-
-
 def _report_samples(config: Config, samples: list[dict], step: int) -> None:
     count = config.trainer.log_val_generations
     for sample in samples[:count]:
         print(f"[val sample @ step {step}] score={sample['score']:.3f} gts={sample['gts']!r}\n"
               f"  input:  {sample['input']!r}\n  output: {sample['output']!r}", flush=True)
     if config.trainer.validation_data_dir:
-        folder = Path(config.trainer.validation_data_dir)
-        folder.mkdir(parents=True, exist_ok=True)
-        with (folder / f"{step}.jsonl").open("w") as f:
-            for sample in samples:
-                f.write(json.dumps(sample, default=str) + "\n")
+        write_generations(config.trainer.validation_data_dir, step, samples)

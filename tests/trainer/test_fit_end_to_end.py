@@ -39,7 +39,8 @@ def train_steps(run_dir: Path) -> dict[int, dict]:
 
 def test_grpo_steps_write_metrics_validation_and_checkpoints(tiny_model_path, task_files, tmp_path):
     run_dir = tmp_path / "run"
-    config, keys = load_config(overrides(tiny_model_path, task_files, run_dir))
+    config, keys = load_config(overrides(tiny_model_path, task_files, run_dir, f"trainer.rollout_data_dir={tmp_path / 'rollouts'}",
+                                         f"trainer.validation_data_dir={tmp_path / 'val'}", "trainer.log_val_generations=2"))
     run(config, keys)
 
     steps = train_steps(run_dir)
@@ -64,6 +65,29 @@ def test_grpo_steps_write_metrics_validation_and_checkpoints(tiny_model_path, ta
         assert (actor / "huggingface" / "config.json").is_file()
         assert (run_dir / f"global_step_{step}" / "data.pt").is_file()
     assert "actor_rollout_ref" in (run_dir / "config.yaml").read_text()
+
+    rollouts = [json.loads(line) for line in (tmp_path / "rollouts" / "3.jsonl").read_text().splitlines()]
+    assert len(rollouts) == 8 and set(rollouts[0]) == {"input", "output", "gts", "score", "step"}
+    assert rollouts[0]["step"] == 3 and "Add 1:" in rollouts[0]["input"]
+    assert sorted(p.name for p in (tmp_path / "val").iterdir()) == ["0.jsonl", "2.jsonl", "4.jsonl"]
+
+
+def test_a_failing_reward_function_scores_zero_and_is_counted(tiny_model_path, task_files, tmp_path, capfd):
+    reward_file = tmp_path / "flaky_reward.py"
+    reward_file.write_text(
+        "def compute_score(data_source, solution_str, ground_truth, extra_info=None):\n"
+        "    if extra_info['index'] % 2:\n"
+        "        raise ValueError('cannot parse ' + repr(solution_str))\n"
+        "    return {'score': 1.0, 'parsed': True}\n"
+    )
+    run_dir = tmp_path / "run"
+    config, keys = load_config(overrides(tiny_model_path, task_files, run_dir, f"custom_reward_function.path={reward_file}",
+                                         "trainer.total_training_steps=2", "trainer.val_before_train=false"))
+    run(config, keys)
+    steps = train_steps(run_dir)
+    assert all(s["reward/errors"] > 0 for s in steps.values())
+    assert all(0 < s["critic/score/mean"] < 1 and s["reward/parsed/mean"] == 1.0 for s in steps.values())
+    assert capfd.readouterr().err.count("ValueError: cannot parse") == 1  # the first traceback, once per run
 
 
 def test_resume_continues_exactly(tiny_model_path, task_files, tmp_path):
