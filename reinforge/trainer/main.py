@@ -12,13 +12,26 @@ import numpy as np
 from reinforge.config import Config, batch_arithmetic, quickstart, to_dict, unused_settings
 
 
+ARITHMETIC_NOTES = {
+    "prompts_per_step": "data.train_batch_size",
+    "trajectories_per_step": "prompts x actor_rollout_ref.rollout.n",
+    "trajectories_per_mini_batch": "actor.ppo_mini_batch_size x rollout.n",
+    "mini_batches_per_epoch": "optimizer steps per PPO epoch",
+    "optimizer_steps_per_step": "mini-batches x actor.ppo_epochs",
+    "trajectories_per_micro_batch": "actor.ppo_micro_batch_size_per_gpu (null: the whole mini-batch)",
+    "gradient_accumulation": "micro-batches per optimizer step",
+    "max_tokens_per_micro_batch": "micro-batch x (max_prompt_length + response_length)",
+    "on_policy_single_update": "true: old log-probs come from the update's own forward pass",
+}
+
+
 def describe(config: Config, user_keys: list[str]) -> str:
     """What --dry-run prints: the resolved config, the batch arithmetic, and settings without effect."""
     from omegaconf import OmegaConf
 
     lines = ["# resolved config", OmegaConf.to_yaml(OmegaConf.create(to_dict(config))).rstrip(), "", "# batch arithmetic (per training step)"]
     for key, value in batch_arithmetic(config).items():
-        lines.append(f"{key}: {value}")
+        lines.append(f"{key + ':':<36}{str(value):<8}# {ARITHMETIC_NOTES[key]}")
     if quickstart.applies(user_keys):
         lines += ["", f"# {quickstart.DESCRIPTION}"]
     unused = unused_settings(config, user_keys)
