@@ -12,12 +12,12 @@ from __future__ import annotations
 import argparse
 
 import torch
-
 from env import Env, defaults
 from inference import Inference
+from training import Training, load_policy
+
 from reinforge.algorithm import compute_grpo_outcome_advantage
 from reinforge.batch import Batch
-from training import Training, load_policy
 
 
 def validate(env: Env, inference: Inference) -> float:

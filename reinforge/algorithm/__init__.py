@@ -13,7 +13,7 @@ from reinforge.algorithm.advantage import (
     get_adv_estimator_fn,
     register_adv_est,
 )
-from reinforge.algorithm.core import agg_loss, agg_scale, compute_entropy, masked_mean, masked_whiten
+from reinforge.algorithm.core import agg_loss, agg_scale, compute_entropy, masked_mean
 from reinforge.algorithm.kl import (
     AdaptiveKLController,
     FixedKLController,
@@ -45,7 +45,6 @@ __all__ = [
     "kl_penalty",
     "make_kl_controller",
     "masked_mean",
-    "masked_whiten",
     "policy_loss_names",
     "register_adv_est",
     "register_policy_loss",

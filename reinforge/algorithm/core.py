@@ -19,22 +19,6 @@ def masked_mean(values: torch.Tensor, mask: torch.Tensor, dim: int | None = None
     return masked_sum(values, mask, dim) / mask.sum(dim).clamp(min=1)
 
 
-def masked_var(values: torch.Tensor, mask: torch.Tensor, unbiased: bool = True) -> torch.Tensor:
-    mean = masked_mean(values, mask)
-    count = mask.sum()
-    variance = masked_mean((values - mean) ** 2, mask)
-    if unbiased and count > 1:
-        variance = variance * count / (count - 1)
-    return variance
-
-
-def masked_whiten(values: torch.Tensor, mask: torch.Tensor, shift_mean: bool = True) -> torch.Tensor:
-    """(values - mean) / std over the masked positions; the mean is added back if not shift_mean."""
-    mean, var = masked_mean(values, mask), masked_var(values, mask)
-    whitened = (values - mean) * torch.rsqrt(var + 1e-8)
-    return whitened if shift_mean else whitened + mean
-
-
 def agg_loss(loss_mat: torch.Tensor, loss_mask: torch.Tensor, loss_agg_mode: str) -> torch.Tensor:
     """Aggregate per-token losses (batch, response_len) into a scalar.
 
@@ -69,7 +53,7 @@ def agg_scale(loss_mask: torch.Tensor, loss_agg_mode: str, global_tokens: int, g
 
 
 def entropy_from_logits(logits: torch.Tensor) -> torch.Tensor:
-    """Entropy of softmax(logits) along the last dim, without keeping a full probability copy."""
+    """Entropy of softmax(logits) along the last dim: logsumexp(z) - sum(softmax(z) * z)."""
     log_norm = torch.logsumexp(logits, dim=-1)
     return log_norm - (torch.softmax(logits, dim=-1) * logits).sum(-1)
 

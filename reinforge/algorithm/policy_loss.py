@@ -54,8 +54,11 @@ def compute_policy_loss_vanilla(
     for negative advantages the loss is also capped at -A * clip_ratio_c (dual-clip,
     arXiv:1912.09729), so a very large ratio cannot dominate the update.
     """
-    clip_low = getattr(config, "clip_ratio_low", None) or getattr(config, "clip_ratio", 0.2)
-    clip_high = getattr(config, "clip_ratio_high", None) or getattr(config, "clip_ratio", 0.2)
+    clip_ratio = getattr(config, "clip_ratio", 0.2)
+    clip_low = getattr(config, "clip_ratio_low", None)
+    clip_high = getattr(config, "clip_ratio_high", None)
+    clip_low = clip_ratio if clip_low is None else clip_low
+    clip_high = clip_ratio if clip_high is None else clip_high
     clip_c = getattr(config, "clip_ratio_c", 3.0)
 
     log_ratio = (log_prob - old_log_prob).clamp(-20.0, 20.0)

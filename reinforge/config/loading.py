@@ -274,7 +274,7 @@ def load_config(args: list[str] | None = None, config_file: str | None = None) -
     user_keys = [o.key for o in overrides]
     tree = dataclasses.asdict(Config())
     if quickstart.applies(user_keys):
-        for key, value in quickstart.VALUES.items():
+        for key, value in quickstart.values().items():
             _apply(tree, Config, Override(key, value, "set", f"quickstart {key}"))
     for override in overrides:
         _apply(tree, Config, override)

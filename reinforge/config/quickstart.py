@@ -9,24 +9,33 @@ key can still be overridden on top of it.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from reinforge.environment.tasks import TASK, task_files
 from reinforge.training.tiny_model import TinyModelSpec, cache_root
 
 SPEC = TinyModelSpec()
 PRETRAIN_STEPS = 600
-MODEL_DIR = cache_root() / f"{SPEC.name}-copy{PRETRAIN_STEPS}"
-_TRAIN, _VAL = task_files()
 
 DESCRIPTION = (
     f"quickstart: GRPO on the built-in '{TASK.data_source}' task ({TASK.summary}) with the tiny model "
     f"{SPEC.name} pretrained to copy digits, built locally"
 )
 
-VALUES = {
-    "actor_rollout_ref.model.path": str(MODEL_DIR),
+
+def model_dir() -> Path:
+    """The pretrained tiny model's folder in the cache (REINFORGE_CACHE is read at call time)."""
+    return cache_root() / f"{SPEC.name}-copy{PRETRAIN_STEPS}"
+
+
+def values() -> dict:
+    """The quickstart's config values, applied beneath the user's overrides."""
+    train, val = task_files()
+    return {"actor_rollout_ref.model.path": str(model_dir()), "data.train_files": str(train), "data.val_files": str(val), **SETTINGS}
+
+
+SETTINGS = {
     "actor_rollout_ref.model.enable_gradient_checkpointing": False,
-    "data.train_files": str(_TRAIN),
-    "data.val_files": str(_VAL),
     "data.max_prompt_length": 32,
     "data.max_response_length": 6,
     "data.train_batch_size": 16,
@@ -56,6 +65,7 @@ def prepare(config) -> None:
     from reinforge.training.sft import ensure_finetuned
     from reinforge.training.tiny_model import ensure_tiny_model
 
-    base = ensure_tiny_model(SPEC, MODEL_DIR.parent)
-    ensure_finetuned(base, MODEL_DIR, pretraining_examples, PRETRAIN_STEPS, lr=3e-3, batch_size=64, seed=SPEC.seed)
+    target = Path(config.actor_rollout_ref.model.path)
+    base = ensure_tiny_model(SPEC, target.parent)
+    ensure_finetuned(base, target, pretraining_examples, PRETRAIN_STEPS, lr=3e-3, batch_size=64, seed=SPEC.seed)
     write_task_files()

@@ -77,7 +77,6 @@ class ModelConfig:
     override_config: dict = _f({}, "Values that override the model's config.json (e.g. attention_dropout).")
     external_lib: str | None = _f(None, "A module to import before loading the model (registers custom architectures).")
     use_shm: bool = _f(False, "Accepted for verl compatibility (copy the model to shared memory); no effect here.")
-    dtype: str = _f("float32", "Parameter dtype for training: float32 or bfloat16.")
 
 
 @dataclass
@@ -104,7 +103,7 @@ class FSDPConfig:
     reshard_after_forward: bool = _f(True, "FSDP2 reshard after forward. Acts with the FSDP strategy (not in this version).")
     fsdp_size: int = _f(-1, "FSDP shard group size. Acts with the FSDP strategy (not in this version).")
     wrap_policy: dict = _f({}, "FSDP wrap policy. Acts with the FSDP strategy (not in this version).")
-    model_dtype: str = _f("fp32", "FSDP model dtype. Acts with the FSDP strategy (not in this version).")
+    model_dtype: str = _f("fp32", "Parameter dtype of the model: fp32 or bf16 (float32/bfloat16 also accepted).")
 
 
 @dataclass
@@ -140,7 +139,7 @@ class ActorConfig:
     entropy_coeff: float = _f(0.0, "Weight of the entropy bonus (loss -= coeff * entropy).")
     use_kl_loss: bool = _f(False, "Add a KL(actor || reference) term to the loss (GRPO style); needs the reference model.")
     kl_loss_coef: float = _f(0.001, "Weight of the KL loss.")
-    kl_loss_type: str = _f("low_var_kl", "KL estimator for the loss: kl (k1), abs, mse (k2), low_var_kl (k3), full.")
+    kl_loss_type: str = _f("low_var_kl", "KL estimator for the loss: kl (k1), abs, mse (k2), low_var_kl (k3).")
     ppo_epochs: int = _f(1, "Passes over the batch per step.")
     shuffle: bool = _f(False, "Shuffle trajectories between mini-batches.")
     use_torch_compile: bool = _f(True, "Accepted for verl compatibility; no torch.compile in this version.")
@@ -241,7 +240,7 @@ class AlgorithmConfig:
     gamma: float = _f(1.0, "Discount factor.")
     lam: float = _f(1.0, "GAE lambda.")
     use_kl_in_reward: bool = _f(False, "Subtract kl_coef * KL(actor || ref) from the token rewards (needs the reference).")
-    kl_penalty: str = _f("kl", "KL estimator of the in-reward penalty: kl, abs, mse, low_var_kl, full.")
+    kl_penalty: str = _f("kl", "KL estimator of the in-reward penalty: kl (k1), abs, mse (k2), low_var_kl (k3).")
     kl_ctrl: KLControlConfig = _sub(KLControlConfig, "Coefficient of the in-reward KL penalty.")
     use_pf_ppo: bool = _f(False, "Preference-feedback PPO reweighting (not in this version).")
 

@@ -27,6 +27,11 @@ _ALWAYS_INERT = {
     "trainer.balance_batch": "one data-parallel rank: nothing to balance",
     "trainer.default_hdfs_dir": "no HDFS copy",
     "ray_kwargs": "this version runs in one process without Ray",
+    "trainer.critic_warmup": "no critic in this version",
+    "trainer.max_critic_ckpt_to_keep": "no critic in this version",
+    "trainer.del_local_ckpt_after_load": "checkpoints are kept after resuming",
+    "actor_rollout_ref.rollout.calculate_log_probs": "the hf engine always returns rollout_log_probs",
+    "actor_rollout_ref.rollout.prompt_length": "prompts are limited by data.max_prompt_length",
 }
 
 
@@ -37,7 +42,7 @@ def unused_settings(config: Config, user_keys: list[str]) -> list[str]:
     for key in dict.fromkeys(user_keys):
         reason = next((r for prefix, r in _ALWAYS_INERT.items() if key == prefix or key.startswith(prefix + ".")), None)
         parts = key.split(".")
-        if reason is None and "fsdp_config" in parts:
+        if reason is None and "fsdp_config" in parts and parts[-1] != "model_dtype":
             reason = "acts with the multi-process FSDP strategy (planned); this run trains in one process"
         elif reason is None and key.startswith("actor_rollout_ref.rollout.") and parts[2] in _ENGINE_ONLY:
             reason = "vLLM/SGLang setting; this run generates with the hf engine"

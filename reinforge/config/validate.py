@@ -52,10 +52,12 @@ def finalize(config: Config, quickstart: bool = False) -> None:
         ref.log_prob_micro_batch_size_per_gpu = ref.log_prob_micro_batch_size or rollout.log_prob_micro_batch_size_per_gpu
     if trainer.default_local_dir is None:
         trainer.default_local_dir = f"checkpoints/{trainer.project_name}/{trainer.experiment_name}"
-    if trainer.device is None:
-        import torch
+    import torch
 
+    if trainer.device is None:
         trainer.device = "cuda" if torch.cuda.is_available() else "cpu"
+    elif trainer.device == "cuda" and not torch.cuda.is_available():
+        raise ConfigError("trainer.device=cuda but no CUDA GPU is visible to torch; use trainer.device=cpu")
     legacy = config.reward_model.custom_reward_function
     if config.custom_reward_function.path is None and legacy is not None and legacy.path is not None:
         config.custom_reward_function = legacy
@@ -77,7 +79,9 @@ def _check(config: Config) -> None:
     _choice("actor_rollout_ref.actor.kl_loss_type", actor.kl_loss_type, KL_PENALTIES)
     _choice("actor_rollout_ref.actor.optim.lr_scheduler_type", optim.lr_scheduler_type, ("constant", "cosine"))
     _choice("actor_rollout_ref.actor.policy_loss.loss_mode", actor.policy_loss.loss_mode, policy_loss_names())
-    _choice("actor_rollout_ref.model.dtype", arr.model.dtype, ("float32", "bfloat16"))
+    for role in ("actor", "ref"):
+        dtype = getattr(arr, role).fsdp_config.model_dtype
+        _choice(f"actor_rollout_ref.{role}.fsdp_config.model_dtype", dtype, ("fp32", "bf16", "float32", "bfloat16"))
     _choice("actor_rollout_ref.rollout.name", rollout.name, ("hf", "vllm", "sglang"))
     _choice("actor_rollout_ref.rollout.mode", rollout.mode, ("sync", "async"))
     _choice("algorithm.kl_penalty", algo.kl_penalty, KL_PENALTIES)

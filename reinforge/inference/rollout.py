@@ -39,13 +39,17 @@ def run_single_turn(engine: InferenceEngine, prompts: list[list[int]], params: S
 def generate_sequences(engine: InferenceEngine, prompts: Batch, params: SamplingParams, pad_token_id: int) -> Batch:
     """Generate one response per row of `prompts` and return prompts + responses as one Batch."""
     outputs = run_single_turn(engine, prompt_token_lists(prompts["input_ids"], prompts["attention_mask"]), params)
-    return trajectories(prompts, outputs, pad_token_id)
+    return trajectories(prompts, outputs, pad_token_id, width=params.max_tokens)
 
 
-def trajectories(prompts: Batch, outputs: list[GenerationOutput], pad_token_id: int) -> Batch:
-    """Lay out prompts (left-padded) and responses (right-padded) as one Batch with verl's fields."""
+def trajectories(prompts: Batch, outputs: list[GenerationOutput], pad_token_id: int, width: int = 0) -> Batch:
+    """Lay out prompts (left-padded) and responses (right-padded to `width`, or the longest) as one Batch.
+
+    Padding to the configured response length, as verl does, keeps the response width constant
+    from step to step (the normaliser of `seq-mean-token-sum-norm` depends on it).
+    """
     prompt_ids, prompt_mask = prompts["input_ids"].cpu(), prompts["attention_mask"].to(torch.long).cpu()
-    batch, width = len(outputs), max(1, max(len(o.token_ids) for o in outputs))
+    batch, width = len(outputs), max(1, width, *(len(o.token_ids) for o in outputs))
     responses = torch.full((batch, width), pad_token_id, dtype=torch.long)
     response_mask = torch.zeros((batch, width), dtype=torch.long)
     rollout_log_probs = torch.zeros((batch, width), dtype=torch.float32)

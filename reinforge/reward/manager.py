@@ -178,7 +178,7 @@ class NaiveRewardManager:
                 row=i,
                 data_source=batch[self.reward_fn_key][i],
                 solution_str=self.tokenizer.decode(responses[i, :length].tolist(), skip_special_tokens=True),
-                ground_truth=_ground_truth(batch["reward_model"][i], i),
+                ground_truth=_ground_truth(batch["reward_model"][i], batch[self.reward_fn_key][i], extra_infos[i]),
                 extra_info=extra_infos[i],
                 response_length=int(length),
             )
@@ -215,9 +215,13 @@ class NaiveRewardManager:
         return self.tokenizer.decode(prompts[row][prompt_mask.bool()].tolist(), skip_special_tokens=True)
 
 
-def _ground_truth(reward_model: Any, row: int) -> Any:
+def _ground_truth(reward_model: Any, data_source: Any, extra_info: Any) -> Any:
     if not isinstance(reward_model, dict) or "ground_truth" not in reward_model:
-        raise DataError(f"row {row}: reward_model must be a dict with a 'ground_truth' key, got {reward_model!r}")
+        index = extra_info.get("index") if isinstance(extra_info, dict) else None
+        raise DataError(
+            f"the data row with extra_info.index={index} (data_source={data_source!r}) has reward_model={reward_model!r}; "
+            "the reward_model column must hold a dict with a 'ground_truth' key (verl's schema)"
+        )
     return reward_model["ground_truth"]
 
 

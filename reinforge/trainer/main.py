@@ -11,7 +11,6 @@ import numpy as np
 
 from reinforge.config import Config, batch_arithmetic, quickstart, to_dict, unused_settings
 
-
 ARITHMETIC_NOTES = {
     "prompts_per_step": "data.train_batch_size",
     "trajectories_per_step": "prompts x actor_rollout_ref.rollout.n",
@@ -84,9 +83,9 @@ def run(config: Config, user_keys: list[str]) -> dict[str, float]:
         val_loader = PromptLoader(val_set, data.val_batch_size or len(val_set), collate, shuffle=data.validation_shuffle,
                                   seed=data.seed, drop_last=False)
 
-    total_steps = len(train_loader) * config.trainer.total_epochs
-    if config.trainer.total_training_steps is not None:
-        total_steps = min(total_steps, config.trainer.total_training_steps)
+    # as verl: total_training_steps, when set, is the length of the LR schedule; training also ends after total_epochs
+    schedule_steps = config.trainer.total_training_steps or len(train_loader) * config.trainer.total_epochs
+    total_steps = min(schedule_steps, len(train_loader) * config.trainer.total_epochs)
 
     compute_score = get_compute_score(config)
     rm = config.reward_model
@@ -96,9 +95,9 @@ def run(config: Config, user_keys: list[str]) -> dict[str, float]:
     actor_cfg = config.actor_rollout_ref.actor
     role = "actor_rollout_ref" if actor_cfg.use_kl_loss or config.algorithm.use_kl_in_reward else "actor_rollout"
     actor_rollout_wg = LocalWorkerGroup(ActorRolloutRefWorker, config, role)
-    actor_rollout_wg.init_model(total_steps)
+    actor_rollout_wg.init_model(schedule_steps)
 
-    trainer = RLTrainer(config, actor_rollout_wg, reward_fn, reward_fn, train_loader, val_loader, tokenizer, total_steps)
+    trainer = RLTrainer(config, actor_rollout_wg, reward_fn, train_loader, val_loader, tokenizer, total_steps)
     print(f"reinforge: {len(train_set)} training prompts, {total_steps} steps; ready in {time.perf_counter() - started:.1f}s", flush=True)
     metrics = trainer.fit()
     print(f"reinforge: done in {time.perf_counter() - started:.1f}s; metrics in {run_dir / 'metrics.jsonl'}", flush=True)
@@ -110,8 +109,8 @@ def run(config: Config, user_keys: list[str]) -> dict[str, float]:
 
 
 def mean_val_reward(metrics: dict[str, float]) -> float:
-    """Mean over data sources of val-core/<source>/reward/mean@n."""
-    values = [v for k, v in metrics.items() if k.startswith("val-core/") and "/reward/mean@" in k]
+    """Mean over data sources of val-*/<source>/reward/mean@n."""
+    values = [v for k, v in metrics.items() if k.startswith(("val-core/", "val-aux/")) and "/reward/mean@" in k]
     return float(np.mean(values)) if values else float("nan")
 
 

@@ -15,13 +15,13 @@ those are on.
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
 
 import torch
 
 from reinforge.algorithm import apply_kl_penalty, compute_advantage, make_kl_controller
 from reinforge.batch import Batch
+from reinforge.config import batch_arithmetic
 from reinforge.config.schema import Config
 from reinforge.distributed import WorkerGroup
 from reinforge.inference.rollout import PROMPT_KEYS
@@ -39,11 +39,11 @@ from reinforge.trainer.validation import validate
 
 
 class RLTrainer:
-    def __init__(self, config: Config, actor_rollout_wg: WorkerGroup, reward_fn, val_reward_fn,
+    def __init__(self, config: Config, actor_rollout_wg: WorkerGroup, reward_fn,
                  train_loader, val_loader, tokenizer, total_training_steps: int):
         self.config = config
         self.actor_rollout_wg = actor_rollout_wg
-        self.reward_fn, self.val_reward_fn = reward_fn, val_reward_fn
+        self.reward_fn = reward_fn  # one manager for training and validation
         self.train_loader, self.val_loader = train_loader, val_loader
         self.tokenizer = tokenizer
         self.total_training_steps = total_training_steps
@@ -51,10 +51,9 @@ class RLTrainer:
         self.kl_ctrl = make_kl_controller(config.algorithm.kl_ctrl)
         self.global_steps = 0
         self.val_history: list[tuple[int, dict[str, float]]] = []  # (step, validation metrics)
-        actor = config.actor_rollout_ref.actor
-        self.use_reference = actor.use_kl_loss or config.algorithm.use_kl_in_reward
-        mini_batches = config.data.train_batch_size // actor.ppo_mini_batch_size
-        self.recompute_old_log_probs = actor.ppo_epochs > 1 or mini_batches > 1 or config.algorithm.use_kl_in_reward
+        self.use_reference = config.actor_rollout_ref.actor.use_kl_loss or config.algorithm.use_kl_in_reward
+        on_policy = batch_arithmetic(config)["on_policy_single_update"]
+        self.recompute_old_log_probs = not on_policy or config.algorithm.use_kl_in_reward
 
     # ---- one step -----------------------------------------------------------------------------
     def train_step(self, prompts: Batch) -> dict[str, float]:
@@ -106,11 +105,16 @@ class RLTrainer:
         """Train to the last step; returns the last validation metrics (empty if none ran)."""
         cfg = self.config.trainer
         self._load_checkpoint()
+        if self.global_steps >= self.total_training_steps and not cfg.val_only:
+            print(f"reinforge: this run already finished step {self.global_steps} of {self.total_training_steps}; "
+                  "nothing to do (raise trainer.total_training_steps or trainer.total_epochs to train on)", flush=True)
+            return {}
         tracking = Tracking(self.run_dir, cfg.logger, self.total_training_steps, self.global_steps)
         val_metrics: dict[str, float] = {}
         try:
             if self.val_loader is not None and cfg.val_before_train and (self.global_steps == 0 or cfg.val_only):
-                val_metrics = self._validate(tracking)
+                val_metrics = self._validate()
+                tracking.log(val_metrics, self.global_steps)
                 if cfg.val_only:
                     return val_metrics
             while self.global_steps < self.total_training_steps:
@@ -121,16 +125,12 @@ class RLTrainer:
                     metrics["training/global_step"] = self.global_steps
                     metrics["training/epoch"] = self.train_loader.epoch
                     if self.val_loader is not None and cfg.test_freq > 0 and (last or self.global_steps % cfg.test_freq == 0):
-                        with timer("testing", timing := {}):
-                            val_metrics = validate(self.config, self.actor_rollout_wg, self.val_reward_fn,
-                                                   self.val_loader, self.tokenizer, self.global_steps)
+                        val_metrics = self._validate()
                         metrics.update(val_metrics)
-                        self.val_history.append((self.global_steps, val_metrics))
-                        metrics["timing_s/testing"] = timing["testing"]
                     if cfg.save_freq > 0 and (last or self.global_steps % cfg.save_freq == 0):
-                        start = time.perf_counter()
-                        self._save_checkpoint()
-                        metrics["timing_s/save_checkpoint"] = time.perf_counter() - start
+                        with timer("save_checkpoint", timing := {}):
+                            self._save_checkpoint()
+                        metrics["timing_s/save_checkpoint"] = timing["save_checkpoint"]
                     tracking.log(metrics, self.global_steps)
                     if last:
                         break
@@ -138,11 +138,12 @@ class RLTrainer:
             tracking.close()
         return val_metrics
 
-    def _validate(self, tracking: Tracking) -> dict[str, float]:
-        metrics = validate(self.config, self.actor_rollout_wg, self.val_reward_fn, self.val_loader, self.tokenizer, self.global_steps)
-        tracking.log(metrics, self.global_steps)
+    def _validate(self) -> dict[str, float]:
+        """Validation metrics (with timing_s/testing), remembered in val_history."""
+        with timer("testing", timing := {}):
+            metrics = validate(self.config, self.actor_rollout_wg, self.reward_fn, self.val_loader, self.tokenizer, self.global_steps)
         self.val_history.append((self.global_steps, metrics))
-        return metrics
+        return {**metrics, "timing_s/testing": timing["testing"]}
 
     # ---- checkpoints --------------------------------------------------------------------------
     def _save_checkpoint(self) -> None:
@@ -159,7 +160,7 @@ class RLTrainer:
         if folder is None:
             return
         self.actor_rollout_wg.load_checkpoint(str(folder / "actor"))
-        self.train_loader.load_state_dict(torch.load(folder / "data.pt", weights_only=False))
+        self.train_loader.load_state_dict(torch.load(folder / "data.pt"))
         state = json.loads((folder / "trainer_state.json").read_text())
         self.global_steps = state["global_steps"]
         self.kl_ctrl.load_state_dict(state["kl_ctrl"])

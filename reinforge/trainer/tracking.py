@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import sys
 from pathlib import Path
 
@@ -25,10 +26,20 @@ class Tracking:
     def __init__(self, run_dir: Path, loggers: list[str], total_steps: int, initial_step: int = 0):
         self.path = Path(run_dir) / "metrics.jsonl"
         self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._keep_records_up_to(initial_step)
         self.console = "console" in loggers
         self.total_steps = total_steps
         self.progress = tqdm(total=total_steps, initial=initial_step, unit="step", dynamic_ncols=True,
                              disable=not (self.console and sys.stderr.isatty()), leave=False)
+
+    def _keep_records_up_to(self, step: int) -> None:
+        """A resumed run keeps the records of the steps it continues from; a fresh run starts the file anew."""
+        if not self.path.exists():
+            return
+        kept = [line for line in self.path.read_text().splitlines() if step > 0 and json.loads(line)["step"] <= step]
+        tmp = self.path.with_name(".metrics.jsonl.tmp")
+        tmp.write_text("".join(line + "\n" for line in kept))
+        os.replace(tmp, self.path)
 
     def log(self, metrics: dict[str, float], step: int) -> None:
         record = {"step": step, **{k: _jsonable(v) for k, v in metrics.items()}}

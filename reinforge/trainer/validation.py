@@ -1,8 +1,8 @@
 """Validation: generate for every validation prompt with val_kwargs, score, and aggregate.
 
-Metrics use verl's names: `val-core/<data_source>/reward/mean@<n>` (and the same for every
-extra key the reward function returns), plus `val-aux/<data_source>/reward/{best,worst}@<n>`
-when n > 1. `trainer.log_val_generations` prints that many samples; `trainer.validation_data_dir`
+Metrics use verl's names: `val-core/<data_source>/reward/mean@<n>` for the core variable
+(`acc` when the reward function returns one, else `reward`), `val-aux/<data_source>/<key>/mean@<n>`
+for the other numeric keys it returns, and `val-aux/.../{best,worst}@<n>` when n > 1. `trainer.log_val_generations` prints that many samples; `trainer.validation_data_dir`
 writes every sample as JSONL.
 """
 
@@ -38,9 +38,12 @@ def validate(config: Config, wg: WorkerGroup, reward_fn, val_loader, tokenizer, 
         samples += generation_records(batch, scores, tokenizer, step)
 
     metrics: dict[str, float] = {}
+    names = {name for _, name in values}
+    core = "acc" if "acc" in names else "reward"  # verl's core variable; the others go under val-aux
     for (source, name), vals in sorted(values.items()):
-        metrics[f"val-core/{source}/{name}/mean@{n}"] = float(np.mean(vals))
-        if n > 1 and name == "reward":
+        group = "val-core" if name == core else "val-aux"
+        metrics[f"{group}/{source}/{name}/mean@{n}"] = float(np.mean(vals))
+        if n > 1:
             groups = np.array(vals).reshape(-1, n)
             metrics[f"val-aux/{source}/{name}/best@{n}"] = float(groups.max(1).mean())
             metrics[f"val-aux/{source}/{name}/worst@{n}"] = float(groups.min(1).mean())

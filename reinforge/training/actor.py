@@ -108,6 +108,7 @@ class Actor:
                 response_mask=mask, loss_agg_mode=cfg.loss_agg_mode, config=cfg,
             )
             scale = agg_scale(mask, cfg.loss_agg_mode, global_tokens, global_seqs)
+            share = float(mask.sum()) / max(global_tokens, 1)  # metrics are token means over the mini-batch
             loss = pg_loss
             entropy_term = agg_loss(entropy, mask, cfg.loss_agg_mode)
             if cfg.entropy_coeff:
@@ -115,12 +116,12 @@ class Actor:
             if cfg.use_kl_loss:
                 kl_term = agg_loss(kl_penalty(log_prob, micro["ref_log_prob"], cfg.kl_loss_type), mask, cfg.loss_agg_mode)
                 loss = loss + cfg.kl_loss_coef * kl_term
-                add("actor/kl_loss", kl_term.item(), scale)
+                add("actor/kl_loss", kl_term.item(), share)
             (loss * scale).backward()
-            add("actor/pg_loss", pg_loss.item(), scale)
-            add("actor/entropy", entropy_term.item(), scale)
+            add("actor/pg_loss", pg_loss.item(), share)
+            add("actor/entropy", entropy_term.item(), share)
             for key, value in pg_metrics.items():
-                add(key, value, scale)
+                add(key, value, share)
 
         grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), cfg.grad_clip)
         if math.isfinite(grad_norm.item()):

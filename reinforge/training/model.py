@@ -11,7 +11,7 @@ import torch
 from reinforge.config.schema import Config
 from reinforge.errors import ModelError
 
-DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
+DTYPES = {"fp32": torch.float32, "float32": torch.float32, "bf16": torch.bfloat16, "bfloat16": torch.bfloat16}
 
 
 def _model_source(path: str) -> str:
@@ -42,8 +42,8 @@ def load_tokenizer(config: Config):
     return tokenizer
 
 
-def load_causal_lm(config: Config, device: str, trainable: bool = True) -> torch.nn.Module:
-    """The causal LM of actor_rollout_ref.model, on `device`, in train mode if `trainable`."""
+def load_causal_lm(config: Config, device: str, trainable: bool = True, dtype: str = "fp32") -> torch.nn.Module:
+    """The causal LM of actor_rollout_ref.model in `dtype` (fsdp_config.model_dtype), on `device`, in train mode if `trainable`."""
     from transformers import AutoConfig, AutoModelForCausalLM
 
     model_cfg = config.actor_rollout_ref.model
@@ -55,7 +55,7 @@ def load_causal_lm(config: Config, device: str, trainable: bool = True) -> torch
         for key, value in model_cfg.override_config.items():
             setattr(hf_config, key, value)
         model = AutoModelForCausalLM.from_pretrained(
-            source, config=hf_config, dtype=DTYPES[model_cfg.dtype], trust_remote_code=model_cfg.trust_remote_code
+            source, config=hf_config, dtype=DTYPES[dtype], trust_remote_code=model_cfg.trust_remote_code
         )
     except Exception as exc:
         raise ModelError(f"cannot load the model from {source}: {exc}") from exc

@@ -31,7 +31,7 @@ SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
 
 @dataclass(frozen=True)
 class TinyModelSpec:
-    """Sizes of a tiny Qwen2 model; the defaults give about 0.4M parameters."""
+    """Sizes of a tiny Qwen2 model; the defaults give about 0.12M parameters."""
 
     vocab_size: int = 384
     hidden_size: int = 64

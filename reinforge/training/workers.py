@@ -39,7 +39,7 @@ class ActorRolloutRefWorker:
         torch.manual_seed(self.config.trainer.seed)
         self.tokenizer = load_tokenizer(self.config)
         if self.has_actor:
-            model = load_causal_lm(self.config, self.device, trainable=True)
+            model = load_causal_lm(self.config, self.device, trainable=True, dtype=cfg.actor.fsdp_config.model_dtype)
             optimizer = make_optimizer(model.parameters(), cfg.actor.optim)
             total = cfg.actor.optim.total_training_steps
             self.scheduler = make_scheduler(optimizer, cfg.actor.optim, total if total > 0 else total_training_steps)
@@ -51,7 +51,7 @@ class ActorRolloutRefWorker:
             self.engine = HFEngine(model, self.tokenizer.pad_token_id, eos_ids, seed=self.config.trainer.seed,
                                    micro_batch_size=cfg.rollout.micro_batch_size_per_gpu)
         if self.has_ref:
-            self.ref = Actor(load_causal_lm(self.config, self.device, trainable=False), cfg.actor)
+            self.ref = Actor(load_causal_lm(self.config, self.device, trainable=False, dtype=cfg.ref.fsdp_config.model_dtype), cfg.actor)
 
     # ---- inference ----------------------------------------------------------------------------
     def sampling_params(self, validate: bool) -> SamplingParams:

@@ -67,3 +67,12 @@ def test_kl_in_reward_and_controllers():
     ctrl = AdaptiveKLController(0.1, target_kl=1.0, horizon=10)
     ctrl.update(current_kl=2.0, n_steps=5)  # error clipped to 0.2: 0.1 * (1 + 0.2 * 5 / 10)
     assert ctrl.value == pytest.approx(0.11)
+
+
+def test_zero_lower_clip_is_respected_not_replaced_by_clip_ratio():
+    cfg = SimpleNamespace(clip_ratio=0.2, clip_ratio_low=0.0, clip_ratio_high=0.2, clip_ratio_c=3.0)
+    ratio = torch.tensor([[0.905]])
+    loss, metrics = get_policy_loss_fn("vanilla")(torch.zeros(1, 1), ratio.log(), torch.tensor([[-1.0]]), torch.ones(1, 1),
+                                                  "token-mean", cfg)
+    assert loss.item() == pytest.approx(1.0)  # max(0.905, clip(0.905, 1, 1.2) = 1.0)
+    assert metrics["actor/pg_clipfrac"] == 1.0

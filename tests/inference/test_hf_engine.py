@@ -76,7 +76,8 @@ def test_stop_on_eos_and_length_limit(tiny_model_path, tokenizer):
     model.lm_head.register_forward_hook(favour_eos)
     engine = HFEngine(model, tokenizer.pad_token_id, [tokenizer.eos_token_id])
     out = generate_sequences(engine, prompts_batch(tokenizer, ["1", "2 2"]), SamplingParams(max_tokens=5), tokenizer.pad_token_id)
-    assert out["responses"].shape == (2, 1) and torch.all(out["responses"][:, 0] == tokenizer.eos_token_id)
+    assert out["responses"].shape == (2, 5)  # padded to the response length, as verl does
+    assert out["response_mask"].sum(-1).tolist() == [1, 1] and torch.all(out["responses"][:, 0] == tokenizer.eos_token_id)
     assert out["finish_reason"].tolist() == ["stop", "stop"]
     ignoring = generate_sequences(engine, prompts_batch(tokenizer, ["1"]), SamplingParams(max_tokens=5, ignore_eos=True),
                                   tokenizer.pad_token_id)

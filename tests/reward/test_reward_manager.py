@@ -208,7 +208,8 @@ def test_missing_batch_field_is_a_data_error(tokenizer):
 def test_row_without_ground_truth_is_a_data_error(tokenizer):
     batch = make_batch(tokenizer, GSM8K_ROWS)
     batch["reward_model"] = [{"ground_truth": "2"}, {"style": "rule"}, {"ground_truth": "6"}]
-    with pytest.raises(DataError, match="row 1: reward_model must be a dict with a 'ground_truth' key"):
+    batch["extra_info"] = [{"index": 10}, {"index": 11}, {"index": 12}]
+    with pytest.raises(DataError, match=r"extra_info.index=11 .*the reward_model column must hold a dict with a 'ground_truth' key"):
         make_reward_manager("naive", tokenizer)(batch)
 
 

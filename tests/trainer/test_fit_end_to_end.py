@@ -116,5 +116,24 @@ def test_val_only_validates_once(tiny_model_path, task_files, tmp_path):
     run_dir = tmp_path / "val"
     config, keys = load_config(overrides(tiny_model_path, task_files, run_dir, "trainer.val_only=true"))
     metrics = run(config, keys)
-    assert list(metrics) == ["val-core/reinforge/add_one/reward/mean@1"]
+    assert sorted(metrics) == ["timing_s/testing", "val-core/reinforge/add_one/reward/mean@1"]
     assert not train_steps(run_dir)
+
+
+def test_metrics_file_restarts_with_the_run(tiny_model_path, task_files, tmp_path):
+    run_dir = tmp_path / "run"
+    config, keys = load_config(overrides(tiny_model_path, task_files, run_dir, "trainer.total_training_steps=3",
+                                         "trainer.save_freq=1", "trainer.test_freq=-1", "trainer.val_before_train=false"))
+    run(config, keys)
+    assert [r["step"] for r in records(run_dir)] == [1, 2, 3]
+    # resuming from an earlier checkpoint drops the records after it; the finished run has nothing to do
+    config, keys = load_config(overrides(tiny_model_path, task_files, run_dir, "trainer.total_training_steps=3",
+                                         "trainer.resume_mode=resume_path", f"trainer.resume_from_path={run_dir / 'global_step_1'}",
+                                         "trainer.save_freq=1", "trainer.test_freq=-1"))
+    run(config, keys)
+    assert [r["step"] for r in records(run_dir)] == [1, 2, 3]
+    config, keys = load_config(overrides(tiny_model_path, task_files, run_dir, "trainer.total_training_steps=3",
+                                         "trainer.resume_mode=disable", "trainer.save_freq=-1", "trainer.test_freq=-1",
+                                         "trainer.val_before_train=false", "trainer.total_training_steps=2"))
+    run(config, keys)
+    assert [r["step"] for r in records(run_dir)] == [1, 2]  # a fresh run does not append to an old one
