@@ -15,31 +15,23 @@ from collections.abc import Callable
 import numpy as np
 import torch
 
-ADV_ESTIMATOR_REGISTRY: dict[str, Callable] = {}
+from reinforge.algorithm.registry import Registry
+
+ADV_ESTIMATOR_REGISTRY = Registry("advantage estimator")
 ADV_ESTIMATORS_NEEDING_CRITIC = ("gae",)
 
 
 def register_adv_est(name: str) -> Callable[[Callable], Callable]:
     """Decorator: make `fn` available as `algorithm.adv_estimator=<name>`."""
-
-    def decorator(fn: Callable) -> Callable:
-        existing = ADV_ESTIMATOR_REGISTRY.get(name)
-        if existing is not None and existing is not fn:
-            raise ValueError(f"advantage estimator {name!r} is already registered ({existing.__module__}.{existing.__name__})")
-        ADV_ESTIMATOR_REGISTRY[name] = fn
-        return fn
-
-    return decorator
+    return ADV_ESTIMATOR_REGISTRY.register(name)
 
 
 def get_adv_estimator_fn(name: str) -> Callable:
-    if name not in ADV_ESTIMATOR_REGISTRY:
-        raise ValueError(f"unknown advantage estimator {name!r}; registered: {', '.join(adv_estimator_names())}")
-    return ADV_ESTIMATOR_REGISTRY[name]
+    return ADV_ESTIMATOR_REGISTRY.get(name)
 
 
 def adv_estimator_names() -> list[str]:
-    return sorted(ADV_ESTIMATOR_REGISTRY)
+    return ADV_ESTIMATOR_REGISTRY.names()
 
 
 def compute_advantage(name: str, **kwargs) -> tuple[torch.Tensor, torch.Tensor]:

@@ -12,31 +12,22 @@ from collections.abc import Callable
 import torch
 
 from reinforge.algorithm.core import agg_loss, masked_mean
+from reinforge.algorithm.registry import Registry
 
-POLICY_LOSS_REGISTRY: dict[str, Callable] = {}
+POLICY_LOSS_REGISTRY = Registry("policy loss")
 
 
 def register_policy_loss(name: str) -> Callable[[Callable], Callable]:
     """Decorator: make `fn` available as `policy_loss.loss_mode=<name>`."""
-
-    def decorator(fn: Callable) -> Callable:
-        existing = POLICY_LOSS_REGISTRY.get(name)
-        if existing is not None and existing is not fn:
-            raise ValueError(f"policy loss {name!r} is already registered ({existing.__module__}.{existing.__name__})")
-        POLICY_LOSS_REGISTRY[name] = fn
-        return fn
-
-    return decorator
+    return POLICY_LOSS_REGISTRY.register(name)
 
 
 def get_policy_loss_fn(name: str) -> Callable:
-    if name not in POLICY_LOSS_REGISTRY:
-        raise ValueError(f"unknown policy loss {name!r}; registered: {', '.join(policy_loss_names())}")
-    return POLICY_LOSS_REGISTRY[name]
+    return POLICY_LOSS_REGISTRY.get(name)
 
 
 def policy_loss_names() -> list[str]:
-    return sorted(POLICY_LOSS_REGISTRY)
+    return POLICY_LOSS_REGISTRY.names()
 
 
 @register_policy_loss("vanilla")

@@ -11,7 +11,6 @@ from reinforge.config.schema import Config
 from reinforge.errors import ConfigError
 
 LOSS_AGG_MODES = ("token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm")
-TRUNCATIONS = ("error", "left", "right", "middle")
 LOGGERS = ("console", "file", "jsonl")
 
 
@@ -68,12 +67,13 @@ def finalize(config: Config, quickstart: bool = False) -> None:
 def _check(config: Config) -> None:
     from reinforge.algorithm import ADV_ESTIMATORS_NEEDING_CRITIC, adv_estimator_names, policy_loss_names
     from reinforge.algorithm.kl import KL_PENALTIES
+    from reinforge.environment.dataset import TRUNCATION_MODES
     from reinforge.reward.manager import reward_manager_names
 
     data, arr, algo, trainer = config.data, config.actor_rollout_ref, config.algorithm, config.trainer
     actor, rollout, optim = arr.actor, arr.rollout, arr.actor.optim
 
-    _choice("data.truncation", data.truncation, TRUNCATIONS)
+    _choice("data.truncation", data.truncation, TRUNCATION_MODES)
     _choice("actor_rollout_ref.actor.strategy", actor.strategy, ("fsdp", "fsdp2"))
     _choice("actor_rollout_ref.actor.loss_agg_mode", actor.loss_agg_mode, LOSS_AGG_MODES)
     _choice("actor_rollout_ref.actor.kl_loss_type", actor.kl_loss_type, KL_PENALTIES)

@@ -62,3 +62,8 @@ def test_registry_lookup_and_user_registration():
         assert torch.equal(adv, mask * 2.0)
     finally:
         ADV_ESTIMATOR_REGISTRY.pop("test_constant")
+
+
+def test_a_name_cannot_be_taken_twice():
+    with pytest.raises(ValueError, match="advantage estimator 'grpo' is already registered"):
+        register_adv_est("grpo")(lambda token_level_rewards, response_mask: (response_mask, response_mask))
