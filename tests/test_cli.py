@@ -71,3 +71,15 @@ def test_standalone_four_files_run(cache_dir, tiny_model_path):
     lines = result.stdout.splitlines()
     assert lines[0].startswith("validation reward before:") and lines[-1].startswith("validation reward after:")
     assert [line.split(":")[0] for line in lines[1:-1]] == ["step 1", "step 2"]
+
+
+def test_unknown_data_source_fails_before_training_naming_the_file(tiny_model_path, tmp_path):
+    data = tmp_path / "mine.jsonl"
+    data.write_text(json.dumps({"data_source": "my/task", "prompt": [{"role": "user", "content": "hi"}],
+                                "reward_model": {"ground_truth": "x"}}) + "\n")
+    result = reinforge("train", "algorithm.adv_estimator=grpo", f"actor_rollout_ref.model.path={tiny_model_path}",
+                       f"data.train_files={data}", "data.train_batch_size=1", "actor_rollout_ref.actor.ppo_mini_batch_size=1",
+                       f"trainer.default_local_dir={tmp_path / 'run'}")
+    assert result.returncode == 2
+    assert str(data) in result.stderr and "no reward function for data_source 'my/task'" in result.stderr
+    assert "custom_reward_function.path" in result.stderr and "step 1" not in result.stdout

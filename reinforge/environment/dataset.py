@@ -185,6 +185,10 @@ class RLDataset(Dataset):
             for i in keep
         ]
 
+    def data_sources(self) -> set[str]:
+        """The distinct `data_source` values of the loaded rows ("unknown" where the column is missing)."""
+        return {str(row.get("data_source", "unknown")) for row in self._rows}
+
     # ---- loading ---------------------------------------------------------------------------------
     def _read(self, max_samples: int) -> tuple[list[dict[str, Any]], list[Origin]]:
         rows: list[dict[str, Any]] = []

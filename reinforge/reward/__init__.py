@@ -13,10 +13,11 @@ Learned reward models and code sandboxes are not here.
 
 from reinforge.reward.loading import get_compute_score, load_reward_function
 from reinforge.reward.manager import make_reward_manager, register_reward_manager, reward_manager_names
-from reinforge.reward.registry import default_compute_score, known_data_sources, register_scorer
+from reinforge.reward.registry import default_compute_score, find_scorer, known_data_sources, register_scorer
 
 __all__ = [
     "default_compute_score",
+    "find_scorer",
     "get_compute_score",
     "known_data_sources",
     "load_reward_function",

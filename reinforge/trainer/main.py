@@ -88,6 +88,8 @@ def run(config: Config, user_keys: list[str]) -> dict[str, float]:
     total_steps = min(schedule_steps, len(train_loader) * config.trainer.total_epochs)
 
     compute_score = get_compute_score(config)
+    if config.custom_reward_function.path is None:
+        _check_scorers(data, train_set, val_loader.dataset if val_loader else None)
     rm = config.reward_model
     # one manager for training and validation: a failing reward function's traceback is shown once per run
     reward_fn = make_reward_manager(rm.reward_manager, tokenizer, compute_score, reward_fn_key=data.reward_fn_key, **rm.reward_kwargs)
@@ -106,6 +108,19 @@ def run(config: Config, user_keys: list[str]) -> dict[str, float]:
         print(f"reinforge: validation reward {mean_val_reward(first):.3f} (step {first_step}) -> "
               f"{mean_val_reward(last):.3f} (step {last_step})", flush=True)
     return metrics
+
+
+def _check_scorers(data, *datasets) -> None:
+    """Fail before any model work when a data_source has no built-in scorer (and no custom function is set)."""
+    from reinforge.errors import RewardError
+    from reinforge.reward import find_scorer
+
+    for dataset, files in zip(datasets, (data.train_files, data.val_files), strict=True):
+        for source in sorted(getattr(dataset, "data_sources", set)()):
+            try:
+                find_scorer(source)
+            except RewardError as exc:
+                raise RewardError(f"{files}: {exc}") from None
 
 
 def mean_val_reward(metrics: dict[str, float]) -> float:
