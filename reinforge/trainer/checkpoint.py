@@ -7,7 +7,8 @@
 
 A checkpoint is written into a hidden temporary folder and renamed into place; only then is the
 tracker file replaced (also by rename). A crash at any moment leaves the previous checkpoint and
-a tracker that points at it.
+a tracker that points at it. Saving a step that already exists (after resuming from an earlier
+one) first moves the old copy aside; resuming puts it back if the crash came in between.
 """
 
 from __future__ import annotations
@@ -38,10 +39,13 @@ def save_checkpoint(run_dir: Path, step: int, write: Callable[[Path], None], kee
     tmp = run_dir / f".global_step_{step}.tmp"
     shutil.rmtree(tmp, ignore_errors=True)
     write(tmp)
+    old = run_dir / f".global_step_{step}.old"  # saving a step again: the previous copy waits here
     if final.exists():
-        shutil.rmtree(final)
+        shutil.rmtree(old, ignore_errors=True)
+        os.replace(final, old)
     os.replace(tmp, final)
     _write_atomic(run_dir / TRACKER, f"{step}\n")
+    shutil.rmtree(old, ignore_errors=True)
     if keep is not None and keep > 0:
         steps = sorted(int(m.group(1)) for p in run_dir.iterdir() if (m := STEP_FOLDER.match(p.name)))
         for old in steps[:-keep]:
@@ -63,6 +67,9 @@ def resume_folder(trainer: TrainerConfig) -> Path | None:
         return None
     text = tracker.read_text().strip()
     folder = tracker.parent / f"global_step_{text}"
+    old = tracker.parent / f".global_step_{text}.old"
+    if text.isdigit() and not folder.is_dir() and old.is_dir():  # a crash while saving that step again
+        os.replace(old, folder)
     if not text.isdigit() or not folder.is_dir():
         raise ConfigError(
             f"{tracker} names step {text!r} but {folder} does not exist; fix the file or start fresh with trainer.resume_mode=disable"

@@ -43,3 +43,13 @@ def test_resume_modes(tmp_path):
     (tmp_path / TRACKER).write_text("7\n")
     with pytest.raises(ConfigError, match="names step '7'"):
         resume_folder(TrainerConfig(default_local_dir=str(tmp_path)))
+
+
+def test_saving_a_step_again_survives_a_crash_between_the_renames(tmp_path):
+    save_checkpoint(tmp_path, 1, write_marker)
+    save_checkpoint(tmp_path, 1, write_marker)  # again: replaced, no leftovers
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([TRACKER, "global_step_1"])
+    # the state a crash right after moving the old copy aside would leave
+    (tmp_path / "global_step_1").rename(tmp_path / ".global_step_1.old")
+    assert resume_folder(TrainerConfig(default_local_dir=str(tmp_path))) == tmp_path / "global_step_1"
+    assert (tmp_path / "global_step_1" / "state.txt").is_file()
