@@ -72,8 +72,7 @@ class RLTrainer:
                 metrics.update(extra_info_metrics(scored.get("reward_extra_info", {})))
             if self.recompute_old_log_probs:
                 with timer("old_log_prob", timing):
-                    old = wg.compute_log_prob(batch)
-                    batch["old_log_probs"] = old["old_log_probs"]
+                    batch["old_log_probs"] = wg.compute_log_prob(batch)["old_log_probs"]
             if self.use_reference:
                 with timer("ref", timing):
                     batch["ref_log_prob"] = wg.compute_ref_log_prob(batch)["ref_log_prob"]

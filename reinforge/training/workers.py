@@ -71,11 +71,10 @@ class ActorRolloutRefWorker:
     # ---- training -----------------------------------------------------------------------------
     @register(Dispatch.DP)
     def compute_log_prob(self, batch: Batch) -> Batch:
-        """old_log_probs and entropys of the current policy (no gradient)."""
+        """old_log_probs of the current policy (no gradient; entropy is measured in the update's own pass)."""
         rollout = self.config.actor_rollout_ref.rollout
-        log_probs, entropy = self.actor.compute_log_prob(
-            batch, rollout.temperature, rollout.log_prob_micro_batch_size_per_gpu, with_entropy=True)
-        return Batch({"old_log_probs": log_probs, "entropys": entropy})
+        log_probs, _ = self.actor.compute_log_prob(batch, rollout.temperature, rollout.log_prob_micro_batch_size_per_gpu)
+        return Batch({"old_log_probs": log_probs})
 
     @register(Dispatch.DP)
     def compute_ref_log_prob(self, batch: Batch) -> Batch:
