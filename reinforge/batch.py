@@ -74,6 +74,10 @@ class Batch:
     def __contains__(self, key: str) -> bool:
         return key in self.tensors or key in self.non_tensors
 
+    def get(self, key: str, default: Any = None) -> Any:
+        """The field `key`, or `default` when the Batch has none."""
+        return self[key] if key in self else default
+
     def keys(self) -> list[str]:
         return [*self.tensors, *self.non_tensors]
 

@@ -1,24 +1,30 @@
-"""Advantage estimators, registered by name (`algorithm.adv_estimator`).
+"""Advantage estimators, registered by name (`algorithm.adv_estimator`); formulas in docs/algorithms.md.
 
 An estimator is a pure function of tensors called with verl's keyword arguments
 (`token_level_rewards`, `response_mask`, `index`, `values`, `reward_baselines`, `gamma`, `lam`,
-`norm_adv_by_std_in_grpo`, `config`); it receives the ones its signature names and returns
-`(advantages, returns)`, each (batch, response_len) and zero on masked positions.
+`epsilon`, `norm_adv_by_std_in_grpo`, `config`); it receives the ones its signature names and
+returns `(advantages, returns)`, each (batch, response_len) and zero on masked positions.
+
+What an estimator needs follows from its signature, so the trainer never branches on a name:
+one that names `values` gets a critic, one that names `reward_baselines` gets a greedy baseline
+rollout (`needs_critic`, `needs_reward_baselines`).
+
+Outcome estimators group trajectories by `index` (the prompt's uid). A group of one has no
+baseline to compare with; as in verl, its baseline is 0 (and its std 1).
 """
 
 from __future__ import annotations
 
 import inspect
-from collections import defaultdict
 from collections.abc import Callable
 
 import numpy as np
 import torch
 
+from reinforge.algorithm.core import masked_whiten
 from reinforge.algorithm.registry import Registry
 
 ADV_ESTIMATOR_REGISTRY = Registry("advantage estimator")
-ADV_ESTIMATORS_NEEDING_CRITIC = ("gae",)
 
 
 def register_adv_est(name: str) -> Callable[[Callable], Callable]:
@@ -34,6 +40,21 @@ def adv_estimator_names() -> list[str]:
     return ADV_ESTIMATOR_REGISTRY.names()
 
 
+def _named_params(name: str) -> set[str]:
+    params = inspect.signature(get_adv_estimator_fn(name)).parameters.values()
+    return {p.name for p in params if p.kind is not inspect.Parameter.VAR_KEYWORD}
+
+
+def needs_critic(name: str) -> bool:
+    """The estimator takes `values` (a critic's per-token values)."""
+    return "values" in _named_params(name)
+
+
+def needs_reward_baselines(name: str) -> bool:
+    """The estimator takes `reward_baselines` (the score of a greedy response per prompt)."""
+    return "reward_baselines" in _named_params(name)
+
+
 def compute_advantage(name: str, **kwargs) -> tuple[torch.Tensor, torch.Tensor]:
     """Call estimator `name` with the keyword arguments its signature accepts."""
     fn = get_adv_estimator_fn(name)
@@ -43,34 +64,174 @@ def compute_advantage(name: str, **kwargs) -> tuple[torch.Tensor, torch.Tensor]:
     return fn(**kwargs)
 
 
+# ---- group statistics -----------------------------------------------------------------------------
+def _group_of(index) -> tuple[torch.Tensor, torch.Tensor]:
+    """(group id of each row, group size of each row) for the uids in `index`."""
+    _, inverse = np.unique(np.asarray(index, dtype=object).astype(str), return_inverse=True)
+    group = torch.as_tensor(inverse.reshape(-1), dtype=torch.long)
+    return group, torch.bincount(group)[group]
+
+
+def _group_mean(scores: torch.Tensor, group: torch.Tensor, weights: torch.Tensor | None = None) -> torch.Tensor:
+    """Each row's (weighted) group mean of `scores`."""
+    weights = torch.ones_like(scores) if weights is None else weights
+    sums = torch.zeros(int(group.max()) + 1, dtype=scores.dtype).index_add_(0, group, scores * weights)
+    totals = torch.zeros_like(sums).index_add_(0, group, weights)
+    return (sums / totals.clamp(min=1e-12))[group]
+
+
+def _group_std(scores: torch.Tensor, group: torch.Tensor, size: torch.Tensor) -> torch.Tensor:
+    """Each row's unbiased group std (1 for a group of one)."""
+    squares = (scores - _group_mean(scores, group)).square()
+    sums = torch.zeros(int(group.max()) + 1, dtype=scores.dtype).index_add_(0, group, squares)[group]
+    return torch.where(size > 1, (sums / (size - 1).clamp(min=1)).sqrt(), torch.ones_like(scores))
+
+
+def _outcome(scores: torch.Tensor, response_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    advantages = scores.unsqueeze(-1) * response_mask
+    return advantages, advantages
+
+
+# ---- estimators ---------------------------------------------------------------------------------
+@register_adv_est("gae")
+@torch.no_grad()
+def compute_gae_advantage_return(token_level_rewards: torch.Tensor, values: torch.Tensor, response_mask: torch.Tensor,
+                                 gamma: float, lam: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """Generalized Advantage Estimation (arXiv:1506.02438), whitened over the batch.
+
+    Masked positions (padding, or tool/user tokens inside a multi-turn response) are skipped: the
+    recursion carries V and A across them unchanged. Returns are A + V before whitening.
+    """
+    next_value = torch.zeros_like(values[:, 0])
+    last_advantage = torch.zeros_like(values[:, 0])
+    advantages = torch.zeros_like(values)
+    for t in reversed(range(values.shape[1])):
+        m = response_mask[:, t]
+        delta = token_level_rewards[:, t] + gamma * next_value - values[:, t]
+        advantage = delta + gamma * lam * last_advantage
+        next_value = values[:, t] * m + (1 - m) * next_value
+        last_advantage = advantage * m + (1 - m) * last_advantage
+        advantages[:, t] = last_advantage
+    returns = (advantages + values) * response_mask
+    return masked_whiten(advantages, response_mask), returns
+
+
 @register_adv_est("grpo")
-def compute_grpo_outcome_advantage(
-    token_level_rewards: torch.Tensor,
-    response_mask: torch.Tensor,
-    index: np.ndarray,
-    epsilon: float = 1e-6,
-    norm_adv_by_std_in_grpo: bool = True,
-    config=None,
-) -> tuple[torch.Tensor, torch.Tensor]:
+@torch.no_grad()
+def compute_grpo_outcome_advantage(token_level_rewards: torch.Tensor, response_mask: torch.Tensor, index: np.ndarray,
+                                   epsilon: float = 1e-6, norm_adv_by_std_in_grpo: bool = True,
+                                   config=None) -> tuple[torch.Tensor, torch.Tensor]:
     """GRPO (arXiv:2402.03300): a response's score minus its group's mean, over the group's std.
 
-    The score is the sum of the token rewards; responses sharing `index` (the prompt's uid) form a
-    group; std is the unbiased sample std. A group of one gets mean 0 and std 1, so its advantage is
-    its raw score. `norm_adv_by_std_in_grpo=False` skips the division (Dr. GRPO, arXiv:2503.20783).
+    `norm_adv_by_std_in_grpo=False` skips the division (Dr. GRPO, arXiv:2503.20783).
     """
-    scores = token_level_rewards.sum(dim=-1)
-    groups: dict[object, list[int]] = defaultdict(list)
-    for row, uid in enumerate(index):
-        groups[uid].append(row)
-    mean = torch.zeros_like(scores)
-    std = torch.ones_like(scores)
-    for rows in groups.values():
-        if len(rows) > 1:
-            group = scores[rows]
-            mean[rows] = group.mean()
-            std[rows] = group.std()
+    scores = token_level_rewards.sum(-1)
+    group, size = _group_of(index)
+    mean = torch.where(size > 1, _group_mean(scores, group), torch.zeros_like(scores))
     advantages = scores - mean
     if norm_adv_by_std_in_grpo:
-        advantages = advantages / (std + epsilon)
-    advantages = advantages.unsqueeze(-1) * response_mask
+        advantages = advantages / (_group_std(scores, group, size) + epsilon)
+    return _outcome(advantages, response_mask)
+
+
+@register_adv_est("grpo_passk")
+@torch.no_grad()
+def compute_grpo_passk_outcome_advantage(token_level_rewards: torch.Tensor, response_mask: torch.Tensor, index: np.ndarray,
+                                         epsilon: float = 1e-6, norm_adv_by_std_in_grpo: bool = True,
+                                         config=None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Pass@k training (arXiv:2503.19595): only each group's best response learns, by its margin over the second best."""
+    scores = token_level_rewards.sum(-1)
+    group, size = _group_of(index)
+    advantages = torch.zeros_like(scores)
+    for g in range(int(group.max()) + 1):
+        rows = (group == g).nonzero(as_tuple=True)[0]
+        if len(rows) < 2:
+            raise ValueError(f"grpo_passk needs at least 2 responses per prompt; group {index[int(rows[0])]!r} has 1 "
+                             "(set actor_rollout_ref.rollout.n >= 2)")
+        top, order = torch.topk(scores[rows], 2)
+        margin = top[0] - top[1]
+        if norm_adv_by_std_in_grpo:
+            margin = margin / (scores[rows].std() + epsilon)
+        advantages[rows[order[0]]] = margin
+    return _outcome(advantages, response_mask)
+
+
+@register_adv_est("rloo")
+@torch.no_grad()
+def compute_rloo_outcome_advantage(token_level_rewards: torch.Tensor, response_mask: torch.Tensor, index: np.ndarray,
+                                   epsilon: float = 1e-6, config=None) -> tuple[torch.Tensor, torch.Tensor]:
+    """RLOO (arXiv:2402.14740): the score minus the mean of the other responses to the same prompt."""
+    scores = token_level_rewards.sum(-1)
+    group, size = _group_of(index)
+    n = size.to(scores.dtype)
+    loo = (scores - _group_mean(scores, group)) * n / (n - 1).clamp(min=1)
+    return _outcome(torch.where(size > 1, loo, scores), response_mask)
+
+
+@register_adv_est("reinforce_plus_plus")
+@torch.no_grad()
+def compute_reinforce_plus_plus_outcome_advantage(token_level_rewards: torch.Tensor, response_mask: torch.Tensor,
+                                                  config=None, gamma: float | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """REINFORCE++ (arXiv:2501.03262): discounted returns, restarted after each response's end, whitened over the batch.
+
+    gamma is `config.gamma` (algorithm.gamma), as in verl; the `gamma` argument is used without a config.
+    """
+    gamma = config.gamma if config is not None else (1.0 if gamma is None else gamma)
+    returns = torch.zeros_like(token_level_rewards)
+    running = torch.zeros_like(token_level_rewards[:, 0])
+    for t in reversed(range(token_level_rewards.shape[1])):
+        running = token_level_rewards[:, t] + gamma * running
+        returns[:, t] = running
+        running = running * response_mask[:, t]
+    return masked_whiten(returns, response_mask), returns * response_mask
+
+
+@register_adv_est("reinforce_plus_plus_baseline")
+@torch.no_grad()
+def compute_reinforce_plus_plus_baseline_outcome_advantage(token_level_rewards: torch.Tensor, response_mask: torch.Tensor,
+                                                           index: np.ndarray, epsilon: float = 1e-6,
+                                                           config=None) -> tuple[torch.Tensor, torch.Tensor]:
+    """REINFORCE++ with a group-mean baseline (arXiv:2501.03262), whitened over the batch."""
+    scores = token_level_rewards.sum(-1)
+    group, size = _group_of(index)
+    centred = scores - torch.where(size > 1, _group_mean(scores, group), torch.zeros_like(scores))
+    advantages = masked_whiten(centred.unsqueeze(-1) * response_mask, response_mask)
     return advantages, advantages
+
+
+@register_adv_est("remax")
+@torch.no_grad()
+def compute_remax_outcome_advantage(token_level_rewards: torch.Tensor, reward_baselines: torch.Tensor,
+                                    response_mask: torch.Tensor, config=None) -> tuple[torch.Tensor, torch.Tensor]:
+    """ReMax (arXiv:2310.10505): reward-to-go minus the score of a greedy response to the same prompt."""
+    returns = (token_level_rewards * response_mask).flip(-1).cumsum(-1).flip(-1)
+    advantages = returns - reward_baselines.unsqueeze(-1) * response_mask
+    return advantages * response_mask, returns * response_mask
+
+
+@register_adv_est("opo")
+@torch.no_grad()
+def compute_opo_outcome_advantage(token_level_rewards: torch.Tensor, response_mask: torch.Tensor, index: np.ndarray,
+                                  epsilon: float = 1e-6, config=None) -> tuple[torch.Tensor, torch.Tensor]:
+    """OPO (arXiv:2505.23585): the baseline is the group's mean score weighted by response length."""
+    scores = token_level_rewards.sum(-1)
+    lengths = response_mask.sum(-1).to(scores.dtype)
+    group, size = _group_of(index)
+    baseline = torch.where(size > 1, _group_mean(scores, group, weights=lengths), torch.zeros_like(scores))
+    return _outcome(scores - baseline, response_mask)
+
+
+@register_adv_est("gpg")
+@torch.no_grad()
+def compute_gpg_outcome_advantage(token_level_rewards: torch.Tensor, response_mask: torch.Tensor, index: np.ndarray,
+                                  epsilon: float = 1e-6, f_norm: float = 1.0, alpha: float = 1.0,
+                                  config=None) -> tuple[torch.Tensor, torch.Tensor]:
+    """GPG (arXiv:2504.02546): group-centred scores, scaled by batch size / trajectories with a non-zero score.
+
+    `alpha` is recomputed from the batch, as in verl; `f_norm` divides the result.
+    """
+    scores = token_level_rewards.sum(-1)
+    alpha = len(scores) / max(int(torch.count_nonzero(scores)), 1)
+    group, size = _group_of(index)
+    centred = scores - torch.where(size > 1, _group_mean(scores, group), torch.zeros_like(scores))
+    return _outcome(alpha * centred / f_norm, response_mask)

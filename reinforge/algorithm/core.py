@@ -1,13 +1,18 @@
-"""Masked reductions and loss aggregation shared by every estimator and loss.
+"""Masked reductions, whitening, loss aggregation and the value loss shared by every algorithm.
 
 `agg_loss` turns a (batch, response_len) matrix of per-token losses into one number, in one of
-verl's four modes. When a mini-batch is split into micro-batches, the actor rescales each
-micro-batch's value by `agg_scale` so that the accumulated gradient equals the full mini-batch's.
+verl's modes. It normalises by the totals of the whole mini-batch when they are given
+(`batch_num_tokens`, `global_batch_size`: the actor passes them as `config.global_batch_info`),
+so each micro-batch returns exactly its share of the mini-batch loss and the accumulated
+gradient does not depend on how the mini-batch is split (nor, with `dp_size`, on how many
+data-parallel ranks share it). Without them it normalises by the tensors it is given.
 """
 
 from __future__ import annotations
 
 import torch
+
+LOSS_AGG_MODES = ("token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm", "token-sum")
 
 
 def masked_sum(values: torch.Tensor, mask: torch.Tensor, dim: int | None = None) -> torch.Tensor:
@@ -19,45 +24,62 @@ def masked_mean(values: torch.Tensor, mask: torch.Tensor, dim: int | None = None
     return masked_sum(values, mask, dim) / mask.sum(dim).clamp(min=1)
 
 
-def agg_loss(loss_mat: torch.Tensor, loss_mask: torch.Tensor, loss_agg_mode: str) -> torch.Tensor:
-    """Aggregate per-token losses (batch, response_len) into a scalar.
+def masked_whiten(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """(values - mean) / sqrt(var + 1e-8) over the unmasked entries (unbiased var), 0 where masked."""
+    count = mask.sum()
+    mean = masked_mean(values, mask)
+    var = masked_mean((values - mean).square(), mask)
+    if count > 1:
+        var = var * count / (count - 1)
+    return (values - mean) * torch.rsqrt(var + 1e-8) * mask
 
-    - token-mean: mean over every unmasked token of the batch.
-    - seq-mean-token-sum: sum over each sequence's tokens, mean over sequences.
-    - seq-mean-token-mean: mean over each sequence's tokens, mean over sequences.
-    - seq-mean-token-sum-norm: sum over all tokens divided by the response width (Dr. GRPO's
-      constant normaliser, arXiv:2503.20783).
+
+def agg_loss(loss_mat: torch.Tensor, loss_mask: torch.Tensor, loss_agg_mode: str, dp_size: int = 1,
+             batch_num_tokens: float | None = None, global_batch_size: float | None = None,
+             loss_scale_factor: float | None = None) -> torch.Tensor:
+    """Aggregate per-token losses (batch, response_len) into a scalar (see docs/algorithms.md).
+
+    - token-mean: sum over unmasked tokens / tokens of the mini-batch (`batch_num_tokens`).
+    - token-sum: sum over unmasked tokens.
+    - seq-mean-token-sum: per-sequence token sums, summed / sequences of the mini-batch
+      (`global_batch_size`, counting sequences with at least one unmasked token).
+    - seq-mean-token-mean: per-sequence token means, summed / sequences of the mini-batch.
+    - seq-mean-token-sum-norm: seq-mean-token-sum / `loss_scale_factor` (default: the response
+      width), Dr. GRPO's constant normaliser (arXiv:2503.20783).
+    Every mode is multiplied by `dp_size`, because data-parallel gradients are averaged.
     """
+    mask = loss_mask.to(loss_mat.dtype)
     if loss_agg_mode == "token-mean":
-        return masked_mean(loss_mat, loss_mask)
-    if loss_agg_mode == "seq-mean-token-sum":
-        return masked_sum(loss_mat, loss_mask, -1).mean()
-    if loss_agg_mode == "seq-mean-token-mean":
-        return masked_mean(loss_mat, loss_mask, -1).mean()
+        tokens = mask.sum() if batch_num_tokens is None else batch_num_tokens
+        return masked_sum(loss_mat, mask) / max(float(tokens), 1.0) * dp_size
+    if loss_agg_mode == "token-sum":
+        return masked_sum(loss_mat, mask) * dp_size
+    seq_tokens = mask.sum(-1)
+    if loss_agg_mode in ("seq-mean-token-sum", "seq-mean-token-sum-norm"):
+        seq_losses = masked_sum(loss_mat, mask, -1)
+    elif loss_agg_mode == "seq-mean-token-mean":
+        seq_losses = masked_sum(loss_mat, mask, -1) / seq_tokens.clamp(min=1)
+    else:
+        raise ValueError(f"unknown loss_agg_mode {loss_agg_mode!r}; known: {', '.join(LOSS_AGG_MODES)}")
+    sequences = (seq_tokens > 0).sum() if global_batch_size is None else global_batch_size
+    loss = seq_losses.sum() / max(float(sequences), 1.0) * dp_size
     if loss_agg_mode == "seq-mean-token-sum-norm":
-        return masked_sum(loss_mat, loss_mask) / loss_mask.shape[-1]
-    raise ValueError(f"unknown loss_agg_mode {loss_agg_mode!r}")
+        loss = loss / (loss_scale_factor or loss_mask.shape[-1])
+    return loss
 
 
-def agg_scale(loss_mask: torch.Tensor, loss_agg_mode: str, global_tokens: int, global_seqs: int) -> float:
-    """Factor that turns a micro-batch's `agg_loss` into its share of the mini-batch's.
+def compute_value_loss(vpreds: torch.Tensor, returns: torch.Tensor, values: torch.Tensor, response_mask: torch.Tensor,
+                       cliprange_value: float, loss_agg_mode: str = "token-mean", dp_size: int = 1,
+                       batch_num_tokens: float | None = None, global_batch_size: float | None = None,
+                       loss_scale_factor: float | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """PPO's clipped value loss: 0.5 * agg(max((V - G)^2, (clip(V, V_old - c, V_old + c) - G)^2)).
 
-    token-mean normalises by tokens, the seq-mean modes by sequences; seq-mean-token-sum-norm is
-    already a plain sum over a fixed width and needs no factor.
+    Returns the loss and the fraction of tokens where the clipped term was larger (vf_clipfrac).
     """
-    if loss_agg_mode == "token-mean":
-        return float(loss_mask.sum()) / max(global_tokens, 1)
-    if loss_agg_mode in ("seq-mean-token-sum", "seq-mean-token-mean"):
-        return loss_mask.shape[0] / max(global_seqs, 1)
-    return 1.0
-
-
-def entropy_from_logits(logits: torch.Tensor) -> torch.Tensor:
-    """Entropy of softmax(logits) along the last dim: logsumexp(z) - sum(softmax(z) * z)."""
-    log_norm = torch.logsumexp(logits, dim=-1)
-    return log_norm - (torch.softmax(logits, dim=-1) * logits).sum(-1)
-
-
-def compute_entropy(logits: torch.Tensor) -> torch.Tensor:
-    """verl's name for `entropy_from_logits`."""
-    return entropy_from_logits(logits)
+    vpreds_clipped = torch.maximum(torch.minimum(vpreds, values + cliprange_value), values - cliprange_value)
+    losses_unclipped = (vpreds - returns).square()
+    losses_clipped = (vpreds_clipped - returns).square()
+    vf_loss = 0.5 * agg_loss(torch.maximum(losses_unclipped, losses_clipped), response_mask, loss_agg_mode,
+                             dp_size, batch_num_tokens, global_batch_size, loss_scale_factor)
+    vf_clipfrac = masked_mean((losses_clipped > losses_unclipped).float(), response_mask)
+    return vf_loss, vf_clipfrac

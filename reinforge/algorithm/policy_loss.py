@@ -1,12 +1,17 @@
-"""Policy losses, registered by name (`actor_rollout_ref.actor.policy_loss.loss_mode`).
+"""Policy losses, registered by name (`actor_rollout_ref.actor.policy_loss.loss_mode`); formulas in docs/algorithms.md.
 
 A loss is a pure function `(old_log_prob, log_prob, advantages, response_mask, loss_agg_mode,
-config) -> (loss, metrics)`; all tensors are (batch, response_len), `config` is the actor config
-(clip ratios, policy_loss parameters) and `metrics` maps verl's metric names to floats.
+config, rollout_is_weights=None) -> (loss, metrics)`. Tensors are (batch, response_len);
+`config` is the actor config (clip ratios, `tau_pos`/`tau_neg`, `policy_loss.*`) and carries
+`global_batch_info`, the mini-batch totals that `agg_loss` normalises by, so a micro-batch's
+loss is its exact share of the mini-batch's; `rollout_is_weights` multiply the per-token losses
+when given. `metrics` maps verl's names (`actor/pg_clipfrac`, `actor/ppo_kl`,
+`actor/pg_clipfrac_lower`) to floats.
 """
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable
 
 import torch
@@ -30,46 +35,186 @@ def policy_loss_names() -> list[str]:
     return POLICY_LOSS_REGISTRY.names()
 
 
+def compute_policy_loss(name: str, **kwargs) -> tuple[torch.Tensor, dict[str, float]]:
+    """Call loss `name` with the keyword arguments it accepts; a verl-era 4-tuple result becomes metrics."""
+    fn = get_policy_loss_fn(name)
+    params = inspect.signature(fn).parameters
+    if not any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
+        kwargs = {k: v for k, v in kwargs.items() if k in params}
+    result = fn(**kwargs)
+    if len(result) == 4:  # (loss, clipfrac, ppo_kl, clipfrac_lower), verl's signature before metrics dicts
+        loss, clipfrac, ppo_kl, clipfrac_lower = result
+        return loss, _metrics(clipfrac, ppo_kl, clipfrac_lower)
+    return result
+
+
+def _clip_range(config) -> tuple[float, float]:
+    clip = getattr(config, "clip_ratio", 0.2)
+    low, high = getattr(config, "clip_ratio_low", None), getattr(config, "clip_ratio_high", None)
+    return (clip if low is None else low), (clip if high is None else high)
+
+
+def _aggregate(token_losses: torch.Tensor, response_mask: torch.Tensor, loss_agg_mode: str, config,
+               rollout_is_weights: torch.Tensor | None) -> torch.Tensor:
+    if rollout_is_weights is not None:
+        token_losses = token_losses * rollout_is_weights
+    return agg_loss(token_losses, response_mask, loss_agg_mode, **getattr(config, "global_batch_info", {}))
+
+
+def _float(value) -> float:
+    return float(value.detach()) if isinstance(value, torch.Tensor) else float(value)
+
+
+def _metrics(clipfrac, ppo_kl, clipfrac_lower=0.0) -> dict[str, float]:
+    return {"actor/pg_clipfrac": _float(clipfrac), "actor/ppo_kl": _float(ppo_kl), "actor/pg_clipfrac_lower": _float(clipfrac_lower)}
+
+
 @register_policy_loss("vanilla")
-def compute_policy_loss_vanilla(
-    old_log_prob: torch.Tensor,
-    log_prob: torch.Tensor,
-    advantages: torch.Tensor,
-    response_mask: torch.Tensor,
-    loss_agg_mode: str = "token-mean",
-    config=None,
-) -> tuple[torch.Tensor, dict[str, float]]:
-    """PPO's clipped surrogate (arXiv:1707.06347) with asymmetric clipping and dual-clip.
-
-    ratio = exp(log_prob - old_log_prob) is clipped to [1 - clip_ratio_low, 1 + clip_ratio_high];
-    for negative advantages the loss is also capped at -A * clip_ratio_c (dual-clip,
-    arXiv:1912.09729), so a very large ratio cannot dominate the update.
-    """
-    clip_ratio = getattr(config, "clip_ratio", 0.2)
-    clip_low = getattr(config, "clip_ratio_low", None)
-    clip_high = getattr(config, "clip_ratio_high", None)
-    clip_low = clip_ratio if clip_low is None else clip_low
-    clip_high = clip_ratio if clip_high is None else clip_high
+def compute_policy_loss_vanilla(old_log_prob: torch.Tensor, log_prob: torch.Tensor, advantages: torch.Tensor,
+                                response_mask: torch.Tensor, loss_agg_mode: str = "token-mean", config=None,
+                                rollout_is_weights: torch.Tensor | None = None) -> tuple[torch.Tensor, dict[str, float]]:
+    """PPO's clipped surrogate (arXiv:1707.06347) with asymmetric clipping and dual-clip (arXiv:1912.09729)."""
+    clip_low, clip_high = _clip_range(config)
     clip_c = getattr(config, "clip_ratio_c", 3.0)
-
     log_ratio = (log_prob - old_log_prob).clamp(-20.0, 20.0)
     ratio = log_ratio.exp()
-    ppo_kl = masked_mean(-log_ratio, response_mask)
-
     loss_unclipped = -advantages * ratio
     loss_clipped = -advantages * ratio.clamp(1 - clip_low, 1 + clip_high)
     loss_ppo = torch.maximum(loss_unclipped, loss_clipped)
-    clipfrac = masked_mean((loss_clipped > loss_unclipped).float(), response_mask)
+    loss_cap = -advantages * clip_c
+    token_losses = torch.where(advantages < 0, torch.minimum(loss_ppo, loss_cap), loss_ppo)
+    loss = _aggregate(token_losses, response_mask, loss_agg_mode, config, rollout_is_weights)
+    return loss, _metrics(masked_mean((loss_clipped > loss_unclipped).float(), response_mask),
+                          masked_mean(-log_ratio, response_mask),
+                          masked_mean(((loss_ppo > loss_cap) & (advantages < 0)).float(), response_mask))
 
-    loss_dual_cap = -advantages * clip_c
-    loss_dual = torch.minimum(loss_ppo, loss_dual_cap)
-    clipfrac_lower = masked_mean(((loss_ppo > loss_dual_cap) & (advantages < 0)).float(), response_mask)
 
-    token_losses = torch.where(advantages < 0, loss_dual, loss_ppo)
-    loss = agg_loss(token_losses, response_mask, loss_agg_mode)
-    metrics = {
-        "actor/pg_clipfrac": clipfrac.item(),
-        "actor/ppo_kl": ppo_kl.item(),
-        "actor/pg_clipfrac_lower": clipfrac_lower.item(),
-    }
-    return loss, metrics
+@register_policy_loss("gspo")
+def compute_policy_loss_gspo(old_log_prob: torch.Tensor, log_prob: torch.Tensor, advantages: torch.Tensor,
+                             response_mask: torch.Tensor, loss_agg_mode: str = "seq-mean-token-mean", config=None,
+                             rollout_is_weights: torch.Tensor | None = None) -> tuple[torch.Tensor, dict[str, float]]:
+    """GSPO (arXiv:2507.18071): PPO clip on the sequence's geometric-mean ratio; always seq-mean-token-mean."""
+    clip_low, clip_high = _clip_range(config)
+    log_ratio = log_prob - old_log_prob
+    seq_log_ratio = (log_ratio * response_mask).sum(-1) / response_mask.sum(-1).clamp(min=1)  # (batch,)
+    # s_{i,t} = sg(s_i) * pi / sg(pi): the value of s_i, the gradient of each token's log-prob
+    token_log_ratio = (log_prob - log_prob.detach() + seq_log_ratio.detach().unsqueeze(-1)).clamp(max=10.0)
+    ratio = token_log_ratio.exp()
+    loss_unclipped = -advantages * ratio
+    loss_clipped = -advantages * ratio.clamp(1 - clip_low, 1 + clip_high)
+    token_losses = torch.maximum(loss_unclipped, loss_clipped)
+    loss = _aggregate(token_losses, response_mask, "seq-mean-token-mean", config, rollout_is_weights)
+    return loss, _metrics(masked_mean((loss_clipped > loss_unclipped).float(), response_mask),
+                          masked_mean(-log_ratio, response_mask))
+
+
+@register_policy_loss("sapo")
+def compute_policy_loss_sapo(old_log_prob: torch.Tensor, log_prob: torch.Tensor, advantages: torch.Tensor,
+                             response_mask: torch.Tensor, loss_agg_mode: str = "seq-mean-token-mean", config=None,
+                             rollout_is_weights: torch.Tensor | None = None) -> tuple[torch.Tensor, dict[str, float]]:
+    """SAPO (arXiv:2511.20347): a sigmoid gate (4/tau) sigmoid(tau (ratio - 1)) instead of a hard clip."""
+    tau_pos, tau_neg = getattr(config, "tau_pos", 1.0), getattr(config, "tau_neg", 1.05)
+    log_ratio = (log_prob - old_log_prob).clamp(-20.0, 20.0)
+    ratio = log_ratio.exp()
+    tau = torch.where(advantages > 0, torch.full_like(ratio, tau_pos), torch.full_like(ratio, tau_neg))
+    gate = torch.sigmoid(tau * (ratio - 1.0)) * (4.0 / tau)
+    loss = _aggregate(-gate * advantages, response_mask, "seq-mean-token-mean", config, rollout_is_weights)
+    return loss, _metrics(0.0, masked_mean(-log_ratio, response_mask))
+
+
+@register_policy_loss("gpg")
+def compute_policy_loss_gpg(old_log_prob: torch.Tensor, log_prob: torch.Tensor, advantages: torch.Tensor,
+                            response_mask: torch.Tensor, loss_agg_mode: str = "token-mean", config=None,
+                            rollout_is_weights: torch.Tensor | None = None) -> tuple[torch.Tensor, dict[str, float]]:
+    """GPG (arXiv:2504.02546): the plain policy gradient -A log pi, no ratio and no clip."""
+    loss = _aggregate(-log_prob * advantages, response_mask, loss_agg_mode, config, rollout_is_weights)
+    return loss, _metrics(0.0, masked_mean(old_log_prob - log_prob, response_mask))
+
+
+@register_policy_loss("clip_cov")
+def compute_policy_loss_clip_cov(old_log_prob: torch.Tensor, log_prob: torch.Tensor, advantages: torch.Tensor,
+                                 response_mask: torch.Tensor, loss_agg_mode: str = "token-mean", config=None,
+                                 rollout_is_weights: torch.Tensor | None = None) -> tuple[torch.Tensor, dict[str, float]]:
+    """Clip-Cov (arXiv:2505.22617): PPO clip, and no gradient for a random few tokens of high covariance."""
+    params = config.policy_loss
+    clip_low, clip_high = _clip_range(config)
+    log_ratio = log_prob - old_log_prob
+    ratio = log_ratio.exp()
+    loss_unclipped = -advantages * ratio
+    loss_clipped = -advantages * ratio.clamp(1 - clip_low, 1 + clip_high)
+    valid = response_mask > 0
+    cov = (advantages - masked_mean(advantages, response_mask)) * (log_prob - masked_mean(log_prob.detach(), response_mask))
+    eligible = valid & ~(loss_clipped > loss_unclipped) & (cov > params.clip_cov_lb) & (cov < params.clip_cov_ub)
+    candidates = eligible.nonzero()  # (k, 2) positions
+    count = min(max(int(params.clip_cov_ratio * int(valid.sum())), 1), len(candidates))
+    chosen = candidates[torch.randperm(len(candidates))[:count].to(candidates.device)]
+    keep = torch.ones_like(advantages)
+    keep[chosen[:, 0], chosen[:, 1]] = 0
+    token_losses = torch.maximum(loss_unclipped, loss_clipped) * keep
+    loss = _aggregate(token_losses, response_mask, loss_agg_mode, config, rollout_is_weights)
+    return loss, _metrics(masked_mean((keep == 0).float(), response_mask), masked_mean(-log_ratio, response_mask))
+
+
+@register_policy_loss("kl_cov")
+def compute_policy_loss_kl_cov(old_log_prob: torch.Tensor, log_prob: torch.Tensor, advantages: torch.Tensor,
+                               response_mask: torch.Tensor, loss_agg_mode: str = "token-mean", config=None,
+                               rollout_is_weights: torch.Tensor | None = None) -> tuple[torch.Tensor, dict[str, float]]:
+    """KL-Cov (arXiv:2505.22617): -A ratio, plus a |log-ratio| penalty on the tokens of largest covariance."""
+    params = config.policy_loss
+    log_ratio = log_prob - old_log_prob
+    ratio = log_ratio.exp()
+    token_losses = -advantages * ratio
+    valid = (response_mask > 0).flatten()
+    positions = valid.nonzero(as_tuple=True)[0]
+    if len(positions):
+        adv = advantages.detach().flatten()[positions]
+        logp = log_prob.detach().flatten()[positions]
+        cov = (adv - adv.mean()) * (logp - logp.mean())
+        count = max(1, int(len(positions) * params.kl_cov_ratio))
+        chosen = positions[torch.topk(cov, min(count, len(positions))).indices]
+        penalty = torch.zeros(advantages.numel(), dtype=token_losses.dtype, device=token_losses.device)
+        penalty[chosen] = 1.0
+        token_losses = token_losses + params.ppo_kl_coef * log_ratio.abs() * penalty.view_as(token_losses)
+    loss = _aggregate(token_losses, response_mask, loss_agg_mode, config, rollout_is_weights)
+    return loss, _metrics(0.0, masked_mean(log_ratio.abs(), response_mask))
+
+
+@register_policy_loss("geo_mean")
+def compute_policy_loss_geo_mean(old_log_prob: torch.Tensor, log_prob: torch.Tensor, advantages: torch.Tensor,
+                                 response_mask: torch.Tensor, loss_agg_mode: str = "token-mean", config=None,
+                                 rollout_is_weights: torch.Tensor | None = None) -> tuple[torch.Tensor, dict[str, float]]:
+    """GMPO (arXiv:2507.20673): PPO clip on the geometric mean of token ratios, one term per sequence.
+
+    The mean over sequences uses the mini-batch's sequence count (`global_batch_size`), so
+    micro-batching does not change the gradient; `loss_agg_mode` is not used.
+    """
+    clip_low, clip_high = _clip_range(config)
+    log_ratio = log_prob - old_log_prob
+    sign = torch.sign(advantages)
+    log_ratio_clipped = log_ratio.clamp(-clip_low, clip_high)
+    pessimistic = sign * torch.minimum(sign * log_ratio, sign * log_ratio_clipped)
+    lengths = response_mask.sum(-1)
+    seq_ratio = torch.exp((pessimistic * response_mask).sum(-1) / (lengths + 1e-8))
+    seq_advantage = (advantages * response_mask).sum(-1) / (lengths + 1e-8)
+    seq_losses = -seq_advantage * seq_ratio
+    if rollout_is_weights is not None:  # token weights become a per-sequence geometric mean
+        seq_losses = seq_losses * torch.exp((torch.log(rollout_is_weights + 1e-10) * response_mask).sum(-1) / (lengths + 1e-8))
+    info = getattr(config, "global_batch_info", {})
+    sequences = info.get("global_batch_size") or max(int((lengths > 0).sum()), 1)
+    loss = seq_losses.sum() / sequences * info.get("dp_size", 1)
+    clipped = (log_ratio != log_ratio_clipped).float()
+    return loss, _metrics(masked_mean(clipped * (advantages > 0), response_mask), masked_mean(-log_ratio, response_mask),
+                          masked_mean(clipped * (advantages < 0), response_mask))
+
+
+@register_policy_loss("cispo")
+def compute_policy_loss_cispo(old_log_prob: torch.Tensor, log_prob: torch.Tensor, advantages: torch.Tensor,
+                              response_mask: torch.Tensor, loss_agg_mode: str = "token-mean", config=None,
+                              rollout_is_weights: torch.Tensor | None = None) -> tuple[torch.Tensor, dict[str, float]]:
+    """CISPO (arXiv:2506.13585): -sg(clip(ratio)) A log pi; the clip weighs the gradient, no token loses it."""
+    clip_low, clip_high = _clip_range(config)
+    log_ratio = (log_prob - old_log_prob).clamp(-20.0, 20.0)
+    ratio = log_ratio.exp()
+    weight = ratio.clamp(1 - clip_low, 1 + clip_high).detach()
+    loss = _aggregate(-weight * advantages * log_prob, response_mask, loss_agg_mode, config, rollout_is_weights)
+    return loss, _metrics(masked_mean((ratio != weight).float(), response_mask), masked_mean(-log_ratio, response_mask))

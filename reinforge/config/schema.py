@@ -27,15 +27,22 @@ def _sub(cls: type, doc: str) -> Any:
     return field(default_factory=cls, metadata={"doc": doc})
 
 
+class Node:
+    """Base of the config dataclasses: `get(key, default)` as on verl's configs (ported code calls it)."""
+
+    def get(self, key: str, default: Any = None) -> Any:
+        return getattr(self, key, default)
+
+
 # ---------------------------------------------------------------------------------------- data
 @dataclass
-class ClassRef:
+class ClassRef(Node):
     path: str | None = _f(None, "Python file (or importable module) that defines the class.")
     name: str | None = _f(None, "Name of the class inside `path`.")
 
 
 @dataclass
-class DataConfig:
+class DataConfig(Node):
     train_files: Any = _f(
         None,
         "Training data: a parquet, JSON or JSONL file, or a list of them, in verl's schema "
@@ -48,6 +55,10 @@ class DataConfig:
     max_prompt_length: int = _f(512, "Longest prompt in tokens after the chat template; longer ones follow `truncation`.")
     max_response_length: int = _f(512, "Most tokens generated per response.")
     train_batch_size: int = _f(1024, "Prompts per training step (each is sampled rollout.n times).")
+    gen_batch_size: int | None = _f(
+        None, "Prompts per generation batch when algorithm.filter_groups is on (DAPO's dynamic sampling draws batches "
+        "of this size until train_batch_size groups survive the filter); null: train_batch_size.",
+    )
     val_batch_size: int | None = _f(None, "Prompts per validation generation call; null: the whole validation set at once.")
     truncation: str = _f("error", "What to do with a prompt over max_prompt_length: error, left, right or middle.")
     filter_overlong_prompts: bool = _f(False, "Drop prompts longer than max_prompt_length when loading (reported with a count).")
@@ -68,7 +79,7 @@ class DataConfig:
 
 # ------------------------------------------------------------------------------------ model/actor
 @dataclass
-class ModelConfig:
+class ModelConfig(Node):
     path: str | None = _f(None, "Local folder of a Hugging Face causal LM (or a hub id where a hub is reachable). Unset: the built-in tiny model.")
     custom_chat_template: str | None = _f(None, "A Jinja chat template that replaces the tokenizer's.")
     trust_remote_code: bool = _f(False, "Allow model code from the model folder.")
@@ -80,7 +91,7 @@ class ModelConfig:
 
 
 @dataclass
-class OptimConfig:
+class OptimConfig(Node):
     lr: float = _f(1e-6, "Peak learning rate of AdamW.")
     lr_warmup_steps: int = _f(-1, "Linear warmup steps; negative: use lr_warmup_steps_ratio.")
     lr_warmup_steps_ratio: float = _f(0.0, "Warmup as a fraction of total training steps (used when lr_warmup_steps < 0).")
@@ -96,7 +107,7 @@ class OptimConfig:
 
 
 @dataclass
-class FSDPConfig:
+class FSDPConfig(Node):
     param_offload: bool = _f(False, "FSDP: keep parameters on CPU between uses. Acts with the FSDP strategy (not in this version).")
     optimizer_offload: bool = _f(False, "FSDP: keep optimizer state on CPU. Acts with the FSDP strategy (not in this version).")
     offload_policy: bool = _f(False, "FSDP2 CPUOffloadPolicy. Acts with the FSDP strategy (not in this version).")
@@ -107,7 +118,7 @@ class FSDPConfig:
 
 
 @dataclass
-class PolicyLossConfig:
+class PolicyLossConfig(Node):
     loss_mode: str = _f("vanilla", "Policy loss from the registry (reinforge.algorithm.get_policy_loss_fn).")
     clip_cov_ratio: float = _f(0.0002, "clip_cov: fraction of tokens clipped.")
     clip_cov_lb: float = _f(1.0, "clip_cov: lower bound of covariance.")
@@ -117,13 +128,13 @@ class PolicyLossConfig:
 
 
 @dataclass
-class CheckpointContents:
+class CheckpointContents(Node):
     save_contents: list = _f(["model", "optimizer", "extra"], "What a checkpoint holds: model, optimizer, extra (scheduler, RNG), hf_model.")
     load_contents: list = _f(["model", "optimizer", "extra"], "What resuming loads.")
 
 
 @dataclass
-class ActorConfig:
+class ActorConfig(Node):
     strategy: str = _f("fsdp", "Training backend: fsdp or fsdp2 (single process: plain PyTorch, the same maths).")
     ppo_mini_batch_size: int = _f(256, "Prompts per optimizer step (multiplied by rollout.n trajectories).")
     ppo_micro_batch_size: int | None = _f(None, "Deprecated verl global micro-batch; use ppo_micro_batch_size_per_gpu.")
@@ -135,11 +146,16 @@ class ActorConfig:
     clip_ratio_low: float | None = _f(None, "Lower clip epsilon (ratio >= 1 - low); null: clip_ratio.")
     clip_ratio_high: float | None = _f(None, "Upper clip epsilon (ratio <= 1 + high); null: clip_ratio. DAPO's clip-higher.")
     clip_ratio_c: float = _f(3.0, "Dual-clip constant c > 1 bounding the loss for negative advantages (arXiv:1912.09729).")
-    loss_agg_mode: str = _f("token-mean", "How token losses become one number: token-mean, seq-mean-token-sum, seq-mean-token-mean, seq-mean-token-sum-norm.")
-    entropy_coeff: float = _f(0.0, "Weight of the entropy bonus (loss -= coeff * entropy).")
+    tau_pos: float = _f(1.0, "SAPO gate temperature for positive advantages (loss_mode=sapo, arXiv:2511.20347).")
+    tau_neg: float = _f(1.05, "SAPO gate temperature for non-positive advantages (loss_mode=sapo).")
+    loss_agg_mode: str = _f("token-mean", "How token losses become one number over the mini-batch: token-mean, token-sum, "
+                            "seq-mean-token-sum, seq-mean-token-mean, seq-mean-token-sum-norm (docs/algorithms.md).")
+    loss_scale_factor: float | None = _f(None, "Divisor of seq-mean-token-sum-norm; null: the response width (rollout.response_length).")
+    entropy_coeff: float = _f(0.0, "Weight of the entropy bonus (loss -= coeff * agg(entropy)).")
     use_kl_loss: bool = _f(False, "Add a KL(actor || reference) term to the loss (GRPO style); needs the reference model.")
     kl_loss_coef: float = _f(0.001, "Weight of the KL loss.")
-    kl_loss_type: str = _f("low_var_kl", "KL estimator for the loss: kl (k1), abs, mse (k2), low_var_kl (k3).")
+    kl_loss_type: str = _f("low_var_kl", "KL estimator for the loss: kl (k1), abs, mse (k2), low_var_kl (k3), full, "
+                           "or a straight-through variant (k1+, k3+, ...): docs/algorithms.md.")
     ppo_epochs: int = _f(1, "Passes over the batch per step.")
     shuffle: bool = _f(False, "Shuffle trajectories between mini-batches.")
     use_torch_compile: bool = _f(True, "Accepted for verl compatibility; no torch.compile in this version.")
@@ -151,7 +167,7 @@ class ActorConfig:
 
 
 @dataclass
-class RefConfig:
+class RefConfig(Node):
     strategy: str = _f("fsdp", "Backend of the reference model.")
     log_prob_micro_batch_size: int | None = _f(None, "Deprecated verl global micro-batch; use log_prob_micro_batch_size_per_gpu.")
     log_prob_micro_batch_size_per_gpu: int | None = _f(None, "Trajectories per reference forward; null: rollout.log_prob_micro_batch_size_per_gpu.")
@@ -162,7 +178,7 @@ class RefConfig:
 
 
 @dataclass
-class ValKwargs:
+class ValKwargs(Node):
     temperature: float = _f(0.0, "Validation sampling temperature (0: greedy).")
     top_p: float = _f(1.0, "Validation top-p.")
     top_k: int = _f(-1, "Validation top-k (-1: off).")
@@ -171,7 +187,7 @@ class ValKwargs:
 
 
 @dataclass
-class MultiTurnConfig:
+class MultiTurnConfig(Node):
     enable: bool = _f(False, "Multi-turn rollouts with tools (not in this version).")
     max_assistant_turns: int | None = _f(None, "Multi-turn: most assistant turns.")
     max_user_turns: int | None = _f(None, "Multi-turn: most user turns.")
@@ -181,7 +197,7 @@ class MultiTurnConfig:
 
 
 @dataclass
-class RolloutConfig:
+class RolloutConfig(Node):
     name: str = _f("hf", "Generation engine: hf (transformers; CPU or GPU). vllm and sglang are planned; asking for them runs hf and says so.")
     mode: str = _f("sync", "sync or async rollout (async: planned; runs sync).")
     n: int = _f(1, "Responses sampled per prompt (the group size of GRPO).")
@@ -216,7 +232,7 @@ class RolloutConfig:
 
 
 @dataclass
-class ActorRolloutRefConfig:
+class ActorRolloutRefConfig(Node):
     hybrid_engine: bool = _f(True, "Actor, rollout and reference share one worker (the only layout).")
     model: ModelConfig = _sub(ModelConfig, "The policy model.")
     actor: ActorConfig = _sub(ActorConfig, "The policy update.")
@@ -226,7 +242,7 @@ class ActorRolloutRefConfig:
 
 # ---------------------------------------------------------------------------------- algorithm
 @dataclass
-class KLControlConfig:
+class KLControlConfig(Node):
     type: str = _f("fixed", "fixed or adaptive KL coefficient for the in-reward penalty.")
     kl_coef: float = _f(0.001, "Initial (fixed: constant) coefficient of the in-reward KL penalty.")
     horizon: int = _f(10000, "Adaptive controller horizon.")
@@ -234,34 +250,51 @@ class KLControlConfig:
 
 
 @dataclass
-class AlgorithmConfig:
-    adv_estimator: str = _f("gae", "Advantage estimator from the registry: grpo, ... (gae needs a critic: planned).")
+class FilterGroupsConfig(Node):
+    enable: bool = _f(False, "DAPO dynamic sampling (arXiv:2503.14476): drop groups whose metric does not vary, generate more until "
+                      "data.train_batch_size groups are kept.")
+    metric: str = _f("seq_reward", "What must vary within a group: seq_reward (the summed score) or a key the reward function returns (e.g. acc).")
+    max_num_gen_batches: int = _f(10, "Most generation batches per step; the step fails with a clear message past it (0: no limit).")
+    filter_type: str = _f("same_value", "same_value: drop groups whose metric spread is <= tolerance; band_pass: keep groups whose "
+                          "mean metric lies in [lower_bound, upper_bound].")
+    tolerance: float = _f(1e-6, "same_value: a group whose metric max - min is at most this counts as having no variance.")
+    lower_bound: float | None = _f(None, "band_pass: lowest mean metric kept (null: no bound).")
+    upper_bound: float | None = _f(None, "band_pass: highest mean metric kept (null: no bound).")
+
+
+@dataclass
+class AlgorithmConfig(Node):
+    adv_estimator: str = _f("gae", "Advantage estimator from the registry: gae (with a critic), grpo, grpo_passk, rloo, "
+                            "reinforce_plus_plus, reinforce_plus_plus_baseline, remax, opo, gpg, or your own (docs/algorithms.md).")
     norm_adv_by_std_in_grpo: bool = _f(True, "GRPO: divide by the group's std; false gives Dr. GRPO (arXiv:2503.20783).")
     gamma: float = _f(1.0, "Discount factor.")
     lam: float = _f(1.0, "GAE lambda.")
     use_kl_in_reward: bool = _f(False, "Subtract kl_coef * KL(actor || ref) from the token rewards (needs the reference).")
-    kl_penalty: str = _f("kl", "KL estimator of the in-reward penalty: kl (k1), abs, mse (k2), low_var_kl (k3).")
+    kl_penalty: str = _f("kl", "KL estimator of the in-reward penalty: kl (k1), abs, mse (k2), low_var_kl (k3), full, or a + variant.")
     kl_ctrl: KLControlConfig = _sub(KLControlConfig, "Coefficient of the in-reward KL penalty.")
     use_pf_ppo: bool = _f(False, "Preference-feedback PPO reweighting (not in this version).")
+    filter_groups: FilterGroupsConfig = _sub(FilterGroupsConfig, "DAPO's dynamic sampling.")
+    custom_modules: list = _f([], "Python files or module names imported at start; the estimators and losses they register "
+                              "(@register_adv_est, @register_policy_loss) can then be named like the built-in ones.")
 
 
 # ------------------------------------------------------------------------------------- reward
 @dataclass
-class CustomRewardFunctionConfig:
+class CustomRewardFunctionConfig(Node):
     path: str | None = _f(None, "Python file defining the reward function.")
     name: str = _f("compute_score", "Function name in that file: compute_score(data_source, solution_str, ground_truth, extra_info=None, **kwargs).")
     reward_kwargs: dict = _f({}, "Keyword arguments passed to the function on every call.")
 
 
 @dataclass
-class SandboxFusionConfig:
+class SandboxFusionConfig(Node):
     url: str | None = _f(None, "Sandbox Fusion service URL for code rewards (planned).")
     max_concurrent: int = _f(64, "Concurrent sandbox requests.")
     memory_limit_mb: int = _f(1024, "Sandbox memory limit.")
 
 
 @dataclass
-class RewardModelConfig:
+class RewardModelConfig(Node):
     enable: bool = _f(False, "Score with a learned reward model (planned).")
     reward_manager: str = _f("naive", "How responses are scored: naive (one call per sample).")
     reward_kwargs: dict = _f({}, "Keyword arguments for the reward manager.")
@@ -276,9 +309,52 @@ class RewardModelConfig:
     strategy: str = _f("fsdp", "Reward model backend (planned).")
 
 
+# -------------------------------------------------------------------------------------- critic
+@dataclass
+class CriticModelConfig(Node):
+    path: str | None = _f(None, "The value model's folder; null: the actor's (actor_rollout_ref.model.path). Loaded as "
+                          "AutoModelForTokenClassification with one label, or a causal LM's backbone with a linear value head.")
+    tokenizer_path: str | None = _f(None, "Accepted for verl compatibility; the critic reads the actor's token ids, so its vocabulary must match.")
+    override_config: dict = _f({}, "Values that override the value model's config.json.")
+    external_lib: str | None = _f(None, "A module to import before loading the value model.")
+    trust_remote_code: bool = _f(False, "Allow model code from the value model's folder.")
+    enable_gradient_checkpointing: bool = _f(True, "Recompute activations in the critic's backward pass to save memory.")
+    use_remove_padding: bool = _f(False, "verl: pack sequences without padding. Accepted; padded batches are used in this version.")
+    fsdp_config: FSDPConfig = _sub(FSDPConfig, "FSDP settings of the critic (model_dtype acts in one process).")
+
+
+@dataclass
+class CriticOptimConfig(OptimConfig):
+    lr: float = _f(1e-5, "Peak learning rate of the critic's AdamW.")
+
+
+@dataclass
+class CriticConfig(Node):
+    enable: bool | None = _f(None, "Train a critic; null: when the advantage estimator uses values (gae).")
+    strategy: str = _f("fsdp", "Training backend of the critic: fsdp or fsdp2 (single process: plain PyTorch).")
+    model: CriticModelConfig = _sub(CriticModelConfig, "The value model.")
+    optim: CriticOptimConfig = _sub(CriticOptimConfig, "The critic's optimizer and learning-rate schedule.")
+    ppo_mini_batch_size: int | None = _f(None, "Prompts per critic optimizer step (times rollout.n); null: actor.ppo_mini_batch_size.")
+    ppo_micro_batch_size: int | None = _f(None, "Deprecated verl global micro-batch; use ppo_micro_batch_size_per_gpu.")
+    ppo_micro_batch_size_per_gpu: int | None = _f(None, "Trajectories per critic forward/backward; null: the whole mini-batch.")
+    forward_micro_batch_size: int | None = _f(None, "Deprecated verl global micro-batch; use forward_micro_batch_size_per_gpu.")
+    forward_micro_batch_size_per_gpu: int | None = _f(None, "Trajectories per forward when computing values; null: ppo_micro_batch_size_per_gpu.")
+    use_dynamic_bsz: bool = _f(False, "Token-budget micro-batches (not in this version).")
+    ppo_max_token_len_per_gpu: int = _f(32768, "Token budget per micro-batch (not in this version).")
+    forward_max_token_len_per_gpu: int = _f(32768, "Token budget per forward micro-batch (not in this version).")
+    ppo_epochs: int | None = _f(None, "Passes over the batch per step; null: actor.ppo_epochs.")
+    shuffle: bool | None = _f(None, "Shuffle trajectories between mini-batches; null: actor.shuffle.")
+    grad_clip: float = _f(1.0, "Clip the critic's gradient norm to this (the pre-clip norm is logged as critic/grad_norm).")
+    cliprange_value: float = _f(0.5, "Value clipping: new values stay within old values +- this in the loss.")
+    loss_agg_mode: str | None = _f(None, "Aggregation of the value loss (modes as actor.loss_agg_mode); null: the actor's.")
+    loss_scale_factor: float | None = _f(None, "Divisor of seq-mean-token-sum-norm; null: the actor's.")
+    checkpoint: CheckpointContents = _sub(CheckpointContents, "Checkpoint contents of the critic.")
+    ulysses_sequence_parallel_size: int = _f(1, "Sequence parallel size (only 1 in this version).")
+
+
 # ------------------------------------------------------------------------------------- trainer
 @dataclass
-class TrainerConfig:
+class TrainerConfig(Node):
     total_epochs: int = _f(30, "Passes over the training data.")
     total_training_steps: int | None = _f(None, "Stop after this many steps (overrides total_epochs when smaller).")
     project_name: str = _f("verl_examples", "Project name: trackers and the default run folder.")
@@ -294,7 +370,7 @@ class TrainerConfig:
     test_freq: int = _f(-1, "Validate every this many steps (-1: never; the last step is validated when > 0).")
     val_before_train: bool = _f(True, "Validate before the first step.")
     val_only: bool = _f(False, "Validate once and exit.")
-    critic_warmup: int = _f(0, "Steps that update only the critic before the actor.")
+    critic_warmup: int = _f(0, "The first this many steps update only the critic, not the actor.")
     default_local_dir: str | None = _f(None, "The run folder; null: checkpoints/<project_name>/<experiment_name>.")
     default_hdfs_dir: str | None = _f(None, "Accepted for verl compatibility; no HDFS copy.")
     resume_mode: str = _f("auto", "auto: continue from the latest checkpoint in the run folder; disable; resume_path.")
@@ -307,9 +383,10 @@ class TrainerConfig:
 
 
 @dataclass
-class Config:
+class Config(Node):
     data: DataConfig = _sub(DataConfig, "Datasets and prompt handling.")
     actor_rollout_ref: ActorRolloutRefConfig = _sub(ActorRolloutRefConfig, "Policy model, its update, generation and reference.")
+    critic: CriticConfig = _sub(CriticConfig, "The value model of PPO (used by gae).")
     algorithm: AlgorithmConfig = _sub(AlgorithmConfig, "Advantages and the in-reward KL penalty.")
     reward_model: RewardModelConfig = _sub(RewardModelConfig, "Reward managers and reward models.")
     custom_reward_function: CustomRewardFunctionConfig = _sub(CustomRewardFunctionConfig, "A user reward function.")

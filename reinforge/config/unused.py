@@ -27,12 +27,18 @@ _ALWAYS_INERT = {
     "trainer.balance_batch": "one data-parallel rank: nothing to balance",
     "trainer.default_hdfs_dir": "no HDFS copy",
     "ray_kwargs": "this version runs in one process without Ray",
-    "trainer.critic_warmup": "no critic in this version",
-    "trainer.max_critic_ckpt_to_keep": "no critic in this version",
+    "critic.use_dynamic_bsz": "fixed-size micro-batches are used in this version",
+    "critic.ppo_max_token_len_per_gpu": "fixed-size micro-batches are used in this version",
+    "critic.forward_max_token_len_per_gpu": "fixed-size micro-batches are used in this version",
+    "critic.model.use_remove_padding": "padded batches are used in this version",
+    "critic.model.tokenizer_path": "the critic reads the actor's token ids",
     "trainer.del_local_ckpt_after_load": "checkpoints are kept after resuming",
     "actor_rollout_ref.rollout.calculate_log_probs": "the hf engine always returns rollout_log_probs",
     "actor_rollout_ref.rollout.prompt_length": "prompts are limited by data.max_prompt_length",
 }
+
+
+_CRITIC_KEYS = ("trainer.critic_warmup", "trainer.max_critic_ckpt_to_keep")
 
 
 def unused_settings(config: Config, user_keys: list[str]) -> list[str]:
@@ -42,7 +48,11 @@ def unused_settings(config: Config, user_keys: list[str]) -> list[str]:
     for key in dict.fromkeys(user_keys):
         reason = next((r for prefix, r in _ALWAYS_INERT.items() if key == prefix or key.startswith(prefix + ".")), None)
         parts = key.split(".")
-        if reason is None and "fsdp_config" in parts and parts[-1] != "model_dtype":
+        if reason is None and not config.critic.enable and (parts[0] == "critic" or key in _CRITIC_KEYS):
+            reason = "no critic in this run (the advantage estimator does not use values; critic.enable=true adds one)"
+        elif reason is None and key == "data.gen_batch_size" and not config.algorithm.filter_groups.enable:
+            reason = "generation batches differ from data.train_batch_size only with algorithm.filter_groups.enable=true"
+        elif reason is None and "fsdp_config" in parts and parts[-1] != "model_dtype":
             reason = "acts with the multi-process FSDP strategy (planned); this run trains in one process"
         elif reason is None and key.startswith("actor_rollout_ref.rollout.") and parts[2] in _ENGINE_ONLY:
             reason = "vLLM/SGLang setting; this run generates with the hf engine"

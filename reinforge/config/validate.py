@@ -10,7 +10,6 @@ from __future__ import annotations
 from reinforge.config.schema import Config
 from reinforge.errors import ConfigError
 
-LOSS_AGG_MODES = ("token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm")
 LOGGERS = ("console", "file", "jsonl")
 
 
@@ -28,7 +27,7 @@ def _positive(key: str, value: float | int | None, allow_zero: bool = False) -> 
 
 def finalize(config: Config, quickstart: bool = False) -> None:
     """Resolve null defaults that derive from other keys, then validate everything."""
-    data, arr, _algo, trainer = config.data, config.actor_rollout_ref, config.algorithm, config.trainer
+    data, arr, trainer = config.data, config.actor_rollout_ref, config.trainer
     actor, rollout, ref, optim = arr.actor, arr.rollout, arr.ref, arr.actor.optim
 
     if rollout.response_length is None:
@@ -49,6 +48,9 @@ def finalize(config: Config, quickstart: bool = False) -> None:
         rollout.log_prob_micro_batch_size_per_gpu = rollout.log_prob_micro_batch_size
     if ref.log_prob_micro_batch_size_per_gpu is None:
         ref.log_prob_micro_batch_size_per_gpu = ref.log_prob_micro_batch_size or rollout.log_prob_micro_batch_size_per_gpu
+    if data.gen_batch_size is None:
+        data.gen_batch_size = data.train_batch_size
+    _finalize_critic(config)
     if trainer.default_local_dir is None:
         trainer.default_local_dir = f"checkpoints/{trainer.project_name}/{trainer.experiment_name}"
     import torch
@@ -64,9 +66,36 @@ def finalize(config: Config, quickstart: bool = False) -> None:
     _check(config)
 
 
+def _finalize_critic(config: Config) -> None:
+    """Critic keys left null follow the actor's (as in verl); `enable` follows the estimator."""
+    from reinforge.algorithm import adv_estimator_names, import_custom_modules, needs_critic
+
+    actor, critic = config.actor_rollout_ref.actor, config.critic
+    import_custom_modules(config.algorithm.custom_modules)  # before any registry name is used
+    _choice("algorithm.adv_estimator", config.algorithm.adv_estimator, adv_estimator_names())
+    uses_values = needs_critic(config.algorithm.adv_estimator)
+    if critic.enable is None:
+        critic.enable = uses_values
+    elif uses_values and not critic.enable:
+        raise ConfigError(f"algorithm.adv_estimator={config.algorithm.adv_estimator} needs a critic's values; "
+                          "remove critic.enable=false")
+    for key in ("ppo_mini_batch_size", "ppo_epochs", "shuffle", "loss_agg_mode", "loss_scale_factor"):
+        if getattr(critic, key) is None:
+            setattr(critic, key, getattr(actor, key))
+    if critic.ppo_micro_batch_size_per_gpu is None:
+        critic.ppo_micro_batch_size_per_gpu = critic.ppo_micro_batch_size
+    if critic.forward_micro_batch_size_per_gpu is None:
+        critic.forward_micro_batch_size_per_gpu = critic.forward_micro_batch_size or critic.ppo_micro_batch_size_per_gpu
+    if critic.model.path is None:
+        critic.model.path = config.actor_rollout_ref.model.path
+    if critic.optim.warmup_style is not None:
+        critic.optim.lr_scheduler_type = critic.optim.warmup_style
+    if critic.optim.clip_grad is not None:
+        critic.grad_clip = critic.optim.clip_grad
+
+
 def _check(config: Config) -> None:
-    from reinforge.algorithm import ADV_ESTIMATORS_NEEDING_CRITIC, adv_estimator_names, policy_loss_names
-    from reinforge.algorithm.kl import KL_PENALTIES
+    from reinforge.algorithm import KL_PENALTIES, LOSS_AGG_MODES, policy_loss_names
     from reinforge.environment.dataset import TRUNCATION_MODES
     from reinforge.reward.manager import reward_manager_names
 
@@ -95,12 +124,14 @@ def _check(config: Config) -> None:
                 f"trainer.logger: {name!r} is not available in this version (available: "
                 f"{', '.join(LOGGERS)}); metrics.jsonl in the run folder is always written"
             )
-    if algo.adv_estimator in ADV_ESTIMATORS_NEEDING_CRITIC:
-        raise ConfigError(
-            f"algorithm.adv_estimator={algo.adv_estimator} needs a critic, which this version does not "
-            "have yet; use a critic-free estimator such as algorithm.adv_estimator=grpo"
-        )
-    _choice("algorithm.adv_estimator", algo.adv_estimator, adv_estimator_names())
+    _choice("critic.strategy", config.critic.strategy, ("fsdp", "fsdp2"))
+    _choice("critic.optim.lr_scheduler_type", config.critic.optim.lr_scheduler_type, ("constant", "cosine"))
+    _choice("critic.loss_agg_mode", config.critic.loss_agg_mode, LOSS_AGG_MODES)
+    _choice("critic.model.fsdp_config.model_dtype", config.critic.model.fsdp_config.model_dtype, ("fp32", "bf16", "float32", "bfloat16"))
+    _choice("algorithm.filter_groups.filter_type", algo.filter_groups.filter_type, ("same_value", "band_pass"))
+    if algo.filter_groups.metric == "seq_final_reward":
+        raise ConfigError("algorithm.filter_groups.metric=seq_final_reward is not supported; use seq_reward (the summed score) "
+                          "or a key your reward function returns")
 
     for key, value in [
         ("data.train_batch_size", data.train_batch_size),
@@ -117,6 +148,20 @@ def _check(config: Config) -> None:
         ("actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu", actor.ppo_micro_batch_size_per_gpu),
         ("actor_rollout_ref.actor.ppo_epochs", actor.ppo_epochs),
         ("actor_rollout_ref.actor.clip_ratio_c", actor.clip_ratio_c),
+        ("actor_rollout_ref.actor.tau_pos", actor.tau_pos),
+        ("actor_rollout_ref.actor.tau_neg", actor.tau_neg),
+        ("actor_rollout_ref.actor.loss_scale_factor", actor.loss_scale_factor),
+        ("actor_rollout_ref.actor.policy_loss.clip_cov_ratio", actor.policy_loss.clip_cov_ratio),
+        ("actor_rollout_ref.actor.policy_loss.kl_cov_ratio", actor.policy_loss.kl_cov_ratio),
+        ("data.gen_batch_size", data.gen_batch_size),
+        ("critic.ppo_mini_batch_size", config.critic.ppo_mini_batch_size),
+        ("critic.ppo_micro_batch_size_per_gpu", config.critic.ppo_micro_batch_size_per_gpu),
+        ("critic.forward_micro_batch_size_per_gpu", config.critic.forward_micro_batch_size_per_gpu),
+        ("critic.ppo_epochs", config.critic.ppo_epochs),
+        ("critic.optim.lr", config.critic.optim.lr),
+        ("critic.grad_clip", config.critic.grad_clip),
+        ("algorithm.kl_ctrl.horizon", algo.kl_ctrl.horizon),
+        ("algorithm.kl_ctrl.target_kl", algo.kl_ctrl.target_kl),
         ("trainer.total_epochs", trainer.total_epochs),
         ("trainer.total_training_steps", trainer.total_training_steps),
         ("trainer.nnodes", trainer.nnodes),
@@ -134,6 +179,10 @@ def _check(config: Config) -> None:
         ("algorithm.kl_ctrl.kl_coef", algo.kl_ctrl.kl_coef),
         ("trainer.log_val_generations", trainer.log_val_generations),
         ("trainer.critic_warmup", trainer.critic_warmup),
+        ("critic.cliprange_value", config.critic.cliprange_value),
+        ("critic.optim.weight_decay", config.critic.optim.weight_decay),
+        ("algorithm.filter_groups.max_num_gen_batches", algo.filter_groups.max_num_gen_batches),
+        ("algorithm.filter_groups.tolerance", algo.filter_groups.tolerance),
     ]:
         _positive(key, value, allow_zero=True)
     if not 0 < rollout.top_p <= 1:
@@ -157,13 +206,23 @@ def _check(config: Config) -> None:
             f"data.train_batch_size={data.train_batch_size} is not a multiple of "
             f"actor_rollout_ref.actor.ppo_mini_batch_size={actor.ppo_mini_batch_size}; every mini-batch must be full"
         )
-    mini = actor.ppo_mini_batch_size * rollout.n
-    micro = actor.ppo_micro_batch_size_per_gpu
-    if micro is not None and mini % micro:
-        raise ConfigError(
-            f"actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu={micro} does not divide the mini-batch of "
-            f"{mini} trajectories (ppo_mini_batch_size={actor.ppo_mini_batch_size} x rollout.n={rollout.n})"
-        )
+    for role, section in (("actor_rollout_ref.actor", actor), ("critic", config.critic)):
+        if role == "critic" and not config.critic.enable:
+            continue
+        if role == "critic" and data.train_batch_size % section.ppo_mini_batch_size:
+            raise ConfigError(
+                f"{role}.ppo_mini_batch_size={section.ppo_mini_batch_size} must divide data.train_batch_size="
+                f"{data.train_batch_size} (both count prompts); every mini-batch must be full"
+            )
+        mini = section.ppo_mini_batch_size * rollout.n
+        micro = section.ppo_micro_batch_size_per_gpu
+        if micro is not None and mini % micro:
+            raise ConfigError(
+                f"{role}.ppo_micro_batch_size_per_gpu={micro} does not divide the mini-batch of "
+                f"{mini} trajectories (ppo_mini_batch_size={section.ppo_mini_batch_size} x rollout.n={rollout.n})"
+            )
+    if algo.filter_groups.enable and rollout.n < 2:
+        raise ConfigError("algorithm.filter_groups needs groups to compare: set actor_rollout_ref.rollout.n >= 2")
 
     for key, value, reason in [
         ("actor_rollout_ref.rollout.multi_turn.enable", rollout.multi_turn.enable, "multi-turn rollouts"),
@@ -174,7 +233,7 @@ def _check(config: Config) -> None:
     ]:
         if value:
             raise ConfigError(f"{key}: {reason} are not supported in this version yet")
-    if actor.ulysses_sequence_parallel_size != 1:
+    if actor.ulysses_sequence_parallel_size != 1 or config.critic.ulysses_sequence_parallel_size != 1:
         raise ConfigError("actor_rollout_ref.actor.ulysses_sequence_parallel_size > 1 is not supported in this version yet")
     if trainer.nnodes > 1:
         raise ConfigError("trainer.nnodes > 1: multi-node runs are not supported in this version yet")

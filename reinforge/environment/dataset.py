@@ -18,8 +18,6 @@ other than those listed above; a user Dataset class (`data.custom_cls`) can do e
 from __future__ import annotations
 
 import functools
-import importlib
-import importlib.util
 import inspect
 import json
 import sys
@@ -32,6 +30,7 @@ import torch
 from torch.utils.data import Dataset
 
 from reinforge.errors import ConfigError, DataError, ModelError
+from reinforge.user_code import import_user_module
 
 TRUNCATION_MODES = ("error", "left", "right", "middle")
 FORMATS = (".parquet", ".json", ".jsonl")
@@ -344,7 +343,7 @@ def _accepts(cls: type, name: str) -> bool:
 
 def load_dataset_class(path: str, name: str | None) -> type:
     """The torch Dataset subclass `name` defined in the Python file (or importable module) `path`."""
-    module = _import_source(path)
+    module = import_user_module(path, "data.custom_cls.path", DataError)
     defined = sorted(k for k, v in vars(module).items() if isinstance(v, type) and v.__module__ == module.__name__)
     where = f"data.custom_cls.path={path!r}"
     if not name or not hasattr(module, name):
@@ -354,24 +353,3 @@ def load_dataset_class(path: str, name: str | None) -> type:
     if not (isinstance(cls, type) and issubclass(cls, Dataset)):
         raise DataError(f"{where}: {name!r} is not a subclass of torch.utils.data.Dataset; it is {_preview(cls)}.")
     return cls
-
-
-def _import_source(path: str) -> Any:
-    file = Path(path).expanduser()
-    try:
-        if file.is_file():
-            spec = importlib.util.spec_from_file_location(f"reinforge_custom_dataset_{file.stem}", file)
-            module = importlib.util.module_from_spec(spec)
-            spec.loader.exec_module(module)
-            return module
-        if path.endswith(".py") or "/" in path:
-            raise DataError(f"data.custom_cls.path: no such file {path} (resolved to {file.resolve()}).")
-        return importlib.import_module(path)
-    except DataError:
-        raise
-    except ModuleNotFoundError as err:
-        if err.name and path.startswith(err.name):
-            raise DataError(f"data.custom_cls.path={path!r} is neither a file nor an importable module.") from err
-        raise DataError(f"data.custom_cls.path={path!r}: importing it failed ({type(err).__name__}: {err}).") from err
-    except Exception as err:  # the user's module raised while being imported
-        raise DataError(f"data.custom_cls.path={path!r}: importing it failed ({type(err).__name__}: {err}).") from err

@@ -4,7 +4,7 @@ A reward manager decodes each response, calls the reward function (`compute_scor
 contract `compute_score(data_source, solution_str, ground_truth, extra_info=None, **kwargs)`)
 and writes the score at the last valid response token of a `(batch, response_len)` float32
 tensor. Managers are registered by name (`reward_model.reward_manager`); `naive` calls the
-function once per sample.
+function once per sample, `dapo` does the same and adds DAPO's overlong reward shaping.
 
 Decided behaviours of `naive`:
 
@@ -20,6 +20,20 @@ Decided behaviours of `naive`:
   zero every reward, so it stops the call instead.
 - A zero-length response gets no token reward; its score is still recorded in the extra info.
 
+`dapo` (DAPO, arXiv:2503.14476) scores like `naive`, with these differences:
+
+- A decoded response that still ends with the tokenizer's eos_token string (an EOS that is not a
+  special token) has it stripped before scoring.
+- With `reward_kwargs.overlong_buffer_cfg.enable=true`, a response of L valid tokens gets
+  `min(0, -(L - (max_resp_len - len)) / len * penalty_factor)` added to its score: no penalty up
+  to `max_resp_len - len` tokens, then a linear one reaching `-penalty_factor` at `max_resp_len`.
+  The penalty depends only on the length, so it applies to rows whose reward function failed
+  too. `reward_extra_info["score"]` keeps the task score; `log=true` adds the lists
+  `overlong_reward` (float) and `overlong` (bool, penalty < 0).
+- `overlong_buffer_cfg` takes `enable` (False), `len` (required when enabled, 0 < len <
+  max_resp_len), `penalty_factor` (1.0, >= 0) and `log` (False); `max_resp_len` is required when
+  enabled. Mistakes fail at construction with a ConfigError.
+
 Managers do not load reward functions (see `reinforge.reward.loading`), do not run learned
 reward models, and impose no time limit on a reward function.
 """
@@ -32,7 +46,7 @@ import math
 import numbers
 import sys
 import traceback
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
@@ -128,6 +142,27 @@ class NaiveRewardManager:
 
     def __call__(self, batch: Batch, return_dict: bool = False) -> torch.Tensor | dict[str, Any]:
         samples = self._samples(batch)
+        scores, extras, errors = self._score(samples)
+        rewards, shaping_info = self._shape(samples, scores)
+
+        responses = batch["responses"]
+        reward_tensor = torch.zeros(
+            responses.shape, dtype=torch.float32, device=responses.device
+        )  # (batch, response_len)
+        for sample, reward in zip(samples, rewards, strict=True):
+            if sample.response_length > 0:
+                reward_tensor[sample.row, sample.response_length - 1] = reward
+        self._examine(batch, samples, scores)
+        if not return_dict:
+            return reward_tensor
+        return {
+            "reward_tensor": reward_tensor,
+            "reward_extra_info": {**_extra_info_lists(scores, extras), **shaping_info},
+            "reward_metrics": {"reward/errors": errors},
+        }
+
+    def _score(self, samples: list[_Sample]) -> tuple[list[float], list[dict[str, Any]], int]:
+        """Each row's score and other dict keys (0.0 and none for a failed row), and the number of failures."""
         results = _call_all(self.compute_score, samples)
         scores: list[float] = []
         extras: list[dict[str, Any]] = []
@@ -143,22 +178,15 @@ class NaiveRewardManager:
                 score, extra = 0.0, {}
             scores.append(score)
             extras.append(extra)
+        return scores, extras, errors
 
-        responses = batch["responses"]
-        reward_tensor = torch.zeros(
-            responses.shape, dtype=torch.float32, device=responses.device
-        )  # (batch, response_len)
-        for sample, score in zip(samples, scores, strict=True):
-            if sample.response_length > 0:
-                reward_tensor[sample.row, sample.response_length - 1] = score
-        self._examine(batch, samples, scores)
-        if not return_dict:
-            return reward_tensor
-        return {
-            "reward_tensor": reward_tensor,
-            "reward_extra_info": _extra_info_lists(scores, extras),
-            "reward_metrics": {"reward/errors": errors},
-        }
+    def _shape(self, samples: list[_Sample], scores: list[float]) -> tuple[list[float], dict[str, list[Any]]]:
+        """Each row's reward from its score, plus extra-info lists about the shaping; `naive` keeps the scores."""
+        return scores, {}
+
+    def _decode_response(self, token_ids: list[int]) -> str:
+        """The solution_str of a row's valid response tokens."""
+        return self.tokenizer.decode(token_ids, skip_special_tokens=True)
 
     def _samples(self, batch: Batch) -> list[_Sample]:
         for key in ("prompts", "responses", "attention_mask", "reward_model", self.reward_fn_key):
@@ -177,7 +205,7 @@ class NaiveRewardManager:
             _Sample(
                 row=i,
                 data_source=batch[self.reward_fn_key][i],
-                solution_str=self.tokenizer.decode(responses[i, :length].tolist(), skip_special_tokens=True),
+                solution_str=self._decode_response(responses[i, :length].tolist()),
                 ground_truth=_ground_truth(batch["reward_model"][i], batch[self.reward_fn_key][i], extra_infos[i]),
                 extra_info=extra_infos[i],
                 response_length=int(length),
@@ -213,6 +241,98 @@ class NaiveRewardManager:
         prompts = batch["prompts"]  # (batch, prompt_len), left-padded
         prompt_mask = batch["attention_mask"][row, : prompts.shape[1]]
         return self.tokenizer.decode(prompts[row][prompt_mask.bool()].tolist(), skip_special_tokens=True)
+
+
+@dataclass(frozen=True)
+class OverlongBuffer:
+    """DAPO's soft overlong punishment: the last `len` tokens before `max_resp_len` cost up to `penalty_factor`."""
+
+    max_resp_len: int
+    len: int
+    penalty_factor: float = 1.0
+    log: bool = False
+
+    def penalty(self, response_length: int) -> float:
+        """The (non-positive) reward added to a response of `response_length` valid tokens."""
+        exceed = response_length - (self.max_resp_len - self.len)
+        return min(-exceed / self.len * self.penalty_factor, 0.0) + 0.0  # + 0.0 turns -0.0 into 0.0
+
+
+_OVERLONG_KEYS = ("enable", "len", "penalty_factor", "log")
+_KWARGS = "reward_model.reward_kwargs"
+
+
+@register_reward_manager("dapo")
+class DAPORewardManager(NaiveRewardManager):
+    """`naive` plus DAPO's eos stripping and overlong reward shaping; see the module docstring."""
+
+    def __init__(
+        self,
+        tokenizer: Any,
+        compute_score: Callable[..., Any] = default_compute_score,
+        reward_fn_key: str = "data_source",
+        num_examine: int = 0,
+        max_resp_len: int | None = None,
+        overlong_buffer_cfg: Mapping[str, Any] | None = None,
+    ) -> None:
+        super().__init__(tokenizer, compute_score, reward_fn_key=reward_fn_key, num_examine=num_examine)
+        self.max_resp_len = max_resp_len
+        self.overlong_buffer = _overlong_buffer(max_resp_len, overlong_buffer_cfg)
+
+    def _decode_response(self, token_ids: list[int]) -> str:
+        text = super()._decode_response(token_ids)
+        eos = getattr(self.tokenizer, "eos_token", None)
+        if isinstance(eos, str) and eos and text.endswith(eos):
+            text = text[: -len(eos)]
+        return text
+
+    def _shape(self, samples: list[_Sample], scores: list[float]) -> tuple[list[float], dict[str, list[Any]]]:
+        buffer = self.overlong_buffer
+        if buffer is None:
+            return scores, {}
+        penalties = [buffer.penalty(sample.response_length) for sample in samples]
+        rewards = [score + penalty for score, penalty in zip(scores, penalties, strict=True)]
+        if not buffer.log:
+            return rewards, {}
+        return rewards, {"overlong_reward": penalties, "overlong": [penalty < 0 for penalty in penalties]}
+
+
+def _overlong_buffer(max_resp_len: Any, cfg: Any) -> OverlongBuffer | None:
+    """The checked overlong settings, or None when shaping is off."""
+    if max_resp_len is not None and (isinstance(max_resp_len, bool) or not isinstance(max_resp_len, int) or max_resp_len <= 0):
+        raise ConfigError(f"{_KWARGS}.max_resp_len={max_resp_len!r} must be a positive integer (a token count) or null")
+    if cfg is None:
+        return None
+    key = f"{_KWARGS}.overlong_buffer_cfg"
+    if not isinstance(cfg, Mapping):
+        raise ConfigError(f"{key}={cfg!r} must be a dict with keys {list(_OVERLONG_KEYS)}")
+    unknown = sorted(set(cfg) - set(_OVERLONG_KEYS))
+    if unknown:
+        raise ConfigError(f"{key} has unknown keys {unknown}; the allowed keys are {list(_OVERLONG_KEYS)}")
+    enable, log = cfg.get("enable", False), cfg.get("log", False)
+    length, penalty_factor = cfg.get("len"), cfg.get("penalty_factor", 1.0)
+    for name, value in (("enable", enable), ("log", log)):
+        if not isinstance(value, bool):
+            raise ConfigError(f"{key}.{name}={value!r} must be true or false")
+    if not enable:
+        return None
+    if max_resp_len is None:
+        raise ConfigError(
+            f"{key}.enable=true needs {_KWARGS}.max_resp_len (the rollout's response length in tokens), "
+            f"e.g. +{_KWARGS}.max_resp_len=<data.max_response_length>"
+        )
+    if length is None:
+        raise ConfigError(f"{key}.enable=true needs {key}.len (the buffer length in tokens)")
+    if isinstance(length, bool) or not isinstance(length, int) or not 0 < length < max_resp_len:
+        raise ConfigError(f"{key}.len={length!r} must be an integer with 0 < len < {_KWARGS}.max_resp_len={max_resp_len}")
+    if (
+        isinstance(penalty_factor, bool)
+        or not isinstance(penalty_factor, numbers.Real)
+        or not math.isfinite(float(penalty_factor))
+        or penalty_factor < 0
+    ):
+        raise ConfigError(f"{key}.penalty_factor={penalty_factor!r} must be a finite number >= 0")
+    return OverlongBuffer(max_resp_len=max_resp_len, len=length, penalty_factor=float(penalty_factor), log=log)
 
 
 def _ground_truth(reward_model: Any, data_source: Any, extra_info: Any) -> Any:

@@ -2,6 +2,7 @@
 
     <run folder>/latest_checkpointed_iteration.txt    the step of the newest complete checkpoint
     <run folder>/global_step_<N>/actor/               model, optimizer, extra state (worker-written)
+    <run folder>/global_step_<N>/critic/              the same for the critic, when there is one
     <run folder>/global_step_<N>/data.pt              the prompt loader's position
     <run folder>/global_step_<N>/trainer_state.json   step counter and KL controller
 
@@ -32,8 +33,13 @@ def _write_atomic(path: Path, text: str) -> None:
     os.replace(tmp, path)
 
 
-def save_checkpoint(run_dir: Path, step: int, write: Callable[[Path], None], keep: int | None = None) -> Path:
-    """Call `write(folder)` into a temporary folder, publish it as global_step_<step>, update the tracker."""
+def save_checkpoint(run_dir: Path, step: int, write: Callable[[Path], None], keep: int | None = None,
+                    keep_critic: int | None = None) -> Path:
+    """Call `write(folder)` into a temporary folder, publish it as global_step_<step>, update the tracker.
+
+    Then only the newest `keep` step folders stay (max_actor_ckpt_to_keep), and only the newest
+    `keep_critic` of them keep their critic/ (max_critic_ckpt_to_keep); None or 0 keeps all.
+    """
     run_dir.mkdir(parents=True, exist_ok=True)
     final = run_dir / f"global_step_{step}"
     tmp = run_dir / f".global_step_{step}.tmp"
@@ -46,10 +52,13 @@ def save_checkpoint(run_dir: Path, step: int, write: Callable[[Path], None], kee
     os.replace(tmp, final)
     _write_atomic(run_dir / TRACKER, f"{step}\n")
     shutil.rmtree(old, ignore_errors=True)
-    if keep is not None and keep > 0:
-        steps = sorted(int(m.group(1)) for p in run_dir.iterdir() if (m := STEP_FOLDER.match(p.name)))
-        for old in steps[:-keep]:
-            shutil.rmtree(run_dir / f"global_step_{old}", ignore_errors=True)
+    steps = sorted(int(m.group(1)) for p in run_dir.iterdir() if (m := STEP_FOLDER.match(p.name)))
+    if keep:
+        for old_step in steps[:-keep]:
+            shutil.rmtree(run_dir / f"global_step_{old_step}", ignore_errors=True)
+    if keep_critic:
+        for old_step in steps[:-keep_critic]:
+            shutil.rmtree(run_dir / f"global_step_{old_step}" / "critic", ignore_errors=True)
     return final
 
 

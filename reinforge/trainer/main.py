@@ -57,7 +57,7 @@ def run(config: Config, user_keys: list[str]) -> dict[str, float]:
     from reinforge.reward import get_compute_score, make_reward_manager
     from reinforge.trainer.ppo_trainer import RLTrainer
     from reinforge.training.model import load_tokenizer
-    from reinforge.training.workers import ActorRolloutRefWorker
+    from reinforge.training.workers import ActorRolloutRefWorker, CriticWorker
 
     started = time.perf_counter()
     _quiet_transformers()
@@ -76,7 +76,9 @@ def run(config: Config, user_keys: list[str]) -> dict[str, float]:
     tokenizer = load_tokenizer(config)
     train_set = create_rl_dataset(data.train_files, data, tokenizer, is_train=True, max_samples=data.max_samples)
     collate = collate_fn(tokenizer.pad_token_id)
-    train_loader = PromptLoader(train_set, data.train_batch_size, collate, shuffle=data.shuffle, seed=data.seed, drop_last=True)
+    # with dynamic sampling (algorithm.filter_groups) a step draws batches of gen_batch_size prompts until enough groups are kept
+    prompts_per_batch = data.gen_batch_size if config.algorithm.filter_groups.enable else data.train_batch_size
+    train_loader = PromptLoader(train_set, prompts_per_batch, collate, shuffle=data.shuffle, seed=data.seed, drop_last=True)
     val_loader = None
     if data.val_files:
         val_set = create_rl_dataset(data.val_files, data, tokenizer, is_train=False, max_samples=data.max_val_samples)
@@ -98,8 +100,12 @@ def run(config: Config, user_keys: list[str]) -> dict[str, float]:
     role = "actor_rollout_ref" if actor_cfg.use_kl_loss or config.algorithm.use_kl_in_reward else "actor_rollout"
     actor_rollout_wg = LocalWorkerGroup(ActorRolloutRefWorker, config, role)
     actor_rollout_wg.init_model(schedule_steps)
+    critic_wg = None
+    if config.critic.enable:
+        critic_wg = LocalWorkerGroup(CriticWorker, config)
+        critic_wg.init_model(schedule_steps)
 
-    trainer = RLTrainer(config, actor_rollout_wg, reward_fn, train_loader, val_loader, tokenizer, total_steps)
+    trainer = RLTrainer(config, actor_rollout_wg, reward_fn, train_loader, val_loader, tokenizer, total_steps, critic_wg)
     print(f"reinforge: {len(train_set)} training prompts, {total_steps} steps; ready in {time.perf_counter() - started:.1f}s", flush=True)
     metrics = trainer.fit()
     print(f"reinforge: done in {time.perf_counter() - started:.1f}s; metrics in {run_dir / 'metrics.jsonl'}", flush=True)

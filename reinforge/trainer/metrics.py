@@ -27,7 +27,8 @@ def _stats(prefix: str, values: torch.Tensor) -> dict[str, float]:
 
 
 def compute_data_metrics(batch: Batch, max_response_length: int) -> dict[str, float]:
-    """critic/score, critic/rewards, critic/advantages, critic/returns, response_length, prompt_length."""
+    """critic/score, critic/rewards, critic/advantages, critic/returns, response_length, prompt_length; with a
+    critic also critic/values and critic/vf_explained_var."""
     response_mask = batch["response_mask"].bool()
     prompt_length = batch["attention_mask"][:, : batch["prompts"].shape[1]].sum(-1).float()
     response_length = response_mask.sum(-1).float()
@@ -42,6 +43,11 @@ def compute_data_metrics(batch: Batch, max_response_length: int) -> dict[str, fl
         "response_length/clip_ratio": (response_length >= max_response_length).float().mean().item(),
         **_stats("prompt_length", prompt_length),
     }
+    if "values" in batch and valid_ret.numel():
+        valid_values = batch["values"][response_mask]
+        metrics.update(_stats("critic/values", valid_values))
+        # 1 - Var(G - V) / Var(G): the share of the returns' variance the critic explains
+        metrics["critic/vf_explained_var"] = (1.0 - torch.var(valid_ret - valid_values) / (torch.var(valid_ret) + 1e-5)).item()
     return metrics
 
 

@@ -2,28 +2,44 @@
 
 `RLTrainer.train_step` is the whole algorithm of one step and reads top to bottom:
 
-    prompts -> repeat n -> generate (INFERENCE) -> score (reward) -> [old log-probs] ->
-    [reference log-probs] -> [KL in reward] -> advantages (ALGORITHM) -> update actor (TRAINING)
+    prompts -> rollout (repeat n, generate, score; INFERENCE + reward) -> [old log-probs] ->
+    [reference log-probs] -> [values] -> [KL in reward] -> advantages (ALGORITHM) ->
+    [update critic] -> update actor (TRAINING)
 
-Everything it calls is behind a small interface: a worker group for the model work, a reward
-manager for scores, a registry function for advantages. `fit` wraps it with the step/epoch
-bookkeeping of verl's `RayPPOTrainer.fit`: validation before training and every `test_freq`
-steps, checkpoints every `save_freq` steps, and the last step always validated and saved when
-those are on.
+Everything it calls is behind a small interface: worker groups for the model work, a reward
+manager for scores, registry functions for advantages and losses. What runs follows from the
+config and from what the estimator's signature asks for (values: a critic; reward_baselines: a
+greedy baseline rollout, as ReMax does), never from an algorithm's name. `_rollout` also holds
+DAPO's dynamic sampling: with `algorithm.filter_groups.enable` it keeps drawing batches of
+prompts until enough groups have a reward that varies.
+
+`fit` wraps the step with the bookkeeping of verl's `RayPPOTrainer.fit`: validation before
+training and every `test_freq` steps, checkpoints every `save_freq` steps, and the last step
+always validated and saved when those are on.
 """
 
 from __future__ import annotations
 
+import itertools
 import json
+from collections.abc import Iterator
 from pathlib import Path
 
 import torch
 
-from reinforge.algorithm import apply_kl_penalty, compute_advantage, make_kl_controller
+from reinforge.algorithm import (
+    apply_kl_penalty,
+    compute_advantage,
+    keep_groups,
+    kl_penalty,
+    make_kl_controller,
+    needs_reward_baselines,
+)
 from reinforge.batch import Batch
 from reinforge.config import batch_arithmetic
 from reinforge.config.schema import Config
 from reinforge.distributed import WorkerGroup
+from reinforge.errors import ConfigError
 from reinforge.inference.rollout import PROMPT_KEYS
 from reinforge.trainer.checkpoint import resume_folder, save_checkpoint, step_of
 from reinforge.trainer.generations import generation_records, write_generations
@@ -37,12 +53,14 @@ from reinforge.trainer.metrics import (
 from reinforge.trainer.tracking import Tracking
 from reinforge.trainer.validation import validate
 
+EXTRA = "reward_extra_info/"  # prefix of the per-row values a reward function returns besides the score
+
 
 class RLTrainer:
-    def __init__(self, config: Config, actor_rollout_wg: WorkerGroup, reward_fn,
-                 train_loader, val_loader, tokenizer, total_training_steps: int):
+    def __init__(self, config: Config, actor_rollout_wg: WorkerGroup, reward_fn, train_loader, val_loader, tokenizer,
+                 total_training_steps: int, critic_wg: WorkerGroup | None = None):
         self.config = config
-        self.actor_rollout_wg = actor_rollout_wg
+        self.actor_rollout_wg, self.critic_wg = actor_rollout_wg, critic_wg
         self.reward_fn = reward_fn  # one manager for training and validation
         self.train_loader, self.val_loader = train_loader, val_loader
         self.tokenizer = tokenizer
@@ -54,43 +72,47 @@ class RLTrainer:
         self.use_reference = config.actor_rollout_ref.actor.use_kl_loss or config.algorithm.use_kl_in_reward
         on_policy = batch_arithmetic(config)["on_policy_single_update"]
         self.recompute_old_log_probs = not on_policy or config.algorithm.use_kl_in_reward
+        self.greedy_baseline = needs_reward_baselines(config.algorithm.adv_estimator)
+        self.prompt_stream = self._prompt_batches()
 
     # ---- one step -----------------------------------------------------------------------------
     def train_step(self, prompts: Batch) -> dict[str, float]:
-        cfg, wg = self.config, self.actor_rollout_wg
+        cfg, wg, algo = self.config, self.actor_rollout_wg, self.config.algorithm
         metrics: dict[str, float] = {}
         timing: dict[str, float] = {}
         with timer("step", timing):
-            prompts["uid"] = [f"{self.global_steps}-{row}" for row in range(len(prompts))]  # one group per prompt
-            batch = prompts.repeat(cfg.actor_rollout_ref.rollout.n, interleave=True)
-            with timer("gen", timing):
-                batch = batch.union(wg.generate_sequences(batch.pop(PROMPT_KEYS)))
-            with timer("reward", timing):
-                scored = self.reward_fn(batch, return_dict=True)
-                batch["token_level_scores"] = scored["reward_tensor"]
-                metrics.update(scored.get("reward_metrics", {}))
-                metrics.update(extra_info_metrics(scored.get("reward_extra_info", {})))
+            batch = self._rollout(prompts, metrics, timing)
             if self.recompute_old_log_probs:
                 with timer("old_log_prob", timing):
                     batch["old_log_probs"] = wg.compute_log_prob(batch)["old_log_probs"]
             if self.use_reference:
                 with timer("ref", timing):
-                    batch["ref_log_prob"] = wg.compute_ref_log_prob(batch)["ref_log_prob"]
+                    batch = batch.union(wg.compute_ref_log_prob(batch))
+            if self.critic_wg is not None:
+                with timer("values", timing):
+                    batch["values"] = self.critic_wg.compute_values(batch)["values"]
             with timer("adv", timing):
                 batch["token_level_rewards"] = batch["token_level_scores"]
-                if cfg.algorithm.use_kl_in_reward:
+                if algo.use_kl_in_reward:
+                    kld = batch.get("full_kl")
+                    if kld is None:
+                        kld = kl_penalty(batch["old_log_probs"], batch["ref_log_prob"], algo.kl_penalty)
                     batch["token_level_rewards"], kl_metrics = apply_kl_penalty(
-                        batch["token_level_scores"], batch["old_log_probs"], batch["ref_log_prob"],
-                        batch["response_mask"], self.kl_ctrl, cfg.algorithm.kl_penalty)
+                        batch["token_level_scores"], kld, batch["response_mask"], self.kl_ctrl)
                     metrics.update(kl_metrics)
                 batch["advantages"], batch["returns"] = compute_advantage(
-                    cfg.algorithm.adv_estimator, token_level_rewards=batch["token_level_rewards"],
-                    response_mask=batch["response_mask"].float(), index=batch["uid"],
-                    norm_adv_by_std_in_grpo=cfg.algorithm.norm_adv_by_std_in_grpo,
-                    gamma=cfg.algorithm.gamma, lam=cfg.algorithm.lam, config=cfg.algorithm)
-            with timer("update_actor", timing):
-                metrics.update(wg.update_actor(batch).meta_info["metrics"])
+                    algo.adv_estimator, token_level_rewards=batch["token_level_rewards"],
+                    response_mask=batch["response_mask"].float(), index=batch["uid"], values=batch.get("values"),
+                    reward_baselines=batch.get("reward_baselines"), norm_adv_by_std_in_grpo=algo.norm_adv_by_std_in_grpo,
+                    gamma=algo.gamma, lam=algo.lam, config=algo)
+            if self.critic_wg is not None:
+                with timer("update_critic", timing):
+                    metrics.update(self.critic_wg.update_critic(batch).meta_info["metrics"])
+            if self.global_steps > cfg.trainer.critic_warmup:  # the first critic_warmup steps train only the critic
+                with timer("update_actor", timing):
+                    metrics.update(wg.update_actor(batch).meta_info["metrics"])
         metrics.update(compute_data_metrics(batch, cfg.actor_rollout_ref.rollout.response_length))
+        metrics.update(extra_info_metrics({k[len(EXTRA):]: list(batch[k]) for k in batch.keys() if k.startswith(EXTRA)}))
         metrics.update(compute_timing_metrics(batch, timing))
         metrics.update(compute_throughput_metrics(batch, timing["step"]))
         if cfg.trainer.rollout_data_dir:
@@ -99,7 +121,67 @@ class RLTrainer:
                               generation_records(batch, scores, self.tokenizer, self.global_steps))
         return metrics
 
+    def _rollout(self, prompts: Batch, metrics: dict, timing: dict) -> Batch:
+        """n scored responses per prompt; with filter_groups, only groups whose metric varies, drawing more prompts as needed."""
+        batch = self._generate_and_score(prompts, 0, metrics, timing)
+        groups = self.config.algorithm.filter_groups
+        if not groups.enable:
+            return batch
+        n, wanted = self.config.actor_rollout_ref.rollout.n, self.config.data.train_batch_size
+        kept: list[Batch] = []
+        generated = dropped = 0
+        for gen_batches in itertools.count(1):
+            values = batch["token_level_scores"].sum(-1).tolist() if groups.metric == "seq_reward" else batch.get(EXTRA + groups.metric)
+            if values is None:
+                extra = sorted(k[len(EXTRA):] for k in batch.keys() if k.startswith(EXTRA))
+                raise ConfigError(f"algorithm.filter_groups.metric={groups.metric!r}: the reward function returns no such key; "
+                                  f"use seq_reward or one of {extra}")
+            keep = keep_groups(batch["uid"], values, groups.filter_type, groups.tolerance, groups.lower_bound, groups.upper_bound)
+            generated += len(batch) // n
+            dropped += int((~keep).sum()) // n
+            kept.append(batch.index(keep))
+            if sum(len(b) for b in kept) >= wanted * n:
+                break
+            if 0 < groups.max_num_gen_batches <= gen_batches:
+                raise ConfigError(
+                    f"step {self.global_steps}: after {gen_batches} generation batches only {sum(len(b) for b in kept) // n} of "
+                    f"{wanted} prompt groups had a varying {groups.metric} (algorithm.filter_groups); the prompts may be too easy "
+                    "or too hard for the model. Raise algorithm.filter_groups.max_num_gen_batches (0: no limit) or data.gen_batch_size")
+            batch = self._generate_and_score(next(self.prompt_stream), gen_batches, metrics, timing)
+        metrics.update({"train/num_gen_batches": gen_batches, "train/num_generated_groups": generated,
+                        "train/num_dropped_groups": dropped})
+        return Batch.concat(kept).index(slice(0, wanted * n))
+
+    def _generate_and_score(self, prompts: Batch, gen_batch: int, metrics: dict, timing: dict) -> Batch:
+        """Repeat each prompt n times, generate, and score; `token_level_scores` and the reward's extra values per row."""
+        wg, n = self.actor_rollout_wg, self.config.actor_rollout_ref.rollout.n
+        prompts["uid"] = [f"{self.global_steps}-{gen_batch}-{row}" for row in range(len(prompts))]  # one group per prompt
+        batch = prompts.repeat(n, interleave=True)
+        with timer("gen", timing):
+            batch = batch.union(wg.generate_sequences(batch.pop(PROMPT_KEYS)))
+        if self.greedy_baseline:  # ReMax: the score of a greedy response to each prompt
+            with timer("gen_max", timing):
+                greedy = prompts.select(PROMPT_KEYS)
+                greedy.meta_info["do_sample"] = False
+                baseline = prompts.select([k for k in prompts.keys() if k not in PROMPT_KEYS]).union(wg.generate_sequences(greedy))
+                batch["reward_baselines"] = self.reward_fn(baseline).sum(-1).repeat_interleave(n)
+        with timer("reward", timing):
+            scored = self.reward_fn(batch, return_dict=True)
+            batch["token_level_scores"] = scored["reward_tensor"]
+            for key, value in scored.get("reward_metrics", {}).items():  # counts: summed over generation batches
+                metrics[key] = metrics.get(key, 0) + value
+            for key, values in scored.get("reward_extra_info", {}).items():
+                if key != "score":
+                    batch[EXTRA + key] = values
+        return batch
+
     # ---- the loop -----------------------------------------------------------------------------
+    def _prompt_batches(self) -> Iterator[Batch]:
+        """Batches of prompts from the loader, epoch after epoch."""
+        while True:
+            for prompts in self.train_loader:
+                yield Batch.from_dict(prompts)
+
     def fit(self) -> dict[str, float]:
         """Train to the last step; returns the last validation metrics (empty if none ran)."""
         cfg = self.config.trainer
@@ -117,22 +199,20 @@ class RLTrainer:
                 if cfg.val_only:
                     return val_metrics
             while self.global_steps < self.total_training_steps:
-                for prompts in self.train_loader:
-                    self.global_steps += 1
-                    last = self.global_steps >= self.total_training_steps
-                    metrics = self.train_step(Batch.from_dict(prompts))
-                    metrics["training/global_step"] = self.global_steps
-                    metrics["training/epoch"] = self.train_loader.epoch
-                    if self.val_loader is not None and cfg.test_freq > 0 and (last or self.global_steps % cfg.test_freq == 0):
-                        val_metrics = self._validate()
-                        metrics.update(val_metrics)
-                    if cfg.save_freq > 0 and (last or self.global_steps % cfg.save_freq == 0):
-                        with timer("save_checkpoint", timing := {}):
-                            self._save_checkpoint()
-                        metrics["timing_s/save_checkpoint"] = timing["save_checkpoint"]
-                    tracking.log(metrics, self.global_steps)
-                    if last:
-                        break
+                prompts = next(self.prompt_stream)
+                self.global_steps += 1
+                last = self.global_steps >= self.total_training_steps
+                metrics = self.train_step(prompts)
+                metrics["training/global_step"] = self.global_steps
+                metrics["training/epoch"] = self.train_loader.epoch
+                if self.val_loader is not None and cfg.test_freq > 0 and (last or self.global_steps % cfg.test_freq == 0):
+                    val_metrics = self._validate()
+                    metrics.update(val_metrics)
+                if cfg.save_freq > 0 and (last or self.global_steps % cfg.save_freq == 0):
+                    with timer("save_checkpoint", timing := {}):
+                        self._save_checkpoint()
+                    metrics["timing_s/save_checkpoint"] = timing["save_checkpoint"]
+                tracking.log(metrics, self.global_steps)
         finally:
             tracking.close()
         return val_metrics
@@ -148,20 +228,28 @@ class RLTrainer:
     def _save_checkpoint(self) -> None:
         def write(folder: Path) -> None:
             self.actor_rollout_wg.save_checkpoint(str(folder / "actor"))
+            if self.critic_wg is not None:
+                self.critic_wg.save_checkpoint(str(folder / "critic"))
             torch.save(self.train_loader.state_dict(), folder / "data.pt")
             state = {"global_steps": self.global_steps, "kl_ctrl": self.kl_ctrl.state_dict()}
             (folder / "trainer_state.json").write_text(json.dumps(state))
 
-        save_checkpoint(self.run_dir, self.global_steps, write, keep=self.config.trainer.max_actor_ckpt_to_keep)
+        trainer = self.config.trainer
+        save_checkpoint(self.run_dir, self.global_steps, write, keep=trainer.max_actor_ckpt_to_keep,
+                        keep_critic=trainer.max_critic_ckpt_to_keep)
 
     def _load_checkpoint(self) -> None:
         folder = resume_folder(self.config.trainer)
         if folder is None:
             return
         self.actor_rollout_wg.load_checkpoint(str(folder / "actor"))
+        if self.critic_wg is not None:
+            if not (folder / "critic").is_dir():
+                raise ConfigError(f"{folder} has no critic/ checkpoint but this run trains a critic; resume a run that had "
+                                  "one, or start fresh with trainer.resume_mode=disable")
+            self.critic_wg.load_checkpoint(str(folder / "critic"))
         self.train_loader.load_state_dict(torch.load(folder / "data.pt"))
         state = json.loads((folder / "trainer_state.json").read_text())
         self.global_steps = state["global_steps"]
         self.kl_ctrl.load_state_dict(state["kl_ctrl"])
         print(f"resumed from {folder} (step {step_of(folder)}); continuing at step {self.global_steps + 1}", flush=True)
-

@@ -3,13 +3,18 @@
 `Actor` knows nothing of generation, rewards or advantages' origin. It takes a Batch of
 trajectories with `advantages` (and, when a KL loss is on, `ref_log_prob`) and runs
 `ppo_epochs` passes of mini-batches (`ppo_mini_batch_size` prompts x rollout.n trajectories),
-each split into micro-batches whose gradients accumulate. Each micro-batch's loss is scaled by
-its share of the mini-batch (`agg_scale`), so the accumulated gradient equals one full
-mini-batch step whatever the micro-batch size.
+each split into micro-batches whose gradients accumulate. Before a mini-batch, its totals
+(tokens, sequences) are set as `config.global_batch_info`; every loss term aggregates with them
+(`agg_loss(..., **global_batch_info)`), so a micro-batch's loss is its exact share of the
+mini-batch's and the accumulated gradient is the same whatever the micro-batch size.
 
 When the update is on-policy (one epoch, one mini-batch) and the batch carries no
 `old_log_probs`, the old log-probs are the detached log-probs of the update's own forward pass:
 they are the same numbers, and a second forward pass is saved.
+
+Log-probs and entropy come from `log_probs_from_logits`, which keeps no extra vocabulary-sized
+tensors for the backward pass. The exact KL (`kl_loss_type=full`) needs the whole distribution
+of both models, so it runs the reference model on each micro-batch.
 """
 
 from __future__ import annotations
@@ -18,34 +23,39 @@ import math
 
 import torch
 
-from reinforge.algorithm import agg_loss, agg_scale, get_policy_loss_fn, kl_penalty
-from reinforge.algorithm.core import entropy_from_logits
+from reinforge.algorithm import agg_loss, compute_policy_loss, full_kl, kl_penalty, log_probs_from_logits
 from reinforge.batch import Batch
 from reinforge.config.schema import ActorConfig
 
 FORWARD_KEYS = ("input_ids", "attention_mask", "position_ids", "responses")
 
 
+def response_logits(model: torch.nn.Module, batch: Batch) -> torch.Tensor:
+    """Logits that predict each response token, (batch, response_len, vocab)."""
+    width = batch["responses"].shape[1]
+    length = batch["input_ids"].shape[1]
+    keep = torch.arange(length - width - 1, length - 1, device=batch["input_ids"].device)  # position t predicts token t + 1
+    out = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
+                position_ids=batch["position_ids"], use_cache=False, logits_to_keep=keep)
+    return out.logits
+
+
 def response_log_probs(model: torch.nn.Module, batch: Batch, temperature: float,
                        with_entropy: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Log-prob (and entropy) of each response token, (batch, response_len), under logits / temperature."""
-    responses = batch["responses"]
-    width = responses.shape[1]
-    out = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
-                position_ids=batch["position_ids"], use_cache=False, logits_to_keep=width + 1)
-    logits = out.logits[:, :-1, :].float()  # (batch, response_len, vocab): position t predicts response token t
-    if temperature != 1.0:
-        logits = logits / temperature
-    log_probs = logits.gather(-1, responses.unsqueeze(-1)).squeeze(-1) - torch.logsumexp(logits, dim=-1)
-    entropy = None
-    if with_entropy:
-        entropy = entropy_from_logits(logits)
-    return log_probs, entropy
+    return log_probs_from_logits(response_logits(model, batch), batch["responses"], temperature, with_entropy)
+
+
+def global_batch_info(response_mask: torch.Tensor, loss_scale_factor: float | None, dp_size: int = 1) -> dict:
+    """The mini-batch totals that `agg_loss` normalises by (verl's `config.global_batch_info`)."""
+    return {"dp_size": dp_size, "batch_num_tokens": int(response_mask.sum()),
+            "global_batch_size": int((response_mask.sum(-1) > 0).sum()), "loss_scale_factor": loss_scale_factor}
 
 
 class Actor:
-    def __init__(self, model: torch.nn.Module, config: ActorConfig, optimizer: torch.optim.Optimizer | None = None):
-        self.model, self.config, self.optimizer = model, config, optimizer
+    def __init__(self, model: torch.nn.Module, config: ActorConfig, optimizer: torch.optim.Optimizer | None = None,
+                 ref_model: torch.nn.Module | None = None):
+        self.model, self.config, self.optimizer, self.ref_model = model, config, optimizer, ref_model
         self.device = next(model.parameters()).device
 
     @torch.no_grad()
@@ -63,17 +73,30 @@ class Actor:
         entropy = torch.cat([p[1] for p in pieces]).cpu() if with_entropy else None
         return log_probs, entropy
 
+    @torch.no_grad()
+    def compute_full_kl(self, batch: Batch, ref_model: torch.nn.Module, temperature: float,
+                        micro_batch_size: int | None) -> torch.Tensor:
+        """Exact per-token KL(this policy || ref_model) over the vocabulary, (batch, response_len)."""
+        pieces = []
+        for micro in batch.split(micro_batch_size or len(batch)):
+            micro = micro.select(FORWARD_KEYS).to(self.device)
+            log_p = torch.log_softmax(response_logits(self.model, micro).float() / temperature, -1)
+            log_q = torch.log_softmax(response_logits(ref_model, micro).float() / temperature, -1)
+            pieces.append(full_kl(log_p, log_q).cpu())
+        return torch.cat(pieces)
+
     def update_policy(self, batch: Batch, temperature: float, rollout_n: int) -> dict[str, float]:
         """Run the PPO epochs over `batch`; returns verl's actor/* metrics averaged over optimizer steps."""
         cfg = self.config
         mini_size = cfg.ppo_mini_batch_size * rollout_n
         micro_size = cfg.ppo_micro_batch_size_per_gpu or mini_size
         on_policy = cfg.ppo_epochs == 1 and len(batch) <= mini_size and "old_log_probs" not in batch
-        policy_loss_fn = get_policy_loss_fn(cfg.policy_loss.loss_mode)
         keys = [*FORWARD_KEYS, "response_mask", "advantages"]
         keys += [k for k in ("old_log_probs", "ref_log_prob") if k in batch]
-        if cfg.use_kl_loss and "ref_log_prob" not in batch:
+        if cfg.use_kl_loss and cfg.kl_loss_type != "full" and "ref_log_prob" not in batch:
             raise ValueError("use_kl_loss needs ref_log_prob in the batch (the reference worker computes it)")
+        if cfg.use_kl_loss and cfg.kl_loss_type == "full" and self.ref_model is None:
+            raise ValueError("kl_loss_type=full needs the reference model in the actor")
 
         totals: dict[str, float] = {}
         steps = 0
@@ -82,46 +105,43 @@ class Actor:
             if cfg.shuffle:
                 data = data.index(torch.randperm(len(data)))
             for mini in data.split(mini_size):
-                mini_metrics = self._optimizer_step(mini, micro_size, temperature, on_policy, policy_loss_fn)
-                for key, value in mini_metrics.items():
+                for key, value in self._optimizer_step(mini, micro_size, temperature, on_policy).items():
                     totals[key] = totals.get(key, 0.0) + value
                 steps += 1
         return {key: value / steps for key, value in totals.items()}
 
-    def _optimizer_step(self, mini: Batch, micro_size: int, temperature: float, on_policy: bool, policy_loss_fn) -> dict[str, float]:
+    def _optimizer_step(self, mini: Batch, micro_size: int, temperature: float, on_policy: bool) -> dict[str, float]:
         cfg = self.config
-        global_tokens = int(mini["response_mask"].sum())
-        global_seqs = len(mini)
+        info = global_batch_info(mini["response_mask"], cfg.loss_scale_factor)
+        cfg.global_batch_info = info  # read by the policy loss (verl's convention)
         metrics: dict[str, float] = {}
 
-        def add(key: str, value: float, weight: float) -> None:
-            metrics[key] = metrics.get(key, 0.0) + value * weight
+        def add(key: str, value: float) -> None:
+            metrics[key] = metrics.get(key, 0.0) + value
 
         self.optimizer.zero_grad(set_to_none=True)
         for micro in mini.split(micro_size):
             micro = micro.to(self.device)
             mask = micro["response_mask"].float()
-            log_prob, entropy = response_log_probs(self.model, micro, temperature, with_entropy=True)
+            share = float(mask.sum()) / max(info["batch_num_tokens"], 1)  # ratio-type metrics are token means
+            logits = response_logits(self.model, micro)
+            log_prob, entropy = log_probs_from_logits(logits, micro["responses"], temperature)
             old_log_prob = log_prob.detach() if on_policy else micro["old_log_probs"]
-            pg_loss, pg_metrics = policy_loss_fn(
-                old_log_prob=old_log_prob, log_prob=log_prob, advantages=micro["advantages"],
-                response_mask=mask, loss_agg_mode=cfg.loss_agg_mode, config=cfg,
+            pg_loss, pg_metrics = compute_policy_loss(
+                cfg.policy_loss.loss_mode, old_log_prob=old_log_prob, log_prob=log_prob, advantages=micro["advantages"],
+                response_mask=mask, loss_agg_mode=cfg.loss_agg_mode, config=cfg, rollout_is_weights=None,
             )
-            scale = agg_scale(mask, cfg.loss_agg_mode, global_tokens, global_seqs)
-            share = float(mask.sum()) / max(global_tokens, 1)  # metrics are token means over the mini-batch
-            loss = pg_loss
-            entropy_term = agg_loss(entropy, mask, cfg.loss_agg_mode)
-            if cfg.entropy_coeff:
-                loss = loss - cfg.entropy_coeff * entropy_term
+            entropy_term = agg_loss(entropy if cfg.entropy_coeff else entropy.detach(), mask, cfg.loss_agg_mode, **info)
+            loss = pg_loss - cfg.entropy_coeff * entropy_term
             if cfg.use_kl_loss:
-                kl_term = agg_loss(kl_penalty(log_prob, micro["ref_log_prob"], cfg.kl_loss_type), mask, cfg.loss_agg_mode)
+                kl_term = agg_loss(self._kl(micro, logits, log_prob, temperature), mask, cfg.loss_agg_mode, **info)
                 loss = loss + cfg.kl_loss_coef * kl_term
-                add("actor/kl_loss", kl_term.item(), share)
-            (loss * scale).backward()
-            add("actor/pg_loss", pg_loss.item(), share)
-            add("actor/entropy", entropy_term.item(), share)
+                add("actor/kl_loss", kl_term.item())
+            loss.backward()
+            add("actor/pg_loss", pg_loss.item())  # micro-batch shares: they sum to the mini-batch's value
+            add("actor/entropy", entropy_term.item())
             for key, value in pg_metrics.items():
-                add(key, value, share)
+                add(key, value * share)
 
         grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), cfg.grad_clip)
         if math.isfinite(grad_norm.item()):
@@ -134,3 +154,11 @@ class Actor:
         if cfg.use_kl_loss:
             metrics["actor/kl_coef"] = cfg.kl_loss_coef
         return metrics
+
+    def _kl(self, micro: Batch, logits: torch.Tensor, log_prob: torch.Tensor, temperature: float) -> torch.Tensor:
+        """Per-token KL(actor || reference) of the kind `kl_loss_type` names."""
+        if self.config.kl_loss_type != "full":
+            return kl_penalty(log_prob, micro["ref_log_prob"], self.config.kl_loss_type)
+        with torch.no_grad():
+            ref_log_probs = torch.log_softmax(response_logits(self.ref_model, micro).float() / temperature, -1)
+        return full_kl(torch.log_softmax(logits.float() / temperature, -1), ref_log_probs)

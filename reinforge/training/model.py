@@ -14,14 +14,14 @@ from reinforge.errors import ModelError
 DTYPES = {"fp32": torch.float32, "float32": torch.float32, "bf16": torch.bfloat16, "bfloat16": torch.bfloat16}
 
 
-def _model_source(path: str) -> str:
+def _model_source(path: str, key: str = "actor_rollout_ref.model.path") -> str:
     expanded = os.path.expanduser(path)
     if Path(expanded).exists():
         if not (Path(expanded) / "config.json").is_file():
-            raise ModelError(f"actor_rollout_ref.model.path={path}: the folder has no config.json; is it a Hugging Face model folder?")
+            raise ModelError(f"{key}={path}: the folder has no config.json; is it a Hugging Face model folder?")
         return expanded
     if path.startswith(("/", ".", "~")) or path.count("/") > 1:
-        raise ModelError(f"actor_rollout_ref.model.path={path}: no such folder ({expanded})")
+        raise ModelError(f"{key}={path}: no such folder ({expanded})")
     return path  # a hub id; works where a hub is reachable
 
 
@@ -59,15 +59,71 @@ def load_causal_lm(config: Config, device: str, trainable: bool = True, dtype: s
         )
     except Exception as exc:
         raise ModelError(f"cannot load the model from {source}: {exc}") from exc
+    return _prepare(model, device, trainable, model_cfg.enable_gradient_checkpointing)
+
+
+def _prepare(model: torch.nn.Module, device: str, trainable: bool, gradient_checkpointing: bool) -> torch.nn.Module:
     model.to(device)
     if trainable:
         model.train()
-        if model_cfg.enable_gradient_checkpointing:
-            if hasattr(model, "activation_checkpointing_enable"):  # transformers >= 5
-                model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
+        if gradient_checkpointing:
+            target = model.model if isinstance(model, CausalLMWithValueHead) else model
+            if hasattr(target, "activation_checkpointing_enable"):  # transformers >= 5
+                target.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
             else:
-                model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+                target.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     else:
         model.eval()
         model.requires_grad_(False)
     return model
+
+
+class CausalLMWithValueHead(torch.nn.Module):
+    """A causal LM's backbone with a linear value head, for architectures that have no ...ForTokenClassification.
+
+    `forward` returns an object with `.logits` of shape (batch, length, 1), like the token
+    classification models, so the critic treats both alike.
+    """
+
+    def __init__(self, causal_lm: torch.nn.Module):
+        super().__init__()
+        self.config = causal_lm.config
+        self.model = causal_lm.base_model  # the decoder stack, without the vocabulary head
+        self.score = torch.nn.Linear(causal_lm.config.hidden_size, 1, bias=False)
+        torch.nn.init.normal_(self.score.weight, std=getattr(causal_lm.config, "initializer_range", 0.02))
+        self.score.to(next(self.model.parameters()).dtype)
+
+    def forward(self, input_ids=None, attention_mask=None, position_ids=None, use_cache=False, **kwargs):
+        from transformers.modeling_outputs import TokenClassifierOutput
+
+        hidden = self.model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
+                            use_cache=use_cache, **kwargs).last_hidden_state
+        return TokenClassifierOutput(logits=self.score(hidden))
+
+
+def load_value_model(config: Config, device: str, dtype: str = "fp32") -> torch.nn.Module:
+    """The critic's value model (critic.model): token classification with one label, else a causal LM with a value head.
+
+    Either way `model(...).logits` is (batch, length, 1); the head is new when loaded from a
+    causal LM checkpoint (seeded by torch's global RNG).
+    """
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForTokenClassification
+
+    model_cfg = config.critic.model
+    if model_cfg.external_lib:
+        importlib.import_module(model_cfg.external_lib)
+    source = _model_source(model_cfg.path, key="critic.model.path")
+    try:
+        hf_config = AutoConfig.from_pretrained(source, trust_remote_code=model_cfg.trust_remote_code)
+        for key, value in model_cfg.override_config.items():
+            setattr(hf_config, key, value)
+        hf_config.num_labels = 1
+        hf_config.classifier_dropout = 0.0  # a value estimate, not a regulariser's sample
+        kwargs = {"config": hf_config, "dtype": DTYPES[dtype], "trust_remote_code": model_cfg.trust_remote_code}
+        if type(hf_config) in AutoModelForTokenClassification._model_mapping:
+            model = AutoModelForTokenClassification.from_pretrained(source, **kwargs)
+        else:
+            model = CausalLMWithValueHead(AutoModelForCausalLM.from_pretrained(source, **kwargs))
+    except Exception as exc:
+        raise ModelError(f"cannot load the value model from {source} (critic.model.path): {exc}") from exc
+    return _prepare(model, device, trainable=True, gradient_checkpointing=model_cfg.enable_gradient_checkpointing)

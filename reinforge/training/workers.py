@@ -1,8 +1,12 @@
-"""The actor/rollout/reference worker: one class holding the policy, its engine and the reference.
+"""The workers: actor/rollout/reference in one class (policy, engine, frozen reference), and the critic.
 
-Its public methods take and return Batches and are what the trainer calls through a worker
-group (DESIGN §3). The roles it plays are given by `role`: `actor_rollout_ref` (policy, engine
-and frozen reference), `actor_rollout` (no reference) or `ref` (reference only).
+Their public methods take and return Batches and are what the trainer calls through a worker
+group (DESIGN §3). The roles `ActorRolloutRefWorker` plays are given by `role`:
+`actor_rollout_ref` (policy, engine and frozen reference), `actor_rollout` (no reference) or
+`ref` (reference only). `CriticWorker` holds the value model of PPO.
+
+Checkpoints use verl's file names: `model_`, `optim_` and `extra_state_world_size_1_rank_0.pt`
+(scheduler and, for the actor, every RNG), and a `huggingface/` folder with the model's config.
 """
 
 from __future__ import annotations
@@ -18,7 +22,8 @@ from reinforge.config.schema import Config
 from reinforge.distributed import Dispatch, register
 from reinforge.inference import HFEngine, SamplingParams, generate_sequences
 from reinforge.training.actor import Actor
-from reinforge.training.model import load_causal_lm, load_tokenizer
+from reinforge.training.critic import Critic
+from reinforge.training.model import load_causal_lm, load_tokenizer, load_value_model
 from reinforge.training.optim import make_optimizer, make_scheduler
 
 RANK_SUFFIX = "world_size_1_rank_0"
@@ -52,20 +57,25 @@ class ActorRolloutRefWorker:
                                    micro_batch_size=cfg.rollout.micro_batch_size_per_gpu)
         if self.has_ref:
             self.ref = Actor(load_causal_lm(self.config, self.device, trainable=False, dtype=cfg.ref.fsdp_config.model_dtype), cfg.actor)
+            if self.has_actor and cfg.actor.kl_loss_type == "full":
+                self.actor.ref_model = self.ref.model  # the exact KL needs the reference's whole distribution
 
     # ---- inference ----------------------------------------------------------------------------
-    def sampling_params(self, validate: bool) -> SamplingParams:
+    def sampling_params(self, validate: bool, do_sample: bool = True) -> SamplingParams:
         rollout = self.config.actor_rollout_ref.rollout
         source = rollout.val_kwargs if validate else rollout
         return SamplingParams(
             max_tokens=rollout.response_length, temperature=source.temperature, top_p=source.top_p,
-            top_k=source.top_k, do_sample=source.do_sample, ignore_eos=rollout.ignore_eos,
+            top_k=source.top_k, do_sample=source.do_sample and do_sample, ignore_eos=rollout.ignore_eos,
         )
 
     @register(Dispatch.DP)
     def generate_sequences(self, prompts: Batch) -> Batch:
-        """Prompts (input_ids, attention_mask) -> trajectories; meta_info['validate'] picks val_kwargs."""
-        params = self.sampling_params(bool(prompts.meta_info.get("validate", False)))
+        """Prompts (input_ids, attention_mask) -> trajectories.
+
+        meta_info['validate'] picks val_kwargs; meta_info['do_sample']=False asks for greedy responses.
+        """
+        params = self.sampling_params(bool(prompts.meta_info.get("validate", False)), prompts.meta_info.get("do_sample", True))
         return generate_sequences(self.engine, prompts, params, self.tokenizer.pad_token_id)
 
     # ---- training -----------------------------------------------------------------------------
@@ -78,9 +88,14 @@ class ActorRolloutRefWorker:
 
     @register(Dispatch.DP)
     def compute_ref_log_prob(self, batch: Batch) -> Batch:
-        cfg = self.config.actor_rollout_ref
-        log_probs, _ = self.ref.compute_log_prob(batch, cfg.rollout.temperature, cfg.ref.log_prob_micro_batch_size_per_gpu)
-        return Batch({"ref_log_prob": log_probs})
+        """ref_log_prob; with algorithm.kl_penalty=full in the reward also `full_kl`, the exact per-token KL(actor || ref)."""
+        cfg, algo = self.config.actor_rollout_ref, self.config.algorithm
+        micro = cfg.ref.log_prob_micro_batch_size_per_gpu
+        log_probs, _ = self.ref.compute_log_prob(batch, cfg.rollout.temperature, micro)
+        out = Batch({"ref_log_prob": log_probs})
+        if algo.use_kl_in_reward and algo.kl_penalty == "full":
+            out["full_kl"] = self.actor.compute_full_kl(batch, self.ref.model, cfg.rollout.temperature, micro)
+        return out
 
     @register(Dispatch.DP)
     def update_actor(self, batch: Batch) -> Batch:
@@ -96,18 +111,10 @@ class ActorRolloutRefWorker:
     @register(Dispatch.ALL)
     def save_checkpoint(self, folder: str) -> None:
         """Write model, optimizer and extra state (scheduler, every RNG) under `folder` (verl's names)."""
-        path = Path(folder)
-        path.mkdir(parents=True, exist_ok=True)
         contents = self.config.actor_rollout_ref.actor.checkpoint.save_contents
-        model = self.actor.model
-        if "model" in contents:
-            torch.save(model.state_dict(), path / f"model_{RANK_SUFFIX}.pt")
-        if "optimizer" in contents:
-            torch.save(self.actor.optimizer.state_dict(), path / f"optim_{RANK_SUFFIX}.pt")
-        if "extra" in contents:
-            torch.save({"lr_scheduler": self.scheduler.state_dict(), "rng": self._rng_state()}, path / f"extra_state_{RANK_SUFFIX}.pt")
-        hf_dir = path / "huggingface"
-        model.config.save_pretrained(hf_dir)
+        path = save_training_state(folder, contents, self.actor.model, self.actor.optimizer,
+                                   {"lr_scheduler": self.scheduler.state_dict(), "rng": self._rng_state()})
+        model, hf_dir = self.actor.model, path / "huggingface"
         if model.generation_config is not None:
             model.generation_config.save_pretrained(hf_dir)
         self.tokenizer.save_pretrained(hf_dir)
@@ -116,14 +123,9 @@ class ActorRolloutRefWorker:
 
     @register(Dispatch.ALL)
     def load_checkpoint(self, folder: str) -> None:
-        path = Path(folder)
         contents = self.config.actor_rollout_ref.actor.checkpoint.load_contents
-        if "model" in contents:
-            self.actor.model.load_state_dict(torch.load(path / f"model_{RANK_SUFFIX}.pt", map_location=self.device))
-        if "optimizer" in contents:
-            self.actor.optimizer.load_state_dict(torch.load(path / f"optim_{RANK_SUFFIX}.pt", map_location=self.device))
-        if "extra" in contents:
-            extra = torch.load(path / f"extra_state_{RANK_SUFFIX}.pt", weights_only=False)
+        extra = load_training_state(folder, contents, self.actor.model, self.actor.optimizer, self.device)
+        if extra is not None:
             self.scheduler.load_state_dict(extra["lr_scheduler"])
             self._set_rng_state(extra["rng"])
 
@@ -141,3 +143,72 @@ class ActorRolloutRefWorker:
         self.engine.load_state_dict(state["engine"])
         if "cuda" in state and torch.cuda.is_available():
             torch.cuda.set_rng_state_all(state["cuda"])
+
+
+class CriticWorker:
+    """The value model of PPO: values for a batch of trajectories, and its clipped value-loss update."""
+
+    def __init__(self, config: Config):
+        self.config = config
+        self.device = config.trainer.device
+
+    @register(Dispatch.ALL)
+    def init_model(self, total_training_steps: int) -> None:
+        cfg = self.config.critic
+        model = load_value_model(self.config, self.device, dtype=cfg.model.fsdp_config.model_dtype)
+        optimizer = make_optimizer(model.parameters(), cfg.optim)
+        total = cfg.optim.total_training_steps
+        self.scheduler = make_scheduler(optimizer, cfg.optim, total if total > 0 else total_training_steps)
+        self.critic = Critic(model, cfg, optimizer)
+
+    @register(Dispatch.DP)
+    def compute_values(self, batch: Batch) -> Batch:
+        return Batch({"values": self.critic.compute_values(batch)})
+
+    @register(Dispatch.DP)
+    def update_critic(self, batch: Batch) -> Batch:
+        """One training step of the critic; returns its metrics in meta_info['metrics']."""
+        metrics = self.critic.update_critic(batch, self.config.actor_rollout_ref.rollout.n)
+        metrics["critic/lr"] = self.scheduler.get_last_lr()[0]
+        self.scheduler.step()
+        return Batch(meta_info={"metrics": metrics})
+
+    @register(Dispatch.ALL)
+    def save_checkpoint(self, folder: str) -> None:
+        save_training_state(folder, self.config.critic.checkpoint.save_contents, self.critic.model, self.critic.optimizer,
+                            {"lr_scheduler": self.scheduler.state_dict()})
+
+    @register(Dispatch.ALL)
+    def load_checkpoint(self, folder: str) -> None:
+        extra = load_training_state(folder, self.config.critic.checkpoint.load_contents, self.critic.model,
+                                    self.critic.optimizer, self.device)
+        if extra is not None:
+            self.scheduler.load_state_dict(extra["lr_scheduler"])
+
+
+def save_training_state(folder: str, contents: list, model: torch.nn.Module, optimizer: torch.optim.Optimizer,
+                        extra: dict) -> Path:
+    """Model, optimizer and `extra` under `folder` in verl's file names (as `contents` asks), plus the HF config."""
+    path = Path(folder)
+    path.mkdir(parents=True, exist_ok=True)
+    if "model" in contents:
+        torch.save(model.state_dict(), path / f"model_{RANK_SUFFIX}.pt")
+    if "optimizer" in contents:
+        torch.save(optimizer.state_dict(), path / f"optim_{RANK_SUFFIX}.pt")
+    if "extra" in contents:
+        torch.save(extra, path / f"extra_state_{RANK_SUFFIX}.pt")
+    model.config.save_pretrained(path / "huggingface")
+    return path
+
+
+def load_training_state(folder: str, contents: list, model: torch.nn.Module, optimizer: torch.optim.Optimizer,
+                        device: str) -> dict | None:
+    """Restore what `save_training_state` wrote; returns the extra state (None when not loaded)."""
+    path = Path(folder)
+    if "model" in contents:
+        model.load_state_dict(torch.load(path / f"model_{RANK_SUFFIX}.pt", map_location=device))
+    if "optimizer" in contents:
+        optimizer.load_state_dict(torch.load(path / f"optim_{RANK_SUFFIX}.pt", map_location=device))
+    if "extra" in contents:
+        return torch.load(path / f"extra_state_{RANK_SUFFIX}.pt", weights_only=False)
+    return None

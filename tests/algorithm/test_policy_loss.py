@@ -38,7 +38,8 @@ def test_agg_loss_modes_by_hand():
     assert agg_loss(loss, mask, "token-mean").item() == pytest.approx(10 / 4)
     assert agg_loss(loss, mask, "seq-mean-token-sum").item() == pytest.approx((6 + 4) / 2)
     assert agg_loss(loss, mask, "seq-mean-token-mean").item() == pytest.approx((2 + 4) / 2)
-    assert agg_loss(loss, mask, "seq-mean-token-sum-norm").item() == pytest.approx(10 / 3)
+    assert agg_loss(loss, mask, "seq-mean-token-sum-norm").item() == pytest.approx((6 + 4) / 2 / 3)  # seq-mean, / width 3
+    assert agg_loss(loss, mask, "token-sum").item() == pytest.approx(10)
 
 
 def test_kl_estimators_by_hand():
@@ -60,8 +61,8 @@ def test_entropy_matches_definition():
 
 def test_kl_in_reward_and_controllers():
     scores = torch.tensor([[0.0, 1.0]])
-    rewards, metrics = apply_kl_penalty(scores, torch.tensor([[-1.0, -1.0]]), torch.tensor([[-2.0, -1.5]]),
-                                        torch.ones(1, 2), FixedKLController(0.1), "kl")
+    kld = kl_penalty(torch.tensor([[-1.0, -1.0]]), torch.tensor([[-2.0, -1.5]]), "kl")
+    rewards, metrics = apply_kl_penalty(scores, kld, torch.ones(1, 2), FixedKLController(0.1))
     assert torch.allclose(rewards, torch.tensor([[-0.1, 0.95]]))
     assert metrics["actor/reward_kl_penalty"] == pytest.approx(0.75)
     ctrl = AdaptiveKLController(0.1, target_kl=1.0, horizon=10)

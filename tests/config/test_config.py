@@ -50,8 +50,7 @@ def test_seed_overrides_parse(tmp_path):
     ("actor_rollout_ref.actor.ppo_mini_batch_size=2048", "larger than data.train_batch_size=1024"),
     ("actor_rollout_ref.actor.ppo_mini_batch_size=300", "not a multiple"),
     ("actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=7", "does not divide the mini-batch"),
-    ("algorithm.adv_estimator=gae", "needs a critic"),
-    ("algorithm.adv_estimator=nope", "is not one of: grpo"),
+    ("algorithm.adv_estimator=nope", "is not one of: gae, gpg, grpo, grpo_passk, opo, reinforce_plus_plus"),
     ("trainer.logger=['wandb']", "'wandb' is not available"),
     ("a.b.c=1", "unknown config key 'a.b.c'"),
     ("data.seed=[1,2", "'data.seed' must be an integer"),
@@ -96,11 +95,20 @@ def test_quickstart_applies_only_without_model_and_data():
     assert quick.data.train_files.endswith("train.parquet")
     tweaked, _ = load_config(["trainer.total_training_steps=3"])
     assert tweaked.trainer.total_training_steps == 3 and tweaked.trainer.experiment_name == "quickstart"
-    with pytest.raises(ConfigError, match="needs a critic"):  # verl's default estimator once a model is given
-        load_config(["actor_rollout_ref.model.path=/m", "data.train_files=/d.parquet"])
+    given, _ = load_config(["actor_rollout_ref.model.path=/m", "data.train_files=/d.parquet"])
+    assert given.algorithm.adv_estimator == "gae" and given.critic.enable  # verl's defaults once a model is given
 
 
 def test_config_round_trips_through_its_dict():
     cfg, _ = load_config([])
     assert dataclasses.asdict(cfg)["data"]["train_batch_size"] == cfg.data.train_batch_size
     assert isinstance(cfg, Config)
+
+
+def test_critic_follows_the_estimator():
+    gae, _ = load_config([a for a in VERL if not a.startswith("algorithm.adv_estimator")] + ["algorithm.adv_estimator=gae"])
+    assert gae.critic.enable and gae.critic.model.path == "/m" and gae.critic.ppo_mini_batch_size == gae.actor_rollout_ref.actor.ppo_mini_batch_size
+    grpo, _ = load_config(VERL)
+    assert grpo.critic.enable is False
+    with pytest.raises(ConfigError, match="needs a critic's values; remove critic.enable=false"):
+        load_config([a for a in VERL if not a.startswith("algorithm.adv_estimator")] + ["algorithm.adv_estimator=gae", "critic.enable=false"])

@@ -1,0 +1,89 @@
+"""The value maths of PPO on one model: per-token values, and the clipped value-loss update.
+
+`values[:, t]` estimates the return from the state before response token t (the logit at the
+position that predicts token t), as in verl. The update mirrors the actor's: `ppo_epochs` passes
+of mini-batches (`critic.ppo_mini_batch_size` prompts x rollout.n trajectories) split into
+micro-batches whose gradients accumulate, each micro-batch's loss normalised by the
+mini-batch's totals, so micro-batching does not change the gradient.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from reinforge.algorithm import compute_value_loss, masked_mean
+from reinforge.batch import Batch
+from reinforge.config.schema import CriticConfig
+from reinforge.training.actor import global_batch_info
+
+FORWARD_KEYS = ("input_ids", "attention_mask", "position_ids", "responses")
+
+
+def response_values(model: torch.nn.Module, batch: Batch) -> torch.Tensor:
+    """The value of the state before each response token, (batch, response_len), fp32."""
+    width = batch["responses"].shape[1]
+    out = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
+                position_ids=batch["position_ids"], use_cache=False)
+    return out.logits[:, -width - 1:-1, 0].float()
+
+
+class Critic:
+    def __init__(self, model: torch.nn.Module, config: CriticConfig, optimizer: torch.optim.Optimizer | None = None):
+        self.model, self.config, self.optimizer = model, config, optimizer
+        self.device = next(model.parameters()).device
+
+    @torch.no_grad()
+    def compute_values(self, batch: Batch) -> torch.Tensor:
+        """Values for every row, in forward micro-batches, without gradients; 0 on masked positions."""
+        was_training = self.model.training
+        self.model.eval()
+        try:
+            size = self.config.forward_micro_batch_size_per_gpu or len(batch)
+            values = torch.cat([response_values(self.model, micro.select(FORWARD_KEYS).to(self.device)).cpu()
+                                for micro in batch.split(size)])
+        finally:
+            self.model.train(was_training)
+        return values * batch["response_mask"]
+
+    def update_critic(self, batch: Batch, rollout_n: int) -> dict[str, float]:
+        """Run the critic's PPO epochs over `batch` (needs `values` and `returns`); returns critic/* metrics."""
+        cfg = self.config
+        mini_size = cfg.ppo_mini_batch_size * rollout_n
+        micro_size = cfg.ppo_micro_batch_size_per_gpu or mini_size
+        totals: dict[str, float] = {}
+        steps = 0
+        for _ in range(cfg.ppo_epochs):
+            data = batch.select([*FORWARD_KEYS, "response_mask", "values", "returns"])
+            if cfg.shuffle:
+                data = data.index(torch.randperm(len(data)))
+            for mini in data.split(mini_size):
+                for key, value in self._optimizer_step(mini, micro_size).items():
+                    totals[key] = totals.get(key, 0.0) + value
+                steps += 1
+        return {key: value / steps for key, value in totals.items()}
+
+    def _optimizer_step(self, mini: Batch, micro_size: int) -> dict[str, float]:
+        cfg = self.config
+        info = global_batch_info(mini["response_mask"], cfg.loss_scale_factor)
+        metrics = {"critic/vf_loss": 0.0, "critic/vf_clipfrac": 0.0, "critic/vpred_mean": 0.0}
+        self.optimizer.zero_grad(set_to_none=True)
+        for micro in mini.split(micro_size):
+            micro = micro.to(self.device)
+            mask = micro["response_mask"].float()
+            share = float(mask.sum()) / max(info["batch_num_tokens"], 1)
+            vpreds = response_values(self.model, micro)
+            vf_loss, vf_clipfrac = compute_value_loss(vpreds, micro["returns"], micro["values"], mask, cfg.cliprange_value,
+                                                      cfg.loss_agg_mode, **info)
+            vf_loss.backward()
+            metrics["critic/vf_loss"] += vf_loss.item()
+            metrics["critic/vf_clipfrac"] += vf_clipfrac.item() * share
+            metrics["critic/vpred_mean"] += masked_mean(vpreds.detach(), mask).item() * share
+        grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), cfg.grad_clip)
+        if math.isfinite(grad_norm.item()):
+            self.optimizer.step()
+        else:
+            self.optimizer.zero_grad(set_to_none=True)
+        metrics["critic/grad_norm"] = grad_norm.item()
+        return metrics
