@@ -7,7 +7,7 @@ anyway) plus two numbers per token; its backward recomputes the softmax chunk by
 
     d log p(y) / dz = onehot(y) - p          d H / dz = -p * (z - E_p[z]),   E_p[z] = logsumexp(z) - H
 
-with z = logits / temperature.
+with z = logits / temperature, shifted by its row maximum so that large logits lose no precision.
 """
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ CHUNK_ELEMENTS = 1 << 22  # logits entries processed at once (16 MiB in fp32)
 
 def compute_entropy(logits: torch.Tensor) -> torch.Tensor:
     """Entropy of softmax(logits) over the last dim (a plain, differentiable reference implementation)."""
-    log_norm = torch.logsumexp(logits, dim=-1)
-    return log_norm - (torch.softmax(logits, dim=-1) * logits).sum(-1)
+    log_probs = torch.log_softmax(logits, dim=-1)
+    return -(log_probs.exp() * log_probs).sum(-1)
 
 
 def _chunks(rows: int, vocab: int):
@@ -33,28 +33,32 @@ class _LogProbEntropy(torch.autograd.Function):
     @staticmethod
     def forward(ctx, logits: torch.Tensor, tokens: torch.Tensor, temperature: float):
         rows, vocab = logits.shape
-        log_probs = torch.empty(rows, dtype=torch.float32, device=logits.device)
-        entropy = torch.empty(rows, dtype=torch.float32, device=logits.device)
-        log_norm = torch.empty(rows, dtype=torch.float32, device=logits.device)
+        dtype = torch.promote_types(logits.dtype, torch.float32)  # fp32 math for bf16 logits; fp64 stays fp64
+        log_probs = torch.empty(rows, dtype=dtype, device=logits.device)
+        entropy = torch.empty(rows, dtype=dtype, device=logits.device)
+        shift = torch.empty(rows, dtype=dtype, device=logits.device)
+        log_norm = torch.empty(rows, dtype=dtype, device=logits.device)  # logsumexp of the shifted logits
         for start, end in _chunks(rows, vocab):
-            z = logits[start:end].float() / temperature
+            z = logits[start:end].to(dtype) / temperature
+            top = z.max(-1, keepdim=True).values
+            z = z - top  # max 0: the entropy's two terms stay small, no cancellation for large logits
             lse = torch.logsumexp(z, dim=-1)
             probs = torch.exp(z - lse.unsqueeze(-1))
-            log_norm[start:end] = lse
+            shift[start:end], log_norm[start:end] = top.squeeze(-1), lse
             entropy[start:end] = lse - (probs * z).sum(-1)
             log_probs[start:end] = z.gather(-1, tokens[start:end].unsqueeze(-1)).squeeze(-1) - lse
-        ctx.save_for_backward(logits, tokens, log_norm, entropy)
+        ctx.save_for_backward(logits, tokens, shift, log_norm, entropy)
         ctx.set_materialize_grads(False)  # an unused output's gradient arrives as None, not zeros
         ctx.temperature = temperature
         return log_probs, entropy
 
     @staticmethod
     def backward(ctx, grad_log_probs: torch.Tensor | None, grad_entropy: torch.Tensor | None):
-        logits, tokens, log_norm, entropy = ctx.saved_tensors
+        logits, tokens, shift, log_norm, entropy = ctx.saved_tensors
         rows, vocab = logits.shape
         grad_logits = torch.empty_like(logits)
         for start, end in _chunks(rows, vocab):
-            z = logits[start:end].float() / ctx.temperature
+            z = logits[start:end].to(shift.dtype) / ctx.temperature - shift[start:end].unsqueeze(-1)
             lse = log_norm[start:end].unsqueeze(-1)
             probs = torch.exp(z - lse)
             grad = torch.zeros_like(z)
@@ -73,7 +77,8 @@ def log_probs_from_logits(logits: torch.Tensor, tokens: torch.Tensor, temperatur
                           with_entropy: bool = True) -> tuple[torch.Tensor, torch.Tensor | None]:
     """log softmax(logits / temperature) at `tokens`, and the entropy of that distribution.
 
-    `logits` is (..., vocab) and `tokens` (...); both outputs have the shape of `tokens`, in fp32.
+    `logits` is (..., vocab) and `tokens` (...); both outputs have the shape of `tokens`, in fp32
+    (fp64 for fp64 logits).
     Differentiable in `logits`; the entropy is None when `with_entropy` is false.
     """
     shape = tokens.shape

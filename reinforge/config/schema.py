@@ -296,7 +296,8 @@ class SandboxFusionConfig(Node):
 @dataclass
 class RewardModelConfig(Node):
     enable: bool = _f(False, "Score with a learned reward model (planned).")
-    reward_manager: str = _f("naive", "How responses are scored: naive (one call per sample).")
+    reward_manager: str = _f("naive", "How responses are scored: naive (one call per sample), dapo (naive plus DAPO's overlong "
+                             "reward shaping, set in reward_kwargs: max_resp_len, overlong_buffer_cfg.{enable,len,penalty_factor,log}).")
     reward_kwargs: dict = _f({}, "Keyword arguments for the reward manager.")
     launch_reward_fn_async: bool = _f(False, "Score while log-probs are computed (planned).")
     custom_reward_function: CustomRewardFunctionConfig | None = _f(

@@ -214,7 +214,7 @@ def test_row_without_ground_truth_is_a_data_error(tokenizer):
 
 
 def test_unknown_manager_and_unknown_manager_kwargs(tokenizer):
-    with pytest.raises(ConfigError, match=r"choose one of \['naive'"):
+    with pytest.raises(ConfigError, match=r"choose one of \['dapo', 'naive'\]"):
         make_reward_manager("fancy", tokenizer)
     with pytest.raises(ConfigError, match=r"\['max_resp_len'\] are not options of the 'naive'"):
         make_reward_manager("naive", tokenizer, max_resp_len=10)

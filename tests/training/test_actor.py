@@ -5,31 +5,12 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM
 
-from reinforge.batch import Batch
 from reinforge.config.schema import ActorConfig
 from reinforge.training.actor import Actor
 
 
-def trajectories(vocab, rows=6, prompt=5, response=4, seed=0):
-    g = torch.Generator().manual_seed(seed)
-    prompts = torch.randint(3, vocab, (rows, prompt), generator=g)
-    responses = torch.randint(3, vocab, (rows, response), generator=g)
-    response_mask = torch.ones(rows, response, dtype=torch.long)
-    for row in range(rows):
-        response_mask[row, 1 + row % response:] = 0  # different lengths
-    prompt_mask = torch.ones(rows, prompt, dtype=torch.long)
-    prompt_mask[0, :2] = 0  # a left-padded prompt
-    attention_mask = torch.cat([prompt_mask, response_mask], 1)
-    return Batch({
-        "input_ids": torch.cat([prompts, responses], 1), "attention_mask": attention_mask,
-        "position_ids": (attention_mask.cumsum(-1) - 1).clamp(min=0), "responses": responses,
-        "response_mask": response_mask, "advantages": torch.randn(rows, 1, generator=g) * response_mask,
-        "ref_log_prob": -torch.rand(rows, response, generator=g) * 3,
-    })
-
-
-@pytest.mark.parametrize("loss_agg_mode", ["token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm"])
-def test_micro_batches_give_the_full_batch_gradient(tiny_model_path, loss_agg_mode):
+@pytest.mark.parametrize("loss_agg_mode", ["token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm", "token-sum"])
+def test_micro_batches_give_the_full_batch_gradient(tiny_model_path, loss_agg_mode, trajectories):
     base = AutoModelForCausalLM.from_pretrained(tiny_model_path)
     batch = trajectories(base.config.vocab_size)
     grads = {}
@@ -46,7 +27,7 @@ def test_micro_batches_give_the_full_batch_gradient(tiny_model_path, loss_agg_mo
     assert grads[None].abs().sum() > 0
 
 
-def test_on_policy_update_raises_the_log_prob_of_positive_advantage(tiny_model_path):
+def test_on_policy_update_raises_the_log_prob_of_positive_advantage(tiny_model_path, trajectories):
     model = AutoModelForCausalLM.from_pretrained(tiny_model_path).train()
     batch = trajectories(model.config.vocab_size, rows=2)
     batch["advantages"] = torch.tensor([[1.0], [-1.0]]) * batch["response_mask"]
@@ -61,7 +42,7 @@ def test_on_policy_update_raises_the_log_prob_of_positive_advantage(tiny_model_p
     assert np.isfinite(metrics["actor/entropy"])
 
 
-def test_nonfinite_gradient_skips_the_optimizer_step(tiny_model_path):
+def test_nonfinite_gradient_skips_the_optimizer_step(tiny_model_path, trajectories):
     model = AutoModelForCausalLM.from_pretrained(tiny_model_path).train()
     batch = trajectories(model.config.vocab_size, rows=2)
     batch["advantages"] = torch.full_like(batch["advantages"], float("nan"))

@@ -1,0 +1,531 @@
+"""Golden numbers for every policy loss, worked out from docs/algorithms.md.
+
+Expected values come from hand arithmetic (written next to them) or from the numpy loops below,
+written from the formulas; never from the functions under test.
+"""
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from reinforge.algorithm import get_policy_loss_fn, register_policy_loss
+from reinforge.config.schema import ActorConfig
+
+MODES = ["token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm", "token-sum"]
+ALL_LOSSES = ["vanilla", "gspo", "sapo", "gpg", "clip_cov", "kl_cov", "geo_mean", "cispo"]
+CLIPFRAC, KL, LOWER = "actor/pg_clipfrac", "actor/ppo_kl", "actor/pg_clipfrac_lower"
+
+
+def actor_cfg(policy_loss=None, **fields):
+    """An ActorConfig with the given fields (set as attributes, so a field the schema lacks still reaches the loss)."""
+    cfg = ActorConfig()
+    for key, value in fields.items():
+        setattr(cfg, key, value)
+    for key, value in (policy_loss or {}).items():
+        setattr(cfg.policy_loss, key, value)
+    return cfg
+
+
+def call(name, old, lp, adv, mask, mode="token-mean", cfg=None):
+    fn = get_policy_loss_fn(name)
+    loss, metrics = fn(old_log_prob=old, log_prob=lp, advantages=adv, response_mask=mask, loss_agg_mode=mode,
+                       config=cfg if cfg is not None else actor_cfg())
+    assert torch.is_tensor(loss) and loss.dim() == 0
+    return loss, metrics
+
+
+def leaf(values, dtype=torch.float32):
+    return torch.tensor(values, dtype=dtype, requires_grad=True)
+
+
+def grad_of(loss, lp):
+    (g,) = torch.autograd.grad(loss, lp)
+    assert torch.isfinite(g).all()
+    return g
+
+
+# ------------------------------------------------------------------------------ numpy references
+def sigmoid(z):
+    return 1.0 / (1.0 + np.exp(-z))
+
+
+def mmean(v, m):
+    return float((v * m).sum() / m.sum())
+
+
+def np_agg(loss, m, mode):
+    total = (loss * m).sum()
+    rows = m.sum(-1)
+    s = (rows > 0).sum()
+    if mode == "token-mean":
+        return total / m.sum()
+    if mode == "seq-mean-token-sum":
+        return total / s
+    if mode == "seq-mean-token-mean":
+        return sum((loss[i] * m[i]).sum() / rows[i] for i in range(len(m)) if rows[i] > 0) / s
+    if mode == "seq-mean-token-sum-norm":
+        return total / s / m.shape[-1]
+    if mode == "token-sum":
+        return total
+    raise AssertionError(mode)
+
+
+def np_loss(name, old, lp, a, m, mode, low=0.2, high=0.2, c=3.0, tau_pos=1.0, tau_neg=1.05, kl_ratio=0.3, kl_coef=0.1):
+    """(loss, metrics) from the formulas in the brief/doc, one loss at a time."""
+    x_raw = lp - old
+    if name == "vanilla":
+        x = np.clip(x_raw, -20, 20)
+        ratio = np.exp(x)
+        l1, l2 = -a * ratio, -a * np.clip(ratio, 1 - low, 1 + high)
+        c1 = np.maximum(l1, l2)
+        l3 = -a * c
+        c2 = np.minimum(l3, c1)
+        tok = np.where(a < 0, c2, c1)
+        return np_agg(tok, m, mode), {CLIPFRAC: mmean(l2 > l1, m), LOWER: mmean((c1 > l3) & (a < 0), m), KL: mmean(-x, m)}
+    if name == "gspo":
+        seq = (m * x_raw).sum(-1) / np.maximum(m.sum(-1), 1)
+        s = np.exp(np.minimum(seq, 10.0))[:, None] * np.ones_like(a)
+        l1, l2 = -a * s, -a * np.clip(s, 1 - low, 1 + high)
+        tok = np.maximum(l1, l2)
+        return np_agg(tok, m, "seq-mean-token-mean"), {CLIPFRAC: mmean(l2 > l1, m), LOWER: 0.0, KL: mmean(-x_raw, m)}
+    if name == "sapo":
+        x = np.clip(x_raw, -20, 20)
+        ratio = np.exp(x)
+        tau = np.where(a > 0, tau_pos, tau_neg)
+        gate = sigmoid(tau * (ratio - 1)) * 4 / tau
+        return np_agg(-gate * a, m, "seq-mean-token-mean"), {CLIPFRAC: 0.0, LOWER: 0.0, KL: mmean(-x, m)}
+    if name == "gpg":
+        return np_agg(-lp * a, m, mode), {}
+    if name == "cispo":
+        ratio = np.exp(np.clip(x_raw, -20, 20))
+        cr = np.clip(ratio, 1 - low, 1 + high)
+        return np_agg(-cr * a * lp, m, mode), {CLIPFRAC: mmean(ratio != cr, m), LOWER: 0.0}
+    if name == "geo_mean":
+        sgn = np.sign(a)
+        xc = np.clip(x_raw, -low, high)
+        xmin = sgn * np.minimum(sgn * x_raw, sgn * xc)
+        n = m.sum(-1)
+        ratio = np.exp((m * xmin).sum(-1) / (n + 1e-8))
+        abar = (m * a).sum(-1) / (n + 1e-8)
+        loss = (-abar * ratio).sum() / (n > 0).sum()
+        clipped = x_raw != xc
+        return loss, {CLIPFRAC: mmean(clipped & (a > 0), m), LOWER: mmean(clipped & (a < 0), m), KL: mmean(-x_raw, m)}
+    if name == "kl_cov":
+        ratio = np.exp(x_raw)
+        tok = -a * ratio
+        valid = np.argwhere(m > 0)
+        av = np.array([a[i, t] for i, t in valid])
+        lv = np.array([lp[i, t] for i, t in valid])
+        cov = (av - av.mean()) * (lv - lv.mean())
+        k = max(1, int(len(valid) * kl_ratio))
+        for j in np.argsort(-cov)[:k]:
+            i, t = valid[j]
+            tok[i, t] += kl_coef * abs(x_raw[i, t])
+        return np_agg(tok, m, mode), {KL: mmean(np.abs(x_raw), m)}
+    raise AssertionError(name)
+
+
+def random_batch(seed, dtype=torch.float64, all_masked_row=True):
+    rng = np.random.default_rng(seed)
+    b, width = 5, 6
+    m = np.array([[1, 1, 1, 1, 1, 1],
+                  [1, 1, 1, 0, 0, 0],
+                  [1, 0, 1, 1, 0, 0],
+                  [1, 0, 0, 0, 0, 0],
+                  [0, 0, 0, 0, 0, 0] if all_masked_row else [1, 1, 0, 0, 0, 0]], dtype=np.float64)
+    lp = -rng.uniform(0.1, 3.0, size=(b, width))
+    x = rng.uniform(-0.5, 0.5, size=(b, width))
+    a = rng.normal(size=(b, width))
+    old = lp - x
+    return old, lp, a, m
+
+
+# ------------------------------------------------------------------------------------------ vanilla
+def vanilla_example():
+    # (ratio, A) per token; row 0 = tokens 1-3 and a masked token, row 1 = tokens 4-6 and a masked token
+    ratios = [[0.5, 1.5, 0.5, math.exp(50)], [5.0, 1.2, 1.1, math.exp(50)]]
+    adv = torch.tensor([[1.0, 1.0, -1.0, 5.0], [-2.0, -1.0, 2.0, -7.0]])
+    mask = torch.tensor([[1.0, 1.0, 1.0, 0.0], [1.0, 1.0, 1.0, 0.0]])
+    log_ratio = torch.tensor([[math.log(r) if r < 1e10 else 50.0 for r in row] for row in ratios])
+    old = torch.full((2, 4), -2.0)
+    lp = (old + log_ratio).clone().requires_grad_(True)
+    return old, lp, adv, mask
+
+
+def test_vanilla_asymmetric_and_dual_clip_by_hand():
+    old, lp, adv, mask = vanilla_example()
+    cfg = actor_cfg(clip_ratio=0.2, clip_ratio_low=0.2, clip_ratio_high=0.28, clip_ratio_c=3.0)
+    loss, metrics = call("vanilla", old, lp, adv, mask, "token-mean", cfg)
+    # clip range [0.8, 1.28]
+    # t1 (0.5, +1): max(-0.5, -0.8) = -0.5
+    # t2 (1.5, +1): max(-1.5, -1.28) = -1.28 (clipped)
+    # t3 (0.5, -1): max(0.5, 0.8) = 0.8 (clipped), dual cap 3 not reached
+    # t4 (5, -2): max(10, 2.56) = 10, dual clip min(6, 10) = 6 (lower)
+    # t5 (1.2, -1): 1.2; t6 (1.1, +2): -2.2
+    # sum = -0.5 - 1.28 + 0.8 + 6 + 1.2 - 2.2 = 4.02 -> / 6
+    assert loss.item() == pytest.approx(4.02 / 6, abs=1e-6)
+    assert metrics[CLIPFRAC] == pytest.approx(2 / 6)
+    assert metrics[LOWER] == pytest.approx(1 / 6)
+    kl = -(math.log(0.5) + math.log(1.5) + math.log(0.5) + math.log(5) + math.log(1.2) + math.log(1.1)) / 6
+    assert metrics[KL] == pytest.approx(kl, abs=1e-6)
+    # gradient: unclipped tokens -A*ratio / 6, clipped and dual-clipped tokens 0, masked 0
+    expected = torch.tensor([[-0.5, 0.0, 0.0, 0.0], [0.0, 1.2, -2.2, 0.0]]) / 6
+    assert torch.allclose(grad_of(loss, lp), expected, atol=1e-6)
+
+
+def test_vanilla_seq_mean_token_sum_by_hand():
+    old, lp, adv, mask = vanilla_example()
+    cfg = actor_cfg(clip_ratio=0.2, clip_ratio_low=0.2, clip_ratio_high=0.28, clip_ratio_c=3.0)
+    loss, _ = call("vanilla", old, lp, adv, mask, "seq-mean-token-sum", cfg)
+    # row sums: -0.5 - 1.28 + 0.8 = -0.98 and 6 + 1.2 - 2.2 = 5.0 -> mean 2.01
+    assert loss.item() == pytest.approx(2.01, abs=1e-6)
+
+
+def test_vanilla_clip_ratio_is_the_default_for_low_and_high():
+    # clip_ratio 0.1 -> [0.9, 1.1]: (1.15, +1) -> -1.1; (0.85, -1) -> 0.9; (0.95, +1) -> -0.95
+    cfg = actor_cfg(clip_ratio=0.1, clip_ratio_low=None, clip_ratio_high=None, clip_ratio_c=3.0)
+    lp = torch.log(torch.tensor([[1.15, 0.85, 0.95]]))
+    loss, metrics = call("vanilla", torch.zeros(1, 3), lp, torch.tensor([[1.0, -1.0, 1.0]]), torch.ones(1, 3), "token-mean", cfg)
+    assert loss.item() == pytest.approx((-1.1 + 0.9 - 0.95) / 3, abs=1e-6)
+    assert metrics[CLIPFRAC] == pytest.approx(2 / 3)
+
+
+def test_vanilla_extreme_log_ratios_are_clamped_and_dual_clipped():
+    # log-ratio [50, 50, -50, -50] clamps to +-20; A = [-1, 1, 1, -1], range [0.8, 1.2], c = 3
+    # t0: max(e^20, 1.2) capped at 3 (lower); t1: max(-e^20, -1.2) = -1.2 (clipped)
+    # t2: max(-e^-20, -0.8) = -e^-20; t3: max(e^-20, 0.8) = 0.8 (clipped)
+    cfg = actor_cfg(clip_ratio=0.2, clip_ratio_low=0.2, clip_ratio_high=0.2, clip_ratio_c=3.0)
+    lp = leaf([[50.0, 50.0, -50.0, -50.0]])
+    loss, metrics = call("vanilla", torch.zeros(1, 4), lp, torch.tensor([[-1.0, 1.0, 1.0, -1.0]]), torch.ones(1, 4),
+                         "token-mean", cfg)
+    assert loss.item() == pytest.approx((3 - 1.2 - math.exp(-20) + 0.8) / 4, abs=1e-6)
+    assert metrics[CLIPFRAC] == pytest.approx(0.5)
+    assert metrics[LOWER] == pytest.approx(0.25)
+    assert metrics[KL] == pytest.approx(0.0, abs=1e-6)  # -(20 + 20 - 20 - 20) / 4
+    grad_of(loss, lp)
+
+
+# --------------------------------------------------------------------------------------------- gspo
+@pytest.mark.parametrize("mode", ["token-mean", "seq-mean-token-sum", "seq-mean-token-mean"])
+def test_gspo_by_hand_always_seq_mean_token_mean(mode):
+    # row 0: x = [0.1, 0.3] -> mean 0.2, s = e^0.2 = 1.2214 > 1.2, A = 1 -> both tokens -1.2 (clipped)
+    # row 1: mask [1, 0], x = [-0.05, 9] -> s = e^-0.05 = 0.951229, A = -1 -> 0.951229 (unclipped)
+    # seq-mean-token-mean: (-1.2 + 0.951229) / 2
+    old = torch.tensor([[-1.0, -2.0], [-1.0, -1.0]])
+    lp = (old + torch.tensor([[0.1, 0.3], [-0.05, 9.0]])).requires_grad_(True)
+    adv = torch.tensor([[1.0, 1.0], [-1.0, 5.0]])
+    mask = torch.tensor([[1.0, 1.0], [1.0, 0.0]])
+    cfg = actor_cfg(clip_ratio=0.2, clip_ratio_low=0.2, clip_ratio_high=0.2)
+    loss, metrics = call("gspo", old, lp, adv, mask, mode, cfg)
+    s1 = math.exp(-0.05)
+    assert loss.item() == pytest.approx((-1.2 + s1) / 2, abs=1e-6)
+    assert metrics[CLIPFRAC] == pytest.approx(2 / 3)
+    assert metrics[LOWER] == pytest.approx(0.0)
+    assert metrics[KL] == pytest.approx(-(0.1 + 0.3 - 0.05) / 3, abs=1e-6)
+    # d s_{i,t} / d logp_{i,t} = s_i (the sequence mean is detached); row 0 clipped; row 1 token 0:
+    # -A * s / (1 token) / (2 sequences)
+    assert torch.allclose(grad_of(loss, lp), torch.tensor([[0.0, 0.0], [s1 / 2, 0.0]]), atol=1e-6)
+
+
+def test_gspo_sequence_log_ratio_is_capped_at_10():
+    # x = [12, 12] -> mean 12, log s capped at 10; A = -1: max(e^10, 1.2) = e^10 per token
+    lp = leaf([[10.0, 10.0]])
+    loss, _ = call("gspo", torch.full((1, 2), -2.0), lp, torch.full((1, 2), -1.0), torch.ones(1, 2), "token-mean",
+                   actor_cfg(clip_ratio_low=0.2, clip_ratio_high=0.2))
+    assert loss.item() == pytest.approx(math.exp(10), rel=1e-6)
+
+
+# --------------------------------------------------------------------------------------------- sapo
+@pytest.mark.parametrize("mode", ["token-mean", "seq-mean-token-mean"])
+def test_sapo_by_hand_with_extreme_ratios(mode):
+    # tau_pos 1, tau_neg 1.05; gate = sigmoid(tau (rho - 1)) * 4 / tau; loss = -A gate
+    # row 0: (x=0, A=1): gate 2 -> -2; (x=ln 1.5, A=-1): g1 = sigmoid(0.525) * 4/1.05 -> +g1; (x=0, A=0) -> 0
+    # row 1: (x=50 -> 20, A=1): gate 4 -> -4; (x=-50 -> -20, A=-2): g2 = sigmoid(1.05 (e^-20 - 1)) * 4/1.05 -> 2 g2;
+    #        masked (x=3, A=9)
+    old = torch.full((2, 3), -1.0)
+    x = torch.tensor([[0.0, math.log(1.5), 0.0], [50.0, -50.0, 3.0]])
+    lp = (old + x).requires_grad_(True)
+    adv = torch.tensor([[1.0, -1.0, 0.0], [1.0, -2.0, 9.0]])
+    mask = torch.tensor([[1.0, 1.0, 1.0], [1.0, 1.0, 0.0]])
+    cfg = actor_cfg(tau_pos=1.0, tau_neg=1.05)
+    loss, metrics = call("sapo", old, lp, adv, mask, mode, cfg)
+    sig = lambda z: 1 / (1 + math.exp(-z))  # noqa: E731
+    g1 = sig(0.525) * 4 / 1.05
+    g2 = sig(1.05 * (math.exp(-20) - 1)) * 4 / 1.05
+    expected = ((-2 + g1 + 0) / 3 + (-4 + 2 * g2) / 2) / 2
+    assert torch.isfinite(loss)
+    assert loss.item() == pytest.approx(expected, abs=1e-6)
+    assert metrics[CLIPFRAC] == pytest.approx(0.0)
+    assert metrics[LOWER] == pytest.approx(0.0)
+    assert metrics[KL] == pytest.approx(-math.log(1.5) / 5, abs=1e-6)  # -(0 + ln1.5 + 0 + 20 - 20) / 5
+    # d(-A gate)/dlogp = -A * 4 sigmoid(z)(1 - sigmoid(z)) * rho; weight 1/3/2 in row 0
+    g = grad_of(loss, lp)
+    s = sig(0.525)
+    assert g[0, 0].item() == pytest.approx(-1.0 / 6, abs=1e-6)
+    assert g[0, 1].item() == pytest.approx(4 * s * (1 - s) * 1.5 / 6, abs=1e-6)
+    assert g[0, 2].item() == pytest.approx(0.0, abs=1e-7)
+    assert g[1, 2].item() == 0.0
+
+
+def test_sapo_config_defaults():
+    cfg = ActorConfig()
+    assert cfg.tau_pos == 1.0 and cfg.tau_neg == 1.05
+
+
+# ---------------------------------------------------------------------------------------------- gpg
+@pytest.mark.parametrize(("mode", "expected"), [
+    # token losses -logp*A: (1)(1) = 1, (2)(1) = 2 | (0.5)(-2) = -1; rows sum 3 and -1, lengths 2 and 1, width 3
+    ("token-mean", 2 / 3),
+    ("seq-mean-token-sum", (3 - 1) / 2),
+    ("seq-mean-token-mean", (1.5 - 1) / 2),
+    ("seq-mean-token-sum-norm", (3 - 1) / 2 / 3),
+    ("token-sum", 2.0),
+])
+def test_gpg_loss_by_hand(mode, expected):
+    lp = leaf([[-1.0, -2.0, -7.0], [-0.5, -3.0, -9.0]])
+    adv = torch.tensor([[1.0, 1.0, 3.0], [-2.0, 4.0, 1.0]])
+    mask = torch.tensor([[1.0, 1.0, 0.0], [1.0, 0.0, 0.0]])
+    loss, _ = call("gpg", lp.detach() + 0.3, lp, adv, mask, mode, actor_cfg())
+    assert loss.item() == pytest.approx(expected, abs=1e-6)
+    if mode == "token-mean":
+        assert torch.allclose(grad_of(loss, lp), torch.tensor([[-1.0, -1.0, 0.0], [2.0, 0.0, 0.0]]) / 3, atol=1e-6)
+
+
+# -------------------------------------------------------------------------------------------- cispo
+def test_cispo_by_hand():
+    # range [0.8, 1.28]; loss = -sg(clip(rho)) * A * logp
+    # (1.5, A=1, lp=-1): -1.28*1*(-1) = 1.28; (0.5, A=-1, lp=-2): -0.8*(-1)*(-2) = -1.6
+    # (1.0, A=2, lp=-0.5): 1; (x=50 -> e^20, A=1, lp=-0.1): 0.128; masked token (A=4)
+    lp = leaf([[-1.0, -2.0, -0.5, -0.1, -3.0]])
+    old = lp.detach() - torch.tensor([[math.log(1.5), math.log(0.5), 0.0, 50.0, 1.0]])
+    adv = torch.tensor([[1.0, -1.0, 2.0, 1.0, 4.0]])
+    mask = torch.tensor([[1.0, 1.0, 1.0, 1.0, 0.0]])
+    cfg = actor_cfg(clip_ratio=0.2, clip_ratio_low=0.2, clip_ratio_high=0.28)
+    loss, metrics = call("cispo", old, lp, adv, mask, "token-mean", cfg)
+    assert loss.item() == pytest.approx((1.28 - 1.6 + 1 + 0.128) / 4, abs=1e-6)
+    assert metrics[CLIPFRAC] == pytest.approx(3 / 4)
+    assert metrics.get(LOWER, 0.0) == pytest.approx(0.0)
+    # gradient -cr * A / 4 (the clipped ratio is a constant weight)
+    expected = torch.tensor([[-1.28, 0.8, -2.0, -1.28, 0.0]]) / 4
+    assert torch.allclose(grad_of(loss, lp), expected, atol=1e-6)
+
+
+# ----------------------------------------------------------------------------------------- clip_cov
+def clip_cov_example():
+    # lp = [-1, -2, -3, -4 | masked -50], A = [2, 1, 0, -3 | masked 100]
+    # masked means: A 0, logp -2.5 -> cov = [2*1.5, 1*0.5, 0*(-0.5), (-3)(-1.5)] = [3, 0.5, 0, 4.5]
+    # ratios [1, 1, 1, 0.5]; token 3 (A=-3, rho 0.5): l1 = 1.5, l2 = 3*0.8 = 2.4 -> clipped by origin
+    lp = leaf([[-1.0, -2.0, -3.0, -4.0, -50.0]])
+    old = lp.detach() - torch.tensor([[0.0, 0.0, 0.0, math.log(0.5), 0.0]])
+    adv = torch.tensor([[2.0, 1.0, 0.0, -3.0, 100.0]])
+    mask = torch.tensor([[1.0, 1.0, 1.0, 1.0, 0.0]])
+    return old, lp, adv, mask
+
+
+def test_clip_cov_exactly_one_eligible_token_by_hand():
+    old, lp, adv, mask = clip_cov_example()
+    # lb 1 < cov < ub 5 among unclipped valid tokens: only token 0 (cov 3) -> corr 0 there
+    cfg = actor_cfg(clip_ratio=0.2, clip_ratio_low=0.2, clip_ratio_high=0.2,
+                    policy_loss=dict(clip_cov_ratio=0.0002, clip_cov_lb=1.0, clip_cov_ub=5.0))
+    loss, metrics = call("clip_cov", old, lp, adv, mask, "token-mean", cfg)
+    # token losses [0 (corr), -1, 0, 2.4] -> 1.4 / 4
+    assert loss.item() == pytest.approx(0.35, abs=1e-6)
+    assert metrics[CLIPFRAC] == pytest.approx(0.25)
+    assert metrics[KL] == pytest.approx(math.log(2) / 4, abs=1e-6)  # mean of -(logp - old) = -ln 0.5 / 4
+    assert torch.allclose(grad_of(loss, lp), torch.tensor([[0.0, -0.25, 0.0, 0.0, 0.0]]), atol=1e-6)
+
+
+def test_clip_cov_selects_every_eligible_token_when_ratio_is_large():
+    old, lp, adv, mask = clip_cov_example()
+    # bounds (-10, 10): tokens 0, 1, 2 are eligible (3 is clipped by origin); clip_num = 4 >= 3 -> all three
+    cfg = actor_cfg(clip_ratio=0.2, clip_ratio_low=0.2, clip_ratio_high=0.2,
+                    policy_loss=dict(clip_cov_ratio=1.0, clip_cov_lb=-10.0, clip_cov_ub=10.0))
+    loss, metrics = call("clip_cov", old, lp, adv, mask, "token-mean", cfg)
+    assert loss.item() == pytest.approx(2.4 / 4, abs=1e-6)
+    assert metrics[CLIPFRAC] == pytest.approx(0.75)
+    assert torch.allclose(grad_of(loss, lp), torch.zeros(1, 5), atol=1e-7)
+
+
+def test_clip_cov_no_eligible_token_is_plain_clip_without_dual_clip():
+    # bounds (100, 200): nothing eligible. A = -2, rho 5: l1 = 10, l2 = 2.4 -> 10 (no dual-clip cap at 3*2 = 6)
+    cfg = actor_cfg(clip_ratio=0.2, clip_ratio_low=0.2, clip_ratio_high=0.2, clip_ratio_c=3.0,
+                    policy_loss=dict(clip_cov_ratio=0.5, clip_cov_lb=100.0, clip_cov_ub=200.0))
+    lp = leaf([[math.log(5.0), 0.0]])
+    loss, metrics = call("clip_cov", torch.zeros(1, 2), lp, torch.tensor([[-2.0, 1.0]]), torch.ones(1, 2), "token-mean", cfg)
+    assert loss.item() == pytest.approx((10 - 1) / 2, abs=1e-5)
+    assert metrics[CLIPFRAC] == pytest.approx(0.0)
+
+
+# ------------------------------------------------------------------------------------------- kl_cov
+def test_kl_cov_by_hand():
+    # lp = [-1, -2, -3, -4 | masked -50], A = [2, 1, 0, -3 | 100], x = lp - old = [0.1, 0, -0.2, -0.3 | 5]
+    # cov over valid tokens = [3, 0.5, 0, 4.5]; kl_cov_ratio 0.5 -> k = 2: tokens 3 and 0
+    lp = leaf([[-1.0, -2.0, -3.0, -4.0, -50.0]])
+    x = torch.tensor([[0.1, 0.0, -0.2, -0.3, 5.0]])
+    old = lp.detach() - x
+    adv = torch.tensor([[2.0, 1.0, 0.0, -3.0, 100.0]])
+    mask = torch.tensor([[1.0, 1.0, 1.0, 1.0, 0.0]])
+    cfg = actor_cfg(policy_loss=dict(kl_cov_ratio=0.5, ppo_kl_coef=0.1))
+    loss, metrics = call("kl_cov", old, lp, adv, mask, "token-mean", cfg)
+    e1, e3 = math.exp(0.1), math.exp(-0.3)
+    # t0: -2 e^0.1 + 0.1*0.1; t1: -1; t2: 0; t3: 3 e^-0.3 + 0.1*0.3
+    assert loss.item() == pytest.approx((-2 * e1 + 0.01 - 1 + 0 + 3 * e3 + 0.03) / 4, abs=1e-6)
+    assert metrics[KL] == pytest.approx((0.1 + 0 + 0.2 + 0.3) / 4, abs=1e-6)
+    expected = torch.tensor([[-2 * e1 + 0.1, -1.0, 0.0, 3 * e3 - 0.1, 0.0]]) / 4
+    assert torch.allclose(grad_of(loss, lp), expected, atol=1e-6)
+
+
+def test_kl_cov_default_ratio_picks_at_least_one_token():
+    lp = torch.tensor([[-1.0, -2.0, -3.0, -4.0]])
+    x = torch.tensor([[0.1, 0.0, -0.2, -0.3]])
+    adv = torch.tensor([[2.0, 1.0, 0.0, -3.0]])
+    # int(4 * 2e-4) = 0 -> k = 1: only token 3 (cov 4.5)
+    loss, _ = call("kl_cov", lp - x, lp, adv, torch.ones(1, 4), "token-mean", actor_cfg())
+    e1, e3 = math.exp(0.1), math.exp(-0.3)
+    assert loss.item() == pytest.approx((-2 * e1 - 1 + 3 * e3 + 0.03) / 4, abs=1e-6)
+
+
+# ----------------------------------------------------------------------------------------- geo_mean
+def test_geo_mean_by_hand():
+    # range: log-ratio in [-0.2, 0.3]
+    # row 0 (A = +1): x = [0.5, -0.1, 0.05] -> min(x, clip) = [0.3, -0.1, 0.05], mean 0.25/3; Abar 1
+    # row 1 (A = [-1, -2 | masked 3]): x = [-0.5, 0.4 | 7] -> max(x, clip) = [-0.2, 0.4], mean 0.1; Abar -1.5
+    # row 2 all masked; S = 2 -> loss = (-e^(0.25/3) + 1.5 e^0.1) / 2
+    old = torch.full((3, 3), -1.0)
+    x = torch.tensor([[0.5, -0.1, 0.05], [-0.5, 0.4, 7.0], [2.0, 2.0, 2.0]])
+    lp = (old + x).requires_grad_(True)
+    adv = torch.tensor([[1.0, 1.0, 1.0], [-1.0, -2.0, 3.0], [5.0, 5.0, 5.0]])
+    mask = torch.tensor([[1.0, 1.0, 1.0], [1.0, 1.0, 0.0], [0.0, 0.0, 0.0]])
+    cfg = actor_cfg(clip_ratio=0.2, clip_ratio_low=0.2, clip_ratio_high=0.3)
+    loss, metrics = call("geo_mean", old, lp, adv, mask, "token-mean", cfg)
+    r0, r1 = math.exp(0.25 / 3), math.exp(0.1)
+    assert loss.item() == pytest.approx((-r0 + 1.5 * r1) / 2, abs=1e-6)
+    assert metrics[CLIPFRAC] == pytest.approx(1 / 5)  # row 0 token 0
+    assert metrics[LOWER] == pytest.approx(2 / 5)  # row 1 tokens 0 and 1
+    assert metrics[KL] == pytest.approx(-(0.5 - 0.1 + 0.05 - 0.5 + 0.4) / 5, abs=1e-6)
+    # d/dlogp: -Abar_i * ratio_i / n_i / S on tokens whose own log-ratio is kept, 0 on clipped ones
+    expected = torch.tensor([[0.0, -r0 / 3 / 2, -r0 / 3 / 2], [0.0, 1.5 * r1 / 2 / 2, 0.0], [0.0, 0.0, 0.0]])
+    assert torch.allclose(grad_of(loss, lp), expected, atol=1e-6)
+
+
+# ------------------------------------------------------------------------- random vs numpy loops
+RANDOM_LOSSES = ["vanilla", "gspo", "sapo", "gpg", "cispo", "geo_mean", "kl_cov"]
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("name", RANDOM_LOSSES)
+def test_random_batch_against_numpy(name, mode):
+    old, lp, a, m = random_batch(3)
+    low, high = 0.15, 0.25
+    cfg = actor_cfg(clip_ratio=0.2, clip_ratio_low=low, clip_ratio_high=high, clip_ratio_c=2.0, tau_pos=1.3, tau_neg=0.9,
+                    policy_loss=dict(kl_cov_ratio=0.3, ppo_kl_coef=0.2))
+    exp_loss, exp_metrics = np_loss(name, old, lp, a, m, mode, low=low, high=high, c=2.0, tau_pos=1.3, tau_neg=0.9,
+                                    kl_ratio=0.3, kl_coef=0.2)
+    t = lambda v: torch.tensor(v, dtype=torch.float64)  # noqa: E731
+    loss, metrics = call(name, t(old), t(lp), t(a), t(m), mode, cfg)
+    assert loss.item() == pytest.approx(float(exp_loss), rel=1e-7, abs=1e-7)
+    for key, value in exp_metrics.items():
+        assert float(metrics[key]) == pytest.approx(value, rel=1e-7, abs=1e-7), key
+
+
+@pytest.mark.parametrize("name", ALL_LOSSES)
+def test_metrics_are_floats(name):
+    old, lp, a, m = random_batch(4, dtype=torch.float32)
+    t = lambda v: torch.tensor(v, dtype=torch.float32)  # noqa: E731
+    _, metrics = call(name, t(old), t(lp), t(a), t(m), "token-mean", actor_cfg(policy_loss=dict(clip_cov_lb=100.0, clip_cov_ub=200.0)))
+    assert isinstance(metrics, dict)
+    for key, value in metrics.items():
+        assert isinstance(value, float), (key, type(value))
+        assert math.isfinite(value)
+
+
+# ----------------------------------------------------------------------------- all-masked rows
+# clip_cov made deterministic: bounds nothing reaches, or bounds everything reaches with ratio 1
+SPLIT_CONFIGS = {
+    "vanilla": dict(clip_ratio_low=0.15, clip_ratio_high=0.25, clip_ratio_c=2.0),
+    "gspo": dict(clip_ratio_low=0.05, clip_ratio_high=0.08),
+    "sapo": dict(tau_pos=1.3, tau_neg=0.9),
+    "gpg": {},
+    "cispo": dict(clip_ratio_low=0.15, clip_ratio_high=0.25),
+    "geo_mean": dict(clip_ratio_low=0.2, clip_ratio_high=0.3),
+    "clip_cov/none": dict(clip_ratio_low=0.15, clip_ratio_high=0.25,
+                          policy_loss=dict(clip_cov_ratio=0.5, clip_cov_lb=1e8, clip_cov_ub=2e8)),
+    "clip_cov/all": dict(clip_ratio_low=0.15, clip_ratio_high=0.25,
+                         policy_loss=dict(clip_cov_ratio=1.0, clip_cov_lb=-1e8, clip_cov_ub=1e8)),
+}
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("key", [*SPLIT_CONFIGS, "kl_cov"])
+def test_all_masked_row_does_not_change_the_loss(key, mode):
+    name = key.split("/")[0]
+    fields = dict(SPLIT_CONFIGS.get(key, dict(policy_loss=dict(kl_cov_ratio=0.3))))
+    cfg = actor_cfg(**fields)
+    old, lp, a, m = random_batch(5, all_masked_row=False)
+    t = lambda v: torch.tensor(v, dtype=torch.float64)  # noqa: E731
+    base, _ = call(name, t(old[:4]), t(lp[:4]), t(a[:4]), t(m[:4]), mode, cfg)
+    # a fifth, fully masked row of garbage: log-ratio 3, advantage 7
+    old5, lp5, a5, m5 = old.copy(), lp.copy(), a.copy(), m.copy()
+    lp5[4], old5[4], a5[4], m5[4] = -1.0, -4.0, 7.0, 0.0
+    lp_leaf = t(lp5).requires_grad_(True)
+    loss, metrics = call(name, t(old5), lp_leaf, t(a5), t(m5), mode, cfg)
+    assert loss.item() == pytest.approx(base.item(), abs=1e-9)
+    g = grad_of(loss, lp_leaf)
+    assert torch.all(g[4] == 0)
+    for value in metrics.values():
+        assert math.isfinite(float(value))
+
+
+# --------------------------------------------------------------------------------- micro-batches
+# kl_cov is left out: its top-k by covariance is taken over the tokens of each call, so a micro-batch
+# penalises a different set of tokens than the whole batch does (by design, as in verl).
+# The second split puts the all-masked row alone in a micro-batch, which must contribute exactly 0.
+@pytest.mark.parametrize("splits", [((0, 2), (2, 3), (3, 5)), ((0, 4), (4, 5))], ids=["3-micro", "masked-micro"])
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("key", list(SPLIT_CONFIGS))
+def test_micro_batches_with_global_batch_info_reproduce_the_full_batch(key, mode, splits):
+    name = key.split("/")[0]
+    fields = SPLIT_CONFIGS[key]
+    old, lp, a, m = random_batch(6)
+    t = lambda v: torch.tensor(v, dtype=torch.float64)  # noqa: E731
+    old_t, a_t, m_t = t(old), t(a), t(m)
+
+    lp_full = t(lp).requires_grad_(True)
+    full, _ = call(name, old_t, lp_full, a_t, m_t, mode, actor_cfg(**fields))
+    g_full = grad_of(full, lp_full)
+
+    cfg = actor_cfg(**fields)
+    cfg.global_batch_info = dict(dp_size=1, batch_num_tokens=float(m.sum()), global_batch_size=int((m.sum(-1) > 0).sum()),
+                                 loss_scale_factor=m.shape[-1])
+    lp_micro = t(lp).requires_grad_(True)
+    total = 0.0
+    for start, stop in splits:
+        rows = slice(start, stop)
+        part, _ = call(name, old_t[rows], lp_micro[rows], a_t[rows], m_t[rows], mode, cfg)
+        assert torch.isfinite(part)
+        if m[rows].sum() == 0:
+            assert part.item() == 0.0
+        total = total + part
+    g_micro = grad_of(total, lp_micro)
+    assert total.item() == pytest.approx(full.item(), abs=1e-6)
+    assert torch.allclose(g_micro, g_full, atol=1e-6)
+
+
+# -------------------------------------------------------------------------------------- registry
+def test_every_loss_is_registered_and_unknown_lists_them():
+    for name in ALL_LOSSES:
+        assert callable(get_policy_loss_fn(name))
+    with pytest.raises(ValueError) as err:
+        get_policy_loss_fn("nope")
+    for name in ALL_LOSSES:
+        assert name in str(err.value)
+
+
+def test_register_policy_loss_decorator():
+    @register_policy_loss("_golden_probe_loss")
+    def probe(old_log_prob, log_prob, advantages, response_mask, loss_agg_mode="token-mean", config=None, **kwargs):
+        return (-advantages * log_prob * response_mask).sum(), {}
+
+    assert get_policy_loss_fn("_golden_probe_loss") is probe

@@ -1,0 +1,187 @@
+"""Every estimator, loss and KL kind through the real trainer for two steps; the critic, ReMax, DAPO, custom modules."""
+
+import json
+import math
+import re
+from pathlib import Path
+
+import pytest
+import torch
+
+from reinforge.algorithm import adv_estimator_names, policy_loss_names
+
+BUILT_IN_ESTIMATORS = ["gae", "gpg", "grpo", "grpo_passk", "opo", "reinforce_plus_plus", "reinforce_plus_plus_baseline", "remax", "rloo"]
+BUILT_IN_LOSSES = ["cispo", "clip_cov", "geo_mean", "gpg", "gspo", "kl_cov", "sapo", "vanilla"]
+
+
+def finite(metrics: dict, name: str) -> bool:
+    return name in metrics and math.isfinite(metrics[name])
+
+
+def test_every_built_in_name_is_covered_here():
+    assert set(BUILT_IN_ESTIMATORS) <= set(adv_estimator_names())
+    assert set(BUILT_IN_LOSSES) <= set(policy_loss_names())
+
+
+@pytest.mark.parametrize("estimator", BUILT_IN_ESTIMATORS)
+def test_two_steps_with_each_estimator(run_steps, estimator):
+    steps = run_steps(f"algorithm.adv_estimator={estimator}")
+    assert sorted(steps) == [1, 2]
+    for metrics in steps.values():
+        assert finite(metrics, "actor/pg_loss") and finite(metrics, "actor/grad_norm")
+        assert finite(metrics, "critic/advantages/mean") and finite(metrics, "critic/returns/mean")
+        assert metrics["critic/advantages/max"] > metrics["critic/advantages/min"]  # the updates had a signal
+        assert ("critic/vf_loss" in metrics) == (estimator == "gae")  # the critic exists only when values are used
+        assert ("timing_s/gen_max" in metrics) == (estimator == "remax")  # ReMax's greedy baseline rollout
+
+
+@pytest.mark.parametrize("loss_mode", BUILT_IN_LOSSES)
+@pytest.mark.parametrize("ppo", [False, True], ids=["on_policy", "two_epochs"])
+def test_two_steps_with_each_policy_loss(run_steps, loss_mode, ppo):
+    extra = ["actor_rollout_ref.actor.ppo_epochs=2", "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=2"] if ppo else []
+    steps = run_steps(f"actor_rollout_ref.actor.policy_loss.loss_mode={loss_mode}",
+                      "actor_rollout_ref.actor.policy_loss.clip_cov_ratio=0.5", *extra)
+    for metrics in steps.values():
+        for name in ("actor/pg_loss", "actor/pg_clipfrac", "actor/ppo_kl", "actor/pg_clipfrac_lower", "actor/entropy"):
+            assert finite(metrics, name), name
+        if not ppo:
+            assert metrics["actor/ppo_kl"] == 0.0  # on-policy: old log-probs are the current ones
+    if ppo:  # the second epoch sees a moved policy
+        assert any(s["actor/ppo_kl"] != 0.0 for s in steps.values())
+
+
+@pytest.mark.parametrize("kl_type", ["k1", "abs", "k2", "k3", "full", "k3+", "kl+"])
+def test_kl_loss_kinds(run_steps, kl_type):
+    steps = run_steps("actor_rollout_ref.actor.use_kl_loss=true", f"actor_rollout_ref.actor.kl_loss_type={kl_type}",
+                      "actor_rollout_ref.actor.kl_loss_coef=0.1")
+    assert steps[1]["actor/kl_loss"] == pytest.approx(0.0, abs=1e-6)  # the policy starts as the reference
+    assert steps[2]["actor/kl_loss"] != 0.0 and finite(steps[2], "actor/kl_loss")
+
+
+@pytest.mark.parametrize("kl_type", ["kl", "low_var_kl", "full"])
+def test_kl_in_reward_with_the_adaptive_controller(run_steps, tmp_path, kl_type):
+    steps = run_steps("algorithm.use_kl_in_reward=true", f"algorithm.kl_penalty={kl_type}", "algorithm.kl_ctrl.type=adaptive",
+                      "algorithm.kl_ctrl.kl_coef=0.5", "algorithm.kl_ctrl.target_kl=0.01", "algorithm.kl_ctrl.horizon=10",
+                      "trainer.save_freq=2")
+    assert steps[1]["actor/reward_kl_penalty"] == pytest.approx(0.0, abs=1e-6)
+    # step 1 saw KL 0 < target: the coefficient shrank by (1 - 0.2 * 4 trajectories / 10)
+    assert steps[2]["actor/reward_kl_penalty_coeff"] == pytest.approx(0.5 * (1 - 0.2 * 4 / 10))
+    assert steps[2]["actor/reward_kl_penalty"] > 0
+    state = json.loads((tmp_path / "run" / "global_step_2" / "trainer_state.json").read_text())
+    kl2 = steps[2]["actor/reward_kl_penalty"]
+    expected = 0.5 * 0.92 * (1 + max(min(kl2 / 0.01 - 1, 0.2), -0.2) * 4 / 10)
+    assert state["kl_ctrl"]["value"] == pytest.approx(expected)  # the adaptive coefficient is checkpointed
+
+
+def test_ppo_with_a_critic_warms_up_checkpoints_and_resumes_exactly(run_steps, tmp_path):
+    common = ["algorithm.adv_estimator=gae", "algorithm.lam=0.95", "trainer.critic_warmup=1", "trainer.save_freq=2",
+              "trainer.total_training_steps=4", "critic.ppo_micro_batch_size_per_gpu=1"]
+    straight = run_steps(*common, run_dir=tmp_path / "straight")
+    assert "actor/pg_loss" not in straight[1] and "actor/pg_loss" in straight[2]  # step 1 trains only the critic
+    for metrics in straight.values():
+        for name in ("critic/vf_loss", "critic/vf_clipfrac", "critic/vpred_mean", "critic/grad_norm", "critic/lr",
+                     "critic/values/mean", "critic/vf_explained_var", "timing_s/values", "timing_s/update_critic"):
+            assert finite(metrics, name), name
+    critic = tmp_path / "straight" / "global_step_4" / "critic"
+    assert (critic / "model_world_size_1_rank_0.pt").is_file() and (critic / "optim_world_size_1_rank_0.pt").is_file()
+
+    resumed = tmp_path / "resumed"
+    run_steps(*common, "trainer.total_training_steps=2", run_dir=resumed)
+    again = run_steps(*common, run_dir=resumed)  # resumes at step 3; metrics.jsonl keeps steps 1-2
+    for step in (3, 4):
+        for name in ("critic/vf_loss", "critic/values/mean", "actor/pg_loss", "critic/score/mean"):
+            assert again[step][name] == straight[step][name], (step, name)
+    a = torch.load(critic / "model_world_size_1_rank_0.pt")
+    b = torch.load(resumed / "global_step_4" / "critic" / "model_world_size_1_rank_0.pt")
+    assert all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_critic_checkpoints_have_their_own_retention(run_steps, tmp_path):
+    run_steps("algorithm.adv_estimator=gae", "trainer.save_freq=1", "trainer.total_training_steps=3",
+              "trainer.max_critic_ckpt_to_keep=1")
+    run_dir = tmp_path / "run"
+    assert [(run_dir / f"global_step_{s}" / "critic").is_dir() for s in (1, 2, 3)] == [False, False, True]
+    assert all((run_dir / f"global_step_{s}" / "actor").is_dir() for s in (1, 2, 3))
+
+
+def test_dynamic_sampling_keeps_only_groups_whose_reward_varies(run_steps, tmp_path):
+    reward = tmp_path / "reward.py"
+    reward.write_text(
+        "def compute_score(data_source, solution_str, ground_truth, extra_info=None):\n"
+        "    if extra_info['index'] % 2 == 0:\n"
+        "        return {'score': 0.5, 'acc': 0.5}  # the same for every response: no learning signal\n"
+        "    return {'score': float(len(solution_str)), 'acc': float(len(solution_str) % 2)}\n"
+    )
+    rollouts = tmp_path / "rollouts"
+    steps = run_steps(f"custom_reward_function.path={reward}", "algorithm.filter_groups.enable=true",
+                      "algorithm.filter_groups.metric=seq_reward", "data.gen_batch_size=2", "data.train_batch_size=2",
+                      "actor_rollout_ref.rollout.n=4", "data.shuffle=false", f"trainer.rollout_data_dir={rollouts}",
+                      "data.max_response_length=6", "actor_rollout_ref.rollout.temperature=3.0")
+    for step, metrics in steps.items():
+        assert metrics["train/num_dropped_groups"] >= metrics["train/num_gen_batches"]  # each batch of 2 has one constant group
+        assert metrics["train/num_generated_groups"] == 2 * metrics["train/num_gen_batches"]
+        kept = [json.loads(line) for line in (rollouts / f"{step}.jsonl").read_text().splitlines()]
+        assert len(kept) == 2 * 4  # train_batch_size groups of n
+        assert all(r["score"] != 0.5 for r in kept)
+
+
+def test_dapo_overlong_shaping_through_the_config(run_steps):
+    steps = run_steps("reward_model.reward_manager=dapo", "+reward_model.reward_kwargs.max_resp_len=4",
+                      "+reward_model.reward_kwargs.overlong_buffer_cfg.enable=true",
+                      "+reward_model.reward_kwargs.overlong_buffer_cfg.len=2",
+                      "+reward_model.reward_kwargs.overlong_buffer_cfg.penalty_factor=1.0",
+                      "+reward_model.reward_kwargs.overlong_buffer_cfg.log=true", "actor_rollout_ref.rollout.ignore_eos=true")
+    for metrics in steps.values():  # every response has the full 4 tokens: 2 past the expected 2, penalty -2/2 * 1.0
+        assert metrics["reward/overlong_reward/mean"] == pytest.approx(-1.0)
+        assert metrics["reward/overlong/mean"] == 1.0
+
+
+def test_dynamic_sampling_gives_up_with_a_clear_message(run_steps, tmp_path):
+    from reinforge.errors import ConfigError
+
+    reward = tmp_path / "reward.py"
+    reward.write_text("def compute_score(data_source, solution_str, ground_truth, extra_info=None):\n    return 1.0\n")
+    with pytest.raises(ConfigError, match="after 3 generation batches only 0 of 2 prompt groups had a varying seq_reward"):
+        run_steps(f"custom_reward_function.path={reward}", "algorithm.filter_groups.enable=true",
+                  "algorithm.filter_groups.max_num_gen_batches=3")
+
+
+@pytest.fixture
+def clean_registries():
+    """Names a test registers do not leak into the other tests' lists of registered names."""
+    from reinforge.algorithm.advantage import ADV_ESTIMATOR_REGISTRY
+    from reinforge.algorithm.policy_loss import POLICY_LOSS_REGISTRY
+
+    saved = [(registry, dict(registry)) for registry in (ADV_ESTIMATOR_REGISTRY, POLICY_LOSS_REGISTRY)]
+    yield
+    for registry, entries in saved:
+        registry.clear()
+        registry.update(entries)
+
+
+def test_the_documented_custom_module_registers_an_estimator_and_a_loss(run_steps, tmp_path, clean_registries):
+    doc = (Path(__file__).parents[2] / "docs" / "algorithms.md").read_text()
+    module = tmp_path / "my_algos.py"
+    module.write_text(re.search(r"```python\n# my_algos.py\n(.*?)```", doc, re.S).group(1))
+    rollouts = tmp_path / "rollouts"
+    steps = run_steps(f"algorithm.custom_modules=[{module}]", "algorithm.adv_estimator=centred",
+                      "actor_rollout_ref.actor.policy_loss.loss_mode=reinforce", f"trainer.rollout_data_dir={rollouts}")
+    for step, metrics in steps.items():
+        scores = [json.loads(line)["score"] for line in (rollouts / f"{step}.jsonl").read_text().splitlines()]
+        mean = sum(scores) / len(scores)  # "centred": score minus the batch mean, on every token
+        assert metrics["critic/advantages/max"] == pytest.approx(max(scores) - mean, abs=1e-6)
+        assert metrics["critic/advantages/min"] == pytest.approx(min(scores) - mean, abs=1e-6)
+        assert "actor/pg_clipfrac" not in metrics  # the documented loss reports no metrics of its own
+
+
+def test_unknown_names_list_the_registered_ones(tiny_model_path):
+    from reinforge.config import load_config
+    from reinforge.errors import ConfigError
+
+    base = [f"actor_rollout_ref.model.path={tiny_model_path}", "data.train_files=/x.parquet"]
+    with pytest.raises(ConfigError, match="algorithm.adv_estimator='grp' is not one of: gae, gpg, grpo"):
+        load_config([*base, "algorithm.adv_estimator=grp"])
+    with pytest.raises(ConfigError, match="loss_mode='vanila' is not one of: cispo, clip_cov, geo_mean"):
+        load_config([*base, "actor_rollout_ref.actor.policy_loss.loss_mode=vanila"])
+    with pytest.raises(ConfigError, match=r"algorithm.custom_modules: .*missing_algos.py does not exist"):
+        load_config([*base, "algorithm.custom_modules=[/nowhere/missing_algos.py]"])
