@@ -32,3 +32,16 @@ def tokenizer(tiny_model_path):
     from transformers import AutoTokenizer
 
     return AutoTokenizer.from_pretrained(tiny_model_path)
+
+
+@pytest.fixture(autouse=True)
+def clean_registries():
+    """Estimators and losses a test registers do not leak into the other tests' lists of registered names."""
+    from reinforge.algorithm.advantage import ADV_ESTIMATOR_REGISTRY
+    from reinforge.algorithm.policy_loss import POLICY_LOSS_REGISTRY
+
+    saved = [(registry, dict(registry)) for registry in (ADV_ESTIMATOR_REGISTRY, POLICY_LOSS_REGISTRY)]
+    yield
+    for registry, entries in saved:
+        registry.clear()
+        registry.update(entries)

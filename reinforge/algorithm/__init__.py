@@ -34,7 +34,7 @@ from reinforge.algorithm.kl import (
     kl_penalty,
     make_kl_controller,
 )
-from reinforge.algorithm.logprob import compute_entropy, log_probs_from_logits
+from reinforge.algorithm.logprob import compute_entropy, full_kl_from_logits, log_probs_from_logits
 from reinforge.algorithm.policy_loss import (
     compute_policy_loss,
     compute_policy_loss_vanilla,
@@ -59,6 +59,7 @@ __all__ = [
     "compute_policy_loss_vanilla",
     "compute_value_loss",
     "full_kl",
+    "full_kl_from_logits",
     "get_adv_estimator_fn",
     "get_policy_loss_fn",
     "import_custom_modules",

@@ -14,19 +14,18 @@ from __future__ import annotations
 
 import torch
 
-CHUNK_ELEMENTS = 1 << 22  # logits entries processed at once (16 MiB in fp32)
+
+def _chunks(rows: int, vocab: int, on_gpu: bool):
+    """Row ranges holding about 4M logits (CPU) or 32M (GPU, where fewer, larger kernels pay) each."""
+    size = max(1, (1 << 25 if on_gpu else 1 << 22) // max(vocab, 1))
+    for start in range(0, rows, size):
+        yield start, min(start + size, rows)
 
 
 def compute_entropy(logits: torch.Tensor) -> torch.Tensor:
     """Entropy of softmax(logits) over the last dim (a plain, differentiable reference implementation)."""
     log_probs = torch.log_softmax(logits, dim=-1)
     return -(log_probs.exp() * log_probs).sum(-1)
-
-
-def _chunks(rows: int, vocab: int):
-    size = max(1, CHUNK_ELEMENTS // max(vocab, 1))
-    for start in range(0, rows, size):
-        yield start, min(start + size, rows)
 
 
 class _LogProbEntropy(torch.autograd.Function):
@@ -38,7 +37,7 @@ class _LogProbEntropy(torch.autograd.Function):
         entropy = torch.empty(rows, dtype=dtype, device=logits.device)
         shift = torch.empty(rows, dtype=dtype, device=logits.device)
         log_norm = torch.empty(rows, dtype=dtype, device=logits.device)  # logsumexp of the shifted logits
-        for start, end in _chunks(rows, vocab):
+        for start, end in _chunks(rows, vocab, logits.is_cuda):
             z = logits[start:end].to(dtype) / temperature
             top = z.max(-1, keepdim=True).values
             z = z - top  # max 0: the entropy's two terms stay small, no cancellation for large logits
@@ -57,7 +56,7 @@ class _LogProbEntropy(torch.autograd.Function):
         logits, tokens, shift, log_norm, entropy = ctx.saved_tensors
         rows, vocab = logits.shape
         grad_logits = torch.empty_like(logits)
-        for start, end in _chunks(rows, vocab):
+        for start, end in _chunks(rows, vocab, logits.is_cuda):
             z = logits[start:end].to(shift.dtype) / ctx.temperature - shift[start:end].unsqueeze(-1)
             lse = log_norm[start:end].unsqueeze(-1)
             probs = torch.exp(z - lse)
@@ -85,3 +84,47 @@ def log_probs_from_logits(logits: torch.Tensor, tokens: torch.Tensor, temperatur
     flat_logits = logits.reshape(-1, logits.shape[-1])
     log_probs, entropy = _LogProbEntropy.apply(flat_logits, tokens.reshape(-1), float(temperature))
     return log_probs.view(shape), entropy.view(shape) if with_entropy else None
+
+
+class _FullKL(torch.autograd.Function):
+    """Exact KL(softmax(z) || softmax(z_ref)) per row, z = logits / T, with the same chunked recompute.
+
+    d KL / dz = p * (log p - log q - KL); the reference is a constant.
+    """
+
+    @staticmethod
+    def forward(ctx, logits: torch.Tensor, ref_logits: torch.Tensor, temperature: float):
+        rows, vocab = logits.shape
+        dtype = torch.promote_types(logits.dtype, torch.float32)
+        kl = torch.empty(rows, dtype=dtype, device=logits.device)
+        for start, end in _chunks(rows, vocab, logits.is_cuda):
+            log_p = torch.log_softmax(logits[start:end].to(dtype) / temperature, -1)
+            log_q = torch.log_softmax(ref_logits[start:end].to(dtype) / temperature, -1)
+            kl[start:end] = (log_p.exp() * (log_p - log_q)).sum(-1)
+        ctx.save_for_backward(logits, ref_logits, kl)
+        ctx.temperature = temperature
+        return kl
+
+    @staticmethod
+    def backward(ctx, grad_kl: torch.Tensor):
+        logits, ref_logits, kl = ctx.saved_tensors
+        rows, vocab = logits.shape
+        grad_logits = torch.empty_like(logits)
+        for start, end in _chunks(rows, vocab, logits.is_cuda):
+            log_p = torch.log_softmax(logits[start:end].to(kl.dtype) / ctx.temperature, -1)
+            log_q = torch.log_softmax(ref_logits[start:end].to(kl.dtype) / ctx.temperature, -1)
+            grad = log_p.exp() * (log_p - log_q - kl[start:end].unsqueeze(-1)) * grad_kl[start:end].unsqueeze(-1)
+            grad_logits[start:end] = (grad / ctx.temperature).to(logits.dtype)
+        return grad_logits, None, None
+
+
+def full_kl_from_logits(logits: torch.Tensor, ref_logits: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:
+    """Exact per-token KL(policy || reference) over the vocabulary from both models' logits (..., vocab).
+
+    Differentiable in `logits` (the reference is a constant); like `log_probs_from_logits` it keeps
+    only the two logits tensors for the backward pass.
+    """
+    shape = logits.shape[:-1]
+    vocab = logits.shape[-1]
+    kl = _FullKL.apply(logits.reshape(-1, vocab), ref_logits.detach().reshape(-1, vocab), float(temperature))
+    return kl.view(shape)

@@ -43,6 +43,8 @@ _CRITIC_KEYS = ("trainer.critic_warmup", "trainer.max_critic_ckpt_to_keep")
 
 def unused_settings(config: Config, user_keys: list[str]) -> list[str]:
     """One line per user-set key that does nothing in this run, with the reason."""
+    from reinforge.algorithm import needs_critic
+
     rollout = config.actor_rollout_ref.rollout
     lines = []
     for key in dict.fromkeys(user_keys):
@@ -50,6 +52,9 @@ def unused_settings(config: Config, user_keys: list[str]) -> list[str]:
         parts = key.split(".")
         if reason is None and not config.critic.enable and (parts[0] == "critic" or key in _CRITIC_KEYS):
             reason = "no critic in this run (the advantage estimator does not use values; critic.enable=true adds one)"
+        elif reason is None and key == "critic.enable" and config.critic.enable and not needs_critic(config.algorithm.adv_estimator):
+            reason = (f"the critic is trained, but algorithm.adv_estimator={config.algorithm.adv_estimator} does not use its "
+                      "values (gae does)")
         elif reason is None and key == "data.gen_batch_size" and not config.algorithm.filter_groups.enable:
             reason = "generation batches differ from data.train_batch_size only with algorithm.filter_groups.enable=true"
         elif reason is None and "fsdp_config" in parts and parts[-1] != "model_dtype":

@@ -223,6 +223,14 @@ def _check(config: Config) -> None:
             )
     if algo.filter_groups.enable and rollout.n < 2:
         raise ConfigError("algorithm.filter_groups needs groups to compare: set actor_rollout_ref.rollout.n >= 2")
+    if algo.adv_estimator == "grpo_passk" and rollout.n < 2:
+        raise ConfigError("algorithm.adv_estimator=grpo_passk compares the best two responses per prompt: "
+                          "set actor_rollout_ref.rollout.n >= 2")
+    max_resp_len = config.reward_model.reward_kwargs.get("max_resp_len")
+    if isinstance(max_resp_len, int) and max_resp_len > rollout.response_length:
+        raise ConfigError(f"reward_model.reward_kwargs.max_resp_len={max_resp_len} is longer than the responses "
+                          f"(actor_rollout_ref.rollout.response_length={rollout.response_length}); the overlong "
+                          "penalty is measured against it, so set it to the response length")
 
     for key, value, reason in [
         ("actor_rollout_ref.rollout.multi_turn.enable", rollout.multi_turn.enable, "multi-turn rollouts"),

@@ -31,17 +31,18 @@ class PromptLoader:
         shuffle: draw a fresh permutation each epoch; otherwise the dataset order.
         seed: epoch `e` is shuffled by `torch.Generator().manual_seed(seed + e)`.
         drop_last: skip the last, smaller batch of an epoch.
+        batch_key: the config key that set `batch_size`, for error messages.
     """
 
     def __init__(self, dataset: Any, batch_size: int, collate_fn: Callable[[list[Any]], Any],
-                 shuffle: bool, seed: int, drop_last: bool = True):
+                 shuffle: bool, seed: int, drop_last: bool = True, batch_key: str = "data.train_batch_size"):
         if batch_size <= 0:
-            raise ConfigError(f"The batch size must be positive, got {batch_size} (data.train_batch_size / data.val_batch_size).")
+            raise ConfigError(f"{batch_key}={batch_size}: the batch size must be positive.")
         rows = len(dataset)
         if drop_last and rows < batch_size:
             raise DataError(
-                f"The dataset has {rows} rows but train_batch_size is {batch_size}, so not one full batch can be "
-                "made. Lower data.train_batch_size or use more data."
+                f"The dataset has {rows} rows but {batch_key} is {batch_size}, so not one full batch can be "
+                f"made. Lower {batch_key} or use more data."
             )
         self.dataset = dataset
         self.batch_size = batch_size

@@ -74,3 +74,17 @@ def trajectories(prompts: Batch, outputs: list[GenerationOutput], pad_token_id: 
         non_tensors={"finish_reason": [o.finish_reason for o in outputs]},
         meta_info=dict(prompts.meta_info),
     )
+
+
+def concat_trajectories(batches: list[Batch], pad_token_id: int) -> Batch:
+    """Rows of several trajectory Batches, their prompts left-padded to the widest (batches collate to their own width)."""
+    width = max(batch["prompts"].shape[1] for batch in batches)
+    aligned = []
+    for batch in batches:
+        extra = width - batch["prompts"].shape[1]
+        if extra:
+            batch = batch.select()
+            for key, value in (("prompts", pad_token_id), ("input_ids", pad_token_id), ("attention_mask", 0), ("position_ids", 0)):
+                batch[key] = torch.nn.functional.pad(batch[key], (extra, 0), value=value)
+        aligned.append(batch)
+    return Batch.concat(aligned)

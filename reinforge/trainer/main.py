@@ -77,13 +77,14 @@ def run(config: Config, user_keys: list[str]) -> dict[str, float]:
     train_set = create_rl_dataset(data.train_files, data, tokenizer, is_train=True, max_samples=data.max_samples)
     collate = collate_fn(tokenizer.pad_token_id)
     # with dynamic sampling (algorithm.filter_groups) a step draws batches of gen_batch_size prompts until enough groups are kept
-    prompts_per_batch = data.gen_batch_size if config.algorithm.filter_groups.enable else data.train_batch_size
-    train_loader = PromptLoader(train_set, prompts_per_batch, collate, shuffle=data.shuffle, seed=data.seed, drop_last=True)
+    batch_key = "data.gen_batch_size" if config.algorithm.filter_groups.enable else "data.train_batch_size"
+    train_loader = PromptLoader(train_set, getattr(data, batch_key.split(".")[1]), collate, shuffle=data.shuffle, seed=data.seed,
+                                drop_last=True, batch_key=batch_key)
     val_loader = None
     if data.val_files:
         val_set = create_rl_dataset(data.val_files, data, tokenizer, is_train=False, max_samples=data.max_val_samples)
         val_loader = PromptLoader(val_set, data.val_batch_size or len(val_set), collate, shuffle=data.validation_shuffle,
-                                  seed=data.seed, drop_last=False)
+                                  seed=data.seed, drop_last=False, batch_key="data.val_batch_size")
 
     # as verl: total_training_steps, when set, is the length of the LR schedule; training also ends after total_epochs
     schedule_steps = config.trainer.total_training_steps or len(train_loader) * config.trainer.total_epochs

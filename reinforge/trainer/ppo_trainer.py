@@ -40,7 +40,7 @@ from reinforge.config import batch_arithmetic
 from reinforge.config.schema import Config
 from reinforge.distributed import WorkerGroup
 from reinforge.errors import ConfigError
-from reinforge.inference.rollout import PROMPT_KEYS
+from reinforge.inference.rollout import PROMPT_KEYS, concat_trajectories
 from reinforge.trainer.checkpoint import resume_folder, save_checkpoint, step_of
 from reinforge.trainer.generations import generation_records, write_generations
 from reinforge.trainer.metrics import (
@@ -108,7 +108,7 @@ class RLTrainer:
             if self.critic_wg is not None:
                 with timer("update_critic", timing):
                     metrics.update(self.critic_wg.update_critic(batch).meta_info["metrics"])
-            if self.global_steps > cfg.trainer.critic_warmup:  # the first critic_warmup steps train only the critic
+            if self.critic_wg is None or self.global_steps > cfg.trainer.critic_warmup:  # the first critic_warmup steps train only the critic
                 with timer("update_actor", timing):
                     metrics.update(wg.update_actor(batch).meta_info["metrics"])
         metrics.update(compute_data_metrics(batch, cfg.actor_rollout_ref.rollout.response_length))
@@ -150,7 +150,7 @@ class RLTrainer:
             batch = self._generate_and_score(next(self.prompt_stream), gen_batches, metrics, timing)
         metrics.update({"train/num_gen_batches": gen_batches, "train/num_generated_groups": generated,
                         "train/num_dropped_groups": dropped})
-        return Batch.concat(kept).index(slice(0, wanted * n))
+        return concat_trajectories(kept, self.tokenizer.pad_token_id).index(slice(0, wanted * n))
 
     def _generate_and_score(self, prompts: Batch, gen_batch: int, metrics: dict, timing: dict) -> Batch:
         """Repeat each prompt n times, generate, and score; `token_level_scores` and the reward's extra values per row."""

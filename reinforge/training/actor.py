@@ -23,7 +23,7 @@ import math
 
 import torch
 
-from reinforge.algorithm import agg_loss, compute_policy_loss, full_kl, kl_penalty, log_probs_from_logits
+from reinforge.algorithm import agg_loss, compute_policy_loss, full_kl_from_logits, kl_penalty, log_probs_from_logits
 from reinforge.batch import Batch
 from reinforge.config.schema import ActorConfig
 
@@ -74,16 +74,21 @@ class Actor:
         return log_probs, entropy
 
     @torch.no_grad()
-    def compute_full_kl(self, batch: Batch, ref_model: torch.nn.Module, temperature: float,
-                        micro_batch_size: int | None) -> torch.Tensor:
-        """Exact per-token KL(this policy || ref_model) over the vocabulary, (batch, response_len)."""
-        pieces = []
-        for micro in batch.split(micro_batch_size or len(batch)):
-            micro = micro.select(FORWARD_KEYS).to(self.device)
-            log_p = torch.log_softmax(response_logits(self.model, micro).float() / temperature, -1)
-            log_q = torch.log_softmax(response_logits(ref_model, micro).float() / temperature, -1)
-            pieces.append(full_kl(log_p, log_q).cpu())
-        return torch.cat(pieces)
+    def compute_ref_log_prob_and_full_kl(self, batch: Batch, ref_model: torch.nn.Module, temperature: float,
+                                         micro_batch_size: int | None) -> tuple[torch.Tensor, torch.Tensor]:
+        """The reference's log-probs and the exact per-token KL(this policy || reference), from one forward of each."""
+        log_probs, kls = [], []
+        was_training = self.model.training
+        self.model.eval()
+        try:
+            for micro in batch.split(micro_batch_size or len(batch)):
+                micro = micro.select(FORWARD_KEYS).to(self.device)
+                ref_logits = response_logits(ref_model, micro)
+                log_probs.append(log_probs_from_logits(ref_logits, micro["responses"], temperature, with_entropy=False)[0].cpu())
+                kls.append(full_kl_from_logits(response_logits(self.model, micro), ref_logits, temperature).cpu())
+        finally:
+            self.model.train(was_training)
+        return torch.cat(log_probs), torch.cat(kls)
 
     def update_policy(self, batch: Batch, temperature: float, rollout_n: int) -> dict[str, float]:
         """Run the PPO epochs over `batch`; returns verl's actor/* metrics averaged over optimizer steps."""
@@ -160,5 +165,5 @@ class Actor:
         if self.config.kl_loss_type != "full":
             return kl_penalty(log_prob, micro["ref_log_prob"], self.config.kl_loss_type)
         with torch.no_grad():
-            ref_log_probs = torch.log_softmax(response_logits(self.ref_model, micro).float() / temperature, -1)
-        return full_kl(torch.log_softmax(logits.float() / temperature, -1), ref_log_probs)
+            ref_logits = response_logits(self.ref_model, micro)
+        return full_kl_from_logits(logits, ref_logits, temperature)

@@ -91,11 +91,11 @@ class ActorRolloutRefWorker:
         """ref_log_prob; with algorithm.kl_penalty=full in the reward also `full_kl`, the exact per-token KL(actor || ref)."""
         cfg, algo = self.config.actor_rollout_ref, self.config.algorithm
         micro = cfg.ref.log_prob_micro_batch_size_per_gpu
-        log_probs, _ = self.ref.compute_log_prob(batch, cfg.rollout.temperature, micro)
-        out = Batch({"ref_log_prob": log_probs})
         if algo.use_kl_in_reward and algo.kl_penalty == "full":
-            out["full_kl"] = self.actor.compute_full_kl(batch, self.ref.model, cfg.rollout.temperature, micro)
-        return out
+            log_probs, full_kl = self.actor.compute_ref_log_prob_and_full_kl(batch, self.ref.model, cfg.rollout.temperature, micro)
+            return Batch({"ref_log_prob": log_probs, "full_kl": full_kl})
+        log_probs, _ = self.ref.compute_log_prob(batch, cfg.rollout.temperature, micro)
+        return Batch({"ref_log_prob": log_probs})
 
     @register(Dispatch.DP)
     def update_actor(self, batch: Batch) -> Batch:

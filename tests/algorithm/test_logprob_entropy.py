@@ -137,3 +137,23 @@ def test_gradcheck_float64():
     logits.requires_grad_(True)
     assert torch.autograd.gradcheck(lambda x: log_probs_from_logits(x, tokens, temperature=1.3, with_entropy=True),
                                     (logits,), eps=1e-6, atol=1e-5)
+
+
+@pytest.mark.parametrize("temperature", [1.0, 0.7])
+def test_full_kl_from_logits_matches_the_plain_computation_and_its_gradient(temperature):
+    from reinforge.algorithm import full_kl_from_logits
+
+    g = torch.Generator().manual_seed(3)
+    logits = (torch.randn(3, 5, 300, generator=g, dtype=torch.float64) * 2 + 20).requires_grad_(True)
+    ref_logits = torch.randn(3, 5, 300, generator=g, dtype=torch.float64) * 2
+    weights = torch.randn(3, 5, generator=g, dtype=torch.float64)
+    ours = full_kl_from_logits(logits, ref_logits, temperature)
+    (ours * weights).sum().backward()
+    grad_ours = logits.grad.clone()
+    logits.grad = None
+    log_p = torch.log_softmax(logits / temperature, -1)  # the plain definition: sum_v p (log p - log q)
+    log_q = torch.log_softmax(ref_logits / temperature, -1)
+    plain = (log_p.exp() * (log_p - log_q)).sum(-1)
+    (plain * weights).sum().backward()
+    assert torch.allclose(ours, plain, atol=1e-10) and (plain > 0).all()
+    assert torch.allclose(grad_ours, logits.grad, atol=1e-10)

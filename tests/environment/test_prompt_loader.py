@@ -75,7 +75,7 @@ def test_iterating_again_after_a_break_continues_the_epoch():
 
 
 def test_fewer_rows_than_a_batch_with_drop_last_is_an_error():
-    with pytest.raises(DataError, match="The dataset has 4 rows but train_batch_size is 8"):
+    with pytest.raises(DataError, match="The dataset has 4 rows but data.train_batch_size is 8"):
         _loader(rows=4, batch_size=8)
     assert _epochs(_loader(rows=4, batch_size=8, shuffle=False, drop_last=False), 1) == [[0, 1, 2, 3]]
 

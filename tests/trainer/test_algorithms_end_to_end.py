@@ -125,6 +125,27 @@ def test_dynamic_sampling_keeps_only_groups_whose_reward_varies(run_steps, tmp_p
         assert all(r["score"] != 0.5 for r in kept)
 
 
+def test_dynamic_sampling_joins_batches_whose_prompts_differ_in_length(run_steps, tmp_path):
+    data = tmp_path / "varied.jsonl"
+    rows = [{"data_source": "reinforge/add_one", "prompt": [{"role": "user", "content": "Add 1: " + "3" * (1 + i % 5)}],
+             "reward_model": {"ground_truth": "4"}, "extra_info": {"index": i}} for i in range(16)]
+    data.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    reward = tmp_path / "reward.py"
+    reward.write_text(  # the even rows' groups never vary, so every step needs a second generation batch
+        "def compute_score(data_source, solution_str, ground_truth, extra_info=None):\n"
+        "    return 0.5 if extra_info['index'] % 2 == 0 else sum(map(ord, solution_str)) % 7 / 7\n")
+    steps = run_steps(f"data.train_files={data}", f"data.val_files={data}", f"custom_reward_function.path={reward}",
+                      "algorithm.filter_groups.enable=true", "data.gen_batch_size=2", "data.train_batch_size=2",
+                      "actor_rollout_ref.rollout.n=4", "data.shuffle=false")
+    assert all(s["train/num_gen_batches"] >= 2 for s in steps.values())
+    assert all(s["prompt_length/max"] > s["prompt_length/min"] for s in steps.values())
+
+
+def test_critic_warmup_without_a_critic_does_not_stop_the_actor(run_steps):
+    steps = run_steps("trainer.critic_warmup=2")
+    assert all("actor/pg_loss" in s for s in steps.values())
+
+
 def test_dapo_overlong_shaping_through_the_config(run_steps):
     steps = run_steps("reward_model.reward_manager=dapo", "+reward_model.reward_kwargs.max_resp_len=4",
                       "+reward_model.reward_kwargs.overlong_buffer_cfg.enable=true",
@@ -146,20 +167,7 @@ def test_dynamic_sampling_gives_up_with_a_clear_message(run_steps, tmp_path):
                   "algorithm.filter_groups.max_num_gen_batches=3")
 
 
-@pytest.fixture
-def clean_registries():
-    """Names a test registers do not leak into the other tests' lists of registered names."""
-    from reinforge.algorithm.advantage import ADV_ESTIMATOR_REGISTRY
-    from reinforge.algorithm.policy_loss import POLICY_LOSS_REGISTRY
-
-    saved = [(registry, dict(registry)) for registry in (ADV_ESTIMATOR_REGISTRY, POLICY_LOSS_REGISTRY)]
-    yield
-    for registry, entries in saved:
-        registry.clear()
-        registry.update(entries)
-
-
-def test_the_documented_custom_module_registers_an_estimator_and_a_loss(run_steps, tmp_path, clean_registries):
+def test_the_documented_custom_module_registers_an_estimator_and_a_loss(run_steps, tmp_path):
     doc = (Path(__file__).parents[2] / "docs" / "algorithms.md").read_text()
     module = tmp_path / "my_algos.py"
     module.write_text(re.search(r"```python\n# my_algos.py\n(.*?)```", doc, re.S).group(1))
