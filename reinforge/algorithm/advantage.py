@@ -15,7 +15,6 @@ baseline to compare with; as in verl, its baseline is 0 (and its std 1).
 
 from __future__ import annotations
 
-import inspect
 from collections.abc import Callable
 
 import numpy as np
@@ -40,28 +39,19 @@ def adv_estimator_names() -> list[str]:
     return ADV_ESTIMATOR_REGISTRY.names()
 
 
-def _named_params(name: str) -> set[str]:
-    params = inspect.signature(get_adv_estimator_fn(name)).parameters.values()
-    return {p.name for p in params if p.kind is not inspect.Parameter.VAR_KEYWORD}
-
-
 def needs_critic(name: str) -> bool:
     """The estimator takes `values` (a critic's per-token values)."""
-    return "values" in _named_params(name)
+    return ADV_ESTIMATOR_REGISTRY.takes(name, "values")
 
 
 def needs_reward_baselines(name: str) -> bool:
     """The estimator takes `reward_baselines` (the score of a greedy response per prompt)."""
-    return "reward_baselines" in _named_params(name)
+    return ADV_ESTIMATOR_REGISTRY.takes(name, "reward_baselines")
 
 
 def compute_advantage(name: str, **kwargs) -> tuple[torch.Tensor, torch.Tensor]:
     """Call estimator `name` with the keyword arguments its signature accepts."""
-    fn = get_adv_estimator_fn(name)
-    params = inspect.signature(fn).parameters
-    if not any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
-        kwargs = {k: v for k, v in kwargs.items() if k in params}
-    return fn(**kwargs)
+    return ADV_ESTIMATOR_REGISTRY.call(name, **kwargs)
 
 
 # ---- group statistics -----------------------------------------------------------------------------

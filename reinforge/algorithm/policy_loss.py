@@ -11,7 +11,6 @@ when given. `metrics` maps verl's names (`actor/pg_clipfrac`, `actor/ppo_kl`,
 
 from __future__ import annotations
 
-import inspect
 from collections.abc import Callable
 
 import torch
@@ -37,11 +36,7 @@ def policy_loss_names() -> list[str]:
 
 def compute_policy_loss(name: str, **kwargs) -> tuple[torch.Tensor, dict[str, float]]:
     """Call loss `name` with the keyword arguments it accepts; a verl-era 4-tuple result becomes metrics."""
-    fn = get_policy_loss_fn(name)
-    params = inspect.signature(fn).parameters
-    if not any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
-        kwargs = {k: v for k, v in kwargs.items() if k in params}
-    result = fn(**kwargs)
+    result = POLICY_LOSS_REGISTRY.call(name, **kwargs)
     if len(result) == 4:  # (loss, clipfrac, ppo_kl, clipfrac_lower), verl's signature before metrics dicts
         loss, clipfrac, ppo_kl, clipfrac_lower = result
         return loss, _metrics(clipfrac, ppo_kl, clipfrac_lower)

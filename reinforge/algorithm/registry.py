@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable
 
 
@@ -29,3 +30,16 @@ class Registry(dict):
 
     def names(self) -> list[str]:
         return sorted(self)
+
+    def call(self, name: str, **kwargs):
+        """Call `name` with the keyword arguments its signature accepts (all of them if it takes **kwargs)."""
+        fn = self.get(name)
+        params = inspect.signature(fn).parameters
+        if not any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
+            kwargs = {k: v for k, v in kwargs.items() if k in params}
+        return fn(**kwargs)
+
+    def takes(self, name: str, argument: str) -> bool:
+        """`name`'s signature names `argument` (a catch-all **kwargs does not count)."""
+        params = inspect.signature(self.get(name)).parameters.values()
+        return any(p.name == argument and p.kind is not inspect.Parameter.VAR_KEYWORD for p in params)

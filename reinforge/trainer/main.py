@@ -77,9 +77,12 @@ def run(config: Config, user_keys: list[str]) -> dict[str, float]:
     train_set = create_rl_dataset(data.train_files, data, tokenizer, is_train=True, max_samples=data.max_samples)
     collate = collate_fn(tokenizer.pad_token_id)
     # with dynamic sampling (algorithm.filter_groups) a step draws batches of gen_batch_size prompts until enough groups are kept
-    batch_key = "data.gen_batch_size" if config.algorithm.filter_groups.enable else "data.train_batch_size"
-    train_loader = PromptLoader(train_set, getattr(data, batch_key.split(".")[1]), collate, shuffle=data.shuffle, seed=data.seed,
-                                drop_last=True, batch_key=batch_key)
+    if config.algorithm.filter_groups.enable:
+        batch_key, batch_size = "data.gen_batch_size", data.gen_batch_size
+    else:
+        batch_key, batch_size = "data.train_batch_size", data.train_batch_size
+    train_loader = PromptLoader(train_set, batch_size, collate, shuffle=data.shuffle, seed=data.seed, drop_last=True,
+                                batch_key=batch_key)
     val_loader = None
     if data.val_files:
         val_set = create_rl_dataset(data.val_files, data, tokenizer, is_train=False, max_samples=data.max_val_samples)

@@ -56,6 +56,11 @@ from reinforge.trainer.validation import validate
 EXTRA = "reward_extra_info/"  # prefix of the per-row values a reward function returns besides the score
 
 
+def reward_extra_info(batch: Batch) -> dict[str, list]:
+    """The per-row values the reward function returned besides the score, by key."""
+    return {key[len(EXTRA):]: list(batch[key]) for key in batch.keys() if key.startswith(EXTRA)}
+
+
 class RLTrainer:
     def __init__(self, config: Config, actor_rollout_wg: WorkerGroup, reward_fn, train_loader, val_loader, tokenizer,
                  total_training_steps: int, critic_wg: WorkerGroup | None = None):
@@ -69,7 +74,9 @@ class RLTrainer:
         self.kl_ctrl = make_kl_controller(config.algorithm.kl_ctrl)
         self.global_steps = 0
         self.val_history: list[tuple[int, dict[str, float]]] = []  # (step, validation metrics)
-        self.use_reference = config.actor_rollout_ref.actor.use_kl_loss or config.algorithm.use_kl_in_reward
+        actor = config.actor_rollout_ref.actor
+        # reference log-probs for a sampled-token KL; the exact (full) KL loss runs the reference inside the update
+        self.use_reference = (actor.use_kl_loss and actor.kl_loss_type != "full") or config.algorithm.use_kl_in_reward
         on_policy = batch_arithmetic(config)["on_policy_single_update"]
         self.recompute_old_log_probs = not on_policy or config.algorithm.use_kl_in_reward
         self.greedy_baseline = needs_reward_baselines(config.algorithm.adv_estimator)
@@ -112,7 +119,7 @@ class RLTrainer:
                 with timer("update_actor", timing):
                     metrics.update(wg.update_actor(batch).meta_info["metrics"])
         metrics.update(compute_data_metrics(batch, cfg.actor_rollout_ref.rollout.response_length))
-        metrics.update(extra_info_metrics({k[len(EXTRA):]: list(batch[k]) for k in batch.keys() if k.startswith(EXTRA)}))
+        metrics.update(extra_info_metrics(reward_extra_info(batch)))
         metrics.update(compute_timing_metrics(batch, timing))
         metrics.update(compute_throughput_metrics(batch, timing["step"]))
         if cfg.trainer.rollout_data_dir:
@@ -129,22 +136,22 @@ class RLTrainer:
             return batch
         n, wanted = self.config.actor_rollout_ref.rollout.n, self.config.data.train_batch_size
         kept: list[Batch] = []
-        generated = dropped = 0
+        generated = dropped = kept_groups = 0
         for gen_batches in itertools.count(1):
             values = batch["token_level_scores"].sum(-1).tolist() if groups.metric == "seq_reward" else batch.get(EXTRA + groups.metric)
             if values is None:
-                extra = sorted(k[len(EXTRA):] for k in batch.keys() if k.startswith(EXTRA))
                 raise ConfigError(f"algorithm.filter_groups.metric={groups.metric!r}: the reward function returns no such key; "
-                                  f"use seq_reward or one of {extra}")
+                                  f"use seq_reward or one of {sorted(reward_extra_info(batch))}")
             keep = keep_groups(batch["uid"], values, groups.filter_type, groups.tolerance, groups.lower_bound, groups.upper_bound)
             generated += len(batch) // n
             dropped += int((~keep).sum()) // n
+            kept_groups += int(keep.sum()) // n
             kept.append(batch.index(keep))
-            if sum(len(b) for b in kept) >= wanted * n:
+            if kept_groups >= wanted:
                 break
             if 0 < groups.max_num_gen_batches <= gen_batches:
                 raise ConfigError(
-                    f"step {self.global_steps}: after {gen_batches} generation batches only {sum(len(b) for b in kept) // n} of "
+                    f"step {self.global_steps}: after {gen_batches} generation batches only {kept_groups} of "
                     f"{wanted} prompt groups had a varying {groups.metric} (algorithm.filter_groups); the prompts may be too easy "
                     "or too hard for the model. Raise algorithm.filter_groups.max_num_gen_batches (0: no limit) or data.gen_batch_size")
             batch = self._generate_and_score(next(self.prompt_stream), gen_batches, metrics, timing)

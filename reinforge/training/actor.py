@@ -19,15 +19,12 @@ of both models, so it runs the reference model on each micro-batch.
 
 from __future__ import annotations
 
-import math
-
 import torch
 
 from reinforge.algorithm import agg_loss, compute_policy_loss, full_kl_from_logits, kl_penalty, log_probs_from_logits
 from reinforge.batch import Batch
 from reinforge.config.schema import ActorConfig
-
-FORWARD_KEYS = ("input_ids", "attention_mask", "position_ids", "responses")
+from reinforge.training.minibatch import FORWARD_KEYS, clip_and_step, eval_mode, global_batch_info, run_epochs
 
 
 def response_logits(model: torch.nn.Module, batch: Batch) -> torch.Tensor:
@@ -46,12 +43,6 @@ def response_log_probs(model: torch.nn.Module, batch: Batch, temperature: float,
     return log_probs_from_logits(response_logits(model, batch), batch["responses"], temperature, with_entropy)
 
 
-def global_batch_info(response_mask: torch.Tensor, loss_scale_factor: float | None, dp_size: int = 1) -> dict:
-    """The mini-batch totals that `agg_loss` normalises by (verl's `config.global_batch_info`)."""
-    return {"dp_size": dp_size, "batch_num_tokens": int(response_mask.sum()),
-            "global_batch_size": int((response_mask.sum(-1) > 0).sum()), "loss_scale_factor": loss_scale_factor}
-
-
 class Actor:
     def __init__(self, model: torch.nn.Module, config: ActorConfig, optimizer: torch.optim.Optimizer | None = None,
                  ref_model: torch.nn.Module | None = None):
@@ -62,13 +53,9 @@ class Actor:
     def compute_log_prob(self, batch: Batch, temperature: float, micro_batch_size: int | None,
                          with_entropy: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Log-probs (and entropy) for every row, in micro-batches, without gradients."""
-        was_training = self.model.training
-        self.model.eval()
-        try:
+        with eval_mode(self.model):
             pieces = [response_log_probs(self.model, micro.select(FORWARD_KEYS).to(self.device), temperature, with_entropy)
                       for micro in batch.split(micro_batch_size or len(batch))]
-        finally:
-            self.model.train(was_training)
         log_probs = torch.cat([p[0] for p in pieces]).cpu()
         entropy = torch.cat([p[1] for p in pieces]).cpu() if with_entropy else None
         return log_probs, entropy
@@ -78,16 +65,12 @@ class Actor:
                                          micro_batch_size: int | None) -> tuple[torch.Tensor, torch.Tensor]:
         """The reference's log-probs and the exact per-token KL(this policy || reference), from one forward of each."""
         log_probs, kls = [], []
-        was_training = self.model.training
-        self.model.eval()
-        try:
+        with eval_mode(self.model):
             for micro in batch.split(micro_batch_size or len(batch)):
                 micro = micro.select(FORWARD_KEYS).to(self.device)
                 ref_logits = response_logits(ref_model, micro)
                 log_probs.append(log_probs_from_logits(ref_logits, micro["responses"], temperature, with_entropy=False)[0].cpu())
                 kls.append(full_kl_from_logits(response_logits(self.model, micro), ref_logits, temperature).cpu())
-        finally:
-            self.model.train(was_training)
         return torch.cat(log_probs), torch.cat(kls)
 
     def update_policy(self, batch: Batch, temperature: float, rollout_n: int) -> dict[str, float]:
@@ -102,18 +85,8 @@ class Actor:
             raise ValueError("use_kl_loss needs ref_log_prob in the batch (the reference worker computes it)")
         if cfg.use_kl_loss and cfg.kl_loss_type == "full" and self.ref_model is None:
             raise ValueError("kl_loss_type=full needs the reference model in the actor")
-
-        totals: dict[str, float] = {}
-        steps = 0
-        for _ in range(cfg.ppo_epochs):
-            data = batch.select(keys)
-            if cfg.shuffle:
-                data = data.index(torch.randperm(len(data)))
-            for mini in data.split(mini_size):
-                for key, value in self._optimizer_step(mini, micro_size, temperature, on_policy).items():
-                    totals[key] = totals.get(key, 0.0) + value
-                steps += 1
-        return {key: value / steps for key, value in totals.items()}
+        return run_epochs(batch, keys, mini_size, cfg.ppo_epochs, cfg.shuffle,
+                          lambda mini: self._optimizer_step(mini, micro_size, temperature, on_policy))
 
     def _optimizer_step(self, mini: Batch, micro_size: int, temperature: float, on_policy: bool) -> dict[str, float]:
         cfg = self.config
@@ -148,14 +121,8 @@ class Actor:
             for key, value in pg_metrics.items():
                 add(key, value * share)
 
-        grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), cfg.grad_clip)
-        if math.isfinite(grad_norm.item()):
-            self.optimizer.step()
-            metrics["actor/nonfinite_grad_skipped"] = 0.0
-        else:
-            self.optimizer.zero_grad(set_to_none=True)
-            metrics["actor/nonfinite_grad_skipped"] = 1.0
-        metrics["actor/grad_norm"] = grad_norm.item()
+        metrics["actor/grad_norm"], stepped = clip_and_step(self.model, self.optimizer, cfg.grad_clip)
+        metrics["actor/nonfinite_grad_skipped"] = 0.0 if stepped else 1.0
         if cfg.use_kl_loss:
             metrics["actor/kl_coef"] = cfg.kl_loss_coef
         return metrics

@@ -1,24 +1,20 @@
 """The value maths of PPO on one model: per-token values, and the clipped value-loss update.
 
 `values[:, t]` estimates the return from the state before response token t (the logit at the
-position that predicts token t), as in verl. The update mirrors the actor's: `ppo_epochs` passes
-of mini-batches (`critic.ppo_mini_batch_size` prompts x rollout.n trajectories) split into
-micro-batches whose gradients accumulate, each micro-batch's loss normalised by the
-mini-batch's totals, so micro-batching does not change the gradient.
+position that predicts token t), as in verl. The update runs the actor's machinery
+(`minibatch.py`): `ppo_epochs` passes of mini-batches (`critic.ppo_mini_batch_size` prompts x
+rollout.n trajectories) split into micro-batches whose gradients accumulate, each micro-batch's
+loss normalised by the mini-batch's totals, so micro-batching does not change the gradient.
 """
 
 from __future__ import annotations
-
-import math
 
 import torch
 
 from reinforge.algorithm import compute_value_loss, masked_mean
 from reinforge.batch import Batch
 from reinforge.config.schema import CriticConfig
-from reinforge.training.actor import global_batch_info
-
-FORWARD_KEYS = ("input_ids", "attention_mask", "position_ids", "responses")
+from reinforge.training.minibatch import FORWARD_KEYS, clip_and_step, eval_mode, global_batch_info, run_epochs
 
 
 def response_values(model: torch.nn.Module, batch: Batch) -> torch.Tensor:
@@ -37,14 +33,10 @@ class Critic:
     @torch.no_grad()
     def compute_values(self, batch: Batch) -> torch.Tensor:
         """Values for every row, in forward micro-batches, without gradients; 0 on masked positions."""
-        was_training = self.model.training
-        self.model.eval()
-        try:
-            size = self.config.forward_micro_batch_size_per_gpu or len(batch)
+        size = self.config.forward_micro_batch_size_per_gpu or len(batch)
+        with eval_mode(self.model):
             values = torch.cat([response_values(self.model, micro.select(FORWARD_KEYS).to(self.device)).cpu()
                                 for micro in batch.split(size)])
-        finally:
-            self.model.train(was_training)
         return values * batch["response_mask"]
 
     def update_critic(self, batch: Batch, rollout_n: int) -> dict[str, float]:
@@ -52,17 +44,8 @@ class Critic:
         cfg = self.config
         mini_size = cfg.ppo_mini_batch_size * rollout_n
         micro_size = cfg.ppo_micro_batch_size_per_gpu or mini_size
-        totals: dict[str, float] = {}
-        steps = 0
-        for _ in range(cfg.ppo_epochs):
-            data = batch.select([*FORWARD_KEYS, "response_mask", "values", "returns"])
-            if cfg.shuffle:
-                data = data.index(torch.randperm(len(data)))
-            for mini in data.split(mini_size):
-                for key, value in self._optimizer_step(mini, micro_size).items():
-                    totals[key] = totals.get(key, 0.0) + value
-                steps += 1
-        return {key: value / steps for key, value in totals.items()}
+        return run_epochs(batch, [*FORWARD_KEYS, "response_mask", "values", "returns"], mini_size, cfg.ppo_epochs,
+                          cfg.shuffle, lambda mini: self._optimizer_step(mini, micro_size))
 
     def _optimizer_step(self, mini: Batch, micro_size: int) -> dict[str, float]:
         cfg = self.config
@@ -80,10 +63,5 @@ class Critic:
             metrics["critic/vf_loss"] += vf_loss.item()
             metrics["critic/vf_clipfrac"] += vf_clipfrac.item() * share
             metrics["critic/vpred_mean"] += masked_mean(vpreds.detach(), mask).item() * share
-        grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), cfg.grad_clip)
-        if math.isfinite(grad_norm.item()):
-            self.optimizer.step()
-        else:
-            self.optimizer.zero_grad(set_to_none=True)
-        metrics["critic/grad_norm"] = grad_norm.item()
+        metrics["critic/grad_norm"], _ = clip_and_step(self.model, self.optimizer, cfg.grad_clip)
         return metrics

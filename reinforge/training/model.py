@@ -42,23 +42,29 @@ def load_tokenizer(config: Config):
     return tokenizer
 
 
-def load_causal_lm(config: Config, device: str, trainable: bool = True, dtype: str = "fp32") -> torch.nn.Module:
-    """The causal LM of actor_rollout_ref.model in `dtype` (fsdp_config.model_dtype), on `device`, in train mode if `trainable`."""
-    from transformers import AutoConfig, AutoModelForCausalLM
+def _from_pretrained(model_cfg, key: str, what: str, dtype: str, build) -> torch.nn.Module:
+    """Import `external_lib`, find the folder of `key`, apply `override_config`, and `build(source, hf_config, kwargs)`."""
+    from transformers import AutoConfig
 
-    model_cfg = config.actor_rollout_ref.model
     if model_cfg.external_lib:
         importlib.import_module(model_cfg.external_lib)
-    source = _model_source(model_cfg.path)
+    source = _model_source(model_cfg.path, key)
     try:
         hf_config = AutoConfig.from_pretrained(source, trust_remote_code=model_cfg.trust_remote_code)
-        for key, value in model_cfg.override_config.items():
-            setattr(hf_config, key, value)
-        model = AutoModelForCausalLM.from_pretrained(
-            source, config=hf_config, dtype=DTYPES[dtype], trust_remote_code=model_cfg.trust_remote_code
-        )
+        for name, value in model_cfg.override_config.items():
+            setattr(hf_config, name, value)
+        return build(source, hf_config, {"config": hf_config, "dtype": DTYPES[dtype], "trust_remote_code": model_cfg.trust_remote_code})
     except Exception as exc:
-        raise ModelError(f"cannot load the model from {source}: {exc}") from exc
+        raise ModelError(f"cannot load the {what} from {source}: {exc}") from exc
+
+
+def load_causal_lm(config: Config, device: str, trainable: bool = True, dtype: str = "fp32") -> torch.nn.Module:
+    """The causal LM of actor_rollout_ref.model in `dtype` (fsdp_config.model_dtype), on `device`, in train mode if `trainable`."""
+    from transformers import AutoModelForCausalLM
+
+    model_cfg = config.actor_rollout_ref.model
+    model = _from_pretrained(model_cfg, "actor_rollout_ref.model.path", "model", dtype,
+                             lambda source, hf_config, kwargs: AutoModelForCausalLM.from_pretrained(source, **kwargs))
     return _prepare(model, device, trainable, model_cfg.enable_gradient_checkpointing)
 
 
@@ -107,23 +113,15 @@ def load_value_model(config: Config, device: str, dtype: str = "fp32") -> torch.
     Either way `model(...).logits` is (batch, length, 1); the head is new when loaded from a
     causal LM checkpoint (seeded by torch's global RNG).
     """
-    from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForTokenClassification
+    from transformers import AutoModelForCausalLM, AutoModelForTokenClassification
 
-    model_cfg = config.critic.model
-    if model_cfg.external_lib:
-        importlib.import_module(model_cfg.external_lib)
-    source = _model_source(model_cfg.path, key="critic.model.path")
-    try:
-        hf_config = AutoConfig.from_pretrained(source, trust_remote_code=model_cfg.trust_remote_code)
-        for key, value in model_cfg.override_config.items():
-            setattr(hf_config, key, value)
+    def build(source: str, hf_config, kwargs: dict) -> torch.nn.Module:
         hf_config.num_labels = 1
         hf_config.classifier_dropout = 0.0  # a value estimate, not a regulariser's sample
-        kwargs = {"config": hf_config, "dtype": DTYPES[dtype], "trust_remote_code": model_cfg.trust_remote_code}
         if type(hf_config) in AutoModelForTokenClassification._model_mapping:
-            model = AutoModelForTokenClassification.from_pretrained(source, **kwargs)
-        else:
-            model = CausalLMWithValueHead(AutoModelForCausalLM.from_pretrained(source, **kwargs))
-    except Exception as exc:
-        raise ModelError(f"cannot load the value model from {source} (critic.model.path): {exc}") from exc
+            return AutoModelForTokenClassification.from_pretrained(source, **kwargs)
+        return CausalLMWithValueHead(AutoModelForCausalLM.from_pretrained(source, **kwargs))
+
+    model_cfg = config.critic.model
+    model = _from_pretrained(model_cfg, "critic.model.path", "value model (critic.model.path)", dtype, build)
     return _prepare(model, device, trainable=True, gradient_checkpointing=model_cfg.enable_gradient_checkpointing)
