@@ -1,6 +1,7 @@
 """The `reinforge` command.
 
     reinforge train [--dry-run] [--config FILE.yaml] [key=value ...]
+    reinforge data {gsm8k,math,countdown} [--local_dir DIR] [--input DIR_OR_FILE ...] [...]
 
 Overrides use verl's key paths and Hydra's grammar, so a verl command line works with
 `reinforge train` in place of `python3 -m verl.trainer.main_ppo`. Mistakes in config, data, model
@@ -16,6 +17,7 @@ import sys
 import traceback
 
 from reinforge import __version__
+from reinforge.environment.preprocess import add_data_arguments, run_data_command
 from reinforge.errors import UserError
 
 
@@ -52,6 +54,11 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--config-name", help="Hydra-style: YAML file name (without .yaml) in --config-path")
     train.add_argument("--traceback", action="store_true", help="show full tracebacks for user errors")
     train.set_defaults(func=_train)
+    data = commands.add_parser("data", help="write verl-schema parquet files of GSM8K, MATH or Countdown",
+                               description="Preprocess a dataset (a local copy, the hub, or generated Countdown tasks) "
+                                           "into train.parquet and test.parquet for data.train_files / data.val_files.")
+    add_data_arguments(data)
+    data.set_defaults(func=run_data_command)
     return parser
 
 

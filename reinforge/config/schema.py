@@ -42,6 +42,17 @@ class ClassRef(Node):
 
 
 @dataclass
+class SamplerRef(Node):
+    class_path: str | None = _f(
+        None, "Python file (or importable module) of a sampler class, called as cls(data_source=dataset, data_config=data); "
+        "it yields the dataset indices of an epoch. Built in: reinforge.environment.sampler (LearnabilitySampler). "
+        "Null: data.shuffle and data.seed set the order.",
+    )
+    class_name: str | None = _f(None, "Name of the sampler class inside class_path. A class with update(batch) is a "
+                                "curriculum: it gets every training batch with its rewards after the step (docs/data.md).")
+
+
+@dataclass
 class DataConfig(Node):
     train_files: Any = _f(
         None,
@@ -72,6 +83,11 @@ class DataConfig(Node):
     tokenizer: str | None = _f(None, "Tokenizer path when it differs from the model's.")
     trust_remote_code: bool = _f(False, "Allow a tokenizer with custom code.")
     custom_cls: ClassRef = _sub(ClassRef, "A user Dataset class (a torch Dataset taking data_files, tokenizer, config).")
+    sampler: SamplerRef = _sub(SamplerRef, "A user sampler or curriculum that orders the training rows (verl's data.sampler).")
+    datagen: ClassRef = _sub(
+        ClassRef, "A data generator (subclass of reinforge.environment.datagen.AbstractDataGenerator, called with this "
+        "section) whose generate(dataset) returns new training rows after every step; the training set grows (docs/data.md).",
+    )
     apply_chat_template_kwargs: dict = _f({}, "Extra keyword arguments for tokenizer.apply_chat_template (e.g. enable_thinking).")
     max_samples: int = _f(-1, "Use at most this many training rows (-1: all).")
     max_val_samples: int = _f(-1, "Use at most this many validation rows (-1: all).")
@@ -288,26 +304,83 @@ class CustomRewardFunctionConfig(Node):
 
 @dataclass
 class SandboxFusionConfig(Node):
-    url: str | None = _f(None, "Sandbox Fusion service URL for code rewards (planned).")
-    max_concurrent: int = _f(64, "Concurrent sandbox requests.")
-    memory_limit_mb: int = _f(1024, "Sandbox memory limit.")
+    url: str | None = _f(None, "The Sandbox Fusion service's full /run_code endpoint (e.g. http://localhost:8080/run_code); "
+                         "set, the built-in code scorers (codecontests, apps, codeforces, taco, primeintellect, livecodebench) "
+                         "run programs there; null: in the local sandbox (docs/sandbox.md). Not used by a custom reward function.")
+    max_concurrent: int = _f(64, "Most requests in flight to the service at once, over all rows and test cases.")
+    memory_limit_mb: int = _f(1024, "Memory limit of one program run on the service, in MiB (sent as memory_limit_MB).")
+
+
+@dataclass
+class RewardModelModelConfig(Node):
+    path: str | None = _f(None, "The reward model's folder (Hugging Face format, with its tokenizer). Loaded as "
+                          "AutoModelForSequenceClassification with one label; with judge.enable, as a causal LM judge.")
+    input_tokenizer: str | None = _f(
+        None, "Tokenizer that decodes the policy's tokens for the reward model; null: the policy's own (data.tokenizer or "
+        "actor_rollout_ref.model.path). When the reward model's tokenizer differs from it (vocabulary or chat template), each "
+        "prompt + response is decoded, rebuilt as a chat in the reward model's chat template and re-tokenized (up to "
+        "reward_model.max_length); when they are the same the reward model reads the policy's token ids as they are.",
+    )
+    external_lib: str | None = _f(None, "A module to import before loading the reward model (registers custom architectures).")
+    trust_remote_code: bool = _f(False, "Allow model and tokenizer code from the reward model's folder.")
+    override_config: dict = _f({}, "Values that override the reward model's config.json (e.g. pad_token_id).")
+    use_remove_padding: bool = _f(False, "verl: pack sequences without padding. Accepted; padded batches are used in this version.")
+    use_shm: bool = _f(False, "Accepted for verl compatibility (copy the model to shared memory); no effect here.")
+    fsdp_config: FSDPConfig = _sub(FSDPConfig, "FSDP settings of the reward model (model_dtype acts in one process).")
+
+
+DEFAULT_JUDGE_TEMPLATE = (
+    "Rate how well the response answers the question, from 0 (wrong or useless) to 10 (correct and helpful).\n\n"
+    "Question:\n{prompt}\n\nResponse:\n{response}\n\n"
+    "Give a one-sentence reason, then a last line of the form 'Score: <integer from 0 to 10>'."
+)
+
+
+@dataclass
+class JudgeConfig(Node):
+    enable: bool = _f(False, "Use reward_model.model.path as a generative judge: a causal LM that reads prompt_template and "
+                      "writes a verdict, whose score is parsed with score_pattern (docs/rewards.md).")
+    prompt_template: str = _f(DEFAULT_JUDGE_TEMPLATE, "What the judge reads: {prompt} (the prompt's messages), {response} (the "
+                              "decoded response, required) and {ground_truth} (reward_model.ground_truth of the row) are filled "
+                              "in; other text, braces included, is kept as written.")
+    apply_chat_template: bool = _f(True, "Send the filled template as one user message through the judge's chat template; "
+                                   "false: the judge reads the filled template as plain text.")
+    score_pattern: str = _f(r"Score:\s*(-?\d+(?:\.\d+)?)", "Python regex for the score in the verdict; the last match counts, "
+                            "its first group (or the whole match without groups) is read as a number.")
+    min_score: float = _f(0.0, "Parsed scores below this are raised to it.")
+    max_score: float = _f(10.0, "Parsed scores above this are lowered to it.")
+    max_new_tokens: int = _f(64, "Most tokens of a verdict.")
+    temperature: float = _f(0.0, "Sampling temperature of the judge (0: greedy).")
 
 
 @dataclass
 class RewardModelConfig(Node):
-    enable: bool = _f(False, "Score with a learned reward model (planned).")
+    enable: bool = _f(False, "Score responses with a learned reward model (reward_model.model.path) at each response's last "
+                      "token; with custom_reward_function.path set, its score is added to the reward model's (docs/rewards.md).")
     reward_manager: str = _f("naive", "How responses are scored: naive (one call per sample), dapo (naive plus DAPO's overlong "
-                             "reward shaping, set in reward_kwargs: max_resp_len, overlong_buffer_cfg.{enable,len,penalty_factor,log}).")
-    reward_kwargs: dict = _f({}, "Keyword arguments for the reward manager.")
-    launch_reward_fn_async: bool = _f(False, "Score while log-probs are computed (planned).")
+                             "reward shaping, set in reward_kwargs: max_resp_len, overlong_buffer_cfg.{enable,len,penalty_factor,log}), "
+                             "batch (one call with lists for the whole batch), prime (one call per sample in a pool of worker "
+                             "processes). See docs/rewards.md.")
+    reward_kwargs: dict = _f({}, "Options of the reward manager: timeout_s (per call; a row past it scores 0 and counts in "
+                             "reward/timeouts; default none, prime 300), max_concurrency (async functions in naive/dapo, 64), "
+                             "num_processes (prime, min(8, CPUs)), dapo's max_resp_len and overlong_buffer_cfg; batch passes "
+                             "the others to the function.")
+    launch_reward_fn_async: bool = _f(False, "Score in a background thread while old-log-prob, reference and value passes run; "
+                                      "joined before advantages (timing_s/reward_wait). Synchronous with algorithm.filter_groups.")
     custom_reward_function: CustomRewardFunctionConfig | None = _f(
         None, "Older place of custom_reward_function; used when the top-level one has no path."
     )
     sandbox_fusion: SandboxFusionConfig = _sub(SandboxFusionConfig, "Remote code sandbox.")
-    model: dict = _f({}, "Reward model settings (planned).")
-    micro_batch_size_per_gpu: int | None = _f(None, "Reward model micro-batch (planned).")
-    max_length: int | None = _f(None, "Reward model max length (planned).")
-    strategy: str = _f("fsdp", "Reward model backend (planned).")
+    model: RewardModelModelConfig = _sub(RewardModelModelConfig, "The reward model.")
+    judge: JudgeConfig = _sub(JudgeConfig, "A generative judge instead of a sequence classifier (reinforge; verl leaves "
+                              "generative reward models to the custom reward function).")
+    micro_batch_size: int | None = _f(None, "Deprecated verl global micro-batch; use micro_batch_size_per_gpu.")
+    micro_batch_size_per_gpu: int | None = _f(None, "Responses per reward model forward (judge: per generation call); null: all at once.")
+    max_length: int | None = _f(None, "Longest reward model input in tokens when it is rebuilt (another tokenizer or chat "
+                                "template: the end is cut) or is a judge prompt (the start is cut); null: no limit.")
+    use_dynamic_bsz: bool = _f(False, "Token-budget micro-batches (not in this version).")
+    forward_max_token_len_per_gpu: int = _f(32768, "Token budget per micro-batch when use_dynamic_bsz (not in this version).")
+    strategy: str = _f("fsdp", "Backend of the reward model: fsdp or fsdp2 (single process: plain PyTorch).")
 
 
 # -------------------------------------------------------------------------------------- critic

@@ -35,10 +35,33 @@ _ALWAYS_INERT = {
     "trainer.del_local_ckpt_after_load": "checkpoints are kept after resuming",
     "actor_rollout_ref.rollout.calculate_log_probs": "the hf engine always returns rollout_log_probs",
     "actor_rollout_ref.rollout.prompt_length": "prompts are limited by data.max_prompt_length",
+    "reward_model.model.use_remove_padding": "padded batches are used in this version",
+    "reward_model.model.use_shm": "the model is read from its folder",
+    "reward_model.use_dynamic_bsz": "fixed-size micro-batches are used in this version",
+    "reward_model.forward_max_token_len_per_gpu": "fixed-size micro-batches are used in this version",
 }
 
 
 _CRITIC_KEYS = ("trainer.critic_warmup", "trainer.max_critic_ckpt_to_keep")
+_REWARD_MODEL_KEYS = ("model", "judge", "micro_batch_size", "micro_batch_size_per_gpu", "max_length", "strategy")
+
+
+def _reward_model_reason(config: Config, key: str) -> str | None:
+    """Why a reward_model.* key does nothing in this run, if it does not."""
+    parts, rm = key.split("."), config.reward_model
+    if parts[0] != "reward_model" or len(parts) < 2:
+        return None
+    if parts[1] in _REWARD_MODEL_KEYS and not rm.enable:
+        return "no reward model in this run (reward_model.enable=true adds one)"
+    if parts[1] == "judge" and parts[-1] != "enable" and not rm.judge.enable:
+        return "used by a generative judge only (reward_model.judge.enable=true)"
+    if parts[1] == "sandbox_fusion" and config.custom_reward_function.path:
+        return "a custom reward function gets no sandbox arguments; only the built-in code scorers use Sandbox Fusion"
+    if parts[1] == "sandbox_fusion" and parts[-1] != "url" and not rm.sandbox_fusion.url:
+        return "used only with reward_model.sandbox_fusion.url; without it code runs in the local sandbox"
+    if parts[1] in ("reward_manager", "reward_kwargs") and rm.enable and not config.custom_reward_function.path:
+        return "the reward model's score is the whole reward when no custom_reward_function.path is set"
+    return None
 
 
 def unused_settings(config: Config, user_keys: list[str]) -> list[str]:
@@ -55,8 +78,14 @@ def unused_settings(config: Config, user_keys: list[str]) -> list[str]:
         elif reason is None and key == "critic.enable" and config.critic.enable and not needs_critic(config.algorithm.adv_estimator):
             reason = (f"the critic is trained, but algorithm.adv_estimator={config.algorithm.adv_estimator} does not use its "
                       "values (gae does)")
+        elif reason is None and key == "data.shuffle" and config.data.sampler.class_path:
+            reason = "data.sampler.class_path sets the order of the training rows"
         elif reason is None and key == "data.gen_batch_size" and not config.algorithm.filter_groups.enable:
             reason = "generation batches differ from data.train_batch_size only with algorithm.filter_groups.enable=true"
+        elif (reason is None and key == "reward_model.launch_reward_fn_async" and config.reward_model.launch_reward_fn_async
+              and config.algorithm.filter_groups.enable):
+            reason = ("algorithm.filter_groups needs each generation batch's scores to decide which groups to keep, so "
+                      "scoring stays synchronous")
         elif reason is None and "fsdp_config" in parts and parts[-1] != "model_dtype":
             reason = "acts with the multi-process FSDP strategy (planned); this run trains in one process"
         elif reason is None and key.startswith("actor_rollout_ref.rollout.") and parts[2] in _ENGINE_ONLY:
@@ -65,6 +94,8 @@ def unused_settings(config: Config, user_keys: list[str]) -> list[str]:
             reason = "asynchronous rollout is planned; this run generates synchronously"
         elif reason is None and key == "actor_rollout_ref.rollout.name" and rollout.name != "hf":
             reason = f"the {rollout.name} engine is not available in this version yet; this run generates with the hf engine"
+        elif reason is None:
+            reason = _reward_model_reason(config, key)
         if reason:
             lines.append(f"{key}: {reason}")
     return lines

@@ -62,8 +62,18 @@ def finalize(config: Config, quickstart: bool = False) -> None:
     legacy = config.reward_model.custom_reward_function
     if config.custom_reward_function.path is None and legacy is not None and legacy.path is not None:
         config.custom_reward_function = legacy
+    _finalize_reward_model(config)
 
     _check(config)
+
+
+def _finalize_reward_model(config: Config) -> None:
+    """The reward model's micro-batch from verl's deprecated global key; the chat messages kept for it."""
+    rm = config.reward_model
+    if rm.micro_batch_size_per_gpu is None:
+        rm.micro_batch_size_per_gpu = rm.micro_batch_size
+    if rm.enable:  # a reward model with another chat template, and the judge, rebuild the conversation from the messages
+        config.data.return_raw_chat = True
 
 
 def _finalize_critic(config: Config) -> None:
@@ -132,6 +142,9 @@ def _check(config: Config) -> None:
     if algo.filter_groups.metric == "seq_final_reward":
         raise ConfigError("algorithm.filter_groups.metric=seq_final_reward is not supported; use seq_reward (the summed score) "
                           "or a key your reward function returns")
+    if data.datagen.path and data.custom_cls.path:
+        raise ConfigError("data.datagen.path adds generated rows to the built-in dataset, but data.custom_cls.path replaces it; "
+                          "unset one (a custom Dataset class can grow itself in its own on_batch_end(batch) method)")
 
     for key, value in [
         ("data.train_batch_size", data.train_batch_size),
@@ -234,10 +247,7 @@ def _check(config: Config) -> None:
 
     for key, value, reason in [
         ("actor_rollout_ref.rollout.multi_turn.enable", rollout.multi_turn.enable, "multi-turn rollouts"),
-        ("reward_model.enable", config.reward_model.enable, "learned reward models"),
-        ("reward_model.launch_reward_fn_async", config.reward_model.launch_reward_fn_async, "asynchronous reward scoring"),
         ("algorithm.use_pf_ppo", algo.use_pf_ppo, "preference-feedback PPO"),
-        ("reward_model.sandbox_fusion.url", config.reward_model.sandbox_fusion.url, "the Sandbox Fusion client"),
     ]:
         if value:
             raise ConfigError(f"{key}: {reason} are not supported in this version yet")
@@ -245,6 +255,37 @@ def _check(config: Config) -> None:
         raise ConfigError("actor_rollout_ref.actor.ulysses_sequence_parallel_size > 1 is not supported in this version yet")
     if trainer.nnodes > 1:
         raise ConfigError("trainer.nnodes > 1: multi-node runs are not supported in this version yet")
+    _check_reward_model(config)
+    _check_sandbox_fusion(config)
+
+
+def _check_sandbox_fusion(config: Config) -> None:
+    sandbox = config.reward_model.sandbox_fusion
+    key = "reward_model.sandbox_fusion"
+    if sandbox.url is not None and not str(sandbox.url).startswith(("http://", "https://")):
+        raise ConfigError(f"{key}.url={sandbox.url!r} must be an http(s) URL of the service's /run_code endpoint, "
+                          "e.g. http://localhost:8080/run_code")
+    for name, value in (("max_concurrent", sandbox.max_concurrent), ("memory_limit_mb", sandbox.memory_limit_mb)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ConfigError(f"{key}.{name}={value!r} must be a positive integer")
+
+
+def _check_reward_model(config: Config) -> None:
+    """reward_model.* when a reward model is on: a model folder, sizes, and a judge template and pattern that work."""
+    from reinforge.reward.models.judge import check_judge_config
+
+    rm = config.reward_model
+    if not rm.enable:
+        return
+    if not rm.model.path:
+        raise ConfigError("reward_model.enable=true needs reward_model.model.path=<folder of a Hugging Face sequence "
+                          "classifier, or of a causal LM with reward_model.judge.enable=true>")
+    _choice("reward_model.strategy", rm.strategy, ("fsdp", "fsdp2"))
+    _choice("reward_model.model.fsdp_config.model_dtype", rm.model.fsdp_config.model_dtype, ("fp32", "bf16", "float32", "bfloat16"))
+    _positive("reward_model.micro_batch_size_per_gpu", rm.micro_batch_size_per_gpu)
+    _positive("reward_model.max_length", rm.max_length)
+    if rm.judge.enable:
+        check_judge_config(rm.judge)
 
 
 def batch_arithmetic(config: Config) -> dict[str, int | bool]:

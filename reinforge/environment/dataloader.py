@@ -1,18 +1,35 @@
 """PromptLoader: seeded, resumable batches of prompts, epoch after epoch.
 
-The order of epoch `e` is a pure function of `(seed, e)`: a permutation drawn from
-`torch.Generator().manual_seed(seed + e)` when shuffling, the dataset order otherwise. The loader's
-whole position is therefore two integers, `{"epoch", "batch_in_epoch"}`, and a loader restored
-from them continues with exactly the batch an uninterrupted run would have seen next.
+Without a sampler, the order of epoch `e` is a pure function of `(seed, e)` and the number of
+rows at the epoch's start: a permutation drawn from `torch.Generator().manual_seed(seed + e)`
+when shuffling, the dataset order otherwise. With a sampler (`data.sampler`, see
+`environment/sampler.py`), the sampler yields the indices, drawn lazily: a batch's indices are
+taken from it only when that batch is built, so a curriculum's `update` after a step shapes the
+next batch.
+
+The loader's position is `{"epoch", "batch_in_epoch"}`, plus `epoch_size` while an epoch is in
+progress (the dataset may grow during it), the sampler's `state_dict()` when it has one, and the
+dataset's `state_dict()` when it has one (rows a data generator added). A loader restored from
+`state_dict()` continues with exactly the batch an uninterrupted run would have seen next.
+
+An epoch's length is fixed when it starts: rows a data generator adds during an epoch are served
+from the next one. `len(loader)` is the batches per epoch of the current (or next) epoch.
 
 Iterating yields the remaining batches of the current epoch, then moves to the next epoch, so
 `for epoch in ...: for batch in loader:` walks epochs, and breaking out mid-epoch and iterating
 again continues where it stopped. Batches are built in-process (no worker processes): prompt
-items are pre-tokenized, so collation is cheap next to generation.
+items are pre-tokenized, so collation is cheap next to generation. A batch that collates to a
+dict also gets `dataset_index`, the dataset position of each row, which curriculum samplers use
+to attribute rewards to rows.
+
+`on_batch_end(batch)` is the trainer's hook after each step: it calls the sampler's
+`update(batch)` and the dataset's `on_batch_end(batch)` where they exist (verl calls both from
+its fit loop).
 """
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -22,20 +39,22 @@ from reinforge.errors import ConfigError, DataError
 
 
 class PromptLoader:
-    """Batches of `dataset` items, collated by `collate_fn`, in a seeded per-epoch order.
+    """Batches of `dataset` items, collated by `collate_fn`, in a seeded per-epoch order or a sampler's.
 
     Args:
         dataset: a map-style dataset (`len` and `[i]`).
         batch_size: items per batch.
         collate_fn: turns a list of items into a batch (see `reinforge.environment.dataset.collate_fn`).
-        shuffle: draw a fresh permutation each epoch; otherwise the dataset order.
+        shuffle: draw a fresh permutation each epoch; otherwise the dataset order. Unused with a sampler.
         seed: epoch `e` is shuffled by `torch.Generator().manual_seed(seed + e)`.
         drop_last: skip the last, smaller batch of an epoch.
         batch_key: the config key that set `batch_size`, for error messages.
+        sampler: yields the dataset indices of each epoch instead (see `environment/sampler.py`).
     """
 
     def __init__(self, dataset: Any, batch_size: int, collate_fn: Callable[[list[Any]], Any],
-                 shuffle: bool, seed: int, drop_last: bool = True, batch_key: str = "data.train_batch_size"):
+                 shuffle: bool, seed: int, drop_last: bool = True, batch_key: str = "data.train_batch_size",
+                 sampler: Any = None):
         if batch_size <= 0:
             raise ConfigError(f"{batch_key}={batch_size}: the batch size must be positive.")
         rows = len(dataset)
@@ -50,8 +69,11 @@ class PromptLoader:
         self.shuffle = shuffle
         self.seed = seed
         self.drop_last = drop_last
+        self.sampler = sampler
         self._epoch = 0
         self._batch_in_epoch = 0
+        self._epoch_size: int | None = None  # indices of the current epoch, fixed when it starts
+        self._indices: Iterator[int] | None = None  # what is left of the current epoch's indices
 
     @property
     def epoch(self) -> int:
@@ -59,38 +81,90 @@ class PromptLoader:
         return self._epoch
 
     def __len__(self) -> int:
-        """Batches per epoch."""
-        rows = len(self.dataset)
-        return rows // self.batch_size if self.drop_last else -(-rows // self.batch_size)
+        """Batches per epoch (of the current epoch once it has started)."""
+        return self._batches(self._size_now() if self._epoch_size is None else self._epoch_size)
 
-    def order(self, epoch: int) -> list[int]:
-        """Dataset indices of `epoch` in the order they are served."""
-        rows = len(self.dataset)
+    def _size_now(self) -> int:
+        return len(self.sampler) if self.sampler is not None else len(self.dataset)
+
+    def _batches(self, size: int) -> int:
+        return size // self.batch_size if self.drop_last else -(-size // self.batch_size)
+
+    def order(self, epoch: int, rows: int | None = None) -> list[int]:
+        """Dataset indices of `epoch` in the order they are served without a sampler (`rows`: the dataset's length)."""
+        rows = len(self.dataset) if rows is None else rows
         if not self.shuffle:
             return list(range(rows))
         return torch.randperm(rows, generator=torch.Generator().manual_seed(self.seed + epoch)).tolist()
 
     def __iter__(self) -> Iterator[Any]:
         self._skip_finished_epoch()
-        order = self.order(self._epoch)
+        if self._indices is None:
+            self._open_epoch()
         while self._batch_in_epoch < len(self):
-            start = self._batch_in_epoch * self.batch_size
-            items = [self.dataset[i] for i in order[start:start + self.batch_size]]
+            indices = list(itertools.islice(self._indices, self.batch_size))
+            if not indices or (self.drop_last and len(indices) < self.batch_size):  # a sampler that ran out early
+                self._batch_in_epoch = len(self)
+                break
+            batch = self.collate_fn([self.dataset[i] for i in indices])
+            if isinstance(batch, dict):
+                batch["dataset_index"] = indices
             self._batch_in_epoch += 1  # counted before the yield: a state saved while the batch is in use resumes after it
-            yield self.collate_fn(items)
+            yield batch
         self._skip_finished_epoch()
+
+    def _open_epoch(self) -> None:
+        """Fix the epoch's size and start its indices; a restored mid-epoch position skips what was served."""
+        served = self._batch_in_epoch * self.batch_size
+        if self._epoch_size is None:
+            if self.sampler is not None and served == 0 and hasattr(self.sampler, "set_epoch"):
+                self.sampler.set_epoch(self._epoch)
+            self._epoch_size = self._size_now()
+        if self.sampler is None:
+            self._indices = iter(self.order(self._epoch, self._epoch_size)[served:])
+            return
+        self._indices = iter(self.sampler)
+        if served and not hasattr(self.sampler, "state_dict"):  # a stateful sampler continues by itself
+            for _ in itertools.islice(self._indices, served):
+                pass
 
     def _skip_finished_epoch(self) -> None:
         if len(self) > 0 and self._batch_in_epoch >= len(self):
             self._epoch += 1
             self._batch_in_epoch = 0
+            self._epoch_size = None
+            self._indices = None
 
-    def state_dict(self) -> dict[str, int]:
-        """The position of the loader: the epoch and how many of its batches were served."""
-        return {"epoch": self._epoch, "batch_in_epoch": self._batch_in_epoch}
+    def on_batch_end(self, batch: Any) -> None:
+        """After a training step: the sampler's `update(batch)`, then the dataset's `on_batch_end(batch)`, where they exist."""
+        if callable(getattr(self.sampler, "update", None)):
+            self.sampler.update(batch)
+        if callable(getattr(self.dataset, "on_batch_end", None)):
+            self.dataset.on_batch_end(batch)
 
-    def load_state_dict(self, state: dict[str, int]) -> None:
-        """Continue from a `state_dict()`: the next batch is the one that followed it."""
+    def state_dict(self) -> dict[str, Any]:
+        """The position of the loader (epoch, batches served in it), with the sampler's and dataset's state when they have one."""
+        state: dict[str, Any] = {"epoch": self._epoch, "batch_in_epoch": self._batch_in_epoch}
+        if self._batch_in_epoch > 0:
+            state["epoch_size"] = self._epoch_size
+        for name, part in (("sampler", self.sampler), ("dataset", self.dataset)):
+            if callable(getattr(part, "state_dict", None)):
+                state[name] = part.state_dict()
+        return state
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Continue from a `state_dict()`: the next batch is the one that followed it.
+
+        The dataset's state is restored first (a grown dataset gets its added rows back), then the sampler's.
+        """
+        for name, part in (("dataset", self.dataset), ("sampler", self.sampler)):
+            if name in state:
+                if not callable(getattr(part, "load_state_dict", None)):
+                    raise DataError(f"The checkpoint holds a {name} state but this run's {name} ({type(part).__name__}) "
+                                    "cannot load one; resume with the data settings of the run that saved it.")
+                part.load_state_dict(state[name])
         self._epoch = int(state["epoch"])
         self._batch_in_epoch = int(state["batch_in_epoch"])
+        self._epoch_size = state.get("epoch_size")
+        self._indices = None
         self._skip_finished_epoch()

@@ -5,6 +5,9 @@ of chat messages `{"role", "content"}`, or a plain string that becomes one user 
 `ability`, `reward_model` (`{"ground_truth", "style"}`) and `extra_info` (a dict that may hold
 `index`). Files are parquet, JSON (an array of rows, or JSON lines) or JSONL.
 
+Several files are concatenated in the order given; each row keeps its own `data_source`, and
+errors name the file and the row within it.
+
 `RLDataset` reads the files, renders every prompt with the tokenizer's chat template and
 tokenizes it once at load time, so that overlong prompts can be filtered or reported with their
 file and row before training starts (10k rows load in seconds). Items are UNPADDED; `collate_fn`
@@ -144,9 +147,10 @@ class RLDataset(Dataset):
 
     Each item is a dict: `input_ids` (1-D LongTensor, unpadded), `attention_mask` (ones),
     `data_source`, `reward_model`, `extra_info` (always with `index`), `index`, `ability` (when
-    the column exists), `raw_prompt` (the messages, when `return_raw_chat`) and `full_prompts`
-    (the rendered text before truncation, when `return_full_prompt`). `index` is the row's
-    `extra_info.index`, else its row number in the concatenated files.
+    any row has the column, None in rows without it, so that items of mixed files collate),
+    `raw_prompt` (the messages, when `return_raw_chat`) and `full_prompts` (the rendered text
+    before truncation, when `return_full_prompt`). `index` is the row's `extra_info.index`, else
+    its row number in the concatenated files. `append_rows` adds rows later (data generation).
 
     Attributes:
         num_filtered: rows dropped by `filter_overlong_prompts` (0 when off).
@@ -167,26 +171,37 @@ class RLDataset(Dataset):
         self.tokenizer = tokenizer
         self.files = _file_list(data_files)
         self.num_filtered = 0
+        self._rows: list[dict[str, Any]] = []
+        self._origins: list[Origin] = []
+        self._messages: list[list[dict[str, Any]]] = []
+        self._texts: list[str] = []
+        self._row_numbers: list[int] = []
+        self._input_ids: list[torch.Tensor] = []
+        self._rows_read = 0  # rows offered so far, kept or not: the default `index` of the next one
+        self._has_ability = False  # whether any row has an `ability` column
 
         rows, origins = self._read(max_samples)
-        key = config.prompt_key
-        self._messages = [to_messages(row.get(key), origin, key) for row, origin in zip(rows, origins, strict=True)]
-        texts = [self._render(messages, origin) for messages, origin in zip(self._messages, origins, strict=True)]
-        token_ids = tokenizer(texts, add_special_tokens=False)["input_ids"]
-        keep = self._fit_lengths(token_ids, origins)
-
-        self._rows = [rows[i] for i in keep]
-        self._messages = [self._messages[i] for i in keep]
-        self._texts = [texts[i] for i in keep]
-        self._row_numbers = keep
-        self._input_ids = [
-            torch.tensor(truncate(token_ids[i], config.max_prompt_length, config.truncation), dtype=torch.long)
-            for i in keep
-        ]
+        self._add_rows(rows, origins, where=", ".join(self.files), keep_none_ok=False)
 
     def data_sources(self) -> set[str]:
         """The distinct `data_source` values of the loaded rows ("unknown" where the column is missing)."""
         return {str(row.get("data_source", "unknown")) for row in self._rows}
+
+    def data_source_files(self) -> dict[str, list[str]]:
+        """For each `data_source`, the files (in the order given) whose rows carry it."""
+        files: dict[str, dict[str, None]] = {}
+        for row, (file, _) in zip(self._rows, self._origins, strict=True):
+            files.setdefault(str(row.get("data_source", "unknown")), {})[file] = None
+        return {source: list(names) for source, names in files.items()}
+
+    def append_rows(self, rows: list[dict[str, Any]], where: str) -> int:
+        """Add rows in the schema of the data files (a data generator's output); returns how many were kept.
+
+        They are rendered and tokenized like the rows of the files, and overlong prompts follow
+        data.truncation / filter_overlong_prompts the same way; errors name `where` and the row
+        (counted from 0 within `rows`). A row without `extra_info.index` gets the next row number.
+        """
+        return self._add_rows(rows, [(where, i) for i in range(len(rows))], where, keep_none_ok=True)
 
     # ---- loading ---------------------------------------------------------------------------------
     def _read(self, max_samples: int) -> tuple[list[dict[str, Any]], list[Origin]]:
@@ -203,9 +218,31 @@ class RLDataset(Dataset):
             origins += [(given, i) for i in range(len(file_rows))]
         if not rows:
             raise DataError(f"The data files hold no rows: {', '.join(self.files)}.")
-        if max_samples > 0:
+        if 0 < max_samples < len(rows):
+            cut = [file for file in self.files if file not in {f for f, _ in origins[:max_samples]}]
             rows, origins = rows[:max_samples], origins[:max_samples]
+            if cut:
+                print(f"reinforge: note: max_samples={max_samples} keeps the first {max_samples} rows of "
+                      f"{', '.join(self.files)}; no rows come from {', '.join(cut)}", file=sys.stderr)
         return rows, origins
+
+    def _add_rows(self, rows: list[dict[str, Any]], origins: list[Origin], where: str, keep_none_ok: bool) -> int:
+        key = self.config.prompt_key
+        messages = [to_messages(row.get(key), origin, key) for row, origin in zip(rows, origins, strict=True)]
+        texts = [self._render(m, origin) for m, origin in zip(messages, origins, strict=True)]
+        token_ids = self.tokenizer(texts, add_special_tokens=False)["input_ids"] if texts else []
+        keep = self._fit_lengths(token_ids, origins, where, keep_none_ok)
+        limit, mode = self.config.max_prompt_length, self.config.truncation
+        self._has_ability |= any("ability" in rows[i] for i in keep)
+        for i in keep:
+            self._rows.append(rows[i])
+            self._origins.append(origins[i])
+            self._messages.append(messages[i])
+            self._texts.append(texts[i])
+            self._row_numbers.append(self._rows_read + i)
+            self._input_ids.append(torch.tensor(truncate(token_ids[i], limit, mode), dtype=torch.long))
+        self._rows_read += len(rows)
+        return len(keep)
 
     def _render(self, messages: list[dict[str, Any]], origin: Origin) -> str:
         try:
@@ -219,7 +256,7 @@ class RLDataset(Dataset):
                 f"({type(err).__name__}: {err})."
             ) from err
 
-    def _fit_lengths(self, token_ids: list[list[int]], origins: list[Origin]) -> list[int]:
+    def _fit_lengths(self, token_ids: list[list[int]], origins: list[Origin], where: str, keep_none_ok: bool) -> list[int]:
         """Indices of the rows to keep; drops overlong rows or raises, as configured."""
         limit = self.config.max_prompt_length
         overlong = [i for i, ids in enumerate(token_ids) if len(ids) > limit]
@@ -234,15 +271,15 @@ class RLDataset(Dataset):
                 f"{len(token_ids)} rows are). Raise data.max_prompt_length, or set data.truncation to left, right "
                 "or middle (or data.filter_overlong_prompts=true to drop such rows)."
             )
-        self.num_filtered = len(overlong)
+        self.num_filtered += len(overlong)
         print(
             f"reinforge: dropped {len(overlong)} of {len(token_ids)} prompts longer than "
-            f"data.max_prompt_length={limit} tokens from {', '.join(self.files)}",
+            f"data.max_prompt_length={limit} tokens from {where}",
             file=sys.stderr,
         )
-        if len(overlong) == len(token_ids):
+        if len(overlong) == len(token_ids) and not keep_none_ok:
             raise DataError(
-                f"No rows left after filtering: all {len(token_ids)} prompts of {', '.join(self.files)} are longer "
+                f"No rows left after filtering: all {len(token_ids)} prompts of {where} are longer "
                 f"than data.max_prompt_length={limit} tokens. Raise data.max_prompt_length."
             )
         dropped = set(overlong)
@@ -266,8 +303,8 @@ class RLDataset(Dataset):
             "extra_info": extra_info,
             "index": extra_info["index"],
         }
-        if "ability" in row:
-            item["ability"] = row["ability"]
+        if self._has_ability:  # every item has the same keys, so rows of mixed files collate together
+            item["ability"] = row.get("ability")
         if self.config.return_raw_chat:
             item["raw_prompt"] = self._messages[i]
         if self.config.return_full_prompt:
@@ -325,11 +362,19 @@ def create_rl_dataset(data_files: str | Path | Sequence[str | Path], data_config
     """The dataset of `data_files`: the user's class when `data.custom_cls.path` is set, else `RLDataset`.
 
     A user class is called with keyword arguments `data_files, tokenizer, config, processor` and
-    `max_samples` when its `__init__` accepts it. `is_train` is accepted for verl compatibility;
-    both splits are built the same way.
+    `max_samples` when its `__init__` accepts it. With `data.datagen.path` set, the training set
+    (`is_train`) is a `DynamicGenDataset` that grows during training (`environment/datagen.py`);
+    otherwise both splits are built the same way.
     """
     custom = data_config.custom_cls
-    cls = load_dataset_class(custom.path, custom.name) if custom.path else RLDataset
+    if custom.path:
+        cls = load_dataset_class(custom.path, custom.name)
+    elif is_train and data_config.datagen.path:
+        from reinforge.environment.datagen import DynamicGenDataset
+
+        cls = DynamicGenDataset
+    else:
+        cls = RLDataset
     kwargs = {"data_files": data_files, "tokenizer": tokenizer, "config": data_config, "processor": processor}
     if _accepts(cls, "max_samples"):
         kwargs["max_samples"] = max_samples
@@ -341,15 +386,27 @@ def _accepts(cls: type, name: str) -> bool:
     return any(p.name == name or p.kind is inspect.Parameter.VAR_KEYWORD for p in params)
 
 
-def load_dataset_class(path: str, name: str | None) -> type:
-    """The torch Dataset subclass `name` defined in the Python file (or importable module) `path`."""
-    module = import_user_module(path, "data.custom_cls.path", DataError)
+def load_user_class(path: str, name: str | None, path_key: str, name_key: str) -> type:
+    """The class `name` defined in the Python file or importable module `path` (verl's `pkg://` prefix allowed).
+
+    Errors are DataErrors that name the config keys `path_key` and `name_key` and list the classes the file defines.
+    """
+    module = import_user_module(str(path).removeprefix("pkg://"), path_key, DataError)
     defined = sorted(k for k, v in vars(module).items() if isinstance(v, type) and v.__module__ == module.__name__)
-    where = f"data.custom_cls.path={path!r}"
+    where = f"{path_key}={path!r}"
     if not name or not hasattr(module, name):
-        missing = "data.custom_cls.name is not set" if not name else f"it defines no {name!r} (data.custom_cls.name)"
+        missing = f"{name_key} is not set" if not name else f"it defines no {name!r} ({name_key})"
         raise DataError(f"{where}: {missing}; the classes it defines are: {', '.join(defined) or '(none)'}.")
     cls = getattr(module, name)
-    if not (isinstance(cls, type) and issubclass(cls, Dataset)):
-        raise DataError(f"{where}: {name!r} is not a subclass of torch.utils.data.Dataset; it is {_preview(cls)}.")
+    if not isinstance(cls, type):
+        raise DataError(f"{where}: {name!r} ({name_key}) is not a class; it is {_preview(cls)}.")
+    return cls
+
+
+def load_dataset_class(path: str, name: str | None) -> type:
+    """The torch Dataset subclass `name` defined in the Python file (or importable module) `path`."""
+    cls = load_user_class(path, name, "data.custom_cls.path", "data.custom_cls.name")
+    if not issubclass(cls, Dataset):
+        raise DataError(f"data.custom_cls.path={path!r}: {name!r} is not a subclass of torch.utils.data.Dataset; "
+                        f"it is {_preview(cls)}.")
     return cls

@@ -3,13 +3,16 @@
 The file is imported by `reinforge.user_code.import_user_module` (unique module names, its own
 folder importable, errors with the line they came from). `reward_kwargs` are bound with `functools.partial` and checked against the
 function's signature up front. Every failure is a `RewardError` that names the file and says
-what is wrong. This module does not call the function; the reward manager does.
+what is wrong. Without a custom function, `get_compute_score` binds the Sandbox Fusion settings
+(`reward_model.sandbox_fusion`) to `default_compute_score`. This module does not call the
+function; the reward manager does.
 """
 
 from __future__ import annotations
 
 import functools
 import inspect
+import multiprocessing
 from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
@@ -40,8 +43,30 @@ def load_reward_function(config: Config) -> Callable[..., Any] | None:
 
 
 def get_compute_score(config: Config) -> Callable[..., Any]:
-    """The custom reward function when `custom_reward_function.path` is set, else `default_compute_score`."""
-    return load_reward_function(config) or default_compute_score
+    """The custom reward function when `custom_reward_function.path` is set, else `default_compute_score`;
+    with `reward_model.sandbox_fusion.url` set, the latter has the url, a semaphore of `max_concurrent`
+    and `memory_limit_mb` bound, as verl's main_ppo does. The semaphore lives in a multiprocessing
+    manager (a server process), so that it can be pickled and is shared by every thread and worker
+    process that scores with the returned function. A custom function gets no sandbox arguments."""
+    custom = load_reward_function(config)
+    if custom is not None:
+        return custom
+    sandbox = config.reward_model.sandbox_fusion
+    if not sandbox.url:
+        return default_compute_score
+    return functools.partial(
+        default_compute_score,
+        sandbox_fusion_url=sandbox.url,
+        concurrent_semaphore=_shared_semaphore(sandbox.max_concurrent),
+        memory_limit_mb=sandbox.memory_limit_mb,
+    )
+
+
+def _shared_semaphore(value: int) -> Any:
+    """A semaphore usable from threads and from worker processes it is pickled to (forkserver or spawn,
+    never fork: the training process has threads). Its manager stays alive as long as the semaphore."""
+    method = "forkserver" if "forkserver" in multiprocessing.get_all_start_methods() else "spawn"
+    return multiprocessing.get_context(method).Manager().Semaphore(value)
 
 
 def _get_function(module: ModuleType, name: str, path: Path) -> Callable[..., Any]:

@@ -4,8 +4,10 @@
 given. It looks the data source up among registered scorers: exact names first, then the
 longest registered prefix (so `countdown_3to4` finds the `countdown` prefix). Scorers have the
 task-scorer signature `fn(solution_str, ground_truth, **kwargs)`; `extra_info` is passed only to
-scorers that declare an `extra_info` parameter (or `**kwargs`). Registering a name again
-replaces the earlier scorer.
+scorers that declare an `extra_info` parameter (or `**kwargs`). The Sandbox Fusion arguments of
+verl's signature (`sandbox_fusion_url`, `concurrent_semaphore`, `memory_limit_mb`) are passed only
+to scorers that declare `sandbox_fusion_url` (the code scorer), and only when not None. Registering
+a name again replaces the earlier scorer.
 
 This module does not decode tokens or handle errors raised by scorers: the reward manager does.
 """
@@ -17,7 +19,7 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 from reinforge.errors import RewardError
-from reinforge.reward.scorers import countdown, digits, gsm8k, math
+from reinforge.reward.scorers import code, countdown, digits, gsm8k, math, math_dapo
 
 Scorer = Callable[..., Any]
 _F = TypeVar("_F", bound=Scorer)
@@ -64,12 +66,24 @@ def find_scorer(data_source: str) -> Scorer:
 
 
 def default_compute_score(
-    data_source: str, solution_str: str, ground_truth: Any, extra_info: dict | None = None, **kwargs: Any
+    data_source: str,
+    solution_str: str,
+    ground_truth: Any,
+    extra_info: dict | None = None,
+    sandbox_fusion_url: str | None = None,
+    concurrent_semaphore: Any = None,
+    memory_limit_mb: int | None = None,
+    **kwargs: Any,
 ) -> Any:
-    """Score one response with the scorer registered for `data_source`; `kwargs` go to the scorer."""
+    """Score one response with the scorer registered for `data_source`; `kwargs` go to the scorer.
+    Code data sources run in Sandbox Fusion when `sandbox_fusion_url` is given, else in the local sandbox."""
     scorer = find_scorer(data_source)
     if extra_info is not None and _accepts_extra_info(scorer):
         kwargs["extra_info"] = extra_info
+    if _accepts_sandbox(scorer):
+        sandbox = {"sandbox_fusion_url": sandbox_fusion_url, "concurrent_semaphore": concurrent_semaphore,
+                   "memory_limit_mb": memory_limit_mb}
+        kwargs.update({key: value for key, value in sandbox.items() if value is not None})
     return scorer(solution_str, ground_truth, **kwargs)
 
 
@@ -81,8 +95,21 @@ def _accepts_extra_info(fn: Callable[..., Any]) -> bool:
     return any(p.name == "extra_info" or p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters)
 
 
+def _accepts_sandbox(fn: Callable[..., Any]) -> bool:
+    try:
+        return "sandbox_fusion_url" in inspect.signature(fn).parameters
+    except (TypeError, ValueError):
+        return False
+
+
 register_scorer("openai/gsm8k", gsm8k.compute_score)
-for _name in ("lighteval/MATH", "DigitalLearningGmbH/MATH-lighteval", "HuggingFaceH4/MATH-500"):
+for _name in ("lighteval/MATH", "DigitalLearningGmbH/MATH-lighteval", "HuggingFaceH4/MATH-500", "numina_aops_forum",
+              "numina_synthetic_math", "numina_amc_aime", "numina_synthetic_amc", "numina_cn_k12", "numina_olympiads"):
     register_scorer(_name, math.compute_score)
+for _name in ("math_dapo", "math", "math_dapo_reasoning"):
+    register_scorer(_name, math_dapo.compute_score)
+register_scorer("aime", math_dapo.compute_score, prefix=True)
 register_scorer("countdown", countdown.compute_score, prefix=True)
 register_scorer("reinforge/add_one", digits.compute_score)
+for _name in code.CODE_DATA_SOURCES:
+    register_scorer(_name, code.compute_score)

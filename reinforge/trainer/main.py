@@ -54,7 +54,9 @@ def run(config: Config, user_keys: list[str]) -> dict[str, float]:
     from reinforge.distributed import LocalWorkerGroup
     from reinforge.environment.dataloader import PromptLoader
     from reinforge.environment.dataset import collate_fn, create_rl_dataset
+    from reinforge.environment.sampler import create_rl_sampler
     from reinforge.reward import get_compute_score, make_reward_manager
+    from reinforge.reward.models import RewardModelScorer, RewardModelWorker
     from reinforge.trainer.ppo_trainer import RLTrainer
     from reinforge.training.model import load_tokenizer
     from reinforge.training.workers import ActorRolloutRefWorker, CriticWorker
@@ -82,7 +84,7 @@ def run(config: Config, user_keys: list[str]) -> dict[str, float]:
     else:
         batch_key, batch_size = "data.train_batch_size", data.train_batch_size
     train_loader = PromptLoader(train_set, batch_size, collate, shuffle=data.shuffle, seed=data.seed, drop_last=True,
-                                batch_key=batch_key)
+                                batch_key=batch_key, sampler=create_rl_sampler(data, train_set))
     val_loader = None
     if data.val_files:
         val_set = create_rl_dataset(data.val_files, data, tokenizer, is_train=False, max_samples=data.max_val_samples)
@@ -94,7 +96,7 @@ def run(config: Config, user_keys: list[str]) -> dict[str, float]:
     total_steps = min(schedule_steps, len(train_loader) * config.trainer.total_epochs)
 
     compute_score = get_compute_score(config)
-    if config.custom_reward_function.path is None:
+    if config.custom_reward_function.path is None and not config.reward_model.enable:  # a reward model alone needs no scorer
         _check_scorers(data, train_set, val_loader.dataset if val_loader else None)
     rm = config.reward_model
     # one manager for training and validation: a failing reward function's traceback is shown once per run
@@ -108,6 +110,10 @@ def run(config: Config, user_keys: list[str]) -> dict[str, float]:
     if config.critic.enable:
         critic_wg = LocalWorkerGroup(CriticWorker, config)
         critic_wg.init_model(schedule_steps)
+    if rm.enable:  # the reward model's score, plus the custom reward function's when one is set (docs/rewards.md)
+        rm_wg = LocalWorkerGroup(RewardModelWorker, config)
+        rm_wg.init_model()
+        reward_fn = RewardModelScorer(rm_wg, reward_fn if config.custom_reward_function.path else None)
 
     trainer = RLTrainer(config, actor_rollout_wg, reward_fn, train_loader, val_loader, tokenizer, total_steps, critic_wg)
     print(f"reinforge: {len(train_set)} training prompts, {total_steps} steps; ready in {time.perf_counter() - started:.1f}s", flush=True)
@@ -126,11 +132,12 @@ def _check_scorers(data, *datasets) -> None:
     from reinforge.reward import find_scorer
 
     for dataset, files in zip(datasets, (data.train_files, data.val_files), strict=True):
+        files_of = getattr(dataset, "data_source_files", dict)()  # name the file a data_source comes from, when known
         for source in sorted(getattr(dataset, "data_sources", set)()):
             try:
                 find_scorer(source)
             except RewardError as exc:
-                raise RewardError(f"{files}: {exc}") from None
+                raise RewardError(f"{', '.join(files_of.get(source, [])) or files}: {exc}") from None
 
 
 def mean_val_reward(metrics: dict[str, float]) -> float:

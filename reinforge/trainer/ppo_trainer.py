@@ -13,6 +13,14 @@ greedy baseline rollout, as ReMax does), never from an algorithm's name. `_rollo
 DAPO's dynamic sampling: with `algorithm.filter_groups.enable` it keeps drawing batches of
 prompts until enough groups have a reward that varies.
 
+With `reward_model.launch_reward_fn_async` the reward manager scores in a background thread,
+started right after generation and joined just before advantages, so scoring overlaps the
+old-log-prob, reference and value passes. `timing_s/reward` is then the scorer's own time and
+`timing_s/reward_wait` the time the step still waited for it; the scores and every other metric
+are the same as when scoring synchronously. Dynamic sampling needs each batch's scores before it
+can decide what to keep, so with `algorithm.filter_groups.enable` scoring stays synchronous (the
+ReMax greedy baseline is always scored synchronously, during generation).
+
 `fit` wraps the step with the bookkeeping of verl's `RayPPOTrainer.fit`: validation before
 training and every `test_freq` steps, checkpoints every `save_freq` steps, and the last step
 always validated and saved when those are on.
@@ -22,7 +30,9 @@ from __future__ import annotations
 
 import itertools
 import json
+import time
 from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 import torch
@@ -81,6 +91,8 @@ class RLTrainer:
         self.recompute_old_log_probs = not on_policy or config.algorithm.use_kl_in_reward
         self.greedy_baseline = needs_reward_baselines(config.algorithm.adv_estimator)
         self.prompt_stream = self._prompt_batches()
+        score_async = config.reward_model.launch_reward_fn_async and not config.algorithm.filter_groups.enable
+        self.reward_thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="reinforge-reward") if score_async else None
 
     # ---- one step -----------------------------------------------------------------------------
     def train_step(self, prompts: Batch) -> dict[str, float]:
@@ -88,7 +100,7 @@ class RLTrainer:
         metrics: dict[str, float] = {}
         timing: dict[str, float] = {}
         with timer("step", timing):
-            batch = self._rollout(prompts, metrics, timing)
+            batch, pending_scores = self._rollout(prompts, metrics, timing)
             if self.recompute_old_log_probs:
                 with timer("old_log_prob", timing):
                     batch["old_log_probs"] = wg.compute_log_prob(batch)["old_log_probs"]
@@ -98,6 +110,10 @@ class RLTrainer:
             if self.critic_wg is not None:
                 with timer("values", timing):
                     batch["values"] = self.critic_wg.compute_values(batch)["values"]
+            if pending_scores is not None:  # reward_model.launch_reward_fn_async: scored beside the passes above
+                with timer("reward_wait", timing):
+                    timed_scores = pending_scores.result()
+                self._add_scores(batch, timed_scores, metrics, timing)
             with timer("adv", timing):
                 batch["token_level_rewards"] = batch["token_level_scores"]
                 if algo.use_kl_in_reward:
@@ -126,14 +142,20 @@ class RLTrainer:
             scores = batch["token_level_scores"].sum(-1).tolist()
             write_generations(cfg.trainer.rollout_data_dir, self.global_steps,
                               generation_records(batch, scores, self.tokenizer, self.global_steps))
+        self.train_loader.on_batch_end(batch)  # a curriculum sampler and a data generator learn from the scored batch
         return metrics
 
-    def _rollout(self, prompts: Batch, metrics: dict, timing: dict) -> Batch:
-        """n scored responses per prompt; with filter_groups, only groups whose metric varies, drawing more prompts as needed."""
-        batch = self._generate_and_score(prompts, 0, metrics, timing)
+    def _rollout(self, prompts: Batch, metrics: dict, timing: dict) -> tuple[Batch, Future | None]:
+        """n scored responses per prompt; with filter_groups, only groups whose metric varies, drawing more prompts as needed.
+        With asynchronous scoring the batch comes back unscored, with the Future of its (scores, seconds)."""
+        batch = self._generate(prompts, 0, timing)
         groups = self.config.algorithm.filter_groups
         if not groups.enable:
-            return batch
+            if self.reward_thread is not None:
+                return batch, self.reward_thread.submit(self._timed_reward, batch.select())  # a copy: this thread adds fields
+            self._add_scores(batch, self._timed_reward(batch), metrics, timing)
+            return batch, None
+        self._add_scores(batch, self._timed_reward(batch), metrics, timing)
         n, wanted = self.config.actor_rollout_ref.rollout.n, self.config.data.train_batch_size
         kept: list[Batch] = []
         generated = dropped = kept_groups = 0
@@ -154,13 +176,14 @@ class RLTrainer:
                     f"step {self.global_steps}: after {gen_batches} generation batches only {kept_groups} of "
                     f"{wanted} prompt groups had a varying {groups.metric} (algorithm.filter_groups); the prompts may be too easy "
                     "or too hard for the model. Raise algorithm.filter_groups.max_num_gen_batches (0: no limit) or data.gen_batch_size")
-            batch = self._generate_and_score(next(self.prompt_stream), gen_batches, metrics, timing)
+            batch = self._generate(next(self.prompt_stream), gen_batches, timing)
+            self._add_scores(batch, self._timed_reward(batch), metrics, timing)
         metrics.update({"train/num_gen_batches": gen_batches, "train/num_generated_groups": generated,
                         "train/num_dropped_groups": dropped})
-        return concat_trajectories(kept, self.tokenizer.pad_token_id).index(slice(0, wanted * n))
+        return concat_trajectories(kept, self.tokenizer.pad_token_id).index(slice(0, wanted * n)), None
 
-    def _generate_and_score(self, prompts: Batch, gen_batch: int, metrics: dict, timing: dict) -> Batch:
-        """Repeat each prompt n times, generate, and score; `token_level_scores` and the reward's extra values per row."""
+    def _generate(self, prompts: Batch, gen_batch: int, timing: dict) -> Batch:
+        """Repeat each prompt n times and generate (and, for ReMax, score a greedy response per prompt)."""
         wg, n = self.actor_rollout_wg, self.config.actor_rollout_ref.rollout.n
         prompts["uid"] = [f"{self.global_steps}-{gen_batch}-{row}" for row in range(len(prompts))]  # one group per prompt
         batch = prompts.repeat(n, interleave=True)
@@ -172,15 +195,24 @@ class RLTrainer:
                 greedy.meta_info["do_sample"] = False
                 baseline = prompts.select([k for k in prompts.keys() if k not in PROMPT_KEYS]).union(wg.generate_sequences(greedy))
                 batch["reward_baselines"] = self.reward_fn(baseline).sum(-1).repeat_interleave(n)
-        with timer("reward", timing):
-            scored = self.reward_fn(batch, return_dict=True)
-            batch["token_level_scores"] = scored["reward_tensor"]
-            for key, value in scored.get("reward_metrics", {}).items():  # counts: summed over generation batches
-                metrics[key] = metrics.get(key, 0) + value
-            for key, values in scored.get("reward_extra_info", {}).items():
-                if key != "score":
-                    batch[EXTRA + key] = values
         return batch
+
+    def _timed_reward(self, batch: Batch) -> tuple[dict, float]:
+        """The reward manager's result for `batch` and the seconds it took."""
+        start = time.perf_counter()
+        scored = self.reward_fn(batch, return_dict=True)
+        return scored, time.perf_counter() - start
+
+    def _add_scores(self, batch: Batch, timed_scores: tuple[dict, float], metrics: dict, timing: dict) -> None:
+        """`token_level_scores` and the reward's extra values per row into `batch`; its counts and time into the step's."""
+        scored, seconds = timed_scores
+        timing["reward"] = timing.get("reward", 0.0) + seconds
+        batch["token_level_scores"] = scored["reward_tensor"]
+        for key, value in scored.get("reward_metrics", {}).items():  # counts: summed over generation batches
+            metrics[key] = metrics.get(key, 0) + value
+        for key, values in scored.get("reward_extra_info", {}).items():
+            if key != "score":
+                batch[EXTRA + key] = values
 
     # ---- the loop -----------------------------------------------------------------------------
     def _prompt_batches(self) -> Iterator[Batch]:

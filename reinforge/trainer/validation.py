@@ -1,54 +1,48 @@
-"""Validation: generate for every validation prompt with val_kwargs, score, and aggregate.
+"""Validation: generate for every validation prompt with val_kwargs, score, and aggregate per data source.
 
-Metrics use verl's names: `val-core/<data_source>/reward/mean@<n>` for the core variable
-(`acc` when the reward function returns one, else `reward`), `val-aux/<data_source>/<key>/mean@<n>`
-for the other numeric keys it returns, and `val-aux/.../{best,worst}@<n>` when n > 1. `trainer.log_val_generations` prints that many samples; `trainer.validation_data_dir`
-writes every sample as JSONL.
+Each prompt gets `actor_rollout_ref.rollout.val_kwargs.n` responses; the metrics are verl's
+(`trainer/val_metrics.py`): `val-core/<data_source>/<var>/mean@<n>` for the core variable (`acc`
+when the reward function returns one, else `reward`), with `best@<n>/*` and `maj@<n>/*` beside
+it when n > 1, and `val-aux/...` for the rest (std@n, best/worst/maj@k for smaller k, pass@k,
+the other numeric keys the reward function returns). `trainer.log_val_generations` prints that
+many samples; `trainer.validation_data_dir` writes every sample as JSONL.
 """
 
 from __future__ import annotations
-
-from collections import defaultdict
-
-import numpy as np
 
 from reinforge.batch import Batch
 from reinforge.config.schema import Config
 from reinforge.distributed import WorkerGroup
 from reinforge.inference.rollout import PROMPT_KEYS
 from reinforge.trainer.generations import generation_records, write_generations
+from reinforge.trainer.val_metrics import process_validation_metrics, validation_metric_dict
 
 
 def validate(config: Config, wg: WorkerGroup, reward_fn, val_loader, tokenizer, step: int) -> dict[str, float]:
     n = config.actor_rollout_ref.rollout.val_kwargs.n
     key = config.data.reward_fn_key
-    values: dict[tuple[str, str], list[float]] = defaultdict(list)  # (data_source, metric) -> per-sample values
+    sources: list[str] = []
+    uids: list[int] = []  # the validation prompt each response answers
+    extras: list[dict] = []  # per response: the reward function's other keys
+    rewards: list[float] = []
     samples = []
     for prompts in val_loader:
         batch = Batch.from_dict(prompts, meta_info={"validate": True}).repeat(n, interleave=True)
         batch = batch.union(wg.generate_sequences(batch.pop(PROMPT_KEYS)))
         scored = reward_fn(batch, return_dict=True)
         scores = scored["reward_tensor"].sum(-1).tolist()
-        sources = [str(s) for s in batch[key]] if key in batch else ["unknown"] * len(batch)
-        for row, (source, score) in enumerate(zip(sources, scores, strict=True)):
-            values[(source, "reward")].append(score)
-            for extra_key, extra_values in scored.get("reward_extra_info", {}).items():
-                if extra_key != "score" and isinstance(extra_values[row], (int, float)):  # bools count as 0/1
-                    values[(source, extra_key)].append(float(extra_values[row]))
+        extra_info = {k: v for k, v in scored.get("reward_extra_info", {}).items() if k != "score"}  # score is `reward`
+        first_uid = len(uids) // n
+        sources += [str(s) for s in batch[key]] if key in batch else ["unknown"] * len(scores)
+        uids += [first_uid + row // n for row in range(len(scores))]
+        extras += [{k: values[row] for k, values in extra_info.items()} for row in range(len(scores))]
+        rewards += scores
         samples += generation_records(batch, scores, tokenizer, step)
 
-    metrics: dict[str, float] = {}
-    names = {name for _, name in values}
-    core = "acc" if "acc" in names else "reward"  # verl's core variable; the others go under val-aux
-    for (source, name), vals in sorted(values.items()):
-        group = "val-core" if name == core else "val-aux"
-        metrics[f"{group}/{source}/{name}/mean@{n}"] = float(np.mean(vals))
-        if n > 1:
-            groups = np.array(vals).reshape(-1, n)
-            metrics[f"val-aux/{source}/{name}/best@{n}"] = float(groups.max(1).mean())
-            metrics[f"val-aux/{source}/{name}/worst@{n}"] = float(groups.min(1).mean())
+    names = list(dict.fromkeys(k for extra in extras for k in extra))
+    infos = {"reward": rewards, **{name: [extra.get(name) for extra in extras] for name in names}}
     _report_samples(config, samples, step)
-    return metrics
+    return validation_metric_dict(process_validation_metrics(sources, uids, infos))
 
 
 def _report_samples(config: Config, samples: list[dict], step: int) -> None:

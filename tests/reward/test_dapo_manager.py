@@ -142,7 +142,7 @@ def test_raising_compute_score_is_isolated_and_still_penalised(tokenizer, capsys
     manager = dapo(tokenizer, compute_score, max_resp_len=8, overlong_buffer_cfg=dict(BUFFER, log=True))
     batch = length_batch(tokenizer, [3, 6, 6])
     result = manager(batch, return_dict=True)
-    assert result["reward_metrics"] == {"reward/errors": 2}
+    assert result["reward_metrics"] == {"reward/errors": 2, "reward/timeouts": 0}
     assert result["reward_extra_info"]["score"] == [1.0, 0.0, 0.0]
     # a failed row scores 0, the length penalty still applies: 0 - 0.5
     assert result["reward_tensor"][0, 2].item() == 1.0
@@ -267,7 +267,7 @@ def test_unknown_top_level_kwarg_lists_the_dapo_options(tokenizer):
     with pytest.raises(
         ConfigError,
         match=r"\['max_len'\] are not options of the 'dapo' reward manager; .*"
-        r"\['max_resp_len', 'overlong_buffer_cfg'\]",
+        r"\['max_concurrency', 'max_resp_len', 'overlong_buffer_cfg', 'timeout_s'\]",
     ):
         make_reward_manager("dapo", tokenizer, max_len=8)
 

@@ -67,3 +67,12 @@ def test_comparison_is_exact_string_equality_like_verl():
 def test_unknown_method_is_rejected():
     with pytest.raises(ValueError, match="strict"):
         compute_score("#### 1", "1", method="loose")
+
+
+def test_dollar_signs_and_negative_numbers():
+    # strict mode follows verl: "#### $72" has no number right after "#### ", so no answer
+    assert compute_score("#### $72", "72") == 0.0
+    assert compute_score("It costs $72 in total.", "72", method="flexible") == 1.0
+    assert compute_score("The temperature is\n#### -12", "-12") == 1.0
+    assert compute_score("#### 12", "-12") == 0.0
+    assert compute_score("so the loss is -1,250 dollars", "-1250", method="flexible") == 1.0

@@ -89,7 +89,7 @@ def test_dict_scores_become_extra_info_with_none_for_missing_keys(tokenizer):
         "acc": [True, None, True],
         "index": [0, None, 2],
     }
-    assert result["reward_metrics"] == {"reward/errors": 0}
+    assert result["reward_metrics"] == {"reward/errors": 0, "reward/timeouts": 0}
     assert result["reward_tensor"].sum().item() == pytest.approx(1.25)
 
 
@@ -214,7 +214,7 @@ def test_row_without_ground_truth_is_a_data_error(tokenizer):
 
 
 def test_unknown_manager_and_unknown_manager_kwargs(tokenizer):
-    with pytest.raises(ConfigError, match=r"choose one of \['dapo', 'naive'\]"):
+    with pytest.raises(ConfigError, match=r"choose one of \['batch', 'dapo', 'naive', 'prime'\]"):
         make_reward_manager("fancy", tokenizer)
     with pytest.raises(ConfigError, match=r"\['max_resp_len'\] are not options of the 'naive'"):
         make_reward_manager("naive", tokenizer, max_resp_len=10)

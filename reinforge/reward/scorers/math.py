@@ -1,9 +1,18 @@
 """MATH scorer: compare the last `\\boxed{...}` answer of a solution with the ground truth.
 
 The answer is the content of the last `\\boxed{...}` (braces balanced), `\\boxed <answer>` or
-`\\fbox{...}`. Both it and the ground truth (a bare answer or itself a `\\boxed{}` string) are
-normalised by `normalize_answer`, a Hendrycks-style string normaliser, and compared for exact
-equality: 1.0 when equal, else 0.0.
+`\\fbox{...}`; a solution without one scores 0.0 (the MATH instruction asks for a box). The
+answer and the ground truth (a bare answer or itself a `\\boxed{}` string) are compared in two
+stages, and the score is 1.0 when either says equal, else 0.0 (verl's values):
+
+1. `normalize_answer`, a Hendrycks-style string normaliser, then exact string equality. Fast,
+   no sympy, and what verl's default MATH scorer does.
+2. When the strings differ: symbolic equivalence by `math-verify` (both sides parsed as LaTeX,
+   compared by sympy: `\\frac{\\sqrt{2}}{2}` equals `\\frac{1}{\\sqrt{2}}`, `0.25` equals `\\frac14`,
+   `x^2+2x+1` equals `(x+1)^2`, sets and intervals by content). Parsing and comparison each get
+   `timeout_s` seconds (signal-based, so only on the main thread; elsewhere the reward manager's
+   per-sample timeout bounds it); a timeout scores `timeout_score`. If math-verify is not
+   installed or raises, stage 1's answer stands.
 
 What the normaliser makes equal (and nothing more; it does no symbolic maths):
 
@@ -19,7 +28,9 @@ What the normaliser makes equal (and nothing more; it does no symbolic maths):
 
 from __future__ import annotations
 
+import logging
 import re
+import threading
 
 _BOX_COMMANDS = ("\\boxed", "\\fbox")
 
@@ -129,12 +140,46 @@ def is_equiv(answer: str | None, ground_truth: str | None) -> bool:
     return normalize_answer(answer) == normalize_answer(ground_truth)
 
 
-def compute_score(solution_str: str, ground_truth: str) -> float:
-    """1.0 when the last boxed answer of `solution_str` equals `ground_truth` (after normalising
-    both), else 0.0. A ground truth that contains a `\\boxed{}` is compared by its boxed content."""
+class SymbolicTimeout(Exception):
+    """math-verify ran out of its time while parsing or comparing."""
+
+
+def symbolic_equal(answer: str, ground_truth: str, timeout_s: int | None = 5) -> bool | None:
+    """Whether math-verify finds the two LaTeX answers equivalent; None when it is not installed or
+    cannot parse one of them. Raises SymbolicTimeout when parsing or comparing exceeds `timeout_s`."""
+    try:
+        from math_verify import LatexExtractionConfig, parse, verify
+        from math_verify.errors import TimeoutException
+    except ImportError:
+        return None
+    logging.getLogger("math_verify").setLevel(logging.CRITICAL)  # it logs every unparsable answer
+    timeout = timeout_s if threading.current_thread() is threading.main_thread() else None
+    config = [LatexExtractionConfig(boxed_match_priority=0)]
+    try:
+        gold = parse(f"\\boxed{{{ground_truth}}}", extraction_config=config, parsing_timeout=timeout)
+        pred = parse(f"\\boxed{{{answer}}}", extraction_config=config, parsing_timeout=timeout)
+        if not gold or not pred:
+            return None
+        return bool(verify(gold, pred, timeout_seconds=timeout, raise_on_error=True))
+    except TimeoutException as error:
+        raise SymbolicTimeout(str(error)) from None
+    except Exception:  # math-verify's parser raises on some LaTeX; the string comparison stands
+        return None
+
+
+def compute_score(solution_str: str, ground_truth: str, timeout_s: int | None = 5, timeout_score: float = 0.0) -> float:
+    """1.0 when the last boxed answer of `solution_str` equals `ground_truth` (string-normalised or,
+    failing that, symbolically by math-verify), else 0.0; `timeout_score` when math-verify times
+    out. A ground truth that contains a `\\boxed{}` is compared by its boxed content."""
     answer = last_boxed_answer(solution_str)
     if answer is None:
         return 0.0
     truth = str(ground_truth)
     boxed_truth = last_boxed_answer(truth)
-    return 1.0 if is_equiv(answer, boxed_truth if boxed_truth is not None else truth) else 0.0
+    truth = boxed_truth if boxed_truth is not None else truth
+    if is_equiv(answer, truth):
+        return 1.0
+    try:
+        return 1.0 if symbolic_equal(answer, truth, timeout_s) else 0.0
+    except SymbolicTimeout:
+        return float(timeout_score)

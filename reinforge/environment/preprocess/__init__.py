@@ -1,0 +1,72 @@
+"""`reinforge data <dataset>`: turn a public dataset into verl-schema RL parquet files.
+
+    reinforge data gsm8k     --local_dir ~/data/gsm8k     [--input DIR_OR_FILES ...]
+    reinforge data math      --local_dir ~/data/math      [--input DIR_OR_FILES ...]
+    reinforge data countdown --local_dir ~/data/countdown [--input FILE | --generate ...] [--template base|chat]
+
+Each writes `<local_dir>/train.parquet` and `<local_dir>/test.parquet` with the columns
+`data_source`, `prompt`, `ability`, `reward_model` and `extra_info` that verl's
+`examples/data_preprocess` scripts (and TinyZero's, for countdown) write, so the files feed
+`data.train_files`/`data.val_files` and the built-in scorers. `--input` reads a local copy of the
+original dataset (see `splits.py` for the layouts); without it the hub copy is loaded with the
+`datasets` library when it is installed. `--max_train`/`--max_test` keep the first N rows of a
+split. verl's own option names `--local_save_dir` and `--local_dataset_path` are accepted too.
+
+The gsm8k and math modules are imported only when their command runs, so `reinforge --help` stays fast.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+
+from reinforge.environment.preprocess import countdown
+
+DATASETS = {
+    "gsm8k": "GSM8K grade-school maths (openai/gsm8k, config main)",
+    "math": "MATH competition maths (DigitalLearningGmbH/MATH-lighteval, or the original JSON tree)",
+    "countdown": "Countdown number puzzles (Jiayi-Pan/Countdown-Tasks-3to4, or generated)",
+}
+
+
+def _count(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be 0 or more, got {value}")
+    return value
+
+
+def add_data_arguments(data: argparse.ArgumentParser) -> None:
+    """Add one sub-command per dataset, with its options, to the `data` command's parser."""
+    datasets = data.add_subparsers(dest="dataset", required=True, metavar="{" + ",".join(DATASETS) + "}")
+    for name, summary in DATASETS.items():
+        parser = datasets.add_parser(name, help=summary, description=f"Write verl-schema train/test parquet files of {summary}.")
+        parser.add_argument("--local_dir", "--local_save_dir", dest="local_dir", default=f"~/data/{name}",
+                            help="output folder for train.parquet and test.parquet (default: %(default)s)")
+        parser.add_argument("--input", "--local_dataset_path", dest="input", nargs="+", metavar="DIR_OR_FILE",
+                            help="a local copy of the original dataset: files or folders (default: load from the hub)")
+        parser.add_argument("--max_train", type=_count, help="keep only the first N train rows")
+        parser.add_argument("--max_test", type=_count, help="keep only the first N test rows")
+        parser.add_argument("--traceback", action="store_true", help="show full tracebacks for user errors")
+    options = datasets.choices["countdown"]
+    options.add_argument("--generate", action="store_true", help="generate tasks solvable by construction instead of reading them")
+    options.add_argument("--template", default="base", choices=countdown.TEMPLATES,
+                           help="base: TinyZero's base-model prompt; chat: the user's request only (default: %(default)s)")
+    options.add_argument("--num_train", type=_count, default=countdown.TRAIN_SIZE,
+                           help="train tasks: generated, or the first rows of a one-split copy (default: %(default)s)")
+    options.add_argument("--num_test", type=_count, default=countdown.TEST_SIZE, help="test tasks, after the train ones (default: %(default)s)")
+    options.add_argument("--seed", type=int, default=42, help="seed of --generate (default: %(default)s)")
+    options.add_argument("--min_numbers", type=int, default=3, help="fewest numbers in a generated task (default: %(default)s)")
+    options.add_argument("--max_numbers", type=int, default=4, help="most numbers in a generated task (default: %(default)s)")
+    options.add_argument("--max_target", type=int, default=100, help="largest generated target (default: %(default)s)")
+
+
+def run_data_command(args: argparse.Namespace) -> int:
+    """Run `reinforge data <dataset>` with parsed arguments; returns the exit status."""
+    if args.dataset == "countdown":
+        countdown.preprocess(args.local_dir, args.input, args.generate, args.template, args.num_train, args.num_test,
+                             args.seed, args.min_numbers, args.max_numbers, args.max_target, args.max_train, args.max_test)
+    else:  # gsm8k, math: imported here, as the MATH scorer pulls in the reward package (and torch)
+        module = importlib.import_module(f"{__name__}.{args.dataset}")
+        module.preprocess(args.input, args.local_dir, args.max_train, args.max_test)
+    return 0

@@ -1,0 +1,310 @@
+"""What every reward manager shares: the registry by name, reading a Batch, checking scores, the result.
+
+`RewardManager.__call__(batch, return_dict=False)` is the one entry of every manager:
+
+1. `_samples`: decode each row's valid response tokens (`solution_str`) and read its data
+   source (`reward_fn_key`), `reward_model.ground_truth` and `extra_info`;
+2. `_compute` (each manager's own): one entry per row, the reward function's result or the
+   exception in its place;
+3. `_parse`: a number (int, float, bool, numpy/torch scalar) or a dict with a numeric "score" is a
+   score; anything else, a non-finite number, or an exception scores 0.0 and is counted in
+   `reward/errors`; a `ScoreTimeout` scores 0.0 and is counted in `reward/timeouts`. The first
+   error and the first timeout of a manager are printed to stderr with their row, data source and
+   traceback; later ones are only counted. A reinforge `UserError` (e.g. the RewardError of an
+   unknown data_source) is a setup mistake that would zero every reward, so it stops the call.
+4. `_shape`: reward from score (identity, or DAPO's overlong penalty);
+5. the reward goes on the last valid response token of a `(batch, response_len)` float32 tensor
+   (a zero-length response gets none); with `return_dict`, also `reward_extra_info` ("score" and
+   the other keys of dict results, None where a row lacks a key) and `reward_metrics`
+   (`reward/errors`, `reward/timeouts`: counts of rows, always present).
+
+Managers never read a learned reward model's scores: `reinforge.reward.models.RewardModelScorer`
+wraps a manager and adds them to its result.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import math
+import numbers
+import sys
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+
+from reinforge.batch import Batch
+from reinforge.errors import ConfigError, DataError, UserError
+from reinforge.reward.manager.calls import ScoreTimeout, WorkerError
+from reinforge.reward.manager.pool import ScoringPool
+from reinforge.reward.registry import default_compute_score
+
+_MANAGERS: dict[str, type] = {}
+_COMMON_ARGS = {"tokenizer", "compute_score", "reward_fn_key", "num_examine"}
+KWARGS = "reward_model.reward_kwargs"
+
+
+def register_reward_manager(name: str) -> Callable[[type], type]:
+    """Class decorator: make a reward manager available as `reward_model.reward_manager=<name>`."""
+
+    def register(cls: type) -> type:
+        _MANAGERS[name] = cls
+        return cls
+
+    return register
+
+
+def reward_manager_names() -> list[str]:
+    """Names accepted by `reward_model.reward_manager`."""
+    return sorted(_MANAGERS)
+
+
+def make_reward_manager(
+    name: str,
+    tokenizer: Any,
+    compute_score: Callable[..., Any] | None = None,
+    reward_fn_key: str = "data_source",
+    num_examine: int = 0,
+    **reward_kwargs: Any,
+) -> Any:
+    """The reward manager registered as `name`; `reward_kwargs` (reward_model.reward_kwargs) go to
+    its constructor. `compute_score` None means `default_compute_score`."""
+    if name not in _MANAGERS:
+        raise ConfigError(f"reward_model.reward_manager={name!r} is unknown; choose one of {reward_manager_names()}")
+    cls = _MANAGERS[name]
+    parameters = inspect.signature(cls).parameters
+    takes_any = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values())
+    unknown = sorted(set(reward_kwargs) - set(parameters))
+    if unknown and not takes_any:
+        raise ConfigError(
+            f"{KWARGS} {unknown} are not options of the {name!r} reward manager; "
+            f"its options are {sorted(set(parameters) - _COMMON_ARGS) or 'none'}"
+        )
+    return cls(
+        tokenizer=tokenizer,
+        compute_score=compute_score or default_compute_score,
+        reward_fn_key=reward_fn_key,
+        num_examine=num_examine,
+        **reward_kwargs,
+    )
+
+
+@dataclass
+class Sample:
+    """One row to score; `response_length` counts valid response tokens."""
+
+    row: int
+    data_source: Any
+    solution_str: str
+    ground_truth: Any
+    extra_info: Any
+    response_length: int
+
+    def call_kwargs(self) -> dict[str, Any]:
+        """The keyword arguments of verl's `compute_score(data_source, solution_str, ground_truth, extra_info)`."""
+        return {"data_source": self.data_source, "solution_str": self.solution_str, "ground_truth": self.ground_truth,
+                "extra_info": self.extra_info}
+
+
+class ScoreFunctionError(Exception):
+    """The reward function returned something that is not a score."""
+
+
+class RewardManager:
+    """Base of the managers: everything but how the reward function is called (`_compute`)."""
+
+    def __init__(self, tokenizer: Any, compute_score: Callable[..., Any], reward_fn_key: str, num_examine: int,
+                 timeout_s: float | None) -> None:
+        self.tokenizer = tokenizer
+        self.compute_score = compute_score
+        self.reward_fn_key = reward_fn_key
+        self.num_examine = num_examine
+        self.timeout_s = check_timeout(timeout_s)
+        self._pool: ScoringPool | None = None
+        self._reported: set[str] = set()  # "error", "timeout": kinds of failure already printed
+
+    def __call__(self, batch: Batch, return_dict: bool = False) -> torch.Tensor | dict[str, Any]:
+        samples = self._samples(batch)
+        scores, extras, metrics = self._parse(samples, self._compute(samples))
+        rewards, shaping_info = self._shape(samples, scores)
+
+        responses = batch["responses"]
+        reward_tensor = torch.zeros(responses.shape, dtype=torch.float32, device=responses.device)  # (batch, response_len)
+        for sample, reward in zip(samples, rewards, strict=True):
+            if sample.response_length > 0:
+                reward_tensor[sample.row, sample.response_length - 1] = reward
+        self._examine(batch, samples, scores)
+        if not return_dict:
+            return reward_tensor
+        return {
+            "reward_tensor": reward_tensor,
+            "reward_extra_info": {**_extra_info_lists(scores, extras), **shaping_info},
+            "reward_metrics": metrics,
+        }
+
+    def close(self) -> None:
+        """Stop the worker processes of this manager, if it has any (a later call starts new ones)."""
+        if self._pool is not None:
+            self._pool.close()
+
+    def _compute(self, samples: list[Sample]) -> list[Any]:
+        """Each row's reward-function result, or the exception in its place."""
+        raise NotImplementedError
+
+    def _shape(self, samples: list[Sample], scores: list[float]) -> tuple[list[float], dict[str, list[Any]]]:
+        """Each row's reward from its score, plus extra-info lists about the shaping; by default the scores."""
+        return scores, {}
+
+    def _parse(self, samples: list[Sample], results: list[Any]) -> tuple[list[float], list[dict[str, Any]], dict[str, int]]:
+        """Scores and other dict keys (0.0 and none for a failed row), and the counts of failed rows."""
+        scores: list[float] = []
+        extras: list[dict[str, Any]] = []
+        metrics = {"reward/errors": 0, "reward/timeouts": 0}
+        for sample, result in zip(samples, results, strict=True):
+            score, extra = 0.0, {}
+            if isinstance(result, UserError):  # a setup mistake, not a bad row
+                raise result
+            if isinstance(result, ScoreTimeout):
+                metrics["reward/timeouts"] += 1
+                self._report("timeout", result, sample)
+            elif isinstance(result, (Exception, asyncio.CancelledError)):  # user code fails only its own row
+                metrics["reward/errors"] += 1
+                self._report("error", result, sample)
+            else:
+                try:
+                    score, extra = _parse_result(result)
+                except ScoreFunctionError as error:
+                    metrics["reward/errors"] += 1
+                    self._report("error", error, sample)
+            scores.append(score)
+            extras.append(extra)
+        return scores, extras, metrics
+
+    def _decode_response(self, token_ids: list[int]) -> str:
+        """The solution_str of a row's valid response tokens."""
+        return self.tokenizer.decode(token_ids, skip_special_tokens=True)
+
+    def _samples(self, batch: Batch) -> list[Sample]:
+        for key in ("prompts", "responses", "attention_mask", "reward_model", self.reward_fn_key):
+            if key not in batch:
+                raise DataError(f"the reward manager needs batch field {key!r}; the batch has {sorted(batch.keys())}")
+        prompt_len = batch["prompts"].shape[1]
+        responses = batch["responses"]  # (batch, response_len)
+        response_lengths = batch["attention_mask"][:, prompt_len:].sum(dim=-1).tolist()
+        if batch["attention_mask"].shape[1] != prompt_len + responses.shape[1]:
+            raise DataError(
+                f"attention_mask has {batch['attention_mask'].shape[1]} columns; expected prompts + responses = "
+                f"{prompt_len} + {responses.shape[1]}"
+            )
+        extra_infos = batch["extra_info"] if "extra_info" in batch else [None] * len(batch)
+        return [
+            Sample(
+                row=i,
+                data_source=batch[self.reward_fn_key][i],
+                solution_str=self._decode_response(responses[i, :length].tolist()),
+                ground_truth=_ground_truth(batch["reward_model"][i], batch[self.reward_fn_key][i], extra_infos[i]),
+                extra_info=extra_infos[i],
+                response_length=int(length),
+            )
+            for i, length in enumerate(response_lengths)
+        ]
+
+    def _report(self, kind: str, error: BaseException, sample: Sample) -> None:
+        """Print the first failure of each kind; later ones are only counted."""
+        if kind in self._reported:
+            return
+        self._reported.add(kind)
+        what = "did not finish in time" if kind == "timeout" else "failed"
+        metric = "reward/timeouts" if kind == "timeout" else "reward/errors"
+        if isinstance(error, WorkerError):  # its message is the traceback in the worker
+            lines = str(error)
+        elif isinstance(error, (ScoreTimeout, ScoreFunctionError)):  # reinforge's findings: no traceback to show
+            lines = f"{type(error).__name__}: {error}"
+        else:
+            lines = "".join(traceback.format_exception(type(error), error, error.__traceback__))
+        print(
+            f"reinforge: the reward function {what} {self._where(sample, error)}. "
+            f"Later ones are only counted in the metric {metric}.\n{lines}",
+            file=sys.stderr,
+        )
+
+    def _where(self, sample: Sample, error: BaseException) -> str:
+        """Where a failure happened and what it cost, for the printed report."""
+        return f"on row {sample.row} (data_source={sample.data_source!r}); the row scores 0.0"
+
+    def _examine(self, batch: Batch, samples: list[Sample], scores: list[float]) -> None:
+        """Print up to `num_examine` decoded samples per data source (verl's debugging output)."""
+        printed: dict[Any, int] = {}
+        for sample, score in zip(samples, scores, strict=True):
+            if printed.get(sample.data_source, 0) >= self.num_examine:
+                continue
+            printed[sample.data_source] = printed.get(sample.data_source, 0) + 1
+            print(f"[data_source] {sample.data_source}")
+            print(f"[prompt] {self._decode_prompt(batch, sample.row)}")
+            print(f"[response] {sample.solution_str}")
+            print(f"[ground_truth] {sample.ground_truth}")
+            print(f"[score] {score}")
+
+    def _decode_prompt(self, batch: Batch, row: int) -> str:
+        prompts = batch["prompts"]  # (batch, prompt_len), left-padded
+        prompt_mask = batch["attention_mask"][row, : prompts.shape[1]]
+        return self.tokenizer.decode(prompts[row][prompt_mask.bool()].tolist(), skip_special_tokens=True)
+
+
+def check_timeout(timeout_s: Any) -> float | None:
+    """`reward_kwargs.timeout_s` checked: None (no limit) or a positive number of seconds."""
+    if timeout_s is None:
+        return None
+    if isinstance(timeout_s, bool) or not isinstance(timeout_s, numbers.Real) or not 0 < float(timeout_s) < math.inf:
+        raise ConfigError(f"{KWARGS}.timeout_s={timeout_s!r} must be a positive number of seconds, or null for no limit")
+    return float(timeout_s)
+
+
+def check_count(name: str, value: Any) -> int:
+    """A `reward_kwargs` option that must be a positive integer."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ConfigError(f"{KWARGS}.{name}={value!r} must be a positive integer")
+    return value
+
+
+def _ground_truth(reward_model: Any, data_source: Any, extra_info: Any) -> Any:
+    if not isinstance(reward_model, dict) or "ground_truth" not in reward_model:
+        index = extra_info.get("index") if isinstance(extra_info, dict) else None
+        raise DataError(
+            f"the data row with extra_info.index={index} (data_source={data_source!r}) has reward_model={reward_model!r}; "
+            "the reward_model column must hold a dict with a 'ground_truth' key (verl's schema)"
+        )
+    return reward_model["ground_truth"]
+
+
+def _parse_result(result: Any) -> tuple[float, dict[str, Any]]:
+    """(score, other keys) of a reward function's result; ScoreFunctionError when it is not a score."""
+    extra: dict[str, Any] = {}
+    score = result
+    if isinstance(result, dict):
+        if "score" not in result:
+            raise ScoreFunctionError(f"the reward function returned a dict without a 'score' key: {result!r}")
+        score = result["score"]
+        extra = {key: value for key, value in result.items() if key != "score"}
+    if isinstance(score, (np.ndarray, torch.Tensor)) and score.ndim == 0:
+        score = score.item()
+    if not isinstance(score, numbers.Real):
+        raise ScoreFunctionError(
+            f"the reward function returned {type(score).__name__} {score!r}; expected a number or a dict with 'score'"
+        )
+    if not math.isfinite(float(score)):
+        raise ScoreFunctionError(f"the reward function returned a non-finite score {score!r}")
+    return float(score), extra
+
+
+def _extra_info_lists(scores: list[float], extras: list[dict[str, Any]]) -> dict[str, list[Any]]:
+    """`score` plus every key of any dict result, one value per row (None where a row lacks the key)."""
+    keys = list(dict.fromkeys(key for extra in extras for key in extra))
+    info: dict[str, list[Any]] = {"score": list(scores)}
+    for key in keys:
+        info[key] = [extra.get(key) for extra in extras]
+    return info

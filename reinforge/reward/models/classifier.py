@@ -1,0 +1,88 @@
+"""A sequence-classification reward model: its inputs and its scores.
+
+The model is an `AutoModelForSequenceClassification` with one label (verl's discriminative
+reward model). Its score of a sequence is what its own forward returns: the logit at the last
+token that is not the pad token (`config.pad_token_id`). So when pad and EOS share an id, a
+response ending in EOS is scored at the token before it, exactly as a direct forward of the same
+text would score it. Padding positions are filled with the model's pad id before the forward.
+
+Inputs come one of two ways (`classifier_inputs`):
+
+- the policy's token ids as they are, when the reward model's tokenizer is the policy's (same
+  vocabulary and chat template);
+- otherwise rebuilt as verl's `_switch_chat_template` does: the response is decoded with the
+  policy's tokenizer (special tokens skipped), appended to the prompt's chat messages as the
+  assistant's turn, rendered with the reward model's chat template and tokenized with its
+  tokenizer, right-padded. A rebuilt input longer than `reward_model.max_length` keeps its first
+  max_length tokens (verl's right truncation) and is counted in `reward/rm_truncated`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from reinforge.batch import Batch
+from reinforge.reward.models.rows import chat_messages, response_texts
+
+
+@dataclass
+class ClassifierInputs:
+    """What the reward model reads: (batch, length) tensors, the rebuilt texts (None: the policy's ids) and truncation flags."""
+
+    input_ids: torch.Tensor
+    attention_mask: torch.Tensor
+    position_ids: torch.Tensor
+    texts: list[str] | None
+    truncated: list[bool]
+
+
+def same_tokenizer(a: Any, b: Any) -> bool:
+    """True when token ids and chat rendering of `a` mean the same for `b`."""
+    return a.get_vocab() == b.get_vocab() and a.chat_template == b.chat_template
+
+
+def classifier_inputs(batch: Batch, input_tokenizer: Any, rm_tokenizer: Any | None, pad_id: int,
+                      max_length: int | None = None) -> ClassifierInputs:
+    """The policy's ids (`rm_tokenizer` None) or each conversation rebuilt in the reward model's chat template."""
+    if rm_tokenizer is None:
+        attention_mask = batch["attention_mask"].long()
+        return ClassifierInputs(batch["input_ids"].masked_fill(attention_mask == 0, pad_id), attention_mask,
+                                batch["position_ids"], None, [False] * len(batch))
+    texts = []
+    for row, response in enumerate(response_texts(batch, input_tokenizer)):
+        chat = chat_messages(batch, row) + [{"role": "assistant", "content": response}]
+        texts.append(rm_tokenizer.apply_chat_template(chat, tokenize=False, add_generation_prompt=False))
+    rows = [rm_tokenizer(text, add_special_tokens=False)["input_ids"] for text in texts]
+    truncated = [max_length is not None and len(ids) > max_length for ids in rows]
+    rows = [ids[:max_length] for ids in rows]
+    input_ids, attention_mask = right_padded(rows, pad_id)
+    return ClassifierInputs(input_ids, attention_mask, (attention_mask.cumsum(-1) - 1).clamp(min=0), texts, truncated)
+
+
+def right_padded(rows: list[list[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(input_ids, attention_mask), each (batch, longest row), padded on the right."""
+    width = max([1, *(len(ids) for ids in rows)])
+    input_ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
+    attention_mask = torch.zeros((len(rows), width), dtype=torch.long)
+    for row, ids in enumerate(rows):
+        input_ids[row, :len(ids)] = torch.tensor(ids, dtype=torch.long)
+        attention_mask[row, :len(ids)] = 1
+    return input_ids, attention_mask
+
+
+@torch.no_grad()
+def sequence_scores(model: torch.nn.Module, inputs: ClassifierInputs, micro_batch_size: int | None = None) -> torch.Tensor:
+    """The model's score of each row, (batch,) float32 on CPU, `micro_batch_size` rows per forward (None: all)."""
+    device = next(model.parameters()).device
+    rows = inputs.input_ids.shape[0]
+    size = micro_batch_size or rows or 1
+    scores = []
+    for start in range(0, rows, size):
+        part = slice(start, start + size)
+        logits = model(input_ids=inputs.input_ids[part].to(device), attention_mask=inputs.attention_mask[part].to(device),
+                       position_ids=inputs.position_ids[part].to(device), use_cache=False).logits  # (micro, 1)
+        scores.append(logits[:, 0].float().cpu())
+    return torch.cat(scores) if scores else torch.zeros(0)

@@ -1,0 +1,152 @@
+"""The reward model worker (verl's `RewardModelWorker`): loads the reward model, scores trajectories.
+
+`init_model()` loads three things: the tokenizer that decodes the policy's tokens
+(`reward_model.model.input_tokenizer`, null: the policy's own), the reward model's own tokenizer
+(from `reward_model.model.path`) and the model, in `reward_model.model.fsdp_config.model_dtype`:
+
+- a sequence classifier (`AutoModelForSequenceClassification`, one label), the default. A
+  checkpoint whose weights do not all load into it (a plain causal LM, say) is refused rather
+  than scored by a randomly initialised head. Without a `pad_token_id` in its config, the
+  tokenizer's pad id is used (transformers needs one to find each row's last token);
+- a causal LM judge with `reward_model.judge.enable` (see `judge.py`), generating with the hf
+  engine seeded by `trainer.seed`.
+
+`compute_rm_score(batch)` returns `rm_scores` (batch, response_len): the score of each row on its
+last valid response token (verl's name and layout), plus per-row flags `rm_truncated` and, for the
+judge, `judge_parse_failed`, which `RewardModelScorer` counts. Micro-batches of
+`reward_model.micro_batch_size_per_gpu` rows give the same scores as one batch. The first call
+prints the first rebuilt input (or judge exchange) once, to show what the reward model reads.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from reinforge.batch import Batch
+from reinforge.config.schema import Config
+from reinforge.distributed import Dispatch, register
+from reinforge.errors import ModelError
+from reinforge.inference import HFEngine
+from reinforge.reward.models.classifier import ClassifierInputs, classifier_inputs, same_tokenizer, sequence_scores
+from reinforge.reward.models.judge import Judge
+from reinforge.reward.models.rows import on_last_response_token
+from reinforge.training.model import _from_pretrained, _model_source, _prepare, load_tokenizer
+
+PATH_KEY = "reward_model.model.path"
+
+
+class RewardModelWorker:
+    """The reward model role; its registered methods take and return Batches."""
+
+    def __init__(self, config: Config):
+        self.config = config
+        self.device = config.trainer.device
+        self.model: torch.nn.Module | None = None
+        self.judge: Judge | None = None
+        self.switch_chat_template = False
+        self._shown = False
+
+    @register(Dispatch.ALL)
+    def init_model(self) -> None:
+        rm = self.config.reward_model
+        self.input_tokenizer = _input_tokenizer(self.config)
+        self.tokenizer = _tokenizer(rm.model.path, PATH_KEY, rm.model.trust_remote_code)
+        if rm.judge.enable:
+            model = _load(self.config, judge=True, device=self.device)
+            engine = HFEngine(model, self.tokenizer.pad_token_id, _eos_ids(model, self.tokenizer), seed=self.config.trainer.seed,
+                              micro_batch_size=rm.micro_batch_size_per_gpu)
+            self.judge = Judge(rm.judge, self.tokenizer, engine, rm.max_length)
+            return
+        self.model = _load(self.config, judge=False, device=self.device, pad_token_id=self.tokenizer.pad_token_id)
+        self.switch_chat_template = not same_tokenizer(self.input_tokenizer, self.tokenizer)
+        if self.switch_chat_template and not self.tokenizer.chat_template:
+            raise ModelError(f"{PATH_KEY}={rm.model.path}: its tokenizer differs from the policy's and has no chat template, so "
+                             "the conversations cannot be rebuilt for it; add a chat_template to its tokenizer_config.json")
+
+    @register(Dispatch.DP)
+    def compute_rm_score(self, batch: Batch) -> Batch:
+        """rm_scores (batch, response_len): each row's reward model score on its last valid response token."""
+        if self.judge is not None:
+            verdicts = self.judge.judge(batch, self.input_tokenizer)
+            self._show_once(f"the reward judge's first verdict of the run: {verdicts.verdicts[0]!r} -> score {verdicts.scores[0]}"
+                            f"{' (unparsed)' if verdicts.parse_failed[0] else ''}")
+            return Batch({"rm_scores": on_last_response_token(torch.tensor(verdicts.scores), batch)},
+                         {"rm_truncated": verdicts.truncated, "judge_parse_failed": verdicts.parse_failed})
+        inputs = self.classifier_inputs(batch)
+        if inputs.texts:
+            self._show_once(f"the reward model reads conversations in its own chat template; the first: {inputs.texts[0]!r}")
+        scores = sequence_scores(self.model, inputs, self.config.reward_model.micro_batch_size_per_gpu)
+        return Batch({"rm_scores": on_last_response_token(scores, batch)}, {"rm_truncated": inputs.truncated})
+
+    def classifier_inputs(self, batch: Batch) -> ClassifierInputs:
+        """What the sequence classifier reads for `batch`: the policy's ids, or the rebuilt conversations."""
+        return classifier_inputs(batch, self.input_tokenizer, self.tokenizer if self.switch_chat_template else None,
+                                 self.model.config.pad_token_id, self.config.reward_model.max_length)
+
+    def _show_once(self, line: str) -> None:
+        if not self._shown:
+            self._shown = True
+            print(f"reinforge: {line}", flush=True)
+
+
+def _input_tokenizer(config: Config) -> Any:
+    """The tokenizer that decodes the policy's tokens: reward_model.model.input_tokenizer, else the policy's own."""
+    model_cfg = config.reward_model.model
+    if model_cfg.input_tokenizer is None:
+        return load_tokenizer(config)
+    return _tokenizer(model_cfg.input_tokenizer, "reward_model.model.input_tokenizer", model_cfg.trust_remote_code)
+
+
+def _tokenizer(path: str, key: str, trust_remote_code: bool) -> Any:
+    from transformers import AutoTokenizer
+
+    source = _model_source(path, key)
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(source, trust_remote_code=trust_remote_code)
+    except Exception as exc:
+        raise ModelError(f"{key}={path}: cannot load its tokenizer: {exc}") from exc
+    if tokenizer.pad_token_id is None:
+        if tokenizer.eos_token is None:
+            raise ModelError(f"{key}={path}: its tokenizer has neither a pad nor an EOS token to pad with")
+        tokenizer.pad_token = tokenizer.eos_token
+    return tokenizer
+
+
+def _load(config: Config, judge: bool, device: str, pad_token_id: int | None = None) -> torch.nn.Module:
+    """The reward model (a causal LM for the judge, else a one-label sequence classifier) in eval mode on `device`.
+
+    Every weight must come from the checkpoint; the classifier gets `pad_token_id` when its config has none.
+    """
+    from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification
+
+    cls = AutoModelForCausalLM if judge else AutoModelForSequenceClassification
+    model_cfg = config.reward_model.model
+
+    def build(source: str, hf_config: Any, kwargs: dict) -> torch.nn.Module:
+        if type(hf_config) not in cls._model_mapping:
+            hint = "" if judge else "; for a causal LM judge set reward_model.judge.enable=true"
+            raise ModelError(f"transformers has no {cls.__name__} for {type(hf_config).__name__}{hint}")
+        if not judge:
+            hf_config.num_labels = 1
+            if hf_config.pad_token_id is None:
+                hf_config.pad_token_id = pad_token_id
+        model, info = cls.from_pretrained(source, output_loading_info=True, **kwargs)
+        if info["missing_keys"]:
+            raise ModelError(f"the checkpoint has no weights for {sorted(info['missing_keys'])[:4]}, so they would be random "
+                             "(is it a reward model of this kind?)")
+        return model
+
+    what = f"reward {'judge' if judge else 'model'} ({PATH_KEY})"
+    model = _from_pretrained(model_cfg, PATH_KEY, what, model_cfg.fsdp_config.model_dtype, build)
+    return _prepare(model, device, trainable=False, gradient_checkpointing=False)
+
+
+def _eos_ids(model: torch.nn.Module, tokenizer: Any) -> list[int]:
+    """Where a verdict ends: the model's generation-config EOS ids and the tokenizer's EOS."""
+    eos = model.generation_config.eos_token_id if getattr(model, "generation_config", None) is not None else None
+    ids = [eos] if isinstance(eos, int) else list(eos or [])
+    if tokenizer.eos_token_id is not None and tokenizer.eos_token_id not in ids:
+        ids.append(tokenizer.eos_token_id)
+    return ids

@@ -1,0 +1,199 @@
+"""The program that starts a sandboxed run; `local.run_code` executes this file with `python -I -B`.
+
+Command line: `_launcher.py WORKDIR STATUS_FD LIFELINE_FD GUARD CPU_S MEMORY_BYTES FILE_BYTES NPROC`.
+
+1. Resource limits are set first (soft = hard, so the program cannot raise them): CPU seconds,
+   address space, size of any written file, open files, no core dumps, and, when NPROC > 0, the
+   number of processes of the user. A limit the caller already has lower stays as it is.
+2. This process then forks the program and stays as its supervisor: it waits for the program,
+   writes the program's raw wait status to STATUS_FD and exits. When this process is PID 1 of a
+   fresh PID namespace (`unshare --pid --fork`), it also reaps orphans, and its exit makes the
+   kernel kill every process left in the namespace, including any that called setsid. (A PID 1
+   ignores signals it has no handler for, so the program must not be PID 1 itself, or
+   RLIMIT_CPU's SIGXCPU would be ignored.)
+3. A thread of the supervisor reads LIFELINE_FD, a pipe whose other end only the caller holds.
+   If the caller dies mid-run (say a reward worker killed for its own timeout), the read ends and
+   the supervisor removes WORKDIR, kills the program and its process group, itself included: no
+   program outlives its caller.
+4. With GUARD=1 the program's process installs an audit hook (PEP 578) that refuses, with a
+   PermissionError or ImportError whose message starts with `[reinforge sandbox]`: writing,
+   creating, renaming, removing or changing files outside WORKDIR (fd-relative paths included;
+   /dev/null, /dev/stdout and /dev/stderr may be written);
+   opening directories outside WORKDIR (which would allow fd-relative escapes); links and
+   symlinks; fork, exec, spawn, system and subprocess; kill, killpg and pthread_kill; socket
+   connect, bind, sendto, sendmsg and name lookups; raising resource limits; importing ctypes,
+   cffi or _posixsubprocess, and any ctypes call. An audit hook cannot be removed from Python
+   code, but it is no security boundary against native code (see docs/sandbox.md).
+5. WORKDIR/main.py then runs as `__main__`; its exceptions and exit status are the run's.
+
+Only the standard library is used, and nothing is imported from reinforge: under `-I` the
+sandboxed interpreter need not see this package.
+"""
+
+import os
+import resource
+import signal
+import sys
+import threading
+import types
+
+BLOCKED = "[reinforge sandbox]"
+_WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
+_DENIED_EVENTS = {
+    "os.fork": "starting processes (fork)",
+    "os.forkpty": "starting processes (forkpty)",
+    "os.exec": "starting programs (exec)",
+    "os.posix_spawn": "starting programs (posix_spawn)",
+    "os.spawn": "starting programs (spawn)",
+    "os.system": "starting programs (os.system)",
+    "subprocess.Popen": "starting programs (subprocess)",
+    "os.kill": "sending signals (os.kill)",
+    "os.killpg": "sending signals (os.killpg)",
+    "signal.pthread_kill": "sending signals (pthread_kill)",
+    "os.link": "creating hard links",
+    "os.symlink": "creating symbolic links",
+    "socket.connect": "network access (connect)",
+    "socket.bind": "network access (bind)",
+    "socket.sendto": "network access (sendto)",
+    "socket.sendmsg": "network access (sendmsg)",
+    "socket.getaddrinfo": "network access (name lookup)",
+    "socket.gethostbyname": "network access (name lookup)",
+    "socket.gethostbyaddr": "network access (name lookup)",
+    "resource.setrlimit": "changing resource limits",
+    "resource.prlimit": "changing resource limits",
+}
+_ALWAYS_WRITABLE = {os.devnull, "/dev/stdout", "/dev/stderr"}
+_DENIED_MODULES = {"ctypes", "_ctypes", "cffi", "_cffi_backend", "_posixsubprocess"}
+# event -> (indexes of path arguments, indexes of dir_fd arguments)
+_PATH_EVENTS = {
+    "os.remove": ((0,), (1,)),
+    "os.rmdir": ((0,), (1,)),
+    "os.rename": ((0, 1), (2, 3)),
+    "os.mkdir": ((0,), (2,)),
+    "os.chmod": ((0,), (2,)),
+    "os.chown": ((0,), (3,)),
+    "os.utime": ((0,), (3,)),
+    "os.truncate": ((0,), ()),
+    "os.chflags": ((0,), ()),
+    "os.lchflags": ((0,), ()),
+    "os.setxattr": ((0,), ()),
+    "os.removexattr": ((0,), ()),
+}
+
+
+def main() -> None:
+    workdir, status_fd, lifeline_fd, guard = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4] == "1"
+    cpu_s, memory_bytes, file_bytes, nproc = (int(value) for value in sys.argv[5:9])
+    _set_limits(cpu_s, memory_bytes, file_bytes, nproc)
+    program = os.fork()
+    if program:
+        _supervise(program, workdir, status_fd, lifeline_fd)
+    os.close(status_fd)
+    os.close(lifeline_fd)
+    if guard:
+        sys.addaudithook(_make_guard(workdir))
+    _run_program(os.path.join(workdir, "main.py"))
+
+
+def _set_limits(cpu_s: int, memory_bytes: int, file_bytes: int, nproc: int) -> None:
+    limits = [
+        (resource.RLIMIT_CPU, cpu_s),
+        (resource.RLIMIT_AS, memory_bytes),
+        (resource.RLIMIT_FSIZE, file_bytes),
+        (resource.RLIMIT_NOFILE, 256),
+        (resource.RLIMIT_CORE, 0),
+    ]
+    if nproc > 0:
+        limits.append((resource.RLIMIT_NPROC, nproc))
+    for kind, value in limits:
+        hard = resource.getrlimit(kind)[1]
+        if hard != resource.RLIM_INFINITY:
+            value = min(value, hard)  # a limit can only be lowered
+        resource.setrlimit(kind, (value, value))
+
+
+def _supervise(program: int, workdir: str, status_fd: int, lifeline_fd: int) -> None:
+    """Wait for the program (reaping any orphan handed to a PID 1), report its wait status; never returns."""
+    threading.Thread(target=_die_with_caller, args=(lifeline_fd, program, workdir), daemon=True).start()
+    while True:
+        try:
+            pid, status = os.wait()
+        except ChildProcessError:
+            os._exit(1)
+        if pid == program:
+            os.write(status_fd, str(status).encode())
+            os._exit(0)
+
+
+def _die_with_caller(lifeline_fd: int, program: int, workdir: str) -> None:
+    """Once the caller is gone: remove the work directory (the caller cannot), kill the program and the group.
+    The directory goes first: the program's death lets the main thread exit this process."""
+    try:
+        os.read(lifeline_fd, 1)  # returns (or fails) only when the caller's end is closed
+    except OSError:
+        pass
+    import shutil
+
+    shutil.rmtree(workdir, ignore_errors=True)
+    os.kill(program, signal.SIGKILL)
+    os.killpg(0, signal.SIGKILL)
+    os._exit(1)  # a PID 1 survives its own SIGKILL; its exit then ends the namespace
+
+
+def _make_guard(workdir: str):
+    root = os.path.realpath(workdir)
+
+    def deny(what: str, error: type[Exception] = PermissionError) -> None:
+        raise error(f"{BLOCKED} {what} is not allowed in the sandbox")
+
+    def inside(path) -> bool:
+        path = os.fsdecode(os.fspath(path))
+        if path in _ALWAYS_WRITABLE:
+            return True
+        full = os.path.normpath(os.path.join(os.getcwd(), path))
+        return full == root or full.startswith(root + os.sep)
+
+    def confine(event: str, args: tuple, path_indexes: tuple, dir_fd_indexes: tuple) -> None:
+        if any(index < len(args) and args[index] is not None for index in dir_fd_indexes):
+            deny(f"{event} relative to a directory descriptor")
+        for index in path_indexes:
+            path = args[index]
+            if isinstance(path, int):
+                deny(f"{event} on a file descriptor")
+            if not inside(path):
+                deny(f"{event} outside the work directory ({os.fsdecode(os.fspath(path))})")
+
+    def hook(event: str, args: tuple) -> None:
+        if event == "open":
+            path, mode, flags = args
+            if path is None or isinstance(path, int):
+                return
+            writes = (isinstance(flags, int) and flags & _WRITE_FLAGS) or (mode and any(c in mode for c in "wax+"))
+            if writes and not inside(path):
+                deny(f"writing {os.fsdecode(os.fspath(path))} (outside the work directory)")
+            if not writes and not inside(path) and os.path.isdir(path):
+                deny(f"opening the directory {os.fsdecode(os.fspath(path))}")
+        elif event in _PATH_EVENTS:
+            confine(event, args, *_PATH_EVENTS[event])
+        elif event in _DENIED_EVENTS:
+            deny(_DENIED_EVENTS[event])
+        elif event.startswith("ctypes."):
+            deny("ctypes")
+        elif event == "import" and args[0].partition(".")[0] in _DENIED_MODULES:
+            deny(f"importing {args[0]}", ImportError)
+
+    return hook
+
+
+def _run_program(path: str) -> None:
+    with open(path, "rb") as file:
+        source = file.read()
+    module = types.ModuleType("__main__")
+    module.__file__ = path
+    sys.modules["__main__"] = module
+    sys.argv = [path]
+    exec(compile(source, "main.py", "exec"), module.__dict__)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,345 @@
+"""Learned reward models: a tiny sequence classifier and a tiny judge, built here, scoring real trajectory Batches.
+
+Expected numbers come from a direct forward (or generate) of the saved model on the text the
+reward model should read, computed without reinforge's reward model code.
+"""
+
+import re
+
+import pytest
+import torch
+from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification, LlamaConfig, LlamaForSequenceClassification
+
+from reinforge.batch import Batch
+from reinforge.config import load_config, unused_settings
+from reinforge.distributed import LocalWorkerGroup
+from reinforge.errors import ConfigError, ModelError
+from reinforge.inference import GenerationOutput
+from reinforge.inference.rollout import trajectories
+from reinforge.reward import make_reward_manager
+from reinforge.reward.models import RewardModelScorer, RewardModelWorker
+from reinforge.reward.models.judge import fill_template, parse_score, prompt_text
+from reinforge.training.tiny_model import TinyModelSpec, build_tokenizer
+from tests.trainer import conftest as end_to_end
+
+RESPONSE_LEN = 8
+ROWS = [  # (prompt messages, response text, ends with EOS, ground truth)
+    ([{"role": "user", "content": "sort 3 1 2"}], "1 2 3", True, "1 2 3"),
+    ([{"role": "system", "content": "be brief"}, {"role": "user", "content": "reverse 4 5"}], "5 4 and", False, "5 4"),
+    ([{"role": "user", "content": "the sum of 7 and 8"}], "", False, "15"),  # an empty response
+    ([{"role": "user", "content": "digits 9 0"}], "9", True, "nine"),
+]
+run_steps, task_files = end_to_end.run_steps, end_to_end.task_files  # the fixtures of the trainer's end-to-end runs
+HASH_TEMPLATE = "{% for m in messages %}### {{ m['role'] }}: {{ m['content'] }}\n{% endfor %}"
+
+
+def save_classifier(folder, tokenizer, seed=0):
+    """A randomly initialised tiny LlamaForSequenceClassification (one label) saved with `tokenizer`."""
+    config = LlamaConfig(vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256, num_labels=1,
+                         pad_token_id=tokenizer.pad_token_id, initializer_range=0.2)
+    with torch.random.fork_rng():
+        torch.manual_seed(seed)
+        model = LlamaForSequenceClassification(config)
+    model.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder
+
+
+@pytest.fixture(scope="module")
+def same_tokenizer_rm(tmp_path_factory, tokenizer):
+    return save_classifier(tmp_path_factory.mktemp("rm-same"), tokenizer)
+
+
+@pytest.fixture(scope="module")
+def other_tokenizer(tokenizer):
+    other = build_tokenizer(TinyModelSpec(vocab_size=320, seed=3))
+    other.chat_template = HASH_TEMPLATE
+    assert other.get_vocab() != tokenizer.get_vocab()
+    return other
+
+
+@pytest.fixture(scope="module")
+def other_tokenizer_rm(tmp_path_factory, other_tokenizer):
+    return save_classifier(tmp_path_factory.mktemp("rm-other"), other_tokenizer, seed=1)
+
+
+def make_batch(tokenizer, rows=ROWS):
+    """Trajectories as the rollout lays them out, plus raw_prompt, reward_model and data_source."""
+    prompts = [tokenizer(tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True),
+                         add_special_tokens=False)["input_ids"] for messages, *_ in rows]
+    width = max(map(len, prompts))
+    input_ids = torch.full((len(rows), width), tokenizer.pad_token_id)
+    attention_mask = torch.zeros((len(rows), width), dtype=torch.long)
+    for row, ids in enumerate(prompts):
+        input_ids[row, width - len(ids):] = torch.tensor(ids)
+        attention_mask[row, width - len(ids):] = 1
+    outputs = []
+    for _, text, eos, _ in rows:
+        ids = tokenizer(text, add_special_tokens=False)["input_ids"] + ([tokenizer.eos_token_id] if eos else [])
+        outputs.append(GenerationOutput(token_ids=ids))
+    batch = trajectories(Batch({"input_ids": input_ids, "attention_mask": attention_mask}), outputs, tokenizer.pad_token_id,
+                         width=RESPONSE_LEN)
+    batch.non_tensors.update(Batch(non_tensors={
+        "raw_prompt": [messages for messages, *_ in rows], "data_source": ["toy"] * len(rows),
+        "reward_model": [{"ground_truth": truth, "style": "model"} for *_, truth in rows]}).non_tensors)
+    return batch
+
+
+def rm_config(actor_path, rm_path, *extra):
+    config, _ = load_config([f"actor_rollout_ref.model.path={actor_path}", "trainer.device=cpu", "reward_model.enable=true",
+                             f"reward_model.model.path={rm_path}", *extra])
+    return config
+
+
+def worker_for(config):
+    worker = RewardModelWorker(config)
+    worker.init_model()
+    return worker
+
+
+def direct_score(rm_path, token_ids):
+    """The classifier's output for one unpadded sequence, from a fresh load of the saved folder."""
+    model = AutoModelForSequenceClassification.from_pretrained(rm_path).eval()
+    with torch.no_grad():
+        return model(input_ids=torch.tensor([token_ids])).logits[0, 0].item()
+
+
+def valid_ids(batch, row):
+    return batch["input_ids"][row][batch["attention_mask"][row].bool()].tolist()
+
+
+def response_lengths(batch):
+    return batch["attention_mask"][:, -RESPONSE_LEN:].sum(-1).tolist()
+
+
+# ---- the sequence classifier ---------------------------------------------------------------------
+def test_score_equals_a_direct_forward_and_lands_on_the_last_response_token(tiny_model_path, tokenizer, same_tokenizer_rm):
+    batch = make_batch(tokenizer)
+    worker = worker_for(rm_config(tiny_model_path, same_tokenizer_rm))
+    assert not worker.switch_chat_template  # same tokenizer: the policy's token ids are read as they are
+    rm_scores = worker.compute_rm_score(batch)["rm_scores"]
+    assert rm_scores.shape == (len(ROWS), RESPONSE_LEN) and rm_scores.dtype == torch.float32
+    for row, length in enumerate(response_lengths(batch)):
+        if length == 0:
+            assert not rm_scores[row].any()
+            continue
+        expected = direct_score(same_tokenizer_rm, valid_ids(batch, row))
+        assert rm_scores[row, length - 1].item() == pytest.approx(expected, abs=1e-5)
+        assert torch.count_nonzero(rm_scores[row]) == 1
+    assert len({round(v, 4) for v in rm_scores.sum(-1).tolist()}) > 2  # a real model, not a constant
+
+
+def test_micro_batches_give_the_scores_of_one_batch(tiny_model_path, tokenizer, same_tokenizer_rm, other_tokenizer_rm):
+    batch = make_batch(tokenizer)
+    for rm_path in (same_tokenizer_rm, other_tokenizer_rm):
+        whole = worker_for(rm_config(tiny_model_path, rm_path)).compute_rm_score(batch)["rm_scores"]
+        micro = worker_for(rm_config(tiny_model_path, rm_path, "reward_model.micro_batch_size_per_gpu=1"))
+        assert torch.allclose(micro.compute_rm_score(batch)["rm_scores"], whole, atol=1e-6)
+
+
+def test_another_tokenizer_reads_the_conversation_in_its_own_chat_template(tiny_model_path, tokenizer, other_tokenizer,
+                                                                           other_tokenizer_rm):
+    batch = make_batch(tokenizer)
+    worker = worker_for(rm_config(tiny_model_path, other_tokenizer_rm,
+                                  f"reward_model.model.input_tokenizer={tiny_model_path}"))
+    assert worker.switch_chat_template
+    inputs = worker.classifier_inputs(batch)
+    rm_scores = worker.compute_rm_score(batch)["rm_scores"]
+    for row, (messages, response, _, _) in enumerate(ROWS):
+        expected_text = "".join(f"### {m['role']}: {m['content']}\n" for m in messages) + f"### assistant: {response}\n"
+        assert inputs.texts[row] == expected_text  # the response's EOS is dropped, the prompt's template replaced
+        ids = inputs.input_ids[row][inputs.attention_mask[row].bool()].tolist()
+        assert ids == other_tokenizer(expected_text, add_special_tokens=False)["input_ids"]
+        length = response_lengths(batch)[row]
+        if length:
+            assert rm_scores[row, length - 1].item() == pytest.approx(direct_score(other_tokenizer_rm, ids), abs=1e-5)
+
+
+def test_max_length_cuts_the_end_of_a_rebuilt_input_and_is_counted(tiny_model_path, tokenizer, other_tokenizer,
+                                                                   other_tokenizer_rm):
+    batch = make_batch(tokenizer)
+    config = rm_config(tiny_model_path, other_tokenizer_rm, "reward_model.max_length=9")
+    group = LocalWorkerGroup(RewardModelWorker, config)
+    group.init_model()
+    inputs = group.workers[0].classifier_inputs(batch)
+    full = [other_tokenizer(text, add_special_tokens=False)["input_ids"] for text in inputs.texts]
+    assert inputs.truncated == [len(ids) > 9 for ids in full] and any(inputs.truncated)
+    for row, ids in enumerate(full):
+        assert inputs.input_ids[row][inputs.attention_mask[row].bool()].tolist() == ids[:9]
+    scored = RewardModelScorer(group)(batch, return_dict=True)
+    assert scored["reward_metrics"]["reward/rm_truncated"] == sum(inputs.truncated)
+    row = 0
+    assert scored["reward_tensor"][row].sum().item() == pytest.approx(direct_score(other_tokenizer_rm, full[row][:9]), abs=1e-5)
+
+
+def test_a_causal_lm_is_refused_as_a_classifier(tiny_model_path):
+    with pytest.raises(ModelError, match="no weights for .*score"):
+        worker_for(rm_config(tiny_model_path, tiny_model_path))
+
+
+# ---- combining with a rule-based reward ----------------------------------------------------------
+def test_reward_model_alone_is_the_reward_and_a_custom_function_is_added(tiny_model_path, tokenizer, same_tokenizer_rm):
+    batch = make_batch(tokenizer)
+    group = LocalWorkerGroup(RewardModelWorker, rm_config(tiny_model_path, same_tokenizer_rm))
+    group.init_model()
+    rm_scores = group.compute_rm_score(batch)["rm_scores"]
+
+    alone = RewardModelScorer(group)(batch, return_dict=True)
+    assert torch.equal(alone["reward_tensor"], rm_scores)
+    assert alone["reward_extra_info"]["rm_score"] == pytest.approx(rm_scores.sum(-1).tolist())
+    assert torch.equal(RewardModelScorer(group)(batch), rm_scores)
+
+    def length_reward(data_source, solution_str, ground_truth, extra_info=None):
+        return {"score": float(len(solution_str)), "exact": solution_str == ground_truth}
+
+    manager = make_reward_manager("naive", tokenizer, length_reward)
+    both = RewardModelScorer(group, manager)(batch, return_dict=True)
+    assert torch.equal(both["reward_tensor"], manager(batch) + rm_scores)
+    lengths = response_lengths(batch)
+    for row, (_, response, _, truth) in enumerate(ROWS):
+        if lengths[row]:
+            assert both["reward_tensor"][row, lengths[row] - 1].item() == pytest.approx(len(response) + rm_scores[row].sum().item())
+        assert both["reward_extra_info"]["exact"][row] == (response == truth)
+    assert both["reward_metrics"] == {**manager(batch, return_dict=True)["reward_metrics"], "reward/rm_truncated": 0}
+
+
+# ---- the generative judge --------------------------------------------------------------------------
+PATTERN = re.compile(r"Score:\s*(-?\d+(?:\.\d+)?)")
+
+
+@pytest.mark.parametrize("verdict, expected", [
+    ("Good answer.\nScore: 7", 7.0),
+    ("Score: 3 at first, but on reflection Score: 6.5", 6.5),  # the last match counts
+    ("Score: 42", 10.0),  # clipped to max_score
+    ("Score: -3", 0.0),  # clipped to min_score
+    ("I would give it an eight.", None),
+    ("", None),
+])
+def test_parse_score(verdict, expected):
+    assert parse_score(verdict, PATTERN, 0.0, 10.0) == expected
+
+
+def test_parse_score_without_groups_and_with_an_optional_group():
+    assert parse_score("rated 4 then 9/10", re.compile(r"\d+"), 0.0, 100.0) == 10.0
+    assert parse_score("grade: none", re.compile(r"grade: (\d+)?"), 0.0, 10.0) is None
+    assert parse_score("score nan", re.compile(r"score (\w+)"), 0.0, 10.0) is None
+
+
+def test_fill_template_fills_once_and_keeps_other_braces():
+    template = 'Q: {prompt}\nA: {response}\nTruth: {ground_truth}\nAnswer as {"score": n}'
+    filled = fill_template(template, {"prompt": "1+1?", "response": "it is {prompt}", "ground_truth": "2"})
+    assert filled == 'Q: 1+1?\nA: it is {prompt}\nTruth: 2\nAnswer as {"score": n}'
+    assert prompt_text([{"role": "user", "content": "hi"}]) == "hi"
+    assert prompt_text([{"role": "system", "content": "s"}, {"role": "user", "content": "u"}]) == "system: s\n\nuser: u"
+
+
+@pytest.mark.parametrize("override, message", [
+    ("reward_model.judge.prompt_template='Rate {answer}'", r"unknown placeholders \['\{answer\}'\]"),
+    ("reward_model.judge.prompt_template='Rate {prompt}'", "no {response}"),
+    ("reward_model.judge.score_pattern='Score: ('", "not a Python regular expression"),
+    ("reward_model.judge.min_score=5", "min <= max"),
+    ("reward_model.judge.max_new_tokens=0", "max_new_tokens=0 must be > 0"),
+])
+def test_judge_config_mistakes_are_config_errors(tiny_model_path, override, message):
+    with pytest.raises(ConfigError, match=message):
+        rm_config(tiny_model_path, tiny_model_path, "reward_model.judge.enable=true", "reward_model.judge.max_score=4", override)
+
+
+def judge_config(tiny_model_path, *extra):
+    template = "reward_model.judge.prompt_template='Task: {prompt} | Answer: {response} | Truth: {ground_truth}'"
+    return rm_config(tiny_model_path, tiny_model_path, "reward_model.judge.enable=true", template, *extra)
+
+
+def test_judge_reads_the_filled_template_and_its_verdicts_are_parsed(tiny_model_path, tokenizer, monkeypatch):
+    batch = make_batch(tokenizer)
+    group = LocalWorkerGroup(RewardModelWorker, judge_config(tiny_model_path))
+    group.init_model()
+    judge = group.workers[0].judge
+    seen = []
+    verdicts = ["Fine.\nScore: 8", "Score: 15", "no idea", "Score: 2.5"]
+
+    def fixed_verdicts(prompts, params):
+        seen.extend(prompts)
+        assert params.max_tokens == 64 and params.greedy
+        return [GenerationOutput(token_ids=tokenizer(text, add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id])
+                for text in verdicts]
+
+    monkeypatch.setattr(judge.engine, "generate_batch", fixed_verdicts)
+    scored = RewardModelScorer(group)(batch, return_dict=True)
+
+    prompts = ["sort 3 1 2", "system: be brief\n\nuser: reverse 4 5", "the sum of 7 and 8", "digits 9 0"]
+    for row, (_, response, _, truth) in enumerate(ROWS):
+        chatml = f"<|im_start|>user\nTask: {prompts[row]} | Answer: {response} | Truth: {truth}<|im_end|>\n<|im_start|>assistant\n"
+        assert tokenizer.decode(seen[row]) == chatml
+    expected = [8.0, 10.0, 0.0, 2.5]
+    lengths = response_lengths(batch)
+    for row, length in enumerate(lengths):
+        if length:
+            assert scored["reward_tensor"][row, length - 1].item() == expected[row]
+    assert scored["reward_tensor"][2].abs().sum() == 0  # the empty response gets no token reward
+    assert scored["reward_metrics"] == {"reward/rm_truncated": 0, "reward/judge_parse_failures": 1}
+
+
+def test_a_tiny_judge_generates_end_to_end(tiny_model_path, tokenizer):
+    """Real greedy generation of plain-text judge inputs: each score, or parse failure, matches transformers' own generate.
+
+    The untrained tiny model tends to repeat its input's last token, so inputs ending in a digit
+    (the ground truths) give parseable verdicts and the one ending in a word does not.
+    """
+    batch = make_batch(tokenizer)
+    group = LocalWorkerGroup(RewardModelWorker, judge_config(
+        tiny_model_path, "reward_model.judge.apply_chat_template=false", "reward_model.judge.max_new_tokens=5",
+        r"reward_model.judge.score_pattern='(\d)'", "reward_model.judge.max_score=4", "reward_model.max_length=16"))
+    group.init_model()
+    scored = group.compute_rm_score(batch)
+
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_path).eval()
+    verdicts = []
+    for row, (messages, response, _, truth) in enumerate(ROWS):
+        text = f"Task: {prompt_text(messages)} | Answer: {response} | Truth: {truth}"
+        ids = tokenizer(text)["input_ids"]
+        assert scored["rm_truncated"][row] == (len(ids) > 16)
+        out = model.generate(torch.tensor([ids[-16:]]), max_new_tokens=5, do_sample=False,
+                             eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id)
+        verdicts.append(tokenizer.decode(out[0, len(ids[-16:]):], skip_special_tokens=True))
+        digits = re.findall(r"\d", verdicts[-1])
+        assert scored["judge_parse_failed"][row] == (not digits)
+        length = response_lengths(batch)[row]
+        if length:
+            assert scored["rm_scores"][row, length - 1].item() == (min(float(digits[-1]), 4.0) if digits else 0.0)
+    assert any(scored["rm_truncated"]) and any(scored["judge_parse_failed"]) and not all(scored["judge_parse_failed"])
+
+
+# ---- config and end to end ------------------------------------------------------------------------
+def test_reward_model_config(tiny_model_path, same_tokenizer_rm):
+    with pytest.raises(ConfigError, match="needs reward_model.model.path"):
+        load_config([f"actor_rollout_ref.model.path={tiny_model_path}", "reward_model.enable=true"])
+    with pytest.raises(ConfigError, match="did you mean 'reward_model.model.input_tokenizer'"):
+        rm_config(tiny_model_path, same_tokenizer_rm, "reward_model.model.input_tokeniser=x")
+    config, keys = load_config([f"actor_rollout_ref.model.path={tiny_model_path}", "reward_model.enable=true",
+                                f"reward_model.model.path={same_tokenizer_rm}", "reward_model.micro_batch_size=4",
+                                "reward_model.judge.max_new_tokens=9", "reward_model.reward_manager=dapo"])
+    assert config.data.return_raw_chat and config.reward_model.micro_batch_size_per_gpu == 4
+    unused = "\n".join(unused_settings(config, keys))
+    assert "reward_model.judge.max_new_tokens: used by a generative judge only" in unused
+    assert "reward_model.reward_manager: the reward model's score is the whole reward" in unused
+    config, keys = load_config([f"actor_rollout_ref.model.path={tiny_model_path}", "reward_model.max_length=9"])
+    assert unused_settings(config, keys) == ["reward_model.max_length: no reward model in this run (reward_model.enable=true adds one)"]
+
+
+def test_one_training_step_with_a_reward_model_and_a_reward_function(run_steps, same_tokenizer_rm):
+    steps = run_steps("reward_model.enable=true", f"reward_model.model.path={same_tokenizer_rm}", "trainer.total_training_steps=1")
+    metrics = steps[1]
+    assert metrics["reward/rm_truncated"] == 0 and metrics["reward/errors"] == 0
+    rule_mean = metrics["critic/score/mean"] - metrics["reward/rm_score/mean"]  # the varied reward lies in [0, 6/7]
+    assert -1e-6 <= rule_mean <= 6 / 7 + 1e-6
+    assert metrics["reward/rm_score/mean"] != 0
+
+
+def test_one_training_step_with_a_judge_and_validation(run_steps, tiny_model_path):
+    steps = run_steps("reward_model.enable=true", f"reward_model.model.path={tiny_model_path}", "reward_model.judge.enable=true",
+                      "reward_model.judge.max_new_tokens=4", "trainer.total_training_steps=1", "trainer.test_freq=1")
+    metrics = steps[1]
+    assert 0 <= metrics["reward/judge_parse_failures"] <= 4  # 2 prompts x n=2 responses, each judged once
+    assert any(key.startswith("val-aux/") and key.endswith("/rm_score/mean@1") for key in metrics)
