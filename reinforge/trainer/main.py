@@ -117,7 +117,10 @@ def run(config: Config, user_keys: list[str]) -> dict[str, float]:
 
     trainer = RLTrainer(config, actor_rollout_wg, reward_fn, train_loader, val_loader, tokenizer, total_steps, critic_wg)
     print(f"reinforge: {len(train_set)} training prompts, {total_steps} steps; ready in {time.perf_counter() - started:.1f}s", flush=True)
-    metrics = trainer.fit()
+    try:
+        metrics = trainer.fit()
+    finally:
+        reward_fn.close()  # the reward manager's worker processes, if it has any
     print(f"reinforge: done in {time.perf_counter() - started:.1f}s; metrics in {run_dir / 'metrics.jsonl'}", flush=True)
     if len(trainer.val_history) > 1:
         (first_step, first), (last_step, last) = trainer.val_history[0], trainer.val_history[-1]

@@ -254,6 +254,8 @@ class RLTrainer:
                 tracking.log(metrics, self.global_steps)
         finally:
             tracking.close()
+            if self.reward_thread is not None:
+                self.reward_thread.shutdown(cancel_futures=True)
         return val_metrics
 
     def _validate(self) -> dict[str, float]:
