@@ -1,7 +1,7 @@
 """The `reinforge` command.
 
     reinforge train [--dry-run] [--config FILE.yaml] [key=value ...]
-    reinforge data {gsm8k,math,countdown} [--local_dir DIR] [--input DIR_OR_FILE ...] [...]
+    reinforge data {gsm8k,math,countdown} [--local_dir DIR] [--input PATH ...] [...]
 
 Overrides use verl's key paths and Hydra's grammar, so a verl command line works with
 `reinforge train` in place of `python3 -m verl.trainer.main_ppo`. Mistakes in config, data, model
@@ -39,6 +39,15 @@ def _train(args: argparse.Namespace) -> int:
     return 0
 
 
+DATA_EXAMPLES = """examples:
+  reinforge data gsm8k --input ./gsm8k        # a local copy, written to ~/data/gsm8k
+  reinforge data math --input ./MATH          # the original JSON tree, written to ~/data/math
+  reinforge data countdown --generate --num_train 20000 --num_test 512
+  reinforge train data.train_files=$HOME/data/gsm8k/train.parquet data.val_files=$HOME/data/gsm8k/test.parquet ...
+
+`reinforge data <dataset> --help` lists a dataset's options; docs/data.md describes the files."""
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="reinforge", description="RL post-training for language models (verl-compatible).")
     parser.add_argument("--version", action="version", version=f"reinforge {__version__}")
@@ -55,8 +64,9 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--traceback", action="store_true", help="show full tracebacks for user errors")
     train.set_defaults(func=_train)
     data = commands.add_parser("data", help="write verl-schema parquet files of GSM8K, MATH or Countdown",
-                               description="Preprocess a dataset (a local copy, the hub, or generated Countdown tasks) "
-                                           "into train.parquet and test.parquet for data.train_files / data.val_files.")
+                               description="Preprocess a dataset (a local copy, the hub, or generated Countdown tasks)\n"
+                                           "into train.parquet and test.parquet for data.train_files / data.val_files.",
+                               epilog=DATA_EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_data_arguments(data)
     data.set_defaults(func=run_data_command)
     return parser

@@ -116,15 +116,16 @@ class PromptLoader:
     def _open_epoch(self) -> None:
         """Fix the epoch's size and start its indices; a restored mid-epoch position skips what was served."""
         served = self._batch_in_epoch * self.batch_size
+        stateful = hasattr(self.sampler, "state_dict")  # a restored stateful sampler continues its epoch by itself
+        if hasattr(self.sampler, "set_epoch") and (served == 0 or not stateful):
+            self.sampler.set_epoch(self._epoch)
         if self._epoch_size is None:
-            if self.sampler is not None and served == 0 and hasattr(self.sampler, "set_epoch"):
-                self.sampler.set_epoch(self._epoch)
             self._epoch_size = self._size_now()
         if self.sampler is None:
             self._indices = iter(self.order(self._epoch, self._epoch_size)[served:])
             return
         self._indices = iter(self.sampler)
-        if served and not hasattr(self.sampler, "state_dict"):  # a stateful sampler continues by itself
+        if served and not stateful:  # iterated afresh: skip what was served before the checkpoint
             for _ in itertools.islice(self._indices, served):
                 pass
 

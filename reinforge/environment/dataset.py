@@ -3,7 +3,7 @@
 A row of an RL data file holds `data_source` (str), the prompt (column `data.prompt_key`: a list
 of chat messages `{"role", "content"}`, or a plain string that becomes one user message),
 `ability`, `reward_model` (`{"ground_truth", "style"}`) and `extra_info` (a dict that may hold
-`index`). Files are parquet, JSON (an array of rows, or JSON lines) or JSONL.
+`index`). Files are parquet, JSON (an array of rows, one object, or JSON lines) or JSONL.
 
 Several files are concatenated in the order given; each row keeps its own `data_source`, and
 errors name the file and the row within it.
@@ -51,13 +51,15 @@ def _file_list(data_files: str | Path | Sequence[str | Path]) -> list[str]:
     return files
 
 
-def _read_json(path: Path, given: str) -> list[Any]:
-    text = path.read_text(encoding="utf-8")
-    if path.suffix == ".json" and text.lstrip().startswith("["):
-        try:
-            return json.loads(text)
-        except json.JSONDecodeError as err:
-            raise DataError(f"{given}: not valid JSON ({err}).") from err
+def parse_json_rows(text: str) -> list[Any]:
+    """The rows of a JSON text: a JSON array of rows, one JSON object (one row), or JSON lines."""
+    try:
+        whole = json.loads(text)
+    except json.JSONDecodeError as err:
+        if text.lstrip().startswith("["):
+            raise DataError(f"not valid JSON ({err}).") from err
+    else:
+        return whole if isinstance(whole, list) else [whole]
     rows = []
     for line_number, line in enumerate(text.splitlines(), start=1):
         if line.strip():
@@ -65,8 +67,8 @@ def _read_json(path: Path, given: str) -> list[Any]:
                 rows.append(json.loads(line))
             except json.JSONDecodeError as err:
                 raise DataError(
-                    f"{given}: line {line_number} is not valid JSON ({err}); expected one JSON object per line "
-                    "(JSON lines) or one JSON array of rows."
+                    f"line {line_number} is not valid JSON ({err}); expected one JSON object per line "
+                    "(JSON lines), one JSON array of rows, or one JSON object."
                 ) from err
     return rows
 
@@ -82,13 +84,11 @@ def read_rows(given: str) -> tuple[list[dict[str, Any]], list[str]]:
         if path.suffix == ".parquet":
             table = pq.read_table(path)
             return table.to_pylist(), list(table.column_names)
-        rows = _read_json(path, given)
-    except DataError:
-        raise
+        rows = parse_json_rows(path.read_text(encoding="utf-8"))
+    except DataError as err:
+        raise DataError(f"{given}: {err}") from err
     except Exception as err:  # pyarrow, OS and decoding errors all mean: this file cannot be read
         raise DataError(f"{given}: cannot read this {path.suffix} file ({type(err).__name__}: {err}).") from err
-    if not isinstance(rows, list):
-        raise DataError(f"{given}: expected a JSON array of rows, got a JSON {type(rows).__name__}.")
     for row_number, row in enumerate(rows):
         if not isinstance(row, dict):
             raise DataError(f"{given}: row {row_number} is a JSON {type(row).__name__}, not an object of columns.")
@@ -134,8 +134,8 @@ class RLDataset(Dataset):
     """Prompts of verl-schema data files, rendered with the chat template and tokenized at load time.
 
     Args:
-        data_files: a path or a list of paths (`~` expanded): `.parquet`, `.json` (an array of rows
-            or JSON lines) or `.jsonl`; rows of several files are concatenated in order.
+        data_files: a path or a list of paths (`~` expanded): `.parquet`, `.json` (an array of rows,
+            one object, or JSON lines) or `.jsonl`; rows of several files are concatenated in order.
         tokenizer: a Hugging Face tokenizer with a chat template.
         config: the `data` section (prompt_key, max_prompt_length, truncation, filter_overlong_prompts,
             return_raw_chat, return_full_prompt, apply_chat_template_kwargs).
@@ -184,14 +184,14 @@ class RLDataset(Dataset):
         self._add_rows(rows, origins, where=", ".join(self.files), keep_none_ok=False)
 
     def data_sources(self) -> set[str]:
-        """The distinct `data_source` values of the loaded rows ("unknown" where the column is missing)."""
-        return {str(row.get("data_source", "unknown")) for row in self._rows}
+        """The distinct `data_source` values of the loaded rows ("unknown" where it is missing or empty, as in the items)."""
+        return {str(row.get("data_source") or "unknown") for row in self._rows}
 
     def data_source_files(self) -> dict[str, list[str]]:
         """For each `data_source`, the files (in the order given) whose rows carry it."""
         files: dict[str, dict[str, None]] = {}
         for row, (file, _) in zip(self._rows, self._origins, strict=True):
-            files.setdefault(str(row.get("data_source", "unknown")), {})[file] = None
+            files.setdefault(str(row.get("data_source") or "unknown"), {})[file] = None
         return {source: list(names) for source, names in files.items()}
 
     def append_rows(self, rows: list[dict[str, Any]], where: str) -> int:

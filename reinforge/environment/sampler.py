@@ -14,8 +14,9 @@ one epoch and `len()` is how many it yields. Any torch `Sampler` fits. Beyond th
 - Resume: when the sampler has `state_dict()` / `load_state_dict(state)`, its state is saved in
   the checkpoint's `data.pt` and restored, and it must include the sampler's position in the
   current epoch: after `load_state_dict`, iterating yields the rest of the interrupted epoch. A
-  sampler without them is iterated afresh and the indices already served this epoch are
-  skipped, which is exact only when its order depends on nothing but its constructor arguments.
+  sampler without them is iterated afresh (after `set_epoch` of the interrupted epoch) and the
+  indices already served this epoch are skipped, which is exact only when its order depends on
+  nothing but its constructor arguments and that epoch.
 
 Built in: `LearnabilitySampler`, a curriculum that draws prompts the model sometimes solves.
 """

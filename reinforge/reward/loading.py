@@ -12,13 +12,13 @@ from __future__ import annotations
 
 import functools
 import inspect
-import multiprocessing
 from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 from reinforge.errors import RewardError
+from reinforge.reward.manager.pool import worker_context
 from reinforge.reward.registry import default_compute_score
 from reinforge.user_code import import_user_module
 
@@ -63,10 +63,10 @@ def get_compute_score(config: Config) -> Callable[..., Any]:
 
 
 def _shared_semaphore(value: int) -> Any:
-    """A semaphore usable from threads and from worker processes it is pickled to (forkserver or spawn,
-    never fork: the training process has threads). Its manager stays alive as long as the semaphore."""
-    method = "forkserver" if "forkserver" in multiprocessing.get_all_start_methods() else "spawn"
-    return multiprocessing.get_context(method).Manager().Semaphore(value)
+    """A semaphore usable from threads and from worker processes it is pickled to. Its manager process is
+    started as the reward workers are (so that the forkserver it may start has their preload); it stays
+    alive as long as the semaphore."""
+    return worker_context().Manager().Semaphore(value)
 
 
 def _get_function(module: ModuleType, name: str, path: Path) -> Callable[..., Any]:

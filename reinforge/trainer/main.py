@@ -95,12 +95,15 @@ def run(config: Config, user_keys: list[str]) -> dict[str, float]:
     schedule_steps = config.trainer.total_training_steps or len(train_loader) * config.trainer.total_epochs
     total_steps = min(schedule_steps, len(train_loader) * config.trainer.total_epochs)
 
-    compute_score = get_compute_score(config)
-    if config.custom_reward_function.path is None and not config.reward_model.enable:  # a reward model alone needs no scorer
-        _check_scorers(data, train_set, val_loader.dataset if val_loader else None)
     rm = config.reward_model
-    # one manager for training and validation: a failing reward function's traceback is shown once per run
-    reward_fn = make_reward_manager(rm.reward_manager, tokenizer, compute_score, reward_fn_key=data.reward_fn_key, **rm.reward_kwargs)
+    reward_fn = None  # a reward model alone needs no manager and no scorer (docs/rewards.md)
+    if not rm.enable or config.custom_reward_function.path:
+        compute_score = get_compute_score(config)
+        if config.custom_reward_function.path is None:
+            _check_scorers(data, train_set, val_loader.dataset if val_loader else None)
+        # one manager for training and validation: a failing reward function's traceback is shown once per run
+        reward_fn = make_reward_manager(rm.reward_manager, tokenizer, compute_score, reward_fn_key=data.reward_fn_key,
+                                        **rm.reward_kwargs)
 
     actor_cfg = config.actor_rollout_ref.actor
     role = "actor_rollout_ref" if actor_cfg.use_kl_loss or config.algorithm.use_kl_in_reward else "actor_rollout"
@@ -113,14 +116,16 @@ def run(config: Config, user_keys: list[str]) -> dict[str, float]:
     if rm.enable:  # the reward model's score, plus the custom reward function's when one is set (docs/rewards.md)
         rm_wg = LocalWorkerGroup(RewardModelWorker, config)
         rm_wg.init_model()
-        reward_fn = RewardModelScorer(rm_wg, reward_fn if config.custom_reward_function.path else None)
+        reward_fn = RewardModelScorer(rm_wg, reward_fn)
 
     trainer = RLTrainer(config, actor_rollout_wg, reward_fn, train_loader, val_loader, tokenizer, total_steps, critic_wg)
     print(f"reinforge: {len(train_set)} training prompts, {total_steps} steps; ready in {time.perf_counter() - started:.1f}s", flush=True)
     try:
         metrics = trainer.fit()
     finally:
-        reward_fn.close()  # the reward manager's worker processes, if it has any
+        close = getattr(reward_fn, "close", None)  # the reward manager's worker processes, if it has any
+        if close is not None:
+            close()
     print(f"reinforge: done in {time.perf_counter() - started:.1f}s; metrics in {run_dir / 'metrics.jsonl'}", flush=True)
     if len(trainer.val_history) > 1:
         (first_step, first), (last_step, last) = trainer.val_history[0], trainer.val_history[-1]

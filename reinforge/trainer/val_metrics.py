@@ -1,8 +1,8 @@
 """Validation metrics per data source, with verl's names and semantics (`process_validation_metrics`).
 
 Input: one entry per validation response: its data source, the prompt it answers (`uid`), and
-its variables: `reward` (the summed score) and the other keys the reward function returned
-(`acc`, `pred`, ...; not `score`, which is `reward` again). A variable is numeric when all its
+its variables: `reward` (the summed reward on the response's tokens) and, as in verl, the reward's
+extra information (`score`, the task score before any shaping, `acc`, `pred`, ...). A variable is numeric when all its
 values are numbers or bools (None, a row whose reward function failed, counts 0); others are
 skipped. `pred` is the vote of majority voting and is not a variable itself.
 

@@ -4,8 +4,10 @@ Each prompt gets `actor_rollout_ref.rollout.val_kwargs.n` responses; the metrics
 (`trainer/val_metrics.py`): `val-core/<data_source>/<var>/mean@<n>` for the core variable (`acc`
 when the reward function returns one, else `reward`), with `best@<n>/*` and `maj@<n>/*` beside
 it when n > 1, and `val-aux/...` for the rest (std@n, best/worst/maj@k for smaller k, pass@k,
-the other numeric keys the reward function returns). `trainer.log_val_generations` prints that
-many samples; `trainer.validation_data_dir` writes every sample as JSONL.
+and, as in verl, the numeric keys of the reward's extra information: `score` and the other keys
+of dict results; `score` differs from `reward` where the reward adds to it, e.g. DAPO's overlong
+penalty or a reward model's score). `trainer.log_val_generations` prints that many samples;
+`trainer.validation_data_dir` writes every sample as JSONL.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ def validate(config: Config, wg: WorkerGroup, reward_fn, val_loader, tokenizer, 
     key = config.data.reward_fn_key
     sources: list[str] = []
     uids: list[int] = []  # the validation prompt each response answers
-    extras: list[dict] = []  # per response: the reward function's other keys
+    extras: list[dict] = []  # per response: the reward's extra information (`score`, the keys of dict results, ...)
     rewards: list[float] = []
     samples = []
     for prompts in val_loader:
@@ -31,7 +33,7 @@ def validate(config: Config, wg: WorkerGroup, reward_fn, val_loader, tokenizer, 
         batch = batch.union(wg.generate_sequences(batch.pop(PROMPT_KEYS)))
         scored = reward_fn(batch, return_dict=True)
         scores = scored["reward_tensor"].sum(-1).tolist()
-        extra_info = {k: v for k, v in scored.get("reward_extra_info", {}).items() if k != "score"}  # score is `reward`
+        extra_info = scored.get("reward_extra_info", {})
         first_uid = len(uids) // n
         sources += [str(s) for s in batch[key]] if key in batch else ["unknown"] * len(scores)
         uids += [first_uid + row // n for row in range(len(scores))]
@@ -40,6 +42,8 @@ def validate(config: Config, wg: WorkerGroup, reward_fn, val_loader, tokenizer, 
         samples += generation_records(batch, scores, tokenizer, step)
 
     names = list(dict.fromkeys(k for extra in extras for k in extra))
+    if names == ["score"]:  # plain-number results: verl has no extra information then (and score is reward)
+        names = []
     infos = {"reward": rewards, **{name: [extra.get(name) for extra in extras] for name in names}}
     _report_samples(config, samples, step)
     return validation_metric_dict(process_validation_metrics(sources, uids, infos))

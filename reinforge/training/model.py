@@ -14,7 +14,9 @@ from reinforge.errors import ModelError
 DTYPES = {"fp32": torch.float32, "float32": torch.float32, "bf16": torch.bfloat16, "bfloat16": torch.bfloat16}
 
 
-def _model_source(path: str, key: str = "actor_rollout_ref.model.path") -> str:
+def model_source(path: str, key: str = "actor_rollout_ref.model.path") -> str:
+    """What `from_pretrained` should load for config key `key`: the existing folder `path` (it must hold
+    a config.json), or `path` as a hub id; ModelError for a path that looks local but is not there."""
     expanded = os.path.expanduser(path)
     if Path(expanded).exists():
         if not (Path(expanded) / "config.json").is_file():
@@ -30,7 +32,7 @@ def load_tokenizer(config: Config):
     from transformers import AutoTokenizer
 
     model_cfg = config.actor_rollout_ref.model
-    source = _model_source(config.data.tokenizer or model_cfg.path)
+    source = model_source(config.data.tokenizer or model_cfg.path)
     try:
         tokenizer = AutoTokenizer.from_pretrained(source, trust_remote_code=model_cfg.trust_remote_code or config.data.trust_remote_code)
     except Exception as exc:
@@ -42,13 +44,15 @@ def load_tokenizer(config: Config):
     return tokenizer
 
 
-def _from_pretrained(model_cfg, key: str, what: str, dtype: str, build) -> torch.nn.Module:
-    """Import `external_lib`, find the folder of `key`, apply `override_config`, and `build(source, hf_config, kwargs)`."""
+def load_pretrained(model_cfg, key: str, what: str, dtype: str, build) -> torch.nn.Module:
+    """The model that `build(source, hf_config, kwargs)` loads for `model_cfg` (a config's `...model` section,
+    whose path is config key `key`): `external_lib` imported, `override_config` applied to `hf_config`,
+    `kwargs` holding the config, `dtype` and trust_remote_code; any failure is a ModelError naming `what`."""
     from transformers import AutoConfig
 
     if model_cfg.external_lib:
         importlib.import_module(model_cfg.external_lib)
-    source = _model_source(model_cfg.path, key)
+    source = model_source(model_cfg.path, key)
     try:
         hf_config = AutoConfig.from_pretrained(source, trust_remote_code=model_cfg.trust_remote_code)
         for name, value in model_cfg.override_config.items():
@@ -63,12 +67,14 @@ def load_causal_lm(config: Config, device: str, trainable: bool = True, dtype: s
     from transformers import AutoModelForCausalLM
 
     model_cfg = config.actor_rollout_ref.model
-    model = _from_pretrained(model_cfg, "actor_rollout_ref.model.path", "model", dtype,
+    model = load_pretrained(model_cfg, "actor_rollout_ref.model.path", "model", dtype,
                              lambda source, hf_config, kwargs: AutoModelForCausalLM.from_pretrained(source, **kwargs))
-    return _prepare(model, device, trainable, model_cfg.enable_gradient_checkpointing)
+    return prepare_model(model, device, trainable, model_cfg.enable_gradient_checkpointing)
 
 
-def _prepare(model: torch.nn.Module, device: str, trainable: bool, gradient_checkpointing: bool) -> torch.nn.Module:
+def prepare_model(model: torch.nn.Module, device: str, trainable: bool, gradient_checkpointing: bool) -> torch.nn.Module:
+    """`model` on `device`: in train mode (with non-reentrant gradient checkpointing when asked) if `trainable`,
+    else in eval mode with gradients off."""
     model.to(device)
     if trainable:
         model.train()
@@ -123,5 +129,5 @@ def load_value_model(config: Config, device: str, dtype: str = "fp32") -> torch.
         return CausalLMWithValueHead(AutoModelForCausalLM.from_pretrained(source, **kwargs))
 
     model_cfg = config.critic.model
-    model = _from_pretrained(model_cfg, "critic.model.path", "value model (critic.model.path)", dtype, build)
-    return _prepare(model, device, trainable=True, gradient_checkpointing=model_cfg.enable_gradient_checkpointing)
+    model = load_pretrained(model_cfg, "critic.model.path", "value model (critic.model.path)", dtype, build)
+    return prepare_model(model, device, trainable=True, gradient_checkpointing=model_cfg.enable_gradient_checkpointing)

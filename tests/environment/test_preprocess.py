@@ -295,6 +295,9 @@ def test_impossible_generation_settings_are_user_errors(tmp_path, capsys):
     assert "need 2 <= min_numbers <= max_numbers" in capsys.readouterr().err
     assert data("countdown", "--generate", "--local_dir", tmp_path / "out", "--input", tmp_path / "x.parquet") == 2
     assert "pass one of the two" in capsys.readouterr().err
+    assert data("countdown", "--local_dir", tmp_path / "out", "--seed", "3", "--max_target", "50") == 2  # no --generate
+    assert "--seed --max_target: the generation options only apply with --generate" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
 
 
 def test_exhausting_the_distinct_tasks_is_a_clear_error():

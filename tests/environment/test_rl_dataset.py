@@ -176,6 +176,16 @@ def test_bad_json_line_names_the_line(tmp_path, tokenizer, data_config):
         RLDataset(path, tokenizer, data_config())
 
 
+def test_a_json_file_of_one_indented_object_is_one_row_and_a_broken_array_is_named(tmp_path, tokenizer, data_config):
+    path = tmp_path / "one.json"
+    path.write_text('{\n    "prompt": "a",\n    "data_source": "x"\n}\n')
+    dataset = RLDataset(path, tokenizer, data_config())
+    assert len(dataset) == 1 and dataset[0]["data_source"] == "x"
+    path.write_text('[\n  {"prompt": "a"},\n  {"prompt": \n]')
+    with pytest.raises(DataError, match=r"one\.json: not valid JSON \(Expecting value: line 4"):
+        RLDataset(path, tokenizer, data_config())
+
+
 def test_json_row_that_is_not_an_object(tmp_path, tokenizer, data_config):
     path = tmp_path / "d.json"
     path.write_text('[{"prompt": "a"}, "b"]')

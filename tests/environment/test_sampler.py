@@ -135,6 +135,36 @@ def test_a_sampler_without_state_resumes_by_skipping_what_was_served(stop_after)
     assert served + _train(resumed, 6 - stop_after) == expected
 
 
+class Rotating(Sampler[int]):
+    """A user sampler with no state whose order depends on the epoch: rows 0..n-1 shifted by the epoch."""
+
+    def __init__(self, rows):
+        self.rows, self.epoch = rows, 0
+
+    def set_epoch(self, epoch):
+        self.epoch = epoch
+
+    def __iter__(self):
+        return iter([(i + self.epoch) % self.rows for i in range(self.rows)])
+
+    def __len__(self):
+        return self.rows
+
+
+@pytest.mark.parametrize("stop_after", [2, 3, 4, 5])
+def test_a_sampler_without_state_resumed_in_a_later_epoch_is_told_that_epoch(stop_after):
+    def loader() -> PromptLoader:
+        return PromptLoader(list(range(6)), 2, _dicts, shuffle=False, seed=0, sampler=Rotating(6))
+
+    expected = _train(loader(), 7)
+    assert expected == [[0, 1], [2, 3], [4, 5], [1, 2], [3, 4], [5, 0], [2, 3]]
+    first = loader()
+    served = _train(first, stop_after)
+    resumed = loader()
+    resumed.load_state_dict(first.state_dict())
+    assert served + _train(resumed, 7 - stop_after) == expected
+
+
 def test_a_checkpoint_with_sampler_state_needs_a_sampler_to_resume():
     loader = _curriculum_loader()
     _train(loader, 1)

@@ -257,10 +257,12 @@ def test_prime_awaits_async_functions_in_the_workers(tokenizer, tmp_path):
 
 
 def test_functions_that_cannot_reach_a_worker_are_refused_up_front(tokenizer):
-    with pytest.raises(RewardError, match=r"prime reward manager calls .*<lambda>.* Define it at the top level"):
+    with pytest.raises(RewardError, match=r"The PrimeRewardManager calls .*<lambda>.* Define it at the top level"):
         make_reward_manager("prime", tokenizer, lambda **kw: 1.0)
-    with pytest.raises(RewardError, match=r"timeout_s set, the reward manager calls .*<lambda>"):
+    with pytest.raises(RewardError, match=r"The NaiveRewardManager with reward_model.reward_kwargs.timeout_s set calls .*<lambda>"):
         make_reward_manager("naive", tokenizer, lambda **kw: 1.0, timeout_s=1)
+    with pytest.raises(RewardError, match=r"The BatchRewardManager with reward_model.reward_kwargs.timeout_s set calls"):
+        make_reward_manager("batch", tokenizer, lambda data_sources, solution_strs, ground_truths, extra_infos: [], timeout_s=1)
 
 
 @pytest.mark.parametrize(("name", "reward_kwargs", "message"), [

@@ -102,7 +102,8 @@ def test_call_cases_take_argument_lists_or_json_lines():
 
 def test_assert_cases_as_a_list_or_verl_dict():
     listed = parse_test_cases(["assert f(1) == 2"])
-    assert [(c.kind, c.stdin, c.expected, c.suffix) for c in listed] == [("assert", "", None, "\n\nassert f(1) == 2\n")]
+    assert [(c.kind, c.stdin, c.expected) for c in listed] == [("assert", "", None)]
+    assert listed[0].suffix.startswith("\n\nassert f(1) == 2\n")
     verl = parse_test_cases({"assert_case": ["assert f(1) == 2", "print(f(1))"], "inputs": ["", "x"], "outputs": [None, "2"]})
     assert [(c.stdin, c.expected) for c in verl] == [("", None), ("x", "2")]
 
@@ -153,8 +154,8 @@ def test_call_based_global_function_and_solution_method():
 
 
 def test_call_based_missing_function_is_a_runtime_error():
-    result = compute_score(fenced("def other():\n    pass"), {"fn_name": "add", "inputs": [[1]], "outputs": [1]})
-    assert result["score"] == 0.0 and "the program defines no function 'add'" in result["reason"]
+    result = compute_score(fenced("def other():\n    pass"), {"fn_name": "plus", "inputs": [[1]], "outputs": [1]})
+    assert result["score"] == 0.0 and "the program defines no function 'plus'" in result["reason"]
 
 
 def test_assert_style_cases():
@@ -164,6 +165,30 @@ def test_assert_style_cases():
     assert result["reason"] == "passed 2 of 3 test cases; case 2: runtime error: exited with status 1: AssertionError"
     verl = {"assert_case": ["assert f(1) == 2", "print(f(5))"], "inputs": ["", ""], "outputs": [None, "6"]}
     assert compute_score(fenced(program), verl)["score"] == 1.0
+
+
+def test_a_program_that_exits_before_the_assert_statements_does_not_pass():
+    program = "import sys\ndef f(x):\n    return 0\nsys.exit(0)"
+    result = compute_score(fenced(program), ["assert f(1) == 2", "assert f(2) == 3"])
+    assert (result["score"], result["reason"]) == (
+        0.0, "passed 0 of 2 test cases; case 1: the program exited before its test statement finished")
+    printing = compute_score(fenced("def f(x):\n    print(x, end='')"), {"assert_case": ["f(7)"], "outputs": ["7"]})
+    assert printing["score"] == 1.0  # output without a final newline still counts
+
+
+def test_programs_run_after_verls_prelude():
+    leetcode = "class Solution:\n    def add(self, xs: List[int]) -> int:\n        return sum(xs)"  # List not imported
+    # the method, not the prelude's operator.add
+    assert compute_score(fenced(leetcode), {"fn_name": "add", "inputs": [[[1, 2]]], "outputs": [3]})["score"] == 1.0
+    stdio = "from __future__ import annotations\ndef deep(n: int) -> int:\n    return n if n == 0 else deep(n - 1)\n" \
+            "print(deep(5000), sqrt(int(input())))"  # recursion beyond Python's default 1000; math's sqrt
+    assert compute_score(fenced(stdio), {"inputs": ["16\n"], "outputs": ["0 4.0\n"]})["score"] == 1.0
+
+
+def test_a_forged_result_line_is_a_wrong_answer():
+    program = "def f():\n    print('__reinforge_call_result__:not json')\n    import os\n    os._exit(0)"
+    result = compute_score(fenced(program), {"fn_name": "f", "inputs": [[]], "outputs": [1]})
+    assert result["reason"] == "passed 0 of 1 test cases; case 1: the function returned nothing the harness could read"
 
 
 def test_no_code_block_scores_zero():

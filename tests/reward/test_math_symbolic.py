@@ -100,8 +100,18 @@ def test_dapo_math_scores_plus_or_minus_one(solution, truth, score, pred):
 
 
 def test_dapo_math_reads_only_the_last_300_characters():
-    assert dapo_score("Answer: 5" + " filler" * 60, "5")["score"] == -1.0
-    assert dapo_score(r"blah \boxed{5}", "5", strict_box_verify=True)["score"] == 1.0
+    assert dapo_score("Answer: 5" + "\nfiller" * 42, "5")["score"] == -1.0  # the answer starts 303 characters back
+    assert dapo_score("Answer: 5" + "\nfiller" * 41, "5")["score"] == 1.0  # 296
+    assert dapo_score("Answer: 5" + "\nfiller" * 42, "5")["pred"] == "[INVALID]"
+
+
+def test_dapo_math_strict_box_compares_the_last_box_of_100_characters_exactly():
+    assert dapo_score(r"blah \boxed{5}", "5", strict_box_verify=True) == {"score": 1.0, "acc": True, "pred": "5"}
+    # verl's strict mode: no normalisation, no symbolic stage
+    assert dapo_score(r"\boxed{0.5}", r"\frac{1}{2}", strict_box_verify=True) == {"score": -1.0, "acc": False, "pred": "0.5"}
+    assert dapo_score(r"\boxed{5}" + " filler" * 13, "5", strict_box_verify=True) == {"score": 1.0, "acc": True, "pred": "5"}
+    assert dapo_score(r"\boxed{5}" + " filler" * 14, "5", strict_box_verify=True) == {  # the box starts 107 characters back
+        "score": -1.0, "acc": False, "pred": "[INVALID]"}
 
 
 @pytest.mark.parametrize(

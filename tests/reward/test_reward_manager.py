@@ -213,6 +213,18 @@ def test_row_without_ground_truth_is_a_data_error(tokenizer):
         make_reward_manager("naive", tokenizer)(batch)
 
 
+def test_managers_take_verls_positional_arguments(tokenizer):
+    from reinforge.reward.manager import DAPORewardManager, NaiveRewardManager
+
+    def half(data_source, solution_str, ground_truth, extra_info=None):
+        return 0.5
+
+    batch = make_batch(tokenizer, GSM8K_ROWS)
+    # verl's order: (tokenizer, num_examine, compute_score, reward_fn_key); compute_score None is the default scorer
+    assert NaiveRewardManager(tokenizer, 0, half, "data_source")(batch).sum().item() == 1.5
+    assert DAPORewardManager(tokenizer, 0, None)(batch).sum().item() == 1.0  # gsm8k: only the first row is right
+
+
 def test_unknown_manager_and_unknown_manager_kwargs(tokenizer):
     with pytest.raises(ConfigError, match=r"choose one of \['batch', 'dapo', 'naive', 'prime'\]"):
         make_reward_manager("fancy", tokenizer)

@@ -188,9 +188,12 @@ def test_reward_model_alone_is_the_reward_and_a_custom_function_is_added(tiny_mo
     alone = RewardModelScorer(group)(batch, return_dict=True)
     assert torch.equal(alone["reward_tensor"], rm_scores)
     assert alone["reward_extra_info"]["rm_score"] == pytest.approx(rm_scores.sum(-1).tolist())
+    assert alone["reward_metrics"] == {"reward/errors": 0, "reward/timeouts": 0, "reward/rm_truncated": 0}
     assert torch.equal(RewardModelScorer(group)(batch), rm_scores)
 
     def length_reward(data_source, solution_str, ground_truth, extra_info=None):
+        if not solution_str:
+            raise ValueError("an empty response")  # counted by the manager, and the count must survive the combination
         return {"score": float(len(solution_str)), "exact": solution_str == ground_truth}
 
     manager = make_reward_manager("naive", tokenizer, length_reward)
@@ -200,8 +203,8 @@ def test_reward_model_alone_is_the_reward_and_a_custom_function_is_added(tiny_mo
     for row, (_, response, _, truth) in enumerate(ROWS):
         if lengths[row]:
             assert both["reward_tensor"][row, lengths[row] - 1].item() == pytest.approx(len(response) + rm_scores[row].sum().item())
-        assert both["reward_extra_info"]["exact"][row] == (response == truth)
-    assert both["reward_metrics"] == {**manager(batch, return_dict=True)["reward_metrics"], "reward/rm_truncated": 0}
+        assert both["reward_extra_info"]["exact"][row] == ((response == truth) if response else None)
+    assert both["reward_metrics"] == {"reward/errors": 1, "reward/timeouts": 0, "reward/rm_truncated": 0}
 
 
 # ---- the generative judge --------------------------------------------------------------------------
@@ -278,7 +281,8 @@ def test_judge_reads_the_filled_template_and_its_verdicts_are_parsed(tiny_model_
         if length:
             assert scored["reward_tensor"][row, length - 1].item() == expected[row]
     assert scored["reward_tensor"][2].abs().sum() == 0  # the empty response gets no token reward
-    assert scored["reward_metrics"] == {"reward/rm_truncated": 0, "reward/judge_parse_failures": 1}
+    assert scored["reward_metrics"] == {"reward/errors": 0, "reward/timeouts": 0, "reward/rm_truncated": 0,
+                                        "reward/judge_parse_failures": 1}
 
 
 def test_a_tiny_judge_generates_end_to_end(tiny_model_path, tokenizer):
@@ -337,9 +341,14 @@ def test_one_training_step_with_a_reward_model_and_a_reward_function(run_steps, 
     assert metrics["reward/rm_score/mean"] != 0
 
 
-def test_one_training_step_with_a_judge_and_validation(run_steps, tiny_model_path):
-    steps = run_steps("reward_model.enable=true", f"reward_model.model.path={tiny_model_path}", "reward_model.judge.enable=true",
+def test_one_training_step_with_a_judge_alone_and_validation(run_steps, tiny_model_path):
+    # no reward function: the judge's score is the whole reward, and the reward manager, unused, is not even made
+    # (batch would refuse to be made without a batch function)
+    steps = run_steps("custom_reward_function.path=null", "reward_model.reward_manager=batch",
+                      "reward_model.enable=true", f"reward_model.model.path={tiny_model_path}", "reward_model.judge.enable=true",
                       "reward_model.judge.max_new_tokens=4", "trainer.total_training_steps=1", "trainer.test_freq=1")
     metrics = steps[1]
     assert 0 <= metrics["reward/judge_parse_failures"] <= 4  # 2 prompts x n=2 responses, each judged once
+    assert metrics["reward/errors"] == metrics["reward/timeouts"] == 0
+    assert metrics["critic/score/mean"] == pytest.approx(metrics["reward/rm_score/mean"])
     assert any(key.startswith("val-aux/") and key.endswith("/rm_score/mean@1") for key in metrics)

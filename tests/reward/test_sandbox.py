@@ -100,6 +100,12 @@ def test_infinite_loop_is_killed_at_the_timeout(mode):
     assert result.reason == "did not finish within 1 s of wall time; killed"
 
 
+def test_the_cpu_limit_is_reported_as_a_timeout(monkeypatch):
+    monkeypatch.setattr(local, "_cpu_limit_s", lambda timeout_s: 1)  # CPU time ahead of wall time, as with busy threads
+    result = run_code("while True:\n    pass", timeout_s=8)
+    assert (result.status, result.exit_code, result.reason) == ("timeout", -signal.SIGXCPU, "used more than 1 s of CPU time; killed")
+
+
 def test_memory_hog_gets_a_memory_error(mode):
     result = run_code("blocks = [bytearray(2**20) for _ in range(1024)]\nprint(len(blocks))", memory_mb=200)
     assert result.status == "memory" and "MemoryError" in result.stderr
@@ -159,7 +165,7 @@ for name in ("RLIMIT_CPU", "RLIMIT_AS", "RLIMIT_FSIZE", "RLIMIT_NOFILE", "RLIMIT
     print(resource.getrlimit(getattr(resource, name)))
 """
     lines = run_code(program, timeout_s=2.5, memory_mb=300).stdout.splitlines()
-    expected = [(4, 4), (300 * 2**20,) * 2, (local.MAX_FILE_BYTES,) * 2, (256, 256), (0, 0)]
+    expected = [(4, 5), (300 * 2**20,) * 2, (local.MAX_FILE_BYTES,) * 2, (256, 256), (0, 0)]
     assert lines == [str(limit) for limit in expected]
 
 
@@ -212,8 +218,10 @@ def test_a_setsid_grandchild_is_killed(mode, then):
 
 
 CALLER = """
-import sys
-from reinforge.reward.sandbox import local
+import importlib.util, sys
+spec = importlib.util.spec_from_file_location("local", {local_py!r})  # the module alone: importing reinforge takes seconds
+local = sys.modules["local"] = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(local)
 if sys.argv[1] == "no namespaces":
     local._namespace_prefix = lambda: ()
     local._namespace_problem = lambda: "turned off by the test"
@@ -223,7 +231,8 @@ local.run_code("import os\\nos.execv({sleep!r}, ['sleep', {token!r}])", timeout_
 
 def test_a_run_dies_with_its_caller(mode):
     token = f"{40 + uuid.uuid4().int % 10**6 / 10**7:.7f}"
-    caller = subprocess.Popen([sys.executable, "-c", CALLER.format(sleep=shutil.which("sleep"), token=token), mode])
+    caller_code = CALLER.format(local_py=local.__file__, sleep=shutil.which("sleep"), token=token)
+    caller = subprocess.Popen([sys.executable, "-c", caller_code, mode])
     try:
         assert _wait_until(lambda: live_processes_with(f"sleep {token}")), "the sandboxed program did not start"
         workdir = os.readlink(f"/proc/{live_processes_with(f'sleep {token}')[0]}/cwd")
@@ -247,6 +256,29 @@ def _wait_until(condition, seconds: float = 10.0) -> bool:
             return True
         time.sleep(0.05)
     return False
+
+
+HOLD_THE_STATUS_PIPE = """
+import os
+status_fd = open(f"/proc/{{os.getppid()}}/cmdline").read().split("\\0")[5]  # python -I -B _launcher.py WORKDIR STATUS_FD ...
+held = os.open(f"/proc/{{os.getppid()}}/fd/{{status_fd}}", os.O_WRONLY)  # a second write end of the launcher's pipe
+os.set_inheritable(held, True)
+if os.fork() == 0:
+    os.setsid()
+    os.execve({sleep!r}, ["sleep", {token!r}], {{}})  # a new session and no marker: beyond the sweep
+"""
+
+
+def test_a_process_holding_the_status_pipe_does_not_block_the_caller(mode):
+    token = f"{50 + uuid.uuid4().int % 10**6 / 10**7:.7f}"
+    try:
+        result = run_code(HOLD_THE_STATUS_PIPE.format(sleep=shutil.which("sleep"), token=token), timeout_s=5, guard=False)
+        assert (result.status, result.exit_code) == ("ok", 0) and result.wall_s < 4
+        # only without namespaces can such a process outlive the run (the guard would have stopped it)
+        assert bool(live_processes_with(f"sleep {token}")) == (mode == "no namespaces")
+    finally:
+        for pid in live_processes_with(f"sleep {token}"):
+            os.kill(pid, signal.SIGKILL)
 
 
 BOUNDED_FORK_BOMB = """

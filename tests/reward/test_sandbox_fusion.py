@@ -240,19 +240,19 @@ ECHO_CASES = {"inputs": [f"{i}\n" for i in range(8)], "outputs": [f"{i}\n" for i
 
 
 def test_code_scorer_runs_cases_remotely_in_parallel_up_to_the_semaphore(sandbox_service):
-    service = sandbox_service(hold_s=0.3)
+    service = sandbox_service(hold_s=0.15)
     capped = default_compute_score("taco", fenced("print(input())"), ECHO_CASES, sandbox_fusion_url=service.url,
                                    concurrent_semaphore=threading.Semaphore(2), memory_limit_mb=256)
     assert (capped["score"], capped["total"]) == (1.0, 8)
     assert service.max_in_flight == 2
     assert {payload["memory_limit_MB"] for payload in service.payloads} == {256}
-    uncapped_service = sandbox_service(hold_s=0.3)
+    uncapped_service = sandbox_service(hold_s=0.15)
     default_compute_score("taco", fenced("print(input())"), ECHO_CASES, sandbox_fusion_url=uncapped_service.url)
     assert uncapped_service.max_in_flight > 2
 
 
 def test_one_semaphore_caps_requests_across_concurrent_scoring_calls(sandbox_service):
-    service = sandbox_service(hold_s=0.3)
+    service = sandbox_service(hold_s=0.15)
     semaphore = threading.Semaphore(3)
     scores = []
 

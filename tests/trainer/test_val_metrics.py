@@ -152,4 +152,5 @@ def test_a_validation_run_reports_the_metrics_of_its_samples(tiny_model_path, tm
         expected = np.mean([pass_at_k(4, int(sum(p)), k) for p in per_prompt])
         assert metrics[f"val-aux/reinforge/add_one/acc/pass@{k}"] == pytest.approx(expected)
     assert metrics["val-aux/reinforge/add_one/reward/mean@4"] == pytest.approx(np.mean(per_prompt))
+    assert metrics["val-aux/reinforge/add_one/score/mean@4"] == pytest.approx(np.mean(per_prompt))  # verl keeps `score` too
     assert not math.isnan(mean_val_reward(metrics))

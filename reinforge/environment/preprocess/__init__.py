@@ -21,12 +21,18 @@ import argparse
 import importlib
 
 from reinforge.environment.preprocess import countdown
+from reinforge.errors import ConfigError
 
 DATASETS = {
     "gsm8k": "GSM8K grade-school maths (openai/gsm8k, config main)",
     "math": "MATH competition maths (DigitalLearningGmbH/MATH-lighteval, or the original JSON tree)",
     "countdown": "Countdown number puzzles (Jiayi-Pan/Countdown-Tasks-3to4, or generated)",
 }
+
+
+GENERATION_OPTIONS = {"seed": "random seed", "min_numbers": "fewest numbers in a task", "max_numbers": "most numbers in a task",
+                      "max_target": "largest target"}
+GENERATION_DEFAULTS = {"seed": 42, "min_numbers": 3, "max_numbers": 4, "max_target": 100}
 
 
 def _count(text: str) -> int:
@@ -41,29 +47,35 @@ def add_data_arguments(data: argparse.ArgumentParser) -> None:
     datasets = data.add_subparsers(dest="dataset", required=True, metavar="{" + ",".join(DATASETS) + "}")
     for name, summary in DATASETS.items():
         parser = datasets.add_parser(name, help=summary, description=f"Write verl-schema train/test parquet files of {summary}.")
-        parser.add_argument("--local_dir", "--local_save_dir", dest="local_dir", default=f"~/data/{name}",
+        parser.add_argument("--local_dir", "--local_save_dir", dest="local_dir", default=f"~/data/{name}", metavar="DIR",
                             help="output folder for train.parquet and test.parquet (default: %(default)s)")
-        parser.add_argument("--input", "--local_dataset_path", dest="input", nargs="+", metavar="DIR_OR_FILE",
-                            help="a local copy of the original dataset: files or folders (default: load from the hub)")
-        parser.add_argument("--max_train", type=_count, help="keep only the first N train rows")
-        parser.add_argument("--max_test", type=_count, help="keep only the first N test rows")
+        parser.add_argument("--input", "--local_dataset_path", dest="input", nargs="+", metavar="PATH",
+                            help="a local copy of the original dataset: files or folders, split by the word train or "
+                                 "test in their names (default: load from the hub with the `datasets` library)")
+        parser.add_argument("--max_train", type=_count, metavar="N", help="keep only the first N train rows")
+        parser.add_argument("--max_test", type=_count, metavar="N", help="keep only the first N test rows (0: no test file)")
         parser.add_argument("--traceback", action="store_true", help="show full tracebacks for user errors")
     options = datasets.choices["countdown"]
-    options.add_argument("--generate", action="store_true", help="generate tasks solvable by construction instead of reading them")
     options.add_argument("--template", default="base", choices=countdown.TEMPLATES,
-                           help="base: TinyZero's base-model prompt; chat: the user's request only (default: %(default)s)")
-    options.add_argument("--num_train", type=_count, default=countdown.TRAIN_SIZE,
-                           help="train tasks: generated, or the first rows of a one-split copy (default: %(default)s)")
-    options.add_argument("--num_test", type=_count, default=countdown.TEST_SIZE, help="test tasks, after the train ones (default: %(default)s)")
-    options.add_argument("--seed", type=int, default=42, help="seed of --generate (default: %(default)s)")
-    options.add_argument("--min_numbers", type=int, default=3, help="fewest numbers in a generated task (default: %(default)s)")
-    options.add_argument("--max_numbers", type=int, default=4, help="most numbers in a generated task (default: %(default)s)")
-    options.add_argument("--max_target", type=int, default=100, help="largest generated target (default: %(default)s)")
+                         help="base: TinyZero's base-model prompt; chat: the user's request only (default: %(default)s)")
+    options.add_argument("--num_train", type=_count, default=countdown.TRAIN_SIZE, metavar="N",
+                         help="train tasks: generated, or the first rows of a one-split copy (default: %(default)s)")
+    options.add_argument("--num_test", type=_count, default=countdown.TEST_SIZE, metavar="N",
+                         help="test tasks, after the train ones (default: %(default)s)")
+    generation = options.add_argument_group("generated tasks (--generate)")
+    generation.add_argument("--generate", action="store_true", help="generate tasks solvable by construction instead of reading them")
+    for option, help_text in GENERATION_OPTIONS.items():
+        generation.add_argument(f"--{option}", type=int, default=GENERATION_DEFAULTS[option], metavar="N",
+                                help=f"{help_text} (default: %(default)s)")
 
 
 def run_data_command(args: argparse.Namespace) -> int:
     """Run `reinforge data <dataset>` with parsed arguments; returns the exit status."""
     if args.dataset == "countdown":
+        ignored = [f"--{option}" for option, default in GENERATION_DEFAULTS.items() if getattr(args, option) != default]
+        if ignored and not args.generate:
+            raise ConfigError(f"{' '.join(ignored)}: the generation options only apply with --generate; add --generate, "
+                              "or drop them to read a copy of the dataset.")
         countdown.preprocess(args.local_dir, args.input, args.generate, args.template, args.num_train, args.num_test,
                              args.seed, args.min_numbers, args.max_numbers, args.max_target, args.max_train, args.max_test)
     else:  # gsm8k, math: imported here, as the MATH scorer pulls in the reward package (and torch)

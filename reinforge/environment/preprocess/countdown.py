@@ -170,9 +170,9 @@ def split_dataset(raw: dict[str, RawSplit], num_train: int, num_test: int) -> di
     if total <= num_test:
         raise DataError(f"Countdown input has {total} rows, not more than --num_test {num_test}; lower --num_test.")
     if total >= num_train + num_test:
-        train, test = only.head(num_train), only.slice(num_train, num_train + num_test)
+        train, test = only.slice(0, num_train), only.slice(num_train, num_train + num_test)
     else:
-        train, test = only.head(total - num_test), only.slice(total - num_test, total)
+        train, test = only.slice(0, total - num_test), only.slice(total - num_test, total)
         print(f"reinforge: the countdown input has {total} rows, fewer than --num_train {num_train} + --num_test "
               f"{num_test}; train gets the first {total - num_test}", file=sys.stderr)
     return {"train": _tasks(train), "test": _tasks(test)}

@@ -25,7 +25,6 @@ a rename), and a line says how many rows went where.
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import sys
@@ -64,9 +63,6 @@ class RawSplit:
     def add(self, rows: list[dict[str, Any]], source: str) -> None:
         self.rows += rows
         self.origins += [(source, i) for i in range(len(rows))]
-
-    def head(self, count: int) -> RawSplit:
-        return RawSplit(self.rows[:count], self.origins[:count])
 
     def slice(self, start: int, stop: int) -> RawSplit:
         return RawSplit(self.rows[start:stop], self.origins[start:stop])
@@ -123,51 +119,22 @@ def split_named_by(parts: Iterable[str]) -> str | None:
 
 
 def _read_file(path: Path) -> list[dict[str, Any]]:
-    try:
-        if path.suffix == ".parquet":
-            import pyarrow.parquet as pq
+    if path.suffix != ".arrow":
+        from reinforge.environment.dataset import read_rows  # imported here: it pulls in torch, which `--help` does not need
 
-            rows = pq.read_table(path).to_pylist()
-        elif path.suffix == ".arrow":
-            rows = _read_arrow(path)
-        else:
-            rows = _read_json(path.read_text(encoding="utf-8"))
-    except DataError as err:
-        raise DataError(f"{path}: {err}") from err
-    except Exception as err:  # pyarrow, OS and decoding errors all mean: this file cannot be read
-        raise DataError(f"{path}: cannot read this {path.suffix} file ({type(err).__name__}: {err}).") from err
-    for i, row in enumerate(rows):
-        if not isinstance(row, dict):
-            raise DataError(f"{path}: row {i} is a JSON {type(row).__name__}, not an object of columns.")
-    return rows
-
-
-def _read_arrow(path: Path) -> list[dict[str, Any]]:
+        return read_rows(str(path))[0]
     import pyarrow as pa
 
-    with pa.memory_map(str(path)) as source:
-        try:
-            table = pa.ipc.open_stream(source).read_all()  # what `datasets` writes
-        except pa.ArrowInvalid:
-            source.seek(0)
-            table = pa.ipc.open_file(source).read_all()
-    return table.to_pylist()
-
-
-def _read_json(text: str) -> list[Any]:
     try:
-        whole = json.loads(text)
-        return whole if isinstance(whole, list) else [whole]
-    except json.JSONDecodeError:
-        pass
-    rows = []
-    for number, line in enumerate(text.splitlines(), start=1):
-        if line.strip():
+        with pa.memory_map(str(path)) as source:
             try:
-                rows.append(json.loads(line))
-            except json.JSONDecodeError as err:
-                raise DataError(f"line {number} is not valid JSON ({err}); expected JSON, JSON lines or one JSON object.") from err
-    return rows
+                table = pa.ipc.open_stream(source).read_all()  # what `datasets` writes
+            except pa.ArrowInvalid:
+                source.seek(0)
+                table = pa.ipc.open_file(source).read_all()
+    except Exception as err:  # pyarrow and OS errors all mean: this file cannot be read
+        raise DataError(f"{path}: cannot read this .arrow file ({type(err).__name__}: {err}).") from err
+    return table.to_pylist()
 
 
 def load_from_hub(hub: HubDataset) -> dict[str, RawSplit]:

@@ -39,7 +39,7 @@ import torch
 
 from reinforge.batch import Batch
 from reinforge.errors import ConfigError, DataError, UserError
-from reinforge.reward.manager.calls import ScoreTimeout, WorkerError
+from reinforge.reward.manager.calls import ScoreTimeout, WorkerError, call_coroutines, call_inline, is_async
 from reinforge.reward.manager.pool import ScoringPool
 from reinforge.reward.registry import default_compute_score
 
@@ -49,7 +49,11 @@ KWARGS = "reward_model.reward_kwargs"
 
 
 def register_reward_manager(name: str) -> Callable[[type], type]:
-    """Class decorator: make a reward manager available as `reward_model.reward_manager=<name>`."""
+    """Class decorator: make a reward manager available as `reward_model.reward_manager=<name>`.
+
+    The class is made as verl makes its managers, `cls(tokenizer=, num_examine=, compute_score=,
+    reward_fn_key=, **reward_kwargs)`, and called as `manager(batch, return_dict=False)`; a subclass
+    of `RewardManager` only writes `_compute` (and `close()` is there for the end of the run)."""
 
     def register(cls: type) -> type:
         _MANAGERS[name] = cls
@@ -84,13 +88,8 @@ def make_reward_manager(
             f"{KWARGS} {unknown} are not options of the {name!r} reward manager; "
             f"its options are {sorted(set(parameters) - _COMMON_ARGS) or 'none'}"
         )
-    return cls(
-        tokenizer=tokenizer,
-        compute_score=compute_score or default_compute_score,
-        reward_fn_key=reward_fn_key,
-        num_examine=num_examine,
-        **reward_kwargs,
-    )
+    return cls(tokenizer=tokenizer, num_examine=num_examine, compute_score=compute_score, reward_fn_key=reward_fn_key,
+               **reward_kwargs)
 
 
 @dataclass
@@ -115,17 +114,28 @@ class ScoreFunctionError(Exception):
 
 
 class RewardManager:
-    """Base of the managers: everything but how the reward function is called (`_compute`)."""
+    """Base of the managers: everything but which calls of the reward function a batch makes (`_compute`).
 
-    def __init__(self, tokenizer: Any, compute_score: Callable[..., Any], reward_fn_key: str, num_examine: int,
-                 timeout_s: float | None) -> None:
+    The constructor's first four parameters are verl's, in verl's order; `compute_score` None means
+    `default_compute_score`. `processes` is the number of worker processes that call the reward
+    function (`prime`); None gives one to a sync function with `timeout_s` (only a process can be
+    stopped at its time limit) and none otherwise.
+    """
+
+    def __init__(self, tokenizer: Any, num_examine: int, compute_score: Callable[..., Any] | None, reward_fn_key: str,
+                 timeout_s: float | None, processes: int | None = None) -> None:
         self.tokenizer = tokenizer
-        self.compute_score = compute_score
-        self.reward_fn_key = reward_fn_key
         self.num_examine = num_examine
+        self.compute_score = default_compute_score if compute_score is None else compute_score
+        self.reward_fn_key = reward_fn_key
         self.timeout_s = check_timeout(timeout_s)
         self._pool: ScoringPool | None = None
         self._reported: set[str] = set()  # "error", "timeout": kinds of failure already printed
+        reason = f"The {type(self).__name__}"
+        if processes is None and self.timeout_s is not None and not is_async(self.compute_score):
+            processes, reason = 1, f"{reason} with {KWARGS}.timeout_s set"
+        if processes:
+            self._pool = ScoringPool(self.compute_score, processes, self.timeout_s, reason=reason)
 
     def __call__(self, batch: Batch, return_dict: bool = False) -> torch.Tensor | dict[str, Any]:
         samples = self._samples(batch)
@@ -154,6 +164,15 @@ class RewardManager:
     def _compute(self, samples: list[Sample]) -> list[Any]:
         """Each row's reward-function result, or the exception in its place."""
         raise NotImplementedError
+
+    def _call(self, calls: list[dict[str, Any]], max_concurrency: int) -> list[Any]:
+        """`compute_score(**kwargs)` for each call: in the worker processes when the manager has them, else
+        awaited concurrently (`async def`, `max_concurrency` at a time) or one after another here."""
+        if self._pool is not None:
+            return self._pool.map(calls)
+        if is_async(self.compute_score):
+            return call_coroutines(self.compute_score, calls, max_concurrency, self.timeout_s)
+        return call_inline(self.compute_score, calls)
 
     def _shape(self, samples: list[Sample], scores: list[float]) -> tuple[list[float], dict[str, list[Any]]]:
         """Each row's reward from its score, plus extra-info lists about the shaping; by default the scores."""

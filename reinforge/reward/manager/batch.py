@@ -31,8 +31,7 @@ import numpy as np
 
 from reinforge.errors import ConfigError, RewardError
 from reinforge.reward.manager.base import KWARGS, RewardManager, Sample, register_reward_manager
-from reinforge.reward.manager.calls import call_coroutines, call_inline, function_name, is_async
-from reinforge.reward.manager.pool import ScoringPool
+from reinforge.reward.manager.calls import function_name
 from reinforge.reward.registry import default_compute_score
 
 _LIST_ARGS = ("data_sources", "solution_strs", "ground_truths", "extra_infos")
@@ -45,37 +44,29 @@ class BatchRewardManager(RewardManager):
     def __init__(
         self,
         tokenizer: Any,
-        compute_score: Callable[..., Any],
-        reward_fn_key: str = "data_source",
         num_examine: int = 0,
+        compute_score: Callable[..., Any] | None = None,
+        reward_fn_key: str = "data_source",
         timeout_s: float | None = None,
         **reward_kwargs: Any,
     ) -> None:
-        if compute_score is default_compute_score:
+        if compute_score is None or compute_score is default_compute_score:
             raise ConfigError(
                 "reward_model.reward_manager=batch calls the reward function once with lists: "
                 f"fn({', '.join(_LIST_ARGS)}, **reward_kwargs) returning one score per response. The built-in "
                 "scorers score one response at a time; set custom_reward_function.path (and .name) to a batch function, "
                 "or use reward_model.reward_manager=naive"
             )
-        super().__init__(tokenizer, compute_score, reward_fn_key, num_examine, timeout_s)
-        self.reward_kwargs = reward_kwargs
         _check_signature(compute_score, reward_kwargs)
-        if self.timeout_s is not None and not is_async(compute_score):
-            reason = f"With {KWARGS}.timeout_s set, the batch reward manager"
-            self._pool = ScoringPool(compute_score, processes=1, timeout_s=self.timeout_s, reason=reason)
+        super().__init__(tokenizer, num_examine, compute_score, reward_fn_key, timeout_s)
+        self.reward_kwargs = reward_kwargs
         self._call_error: BaseException | None = None  # the exception of the last call, when the whole call failed
 
     def _compute(self, samples: list[Sample]) -> list[Any]:
         kwargs = {"data_sources": [s.data_source for s in samples], "solution_strs": [s.solution_str for s in samples],
                   "ground_truths": [s.ground_truth for s in samples], "extra_infos": [s.extra_info for s in samples],
                   **self.reward_kwargs}
-        if is_async(self.compute_score):
-            [result] = call_coroutines(self.compute_score, [kwargs], max_concurrency=1, timeout_s=self.timeout_s)
-        elif self._pool is not None:
-            [result] = self._pool.map([kwargs])
-        else:
-            [result] = call_inline(self.compute_score, [kwargs])
+        [result] = self._call([kwargs], max_concurrency=1)
         self._call_error = result if isinstance(result, BaseException) else None
         if self._call_error is not None:
             return [result] * len(samples)

@@ -27,7 +27,6 @@ from typing import Any
 from reinforge.errors import ConfigError
 from reinforge.reward.manager.base import KWARGS, Sample, register_reward_manager
 from reinforge.reward.manager.naive import NaiveRewardManager
-from reinforge.reward.registry import default_compute_score
 
 
 @dataclass(frozen=True)
@@ -55,15 +54,15 @@ class DAPORewardManager(NaiveRewardManager):
     def __init__(
         self,
         tokenizer: Any,
-        compute_score: Callable[..., Any] = default_compute_score,
-        reward_fn_key: str = "data_source",
         num_examine: int = 0,
-        timeout_s: float | None = None,
-        max_concurrency: int = 64,
+        compute_score: Callable[..., Any] | None = None,
+        reward_fn_key: str = "data_source",
         max_resp_len: int | None = None,
         overlong_buffer_cfg: Mapping[str, Any] | None = None,
+        timeout_s: float | None = None,
+        max_concurrency: int = 64,
     ) -> None:
-        super().__init__(tokenizer, compute_score, reward_fn_key, num_examine, timeout_s, max_concurrency)
+        super().__init__(tokenizer, num_examine, compute_score, reward_fn_key, timeout_s, max_concurrency)
         self.max_resp_len = max_resp_len
         self.overlong_buffer = _overlong_buffer(max_resp_len, overlong_buffer_cfg)
 

@@ -19,10 +19,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from reinforge.reward.manager.base import KWARGS, RewardManager, Sample, check_count, register_reward_manager
-from reinforge.reward.manager.calls import call_coroutines, call_inline, is_async
-from reinforge.reward.manager.pool import ScoringPool
-from reinforge.reward.registry import default_compute_score
+from reinforge.reward.manager.base import RewardManager, Sample, check_count, register_reward_manager
 
 
 @register_reward_manager("naive")
@@ -32,22 +29,14 @@ class NaiveRewardManager(RewardManager):
     def __init__(
         self,
         tokenizer: Any,
-        compute_score: Callable[..., Any] = default_compute_score,
-        reward_fn_key: str = "data_source",
         num_examine: int = 0,
+        compute_score: Callable[..., Any] | None = None,
+        reward_fn_key: str = "data_source",
         timeout_s: float | None = None,
         max_concurrency: int = 64,
     ) -> None:
-        super().__init__(tokenizer, compute_score, reward_fn_key, num_examine, timeout_s)
+        super().__init__(tokenizer, num_examine, compute_score, reward_fn_key, timeout_s)
         self.max_concurrency = check_count("max_concurrency", max_concurrency)
-        if self.timeout_s is not None and not is_async(compute_score):
-            reason = f"With {KWARGS}.timeout_s set, the reward manager"
-            self._pool = ScoringPool(compute_score, processes=1, timeout_s=self.timeout_s, reason=reason)
 
     def _compute(self, samples: list[Sample]) -> list[Any]:
-        calls = [sample.call_kwargs() for sample in samples]
-        if is_async(self.compute_score):
-            return call_coroutines(self.compute_score, calls, self.max_concurrency, self.timeout_s)
-        if self._pool is not None:
-            return self._pool.map(calls)
-        return call_inline(self.compute_score, calls)
+        return self._call([sample.call_kwargs() for sample in samples], self.max_concurrency)

@@ -79,7 +79,7 @@ class ScoringPool:
         self.processes = processes
         self.timeout_s = timeout_s
         self._payload = _payload(fn, reason)
-        self._context = _context()
+        self._context = worker_context()
         self._workers: list[_Worker] = []
         weakref.finalize(self, _stop_all, self._workers)
 
@@ -238,7 +238,9 @@ class _ModuleRecorder(pickle.Pickler):
         return NotImplemented  # pickle it the usual way
 
 
-def _context() -> Any:
+def worker_context() -> Any:
+    """The multiprocessing context of reward worker processes: forkserver (preloading `reinforge.reward`), else spawn;
+    never fork, which would copy the training process's threads in whatever state they are in."""
     if "forkserver" in multiprocessing.get_all_start_methods():
         context = multiprocessing.get_context("forkserver")
         context.set_forkserver_preload(["reinforge.reward"])  # takes effect when the server first starts

@@ -21,8 +21,6 @@ from collections.abc import Callable
 from typing import Any
 
 from reinforge.reward.manager.base import RewardManager, Sample, check_count, register_reward_manager
-from reinforge.reward.manager.pool import ScoringPool
-from reinforge.reward.registry import default_compute_score
 
 
 @register_reward_manager("prime")
@@ -32,15 +30,14 @@ class PrimeRewardManager(RewardManager):
     def __init__(
         self,
         tokenizer: Any,
-        compute_score: Callable[..., Any] = default_compute_score,
-        reward_fn_key: str = "data_source",
         num_examine: int = 0,
+        compute_score: Callable[..., Any] | None = None,
+        reward_fn_key: str = "data_source",
         num_processes: int | None = None,
         timeout_s: float | None = 300.0,
     ) -> None:
-        super().__init__(tokenizer, compute_score, reward_fn_key, num_examine, timeout_s)
         self.num_processes = check_count("num_processes", min(8, os.cpu_count() or 1) if num_processes is None else num_processes)
-        self._pool = ScoringPool(compute_score, self.num_processes, self.timeout_s, reason="The prime reward manager")
+        super().__init__(tokenizer, num_examine, compute_score, reward_fn_key, timeout_s, processes=self.num_processes)
 
     def _compute(self, samples: list[Sample]) -> list[Any]:
         return self._pool.map([sample.call_kwargs() for sample in samples])

@@ -13,7 +13,8 @@ custom function. reinforge decides:
 
 Either way the reward model's score of each row is reported as `reward_extra_info["rm_score"]`
 (so `reward/rm_score/mean` in training and `val-aux/<data_source>/rm_score/mean@n` in
-validation), next to the counts `reward/rm_truncated` and `reward/judge_parse_failures`.
+validation), next to the counts `reward/rm_truncated` and `reward/judge_parse_failures`; the
+managers' `reward/errors` and `reward/timeouts` are always present too (0 without a manager).
 `RewardModelScorer` is called like a reward manager, so the trainer, ReMax's greedy baseline and
 validation use it unchanged.
 """
@@ -39,15 +40,17 @@ class RewardModelScorer:
     def __call__(self, batch: Batch, return_dict: bool = False) -> torch.Tensor | dict[str, Any]:
         scored = self.rm_wg.compute_rm_score(batch)
         rm_scores = scored["rm_scores"]  # (batch, response_len)
-        reward, extra = rm_scores, {"rm_score": rm_scores.sum(-1).tolist()}
-        metrics = {"reward/rm_truncated": int(sum(scored["rm_truncated"]))}
-        if "judge_parse_failed" in scored:
-            metrics["reward/judge_parse_failures"] = int(sum(scored["judge_parse_failed"]))
+        reward, extra = rm_scores, {}
+        metrics = {"reward/errors": 0, "reward/timeouts": 0}  # a manager's failure counts: present (0) without one too
         if self.manager is not None:
             rule = self.manager(batch, return_dict=True)
             reward = rule["reward_tensor"] + rm_scores.to(rule["reward_tensor"].device)
-            extra = {**rule.get("reward_extra_info", {}), **extra}
-            metrics = {**rule.get("reward_metrics", {}), **metrics}
+            extra.update(rule.get("reward_extra_info", {}))
+            metrics.update(rule.get("reward_metrics", {}))
+        extra["rm_score"] = rm_scores.sum(-1).tolist()
+        metrics["reward/rm_truncated"] = int(sum(scored["rm_truncated"]))
+        if "judge_parse_failed" in scored:
+            metrics["reward/judge_parse_failures"] = int(sum(scored["judge_parse_failed"]))
         if not return_dict:
             return reward
         return {"reward_tensor": reward, "reward_extra_info": extra, "reward_metrics": metrics}

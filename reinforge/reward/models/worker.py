@@ -32,7 +32,7 @@ from reinforge.inference import HFEngine
 from reinforge.reward.models.classifier import ClassifierInputs, classifier_inputs, same_tokenizer, sequence_scores
 from reinforge.reward.models.judge import Judge
 from reinforge.reward.models.rows import on_last_response_token
-from reinforge.training.model import _from_pretrained, _model_source, _prepare, load_tokenizer
+from reinforge.training.model import load_pretrained, load_tokenizer, model_source, prepare_model
 
 PATH_KEY = "reward_model.model.path"
 
@@ -102,7 +102,7 @@ def _input_tokenizer(config: Config) -> Any:
 def _tokenizer(path: str, key: str, trust_remote_code: bool) -> Any:
     from transformers import AutoTokenizer
 
-    source = _model_source(path, key)
+    source = model_source(path, key)
     try:
         tokenizer = AutoTokenizer.from_pretrained(source, trust_remote_code=trust_remote_code)
     except Exception as exc:
@@ -139,8 +139,8 @@ def _load(config: Config, judge: bool, device: str, pad_token_id: int | None = N
         return model
 
     what = f"reward {'judge' if judge else 'model'} ({PATH_KEY})"
-    model = _from_pretrained(model_cfg, PATH_KEY, what, model_cfg.fsdp_config.model_dtype, build)
-    return _prepare(model, device, trainable=False, gradient_checkpointing=False)
+    model = load_pretrained(model_cfg, PATH_KEY, what, model_cfg.fsdp_config.model_dtype, build)
+    return prepare_model(model, device, trainable=False, gradient_checkpointing=False)
 
 
 def _eos_ids(model: torch.nn.Module, tokenizer: Any) -> list[int]:

@@ -2,9 +2,12 @@
 
 Command line: `_launcher.py WORKDIR STATUS_FD LIFELINE_FD GUARD CPU_S MEMORY_BYTES FILE_BYTES NPROC`.
 
-1. Resource limits are set first (soft = hard, so the program cannot raise them): CPU seconds,
-   address space, size of any written file, open files, no core dumps, and, when NPROC > 0, the
-   number of processes of the user. A limit the caller already has lower stays as it is.
+1. Resource limits are set first (soft = hard, so the program cannot raise them): address space,
+   size of any written file, open files, no core dumps, and, when NPROC > 0, the number of
+   processes of the user. CPU seconds get soft = CPU_S and hard = CPU_S + 1: the kernel sends
+   SIGXCPU at the soft limit (reported as a timeout) and SIGKILL at the hard one, so with soft =
+   hard a CPU-bound program would die of SIGKILL and look like any killed program. A limit the
+   caller already has lower stays as it is.
 2. This process then forks the program and stays as its supervisor: it waits for the program,
    writes the program's raw wait status to STATUS_FD and exits. When this process is PID 1 of a
    fresh PID namespace (`unshare --pid --fork`), it also reaps orphans, and its exit makes the
@@ -22,8 +25,9 @@ Command line: `_launcher.py WORKDIR STATUS_FD LIFELINE_FD GUARD CPU_S MEMORY_BYT
    opening directories outside WORKDIR (which would allow fd-relative escapes); links and
    symlinks; fork, exec, spawn, system and subprocess; kill, killpg and pthread_kill; socket
    connect, bind, sendto, sendmsg and name lookups; raising resource limits; importing ctypes,
-   cffi or _posixsubprocess, and any ctypes call. An audit hook cannot be removed from Python
-   code, but it is no security boundary against native code (see docs/sandbox.md).
+   cffi or _posixsubprocess, and any ctypes call. An audit hook cannot be removed, but deliberate
+   Python code can still defeat it (through frames, or by replacing the os.path functions the
+   checks call), and native code is not audited: it is no security boundary (docs/sandbox.md).
 5. WORKDIR/main.py then runs as `__main__`; its exceptions and exit status are the run's.
 
 Only the standard library is used, and nothing is imported from reinforge: under `-I` the
@@ -96,20 +100,20 @@ def main() -> None:
 
 
 def _set_limits(cpu_s: int, memory_bytes: int, file_bytes: int, nproc: int) -> None:
-    limits = [
-        (resource.RLIMIT_CPU, cpu_s),
-        (resource.RLIMIT_AS, memory_bytes),
-        (resource.RLIMIT_FSIZE, file_bytes),
-        (resource.RLIMIT_NOFILE, 256),
-        (resource.RLIMIT_CORE, 0),
+    limits = [  # (kind, soft, hard)
+        (resource.RLIMIT_CPU, cpu_s, cpu_s + 1),
+        (resource.RLIMIT_AS, memory_bytes, memory_bytes),
+        (resource.RLIMIT_FSIZE, file_bytes, file_bytes),
+        (resource.RLIMIT_NOFILE, 256, 256),
+        (resource.RLIMIT_CORE, 0, 0),
     ]
     if nproc > 0:
-        limits.append((resource.RLIMIT_NPROC, nproc))
-    for kind, value in limits:
-        hard = resource.getrlimit(kind)[1]
-        if hard != resource.RLIM_INFINITY:
-            value = min(value, hard)  # a limit can only be lowered
-        resource.setrlimit(kind, (value, value))
+        limits.append((resource.RLIMIT_NPROC, nproc, nproc))
+    for kind, soft, hard in limits:
+        current_hard = resource.getrlimit(kind)[1]
+        if current_hard != resource.RLIM_INFINITY:  # a limit can only be lowered
+            soft, hard = min(soft, current_hard), min(hard, current_hard)
+        resource.setrlimit(kind, (soft, hard))
 
 
 def _supervise(program: int, workdir: str, status_fd: int, lifeline_fd: int) -> None:

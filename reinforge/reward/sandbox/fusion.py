@@ -41,7 +41,7 @@ import urllib.error
 import urllib.request
 from typing import Any
 
-from reinforge.reward.sandbox.local import DEFAULT_MAX_OUTPUT_BYTES, RunResult, SandboxUnavailableError
+from reinforge.reward.sandbox.local import DEFAULT_MAX_OUTPUT_BYTES, RunResult, SandboxUnavailableError, _last_line
 
 DEFAULT_RETRIES = 3
 DEFAULT_RETRY_DELAY_S = 0.5
@@ -131,7 +131,7 @@ def _to_result(answer: dict, url: str, wall_s: float, memory_mb: int, cap: int) 
 
 def _classify(api_status, run: dict, compiled: dict, stderr: str, exit_code, memory_mb: int, message) -> tuple[str, str]:
     run_status = run.get("status")
-    last_line = stderr.strip().splitlines()[-1][:300] if stderr.strip() else ""
+    last_line = _last_line(stderr)
     if api_status == "Success" and run_status == "Finished":
         if exit_code in (0, None):
             return "ok", "exited with status 0"

@@ -6,15 +6,17 @@ with this interpreter (`python -I -B`: isolated mode, no bytecode written) throu
 
 - a new session (`start_new_session`), a minimal environment (PATH, locale, one-thread BLAS,
   HOME = TMPDIR = the work directory; nothing inherited, so no secrets), stdin from a file;
-- resource limits set before the program starts (soft = hard): CPU seconds (the timeout, rounded
-  up, plus one), address space (`memory_mb`), 16 MiB per written file, 256 open files, no core
-  dumps, and RLIMIT_NPROC = the tasks its user already runs + 64. Linux does not apply
-  RLIMIT_NPROC to root, so a run started by root is not limited by it;
+- resource limits set before the program starts (soft = hard, except CPU): CPU seconds (the
+  timeout, rounded up, plus one; SIGXCPU there, SIGKILL a second later), address space
+  (`memory_mb`), 16 MiB per written file, 256 open files, no core dumps, and RLIMIT_NPROC = the
+  tasks its user already runs + 64. Linux does not apply RLIMIT_NPROC to root, so a run started
+  by root is not limited by it;
 - a wall-clock timeout (counted from the call, interpreter start included), after which the whole
   process tree is killed: its process group, then every process whose environment carries the
   run's marker (`REINFORGE_SANDBOX_RUN`), which finds children that called setsid. The sweep also
   runs after every normal exit. Should this process die mid-run, the launcher notices (a pipe
-  closes) and kills the run's process group;
+  closes) and kills the run's process group. Without namespaces, a process that left the group
+  and exec'd with a new environment (which needs the guard out of the way) escapes both;
 - stdout and stderr read as they come, each capped at `max_output_bytes` (the program is killed
   when one goes over);
 - when the machine allows unprivileged namespaces (probed once per process with `unshare`):
@@ -25,7 +27,7 @@ with this interpreter (`python -I -B`: isolated mode, no bytecode written) throu
 - unless `guard=False`: an audit hook in the program's interpreter refusing file writes outside
   the work directory, new processes, signals, sockets, ctypes and rlimit changes (the list is
   in `_launcher.py`). The hook is a guard against accidents and ordinary model output, not a
-  security boundary.
+  security boundary: a few deliberate lines of Python switch it off.
 
 `isolation()` says which of these layers are in effect; every RunResult repeats it. The work
 directory is removed afterwards. What is and is not guaranteed is in docs/sandbox.md.
@@ -98,7 +100,7 @@ def run_code(
     token = secrets.token_hex(12)
     workdir = os.path.realpath(tempfile.mkdtemp(prefix="reinforge-sandbox-"))
     try:
-        Path(workdir, "main.py").write_text(code, encoding="utf-8")
+        Path(workdir, "main.py").write_text(code, encoding="utf-8", errors="replace")  # no lone surrogates
         with tempfile.TemporaryFile() as stdin_file:
             stdin_file.write(stdin.encode("utf-8", errors="replace"))
             stdin_file.seek(0)
@@ -125,7 +127,7 @@ def _run(workdir, token, stdin_file, started, timeout_s, memory_mb, max_output_b
     command = [
         *_namespace_prefix(),
         _python(), "-I", "-B", str(_LAUNCHER), workdir, str(status_write), str(lifeline_read), "1" if guard else "0",
-        str(math.ceil(timeout_s) + 1), str(memory_mb * 2**20), str(MAX_FILE_BYTES), str(_process_limit()),
+        str(_cpu_limit_s(timeout_s)), str(memory_mb * 2**20), str(MAX_FILE_BYTES), str(_process_limit()),
     ]
     try:
         process = subprocess.Popen(
@@ -146,7 +148,10 @@ def _run(workdir, token, stdin_file, started, timeout_s, memory_mb, max_output_b
         process.wait()
         os.close(lifeline_write)
         wait_status = _read_all(status_read)
-    exit_code = os.waitstatus_to_exitcode(int(wait_status)) if wait_status else process.returncode
+    try:
+        exit_code = os.waitstatus_to_exitcode(int(wait_status))
+    except (ValueError, OverflowError):  # no status, or garbage a program wrote into the pipe
+        exit_code = process.returncode
     out, err = stdout.decode("utf-8", errors="replace"), stderr.decode("utf-8", errors="replace")
     status, reason = _classify(outcome, exit_code, err, timeout_s, memory_mb, max_output_bytes)
     if outcome == "exited" and not wait_status:  # the launcher ended without reporting on the program
@@ -197,7 +202,7 @@ def _classify(outcome, exit_code, stderr, timeout_s, memory_mb, cap) -> tuple[st
     if outcome == "output_limit":
         return "output_limit", f"wrote more than {cap} bytes to stdout or stderr; killed"
     if exit_code == -signal.SIGXCPU:
-        return "timeout", f"used more than {math.ceil(timeout_s) + 1} s of CPU time; killed"
+        return "timeout", f"used more than {_cpu_limit_s(timeout_s)} s of CPU time; killed"
     if exit_code == -signal.SIGXFSZ:
         return "runtime_error", f"wrote a file larger than {MAX_FILE_BYTES // 2**20} MiB; killed"
     if exit_code == 0:
@@ -210,6 +215,11 @@ def _classify(outcome, exit_code, stderr, timeout_s, memory_mb, cap) -> tuple[st
     if exit_code is not None and exit_code < 0:
         return "runtime_error", f"killed by signal {_signal_name(-exit_code)}"
     return "runtime_error", f"exited with status {exit_code}" + (f": {last_line}" if last_line else "")
+
+
+def _cpu_limit_s(timeout_s: float) -> int:
+    """RLIMIT_CPU's soft limit for a run: the wall-clock timeout rounded up, plus one second."""
+    return math.ceil(timeout_s) + 1
 
 
 def _last_line(text: str) -> str:
@@ -322,13 +332,18 @@ def _namespace_problem() -> str:
 
 
 def _read_all(fd: int) -> str:
+    """What is in the status pipe now, without waiting for its end: the launcher has exited, and a
+    process the program left behind (one that reopened the pipe through /proc) must not block this one."""
+    os.set_blocking(fd, False)
     chunks = []
     try:
         while chunk := os.read(fd, 64):
             chunks.append(chunk)
+    except BlockingIOError:
+        pass
     finally:
         os.close(fd)
-    return b"".join(chunks).decode().strip()
+    return b"".join(chunks).decode(errors="replace").strip()
 
 
 def _remove_tree(path: str) -> None:

@@ -13,21 +13,30 @@ Test cases (`ground_truth`, a dict or its JSON string; verl's prime_code / sandb
   1e-6 (absolute or relative). An expected output given as a list of lines is joined with "\\n".
 - call-based: `{"fn_name": name, "inputs": [...], "outputs": [...]}`. An input is a list of
   arguments, or a string of JSON values one per line (sandbox_fusion's form). `name` is looked up
-  among the program's globals, then as a method of `Solution()`. The return value, passed back as
-  JSON (tuples become lists), passes when it equals the expected value (a string is parsed as
-  JSON when it is JSON) or, as in prime_code, the first item of an expected non-empty list.
+  as a method of `Solution()`, then among the program's globals (prime_code's order). The return
+  value, passed back as JSON (tuples become lists), passes when it equals the expected value (a
+  string is parsed as JSON when it is JSON) or, as in prime_code, the first item of an expected
+  non-empty list.
 - assert-style: a list of statements `["assert f(1) == 2", ...]`, or `{"assert_case": [...]}`
   with optional `inputs` (stdin, default "") and `outputs` (default None) of the same length.
-  Each statement is appended to the program; the case passes when the program exits with status
-  0 and, when the expected output is not None, prints it.
+  Each statement is appended to the program, followed by a line that prints a marker; the case
+  passes when the program exits with status 0 having printed the marker (so a program that exits
+  early, `sys.exit(0)` say, does not pass statements it never ran) and, when the expected output
+  is not None, what it printed before the marker matches it.
+
+Every program runs after verl's prelude (prime_code's, also sandbox_fusion's for call-based
+cases): `from typing import *`, `from collections import *`, `import math`, ... and a recursion
+limit of 600000, so solutions that rely on it, e.g. LeetCode-style `List[int]` annotations without
+an import, pass as in verl. `from __future__` lines of the program are moved above it.
 
 Scoring follows verl's continuous mode (what verl's default_compute_score uses for code): the
 pass rate over the first 10 cases; when all of those pass, the remaining cases run until one
-fails, and a failure there makes the score 10/11 (as verl's sandbox_fusion scorer does), so only
-a program that passes every case scores 1.0. Unlike verl, a case that times out stops the run:
-the cases after it count as failed without being run, which bounds the time one response can
-take. A program that does not compile scores 0 without running (it is compiled, never run, in
-the calling process).
+fails, and a failure there makes the score 10/11, so only a program that passes every case
+scores 1.0 (verl's sandbox_fusion scorer gives 10/11 for a wrong answer there, but 1.0 for a
+runtime error or a timeout). Unlike verl, a case that times out stops the run: the cases after
+it count as failed without being run, which bounds the time one response can take. A program
+that does not compile scores 0 without running (it is compiled, never run, in the calling
+process).
 
 `compute_score` returns `{"score": passed / total, "passed": passed, "total": total, "reason": ...}`
 where `total` is the number of cases the score counts, and `reason` says which case failed and
@@ -65,15 +74,25 @@ REMOTE_WORKERS = 32  # cases of one response sent to Sandbox Fusion at once (the
 _FENCE = re.compile(r"^[ \t]*```[ \t]*([\w+#.-]*)[^\n]*\n(.*?)```", re.DOTALL | re.MULTILINE)  # opens at a line start
 _PYTHON_TAGS = {"", "python", "py", "python3"}
 _RESULT_MARK = "__reinforge_call_result__:"
+_ASSERT_DONE_MARK = "__reinforge_assert_done__"
+_FUTURE_IMPORT = re.compile(r"^from[ \t]+__future__[ \t]+import[^\n]*", re.MULTILINE)
+# verl's prime_code runs every program after these lines (sandbox_fusion: call-based programs)
+_PRELUDE_MODULES = ("string", "re", "datetime", "collections", "heapq", "bisect", "copy", "math", "random", "statistics",
+                    "itertools", "functools", "operator", "io", "sys", "json")
+_PRELUDE = (
+    "".join(f"from {name} import *\n" for name in (*_PRELUDE_MODULES, "builtins", "typing"))
+    + "".join(f"import {name}\n" for name in _PRELUDE_MODULES)
+    + "sys.setrecursionlimit(6 * 10**5)\n"
+)
 _CALL_HARNESS = """
 
 def __reinforge_call():
     import json, sys
     name = {fn_name!r}
     args = [json.loads(line) for line in sys.stdin.read().splitlines() if line.strip()]
-    target = globals().get(name)
-    if target is None and "Solution" in globals():
-        target = getattr(globals()["Solution"](), name)
+    target = getattr(globals()["Solution"](), name, None) if "Solution" in globals() else None
+    if target is None:  # the prelude's names count, as in verl: a method of Solution comes first
+        target = globals().get(name)
     if target is None:
         raise NameError(f"the program defines no function {{name!r}}")
     result = target(*args)
@@ -95,8 +114,8 @@ class CodeTestCase:
 
     kind: str  # "stdio", "call" or "assert"
     stdin: str
-    expected: Any  # str (stdio, assert), a JSON value (call), or None (assert: the exit status decides)
-    suffix: str = ""  # assert: the statement appended to the program
+    expected: Any  # str (stdio, assert), a JSON value (call), or None (assert: running to the end decides)
+    suffix: str = ""  # assert: the statement appended to the program, then the line printing the done marker
     fn_name: str = ""  # call: the function to call
 
 
@@ -140,7 +159,7 @@ def score_cases(code: str, cases: Sequence[CodeTestCase], runner: Callable[..., 
     """Run `cases` with `runner(program, stdin, max_output_bytes=...)` and score them (verl's continuous rule)."""
     if not cases:
         return _result(0, 0, "the ground truth has no test cases")
-    check = functools.partial(_check_case, code, runner)
+    check = functools.partial(_check_case, _with_prelude(code), runner)
     first = min(len(cases), FIRST_CASES)
     outcomes = _run_until_stop(check, cases[:first], workers, stop_on_failure=False)
     passed = sum(outcome.passed for outcome in outcomes)
@@ -215,16 +234,25 @@ def _check_case(code: str, runner: Callable[..., RunResult], case: CodeTestCase)
         return CaseOutcome(False, f"{result.status.replace('_', ' ')}: {result.reason}", result.status == "timeout")
     if case.kind == "call":
         return _check_call(result.stdout, case.expected)
-    if case.expected is None or outputs_match(result.stdout, case.expected):
+    stdout = result.stdout
+    if case.kind == "assert":
+        stdout = stdout.rstrip()
+        if not stdout.endswith(_ASSERT_DONE_MARK):
+            return CaseOutcome(False, "the program exited before its test statement finished")
+        stdout = stdout[: -len(_ASSERT_DONE_MARK)]
+    if case.expected is None or outputs_match(stdout, case.expected):
         return CaseOutcome(True, "")
-    return CaseOutcome(False, f"wrong answer: expected {_short(case.expected)}, got {_short(result.stdout)}")
+    return CaseOutcome(False, f"wrong answer: expected {_short(case.expected)}, got {_short(stdout)}")
 
 
 def _check_call(stdout: str, expected: Any) -> CaseOutcome:
     marked = [line for line in stdout.splitlines() if line.startswith(_RESULT_MARK)]
     if not marked:
         return CaseOutcome(False, "the function returned nothing the harness could read")
-    actual = json.loads(marked[-1][len(_RESULT_MARK):])
+    try:
+        actual = json.loads(marked[-1][len(_RESULT_MARK):])
+    except json.JSONDecodeError:  # the program printed the mark itself
+        return CaseOutcome(False, "the function returned nothing the harness could read")
     if actual == expected or (isinstance(expected, list) and expected and actual == expected[0]):
         return CaseOutcome(True, "")
     return CaseOutcome(False, f"wrong answer: expected {_short(json.dumps(expected))}, returned {_short(json.dumps(actual))}")
@@ -263,6 +291,12 @@ def _run_until_stop(check: Callable[[CodeTestCase], CaseOutcome], cases: Sequenc
     return outcomes
 
 
+def _with_prelude(code: str) -> str:
+    """`code` after verl's prelude, its `from __future__` lines (which must come first) moved above it."""
+    futures = "".join(line + "\n" for line in _FUTURE_IMPORT.findall(code))
+    return futures + _PRELUDE + _FUTURE_IMPORT.sub("", code)
+
+
 def _syntax_error(code: str) -> str:
     """Why `code` does not compile ("" when it does). Compiling runs none of it."""
     try:
@@ -297,7 +331,8 @@ def _assert_cases(spec: Mapping[str, Any], asserts: Any) -> list[CodeTestCase]:
             f"'assert_case' has {len(asserts)} statements; 'inputs' and 'outputs', when given, must be lists of the same length"
         )
     return [
-        CodeTestCase("assert", _text(stdin or ""), None if expected is None else _text(expected), "\n\n" + statement + "\n")
+        CodeTestCase("assert", _text(stdin or ""), None if expected is None else _text(expected),
+                     f"\n\n{statement}\nprint({chr(10) + _ASSERT_DONE_MARK!r})\n")
         for statement, stdin, expected in zip(asserts, inputs, outputs, strict=True)
     ]
 

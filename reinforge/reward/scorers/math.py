@@ -10,9 +10,15 @@ stages, and the score is 1.0 when either says equal, else 0.0 (verl's values):
 2. When the strings differ: symbolic equivalence by `math-verify` (both sides parsed as LaTeX,
    compared by sympy: `\\frac{\\sqrt{2}}{2}` equals `\\frac{1}{\\sqrt{2}}`, `0.25` equals `\\frac14`,
    `x^2+2x+1` equals `(x+1)^2`, sets and intervals by content). Parsing and comparison each get
-   `timeout_s` seconds (signal-based, so only on the main thread; elsewhere the reward manager's
-   per-sample timeout bounds it); a timeout scores `timeout_score`. If math-verify is not
-   installed or raises, stage 1's answer stands.
+   `timeout_s` seconds; a timeout scores `timeout_score`. If math-verify is not installed or
+   raises, stage 1's answer stands.
+
+   math-verify enforces its limit with `signal.alarm`, which only a process's main thread can
+   use. It holds where reward managers call scorers by default: the training process's main
+   thread, or the main thread of a worker process (`prime`; `naive`/`dapo`/`batch` with
+   `reward_kwargs.timeout_s`). On any other thread (`reward_model.launch_reward_fn_async`'s
+   reward thread) math-verify runs with no limit of its own, and only the manager's
+   `reward_kwargs.timeout_s` bounds a row: set it (or use `prime`) when scoring in that thread.
 
 What the normaliser makes equal (and nothing more; it does no symbolic maths):
 
@@ -146,7 +152,8 @@ class SymbolicTimeout(Exception):
 
 def symbolic_equal(answer: str, ground_truth: str, timeout_s: int | None = 5) -> bool | None:
     """Whether math-verify finds the two LaTeX answers equivalent; None when it is not installed or
-    cannot parse one of them. Raises SymbolicTimeout when parsing or comparing exceeds `timeout_s`."""
+    cannot parse one of them. Raises SymbolicTimeout when parsing or comparing exceeds `timeout_s`;
+    off the main thread there is no limit (see the module docstring)."""
     try:
         from math_verify import LatexExtractionConfig, parse, verify
         from math_verify.errors import TimeoutException

@@ -7,9 +7,10 @@ verl, only the last 300 characters are searched, the result is a dict
 `pred` is the normalised answer (`"[INVALID]"` when there is none), so validation can take a
 majority vote over it.
 
-With `strict_box_verify=True` the answer must instead be the last `\\boxed{}` of those 300
-characters. Answers are compared like the MATH scorer: string-normalised first, then
-symbolically with math-verify.
+Answers are compared like the MATH scorer: string-normalised first, then symbolically with
+math-verify (verl compares Minerva-normalised strings only). With `strict_box_verify=True`, as
+in verl, the answer is instead the last `\\boxed{}` of the last 100 characters, compared with the
+ground truth exactly as written, and `pred` is that box's content.
 """
 
 from __future__ import annotations
@@ -19,15 +20,16 @@ import re
 from reinforge.reward.scorers.math import SymbolicTimeout, is_equiv, last_boxed_answer, normalize_answer, symbolic_equal
 
 SOLUTION_CLIP_CHARS = 300
+STRICT_BOX_CHARS = 100
 INVALID = "[INVALID]"
 _ANSWER_LINE = re.compile(r"(?i)Answer\s*:\s*([^\n]+)")
 
 
 def extract_answer(solution_str: str, strict_box_verify: bool = False) -> str | None:
-    """The raw answer of the last 300 characters: after the last `Answer:`, or the last box."""
+    """The raw answer: after the last `Answer:` of the last 300 characters, or the last box of the last 100."""
     tail = solution_str[-SOLUTION_CLIP_CHARS:]
     if strict_box_verify:
-        return last_boxed_answer(tail)
+        return last_boxed_answer(tail[-STRICT_BOX_CHARS:])
     matches = _ANSWER_LINE.findall(tail)
     if not matches:
         return None
@@ -44,6 +46,8 @@ def compute_score(
     if answer is None:
         return {"score": -1.0, "acc": False, "pred": INVALID}
     truth = str(ground_truth)
+    if strict_box_verify:
+        return {"score": 1.0 if answer == truth else -1.0, "acc": answer == truth, "pred": answer}
     correct = is_equiv(answer, truth)
     if not correct:
         try:
