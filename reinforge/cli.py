@@ -2,6 +2,7 @@
 
     reinforge train [--dry-run] [--config FILE.yaml] [key=value ...]
     reinforge data {gsm8k,math,countdown} [--local_dir DIR] [--input PATH ...] [...]
+    reinforge report RUN_DIR [RUN_DIR ...] [--out DIR]
 
 Overrides use verl's key paths and Hydra's grammar, so a verl command line works with
 `reinforge train` in place of `python3 -m verl.trainer.main_ppo`. Mistakes in config, data, model
@@ -39,6 +40,14 @@ def _train(args: argparse.Namespace) -> int:
     return 0
 
 
+def _report(args: argparse.Namespace) -> int:
+    from reinforge.report import write_report
+
+    page = write_report(args.run_dirs, args.out)
+    print(f"reinforge: report written to {page.resolve()}")
+    return 0
+
+
 DATA_EXAMPLES = """examples:
   reinforge data gsm8k --input ./gsm8k        # a local copy, written to ~/data/gsm8k
   reinforge data math --input ./MATH          # the original JSON tree, written to ~/data/math
@@ -69,6 +78,14 @@ def build_parser() -> argparse.ArgumentParser:
                                epilog=DATA_EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_data_arguments(data)
     data.set_defaults(func=run_data_command)
+    report = commands.add_parser("report", help="an HTML page and PNG plots of one run, or several overlaid",
+                                 description="Write report.html (self-contained: opens with no network) and one PNG per "
+                                             "plot from run folders (trainer.default_local_dir). Several runs overlay "
+                                             "in the same plots.")
+    report.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", help="a run folder (has metrics.jsonl, config.yaml)")
+    report.add_argument("--out", help="output folder (default: <first RUN_DIR>/report)")
+    report.add_argument("--traceback", action="store_true", help="show full tracebacks for user errors")
+    report.set_defaults(func=_report)
     return parser
 
 

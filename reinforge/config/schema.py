@@ -433,9 +433,13 @@ class TrainerConfig(Node):
     total_training_steps: int | None = _f(None, "Stop after this many steps (overrides total_epochs when smaller).")
     project_name: str = _f("verl_examples", "Project name: trackers and the default run folder.")
     experiment_name: str = _f("gsm8k", "Experiment name: trackers and the default run folder.")
-    logger: list = _f(["console"], "Where metrics go: console. metrics.jsonl in the run folder is always written.")
-    log_val_generations: int = _f(0, "Validation samples printed after each validation.")
-    rollout_data_dir: str | None = _f(None, "Write each step's rollouts as JSONL here.")
+    logger: list | str = _f(["console"], "Where metrics go, a list or one name: console, file/jsonl, tensorboard, wandb, mlflow, "
+                      "swanlab (docs/observability.md). metrics.jsonl in the run folder is always written.")
+    log_val_generations: int = _f(0, "Validation samples printed after each validation and logged as a table "
+                                  "(wandb, mlflow) or text (tensorboard, swanlab).")
+    rollout_data_dir: str | None = _f(None, "Write each step's rollouts as JSONL here (<dir>/<step>.jsonl). null: the run "
+                                            "folder keeps the 8 best and 8 worst of the latest 3 steps in rollouts/, "
+                                            "for `reinforge report`.")
     validation_data_dir: str | None = _f(None, "Write validation generations as JSONL here.")
     nnodes: int = _f(1, "Nodes (multi-node runs: planned).")
     n_gpus_per_node: int = _f(8, "GPUs per node (this version trains in one process).")
@@ -454,6 +458,8 @@ class TrainerConfig(Node):
     max_critic_ckpt_to_keep: int | None = _f(None, "Keep at most this many critic checkpoints (null: all).")
     balance_batch: bool = _f(True, "Balance tokens across data-parallel ranks (one rank here).")
     seed: int = _f(1, "Seed of model-side randomness (sampling, dropout).")
+    peak_flops: float | None = _f(None, "Peak FLOP/s of one device, for perf/mfu/* (e.g. 989e12 for an H100 in BF16); null: "
+                                        "the known peak of the CUDA GPU, and no MFU on CPU or an unknown GPU.")
 
 
 @dataclass

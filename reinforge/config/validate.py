@@ -10,8 +10,6 @@ from __future__ import annotations
 from reinforge.config.schema import Config
 from reinforge.errors import ConfigError
 
-LOGGERS = ("console", "file", "jsonl")
-
 
 def _choice(key: str, value: object, allowed: tuple | list) -> None:
     if value not in allowed:
@@ -128,12 +126,11 @@ def _check(config: Config) -> None:
     _choice("reward_model.reward_manager", config.reward_model.reward_manager, reward_manager_names())
     _choice("trainer.resume_mode", trainer.resume_mode, ("auto", "disable", "resume_path"))
     _choice("trainer.device", trainer.device, ("cpu", "cuda"))
-    for name in trainer.logger:
-        if name not in LOGGERS:
-            raise ConfigError(
-                f"trainer.logger: {name!r} is not available in this version (available: "
-                f"{', '.join(LOGGERS)}); metrics.jsonl in the run folder is always written"
-            )
+    _positive("trainer.peak_flops", trainer.peak_flops)
+    from reinforge.trainer.tracking import check_loggers, logger_names
+
+    trainer.logger = logger_names(trainer.logger)  # verl also takes a bare string: trainer.logger=console
+    check_loggers(trainer.logger)
     _choice("critic.strategy", config.critic.strategy, ("fsdp", "fsdp2"))
     _choice("critic.optim.lr_scheduler_type", config.critic.optim.lr_scheduler_type, ("constant", "cosine"))
     _choice("critic.loss_agg_mode", config.critic.loss_agg_mode, LOSS_AGG_MODES)

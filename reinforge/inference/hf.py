@@ -6,15 +6,24 @@ log-prob it returns for a token is log softmax(logits / temperature), the distri
 uses, before top-k/top-p filtering. It usually shares the actor's module, so there are no
 weights to sync after an update.
 
+On a terminal, a rollout that runs longer than two seconds shows a progress bar of decoding steps
+(one unit per token position of each micro-batch) with an ETA; when stderr is not a terminal (CI
+logs, files) nothing is printed.
+
 What it does not do yet: drop finished rows from the batch (they ride along as padding until
 every row has stopped) or batch requests of different sampling parameters together.
 """
 
 from __future__ import annotations
 
+import sys
+
 import torch
+from tqdm import tqdm
 
 from reinforge.inference.engine import GenerationOutput, InferenceEngine, SamplingParams
+
+PROGRESS_DELAY_S = 2.0  # the generation bar appears only for rollouts that take longer than this
 
 
 def filter_logits(logits: torch.Tensor, top_k: int, top_p: float) -> torch.Tensor:
@@ -48,15 +57,19 @@ class HFEngine(InferenceEngine):
         outputs: list[GenerationOutput] = []
         was_training = self.model.training
         self.model.eval()
+        chunks = range(0, len(prompts), size)
+        progress = tqdm(total=len(chunks) * params.max_tokens, desc="generate", unit="tok", leave=False, dynamic_ncols=True,
+                        delay=PROGRESS_DELAY_S, disable=not sys.stderr.isatty())
         try:
-            for start in range(0, len(prompts), size):
-                outputs += self._generate(prompts[start:start + size], params)
+            for start in chunks:
+                outputs += self._generate(prompts[start:start + size], params, progress)
         finally:
+            progress.close()
             self.model.train(was_training)
         return outputs
 
     @torch.inference_mode()
-    def _generate(self, prompts: list[list[int]], params: SamplingParams) -> list[GenerationOutput]:
+    def _generate(self, prompts: list[list[int]], params: SamplingParams, progress: tqdm) -> list[GenerationOutput]:
         device = next(self.model.parameters()).device
         batch, width = len(prompts), max(len(p) for p in prompts)
         input_ids = torch.full((batch, width), self.pad_token_id, dtype=torch.long, device=device)
@@ -83,9 +96,11 @@ class HFEngine(InferenceEngine):
             tokens[:, t] = torch.where(active, next_ids, self.pad_token_id)
             log_probs[:, t] = torch.where(active, next_log_probs, 0.0)
             lengths += active.long()
+            progress.update(1)
             if not params.ignore_eos and stop_ids.numel():
                 stopped |= active & torch.isin(next_ids, stop_ids)
             if bool(stopped.all()):
+                progress.update(params.max_tokens - t - 1)  # every row stopped early: this micro-batch is done
                 break
             step_ids = tokens[:, t:t + 1]
             attention_mask = torch.cat([attention_mask, torch.ones((batch, 1), dtype=attention_mask.dtype, device=device)], 1)

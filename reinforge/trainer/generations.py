@@ -1,4 +1,5 @@
-"""Generations as JSON records (verl's rollout/validation dump format): input, output, gts, score, step."""
+"""Generations as JSON records (verl's rollout/validation dump format): input, output, gts, score,
+step, and one field per extra value the reward function returned (`acc`, `pred`, ...)."""
 
 from __future__ import annotations
 
@@ -7,9 +8,18 @@ from pathlib import Path
 
 from reinforge.batch import Batch
 
+EXTRA = "reward_extra_info/"  # batch columns of the per-row values a reward function returns besides the score
 
-def generation_records(batch: Batch, scores: list[float], tokenizer, step: int) -> list[dict]:
-    """One record per row: decoded prompt (with its template) and response, ground truth, score."""
+
+def reward_extra_info(batch: Batch) -> dict[str, list]:
+    """The per-row values the reward function returned besides the score, by key."""
+    return {key[len(EXTRA):]: list(batch[key]) for key in batch.keys() if key.startswith(EXTRA)}
+
+
+def generation_records(batch: Batch, scores: list[float], tokenizer, step: int, extra: dict[str, list] | None = None) -> list[dict]:
+    """One record per row: decoded prompt (with its template) and response, ground truth, score, and
+    the reward's extra values (`extra`, by default the batch's `reward_extra_info/` columns)."""
+    extra = reward_extra_info(batch) if extra is None else extra
     prompts = batch["prompts"]
     prompt_mask = batch["attention_mask"][:, : prompts.shape[1]].bool()
     out = []
@@ -22,6 +32,7 @@ def generation_records(batch: Batch, scores: list[float], tokenizer, step: int) 
             "gts": (reward_model or {}).get("ground_truth"),
             "score": scores[row],
             "step": step,
+            **{key: values[row] for key, values in extra.items() if key not in ("score", "step")},
         })
     return out
 

@@ -126,12 +126,33 @@ def run(config: Config, user_keys: list[str]) -> dict[str, float]:
         close = getattr(reward_fn, "close", None)  # the reward manager's worker processes, if it has any
         if close is not None:
             close()
-    print(f"reinforge: done in {time.perf_counter() - started:.1f}s; metrics in {run_dir / 'metrics.jsonl'}", flush=True)
+    print(f"reinforge: done in {time.perf_counter() - started:.1f}s", flush=True)
+    print("\n".join(run_summary(config, run_dir)), flush=True)
     if len(trainer.val_history) > 1:
         (first_step, first), (last_step, last) = trainer.val_history[0], trainer.val_history[-1]
         print(f"reinforge: validation reward {mean_val_reward(first):.3f} (step {first_step}) -> "
               f"{mean_val_reward(last):.3f} (step {last_step})", flush=True)
     return metrics
+
+
+def run_summary(config: Config, run_dir: Path) -> list[str]:
+    """The end-of-run lines saying where the metrics, checkpoints, generation dumps and the report are."""
+    from reinforge.report.runs import RECENT_ROLLOUTS
+    from reinforge.trainer.checkpoint import TRACKER
+
+    tracker = run_dir / TRACKER
+    if tracker.is_file():
+        checkpoints = f"{run_dir / ('global_step_' + tracker.read_text().strip())} (latest)"
+    else:
+        checkpoints = "none saved (trainer.save_freq=-1)"
+    lines = [f"  metrics      {run_dir / 'metrics.jsonl'}", f"  checkpoints  {checkpoints}"]
+    recent = run_dir / RECENT_ROLLOUTS  # without trainer.rollout_data_dir, the latest steps' samples kept for the report
+    rollouts = config.trainer.rollout_data_dir or (recent if recent.is_dir() else None)
+    for label, folder in (("rollouts", rollouts), ("validation", config.trainer.validation_data_dir)):
+        if folder:
+            lines.append(f"  {label:<12} {Path(folder).resolve()}")
+    lines.append(f"  report       reinforge report {run_dir}  (writes {run_dir / 'report' / 'report.html'})")
+    return ["reinforge: run summary", *lines]
 
 
 def _check_scorers(data, *datasets) -> None:

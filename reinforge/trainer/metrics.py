@@ -1,4 +1,12 @@
-"""Metrics of a training step under verl's names, and a timer for its phases."""
+"""Metrics of a training step under verl's names, and a timer for its phases.
+
+Every name is listed with its meaning in docs/metrics.md (a test checks that each key a run logs
+is documented there). Timing follows verl: `timing_s/<phase>` is wall time, and
+`timing_per_token_ms/<phase>` divides it by the response tokens for `gen` and by all prompt and
+response tokens for the passes over whole sequences. Memory is the process's own: resident memory
+(`perf/cpu_memory_used_gb`; verl reports the whole machine's used memory under this name) and, on
+CUDA, torch's peak allocated and reserved memory; the workers measure it (`reinforge/training/perf.py`).
+"""
 
 from __future__ import annotations
 
@@ -51,17 +59,19 @@ def compute_data_metrics(batch: Batch, max_response_length: int) -> dict[str, fl
     return metrics
 
 
+# verl's token counts for timing_per_token_ms: generation produces the response tokens; these passes
+# read every prompt and response token. Other phases (reward, old_log_prob, testing, ...) get only timing_s.
+PER_TOKEN_PHASES = ("ref", "values", "adv", "update_critic", "update_actor", "rollout")
+
+
 def compute_timing_metrics(batch: Batch, timing: dict[str, float]) -> dict[str, float]:
-    """timing_s/<phase> and timing_per_token_ms/<phase> (per token the phase processed)."""
-    response_tokens = int(batch["response_mask"].sum())
-    all_tokens = int(batch["attention_mask"].sum())
-    per_phase_tokens = {"gen": response_tokens}
+    """timing_s/<phase> for every timed phase; timing_per_token_ms/<phase> for gen (per response token)
+    and for the passes of PER_TOKEN_PHASES (per prompt + response token), as verl counts them."""
+    tokens = {"gen": int(batch["response_mask"].sum()), **dict.fromkeys(PER_TOKEN_PHASES, int(batch["attention_mask"].sum()))}
     metrics = {f"timing_s/{name}": seconds for name, seconds in timing.items()}
     for name, seconds in timing.items():
-        if name == "step":
-            continue
-        tokens = per_phase_tokens.get(name, all_tokens)
-        metrics[f"timing_per_token_ms/{name}"] = 1000 * seconds / max(tokens, 1)
+        if name in tokens:
+            metrics[f"timing_per_token_ms/{name}"] = 1000 * seconds / max(tokens[name], 1)
     return metrics
 
 

@@ -51,8 +51,9 @@ from reinforge.config.schema import Config
 from reinforge.distributed import WorkerGroup
 from reinforge.errors import ConfigError
 from reinforge.inference.rollout import PROMPT_KEYS, concat_trajectories
+from reinforge.report.rollouts import keep_recent_rollouts
 from reinforge.trainer.checkpoint import resume_folder, save_checkpoint, step_of
-from reinforge.trainer.generations import generation_records, write_generations
+from reinforge.trainer.generations import EXTRA, generation_records, reward_extra_info, write_generations
 from reinforge.trainer.metrics import (
     compute_data_metrics,
     compute_throughput_metrics,
@@ -62,13 +63,6 @@ from reinforge.trainer.metrics import (
 )
 from reinforge.trainer.tracking import Tracking
 from reinforge.trainer.validation import validate
-
-EXTRA = "reward_extra_info/"  # prefix of the per-row values a reward function returns besides the score
-
-
-def reward_extra_info(batch: Batch) -> dict[str, list]:
-    """The per-row values the reward function returned besides the score, by key."""
-    return {key[len(EXTRA):]: list(batch[key]) for key in batch.keys() if key.startswith(EXTRA)}
 
 
 class RLTrainer:
@@ -134,14 +128,18 @@ class RLTrainer:
             if self.critic_wg is None or self.global_steps > cfg.trainer.critic_warmup:  # the first critic_warmup steps train only the critic
                 with timer("update_actor", timing):
                     metrics.update(wg.update_actor(batch).meta_info["metrics"])
+                with timer("update_weights", timing):  # the engine gets the new weights (~0 s when it shares the actor's)
+                    wg.update_weights()
         metrics.update(compute_data_metrics(batch, cfg.actor_rollout_ref.rollout.response_length))
         metrics.update(extra_info_metrics(reward_extra_info(batch)))
         metrics.update(compute_timing_metrics(batch, timing))
         metrics.update(compute_throughput_metrics(batch, timing["step"]))
+        scores = batch["token_level_scores"].sum(-1).tolist()
         if cfg.trainer.rollout_data_dir:
-            scores = batch["token_level_scores"].sum(-1).tolist()
             write_generations(cfg.trainer.rollout_data_dir, self.global_steps,
                               generation_records(batch, scores, self.tokenizer, self.global_steps))
+        else:  # for `reinforge report`: the best and worst responses of the latest steps, in <run_dir>/rollouts/
+            keep_recent_rollouts(self.run_dir, batch, scores, self.tokenizer, self.global_steps)
         self.train_loader.on_batch_end(batch)  # a curriculum sampler and a data generator learn from the scored batch
         return metrics
 
@@ -229,11 +227,11 @@ class RLTrainer:
             print(f"reinforge: this run already finished step {self.global_steps} of {self.total_training_steps}; "
                   "nothing to do (raise trainer.total_training_steps or trainer.total_epochs to train on)", flush=True)
             return {}
-        tracking = Tracking(self.run_dir, cfg.logger, self.total_training_steps, self.global_steps)
+        tracking = Tracking(self.run_dir, cfg.logger, self.total_training_steps, self.global_steps, config=self.config)
         val_metrics: dict[str, float] = {}
         try:
             if self.val_loader is not None and cfg.val_before_train and (self.global_steps == 0 or cfg.val_only):
-                val_metrics = self._validate()
+                val_metrics = self._validate(tracking)
                 tracking.log(val_metrics, self.global_steps)
                 if cfg.val_only:
                     return val_metrics
@@ -245,7 +243,7 @@ class RLTrainer:
                 metrics["training/global_step"] = self.global_steps
                 metrics["training/epoch"] = self.train_loader.epoch
                 if self.val_loader is not None and cfg.test_freq > 0 and (last or self.global_steps % cfg.test_freq == 0):
-                    val_metrics = self._validate()
+                    val_metrics = self._validate(tracking)
                     metrics.update(val_metrics)
                 if cfg.save_freq > 0 and (last or self.global_steps % cfg.save_freq == 0):
                     with timer("save_checkpoint", timing := {}):
@@ -258,10 +256,11 @@ class RLTrainer:
                 self.reward_thread.shutdown(cancel_futures=True)
         return val_metrics
 
-    def _validate(self) -> dict[str, float]:
+    def _validate(self, tracking: Tracking | None = None) -> dict[str, float]:
         """Validation metrics (with timing_s/testing), remembered in val_history."""
         with timer("testing", timing := {}):
-            metrics = validate(self.config, self.actor_rollout_wg, self.reward_fn, self.val_loader, self.tokenizer, self.global_steps)
+            metrics = validate(self.config, self.actor_rollout_wg, self.reward_fn, self.val_loader, self.tokenizer, self.global_steps,
+                               tracking)
         self.val_history.append((self.global_steps, metrics))
         return {**metrics, "timing_s/testing": timing["testing"]}
 

@@ -6,7 +6,8 @@ when the reward function returns one, else `reward`), with `best@<n>/*` and `maj
 it when n > 1, and `val-aux/...` for the rest (std@n, best/worst/maj@k for smaller k, pass@k,
 and, as in verl, the numeric keys of the reward's extra information: `score` and the other keys
 of dict results; `score` differs from `reward` where the reward adds to it, e.g. DAPO's overlong
-penalty or a reward model's score). `trainer.log_val_generations` prints that many samples;
+penalty or a reward model's score). `trainer.log_val_generations` prints that many samples and hands
+them to the trackers (a table in wandb and mlflow, text in tensorboard and swanlab);
 `trainer.validation_data_dir` writes every sample as JSONL.
 """
 
@@ -17,10 +18,12 @@ from reinforge.config.schema import Config
 from reinforge.distributed import WorkerGroup
 from reinforge.inference.rollout import PROMPT_KEYS
 from reinforge.trainer.generations import generation_records, write_generations
+from reinforge.trainer.tracking import Tracking
 from reinforge.trainer.val_metrics import process_validation_metrics, validation_metric_dict
 
 
-def validate(config: Config, wg: WorkerGroup, reward_fn, val_loader, tokenizer, step: int) -> dict[str, float]:
+def validate(config: Config, wg: WorkerGroup, reward_fn, val_loader, tokenizer, step: int,
+             tracking: Tracking | None = None) -> dict[str, float]:
     n = config.actor_rollout_ref.rollout.val_kwargs.n
     key = config.data.reward_fn_key
     sources: list[str] = []
@@ -39,18 +42,20 @@ def validate(config: Config, wg: WorkerGroup, reward_fn, val_loader, tokenizer, 
         uids += [first_uid + row // n for row in range(len(scores))]
         extras += [{k: values[row] for k, values in extra_info.items()} for row in range(len(scores))]
         rewards += scores
-        samples += generation_records(batch, scores, tokenizer, step)
+        samples += generation_records(batch, scores, tokenizer, step, scored.get("reward_extra_info", {}))
 
     names = list(dict.fromkeys(k for extra in extras for k in extra))
     if names == ["score"]:  # plain-number results: verl has no extra information then (and score is reward)
         names = []
     infos = {"reward": rewards, **{name: [extra.get(name) for extra in extras] for name in names}}
-    _report_samples(config, samples, step)
+    _report_samples(config, samples, step, tracking)
     return validation_metric_dict(process_validation_metrics(sources, uids, infos))
 
 
-def _report_samples(config: Config, samples: list[dict], step: int) -> None:
+def _report_samples(config: Config, samples: list[dict], step: int, tracking: Tracking | None) -> None:
     count = config.trainer.log_val_generations
+    if tracking is not None:
+        tracking.log_generations(samples[:count], step)
     for sample in samples[:count]:
         print(f"[val sample @ step {step}] score={sample['score']:.3f} gts={sample['gts']!r}\n"
               f"  input:  {sample['input']!r}\n  output: {sample['output']!r}", flush=True)

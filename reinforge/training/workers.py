@@ -12,21 +12,36 @@ Checkpoints use verl's file names: `model_`, `optim_` and `extra_state_world_siz
 from __future__ import annotations
 
 import random
+import time
 from pathlib import Path
 
 import numpy as np
 import torch
 
 from reinforge.batch import Batch
-from reinforge.config.schema import Config
+from reinforge.config.schema import Config, TrainerConfig
 from reinforge.distributed import Dispatch, register
 from reinforge.inference import HFEngine, SamplingParams, generate_sequences
 from reinforge.training.actor import Actor
 from reinforge.training.critic import Critic
 from reinforge.training.model import load_causal_lm, load_tokenizer, load_value_model
 from reinforge.training.optim import make_optimizer, make_scheduler
+from reinforge.training.perf import compute_memory_metrics, device_peak_flops, mfu, training_flops
 
 RANK_SUFFIX = "world_size_1_rank_0"
+
+
+def update_perf_metrics(role: str, model: torch.nn.Module, batch: Batch, seconds: float, ppo_epochs: int,
+                        trainer: TrainerConfig) -> dict[str, float]:
+    """perf/mfu/<role> of an update that took `seconds` (when the peak is known), and for the actor the memory
+    metrics, as verl's workers report them (docs/metrics.md)."""
+    seq_lens = batch["attention_mask"].sum(-1).tolist()
+    flops = training_flops(model.config, seq_lens)
+    value = mfu(None if flops is None else flops * ppo_epochs, seconds, device_peak_flops(trainer.device, trainer.peak_flops))
+    metrics = {} if value is None else {f"perf/mfu/{role}": value}
+    if role == "actor":
+        metrics.update(compute_memory_metrics(trainer.device))
+    return metrics
 
 
 class ActorRolloutRefWorker:
@@ -101,11 +116,18 @@ class ActorRolloutRefWorker:
     def update_actor(self, batch: Batch) -> Batch:
         """One training step of the policy; returns its metrics in meta_info['metrics']."""
         cfg = self.config.actor_rollout_ref
+        start = time.perf_counter()
         metrics = self.actor.update_policy(batch, cfg.rollout.temperature, cfg.rollout.n)
+        metrics.update(update_perf_metrics("actor", self.actor.model, batch, time.perf_counter() - start,
+                                           cfg.actor.ppo_epochs, self.config.trainer))
         metrics["actor/lr"] = self.scheduler.get_last_lr()[0]
         self.scheduler.step()
-        self.engine.update_weights(())  # the hf engine shares the actor's module: nothing to copy
         return Batch(meta_info={"metrics": metrics})
+
+    @register(Dispatch.ALL)
+    def update_weights(self) -> None:
+        """Give the engine the updated weights (the hf engine shares the actor's module: nothing to copy)."""
+        self.engine.update_weights(())
 
     # ---- checkpoints --------------------------------------------------------------------------
     @register(Dispatch.ALL)
@@ -168,7 +190,10 @@ class CriticWorker:
     @register(Dispatch.DP)
     def update_critic(self, batch: Batch) -> Batch:
         """One training step of the critic; returns its metrics in meta_info['metrics']."""
+        start = time.perf_counter()
         metrics = self.critic.update_critic(batch, self.config.actor_rollout_ref.rollout.n)
+        metrics.update(update_perf_metrics("critic", self.critic.model, batch, time.perf_counter() - start,
+                                           self.config.critic.ppo_epochs, self.config.trainer))
         metrics["critic/lr"] = self.scheduler.get_last_lr()[0]
         self.scheduler.step()
         return Batch(meta_info={"metrics": metrics})

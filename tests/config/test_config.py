@@ -51,7 +51,7 @@ def test_seed_overrides_parse(tmp_path):
     ("actor_rollout_ref.actor.ppo_mini_batch_size=300", "not a multiple"),
     ("actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=7", "does not divide the mini-batch"),
     ("algorithm.adv_estimator=nope", "is not one of: gae, gpg, grpo, grpo_passk, opo, reinforce_plus_plus"),
-    ("trainer.logger=['wandb']", "'wandb' is not available"),
+    ("trainer.logger=['neptune']", "'neptune' is not a logger; choose from console, file, jsonl, tensorboard"),
     ("a.b.c=1", "unknown config key 'a.b.c'"),
     ("data.seed=[1,2", "'data.seed' must be an integer"),
 ])

@@ -144,6 +144,8 @@ def test_a_validation_run_reports_the_metrics_of_its_samples(tiny_model_path, tm
 
     samples = [json.loads(line) for line in (tmp_path / "val" / "0.jsonl").read_text().splitlines()]
     per_prompt = [[s["score"] for s in samples[i:i + 4]] for i in range(0, 12, 4)]  # n responses of a prompt are adjacent
+    # the dump carries the reward function's extra values per sample, as verl's does
+    assert all(s["acc"] == (len(s["output"]) % 2 == 0) and s["pred"] == s["output"][:1] for s in samples)
     ds = "val-core/reinforge/add_one"
     assert metrics[f"{ds}/acc/mean@4"] == pytest.approx(np.mean(per_prompt))
     assert metrics[f"{ds}/acc/best@4/mean"] <= np.mean([max(p) for p in per_prompt]) + 1e-9

@@ -1,0 +1,147 @@
+"""Timing, memory, FLOPs/MFU, generation progress and the end-of-run summary."""
+
+import io
+import sys
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from reinforge.batch import Batch
+from reinforge.config import load_config
+from reinforge.errors import ConfigError
+from reinforge.inference import HFEngine, SamplingParams, hf
+from reinforge.trainer.metrics import compute_timing_metrics
+from reinforge.training import perf as flops
+from reinforge.training.perf import compute_memory_metrics, dense_weights, device_peak_flops, mfu, training_flops
+
+# the tiny model's shape: head_dim 16, grouped-query attention with 2 kv heads
+TINY = SimpleNamespace(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                       intermediate_size=192, vocab_size=384)
+
+
+def test_flops_of_a_tiny_config_match_the_hand_computed_count():
+    # per layer: q 64x64, k 64x32, v 64x32, o 64x64 = 12288; gate/up/down 3 x 64x192 = 36864
+    # N = 2 x 49152 + embedding and LM head 2 x 384 x 64 = 147456
+    assert dense_weights(TINY) == 147_456
+    # two sequences of 10 and 6 tokens: 6 N x 16 = 14_155_776; attention 12 x (100 + 36) x 16 x 4 heads x 2 layers = 208_896
+    assert training_flops(TINY, [10, 6]) == 14_364_672
+    # two PPO epochs in 0.5 s on a 1 GFLOP/s device: 57_458_688 FLOP/s achieved
+    assert mfu(2 * 14_364_672, 0.5, 1e9) == pytest.approx(0.057458688)
+    assert mfu(2 * 14_364_672, 0.5, 1e9, n_devices=2) == pytest.approx(0.028729344)
+
+
+def test_dense_weights_equal_the_matrix_weights_of_a_real_model(tiny_model_path):
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_path)
+    matrices = sum(p.numel() for name, p in model.named_parameters() if p.dim() == 2 and "layers." in name)
+    embedding = model.get_input_embeddings().weight.numel()
+    assert dense_weights(model.config) == matrices + 2 * embedding  # LM head counted even when tied, as verl does
+
+
+def test_mixture_of_experts_counts_the_active_experts_and_the_router():
+    moe = SimpleNamespace(**{**vars(TINY), "num_experts_per_tok": 2, "num_experts": 8, "moe_intermediate_size": 32})
+    # MLP per layer: 2 experts x 3 x 64 x 32 = 12288, router 64 x 8 = 512; attention 12288
+    assert dense_weights(moe) == 2 * (12288 + 12288 + 512) + 2 * 384 * 64
+
+
+def test_an_unknown_architecture_gives_no_flops_and_no_mfu():
+    odd = SimpleNamespace(n_embd=64, n_layer=2)
+    assert training_flops(odd, [10]) is None
+    assert mfu(None, 1.0, 1e12) is None
+    assert mfu(1e9, 1.0, None) is None
+
+
+def test_peak_flops_configured_then_gpu_table_then_none(monkeypatch):
+    assert device_peak_flops("cpu") is None
+    assert device_peak_flops("cpu", 2e12) == 2e12
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    for name, peak in (("NVIDIA H200", 989e12), ("NVIDIA H20", 148e12), ("NVIDIA L40S", 362.05e12), ("NVIDIA L40", 181.05e12),
+                       ("NVIDIA A100-SXM4-80GB", 312e12), ("Some Future GPU", None)):
+        monkeypatch.setattr(torch.cuda, "get_device_name", lambda device, name=name: name)
+        assert device_peak_flops("cuda") == peak, name
+    assert device_peak_flops("cuda", 5e14) == 5e14
+    assert set(flops.DEVICE_PEAK_FLOPS.values()) >= {989e12, 312e12}
+
+
+def test_timing_per_token_uses_verls_token_counts():
+    # 2 rows: prompts of 3 and 2 tokens, responses of 2 and 1 tokens -> 3 response tokens, 8 tokens in all
+    attention_mask = torch.tensor([[1, 1, 1, 1, 1, 0], [0, 1, 1, 1, 0, 0]])
+    response_mask = torch.tensor([[1, 1, 0], [1, 0, 0]])
+    batch = Batch({"attention_mask": attention_mask, "response_mask": response_mask})
+    timing = {"gen": 0.3, "reward": 1.0, "old_log_prob": 0.4, "ref": 0.8, "update_actor": 1.6, "update_weights": 0.0, "step": 5.0}
+    metrics = compute_timing_metrics(batch, timing)
+    assert {k: metrics[f"timing_s/{k}"] for k in timing} == timing
+    per_token = {k: v for k, v in metrics.items() if k.startswith("timing_per_token_ms/")}
+    assert per_token == pytest.approx({"timing_per_token_ms/gen": 100.0, "timing_per_token_ms/ref": 100.0,
+                                       "timing_per_token_ms/update_actor": 200.0})
+
+
+def test_memory_metrics_report_this_process_rss():
+    before = compute_memory_metrics("cpu")
+    assert set(before) == {"perf/cpu_memory_used_gb"}  # no GPU keys without CUDA
+    held = torch.ones(64 * 1024 * 1024, dtype=torch.float32)  # 0.25 GiB, touched
+    after = compute_memory_metrics("cpu")["perf/cpu_memory_used_gb"]
+    assert after - before["perf/cpu_memory_used_gb"] == pytest.approx(0.25, abs=0.05)
+    with open("/proc/self/status") as f:
+        vm_rss_kib = next(int(line.split()[1]) for line in f if line.startswith("VmRSS:"))
+    assert after == pytest.approx(vm_rss_kib / 1024**2, abs=0.02)
+    del held
+
+
+def test_peak_flops_must_be_positive(tiny_model_path):
+    with pytest.raises(ConfigError, match="trainer.peak_flops"):
+        load_config([f"actor_rollout_ref.model.path={tiny_model_path}", "trainer.peak_flops=-1"])
+    config, _ = load_config([f"actor_rollout_ref.model.path={tiny_model_path}", "trainer.peak_flops=989e12"])
+    assert config.trainer.peak_flops == 989e12
+
+
+class _Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+@pytest.mark.parametrize("tty", [True, False])
+def test_generation_progress_only_on_a_terminal(tty, tiny_model_path, tokenizer, monkeypatch):
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_path)
+    engine = HFEngine(model, tokenizer.pad_token_id, [tokenizer.eos_token_id])
+    stderr = _Terminal() if tty else io.StringIO()
+    monkeypatch.setattr(sys, "stderr", stderr)
+    monkeypatch.setattr(hf, "PROGRESS_DELAY_S", 0.0)
+    outputs = engine.generate_batch([[5, 6, 7], [8, 9]], SamplingParams(max_tokens=4, temperature=1.0, ignore_eos=True))
+    assert [len(o.token_ids) for o in outputs] == [4, 4]
+    assert ("generate" in stderr.getvalue()) is tty
+
+
+def test_a_run_logs_mfu_with_a_peak_and_prints_where_its_outputs_are(run_steps, tiny_model_path, tmp_path, capsys):
+    from transformers import AutoConfig
+
+    run_dir = tmp_path / "run"
+    steps = run_steps("trainer.peak_flops=1e9", "trainer.save_freq=2", f"trainer.rollout_data_dir={tmp_path / 'rollouts'}",
+                      "actor_rollout_ref.actor.ppo_epochs=2", run_dir=run_dir)
+    out = capsys.readouterr().out
+    weights = dense_weights(AutoConfig.from_pretrained(tiny_model_path))
+    for s in steps.values():
+        # at least the dense FLOPs of two epochs over the batch's tokens in timing_s/update_actor (which holds the
+        # update's own time, the one MFU divides by)
+        assert s["perf/mfu/actor"] >= 2 * 6 * weights * s["perf/total_num_tokens"] / s["timing_s/update_actor"] / 1e9
+        assert 0 <= s["timing_s/update_weights"] < s["timing_s/update_actor"]
+        assert s["perf/cpu_memory_used_gb"] > 0.1
+        assert "perf/max_memory_allocated_gb" not in s  # CPU run
+    assert f"metrics      {run_dir / 'metrics.jsonl'}" in out
+    assert f"checkpoints  {run_dir / 'global_step_2'} (latest)" in out
+    assert f"rollouts     {tmp_path / 'rollouts'}" in out
+    assert f"reinforge report {run_dir}" in out and str(run_dir / "report" / "report.html") in out
+
+
+def test_without_a_peak_a_cpu_run_logs_no_mfu(run_steps, tmp_path, capsys):
+    steps = run_steps("trainer.total_training_steps=1", run_dir=tmp_path / "run")
+    assert steps and all(not any(k.startswith("perf/mfu/") for k in s) for s in steps.values())
+    out = capsys.readouterr().out
+    assert "checkpoints  none saved (trainer.save_freq=-1)" in out
+    # without trainer.rollout_data_dir the summary names the samples kept for the report, if the run kept any
+    kept = tmp_path / "run" / "rollouts"
+    assert (f"rollouts     {kept}" in out) == kept.is_dir()

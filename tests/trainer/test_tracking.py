@@ -1,0 +1,253 @@
+"""trainer.logger: name checks, the console line, and each tracker written for real and read back offline."""
+
+import io
+import json
+import math
+import struct
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from reinforge.config import load_config
+from reinforge.config.schema import Config
+from reinforge.errors import ConfigError
+from reinforge.trainer.tracking import Tracking, check_loggers, generations_markdown
+from reinforge.trainer.tracking.console import ConsoleLogger, use_colour
+from reinforge.trainer.tracking.mlflow_logger import mlflow_key
+
+STEPS = {1: {"critic/score/mean": 0.25, "actor/pg_loss": -1.5, "val-core/gsm8k/acc/mean@4": 0.5},
+         2: {"critic/score/mean": 0.75, "actor/pg_loss": float("nan"), "note": "text stays in metrics.jsonl"}}
+SAMPLES = [{"input": "1+1=", "output": "2", "gts": "2", "score": 1.0, "step": 2},
+           {"input": "a|b", "output": "line\nbreak", "gts": "x", "score": 0.0, "step": 2}]
+
+
+def small_config() -> Config:
+    config = Config()
+    config.trainer.project_name, config.trainer.experiment_name = "proj", "exp1"
+    return config
+
+
+def write_run(run_dir: Path, logger: str) -> None:
+    tracking = Tracking(run_dir, [logger], total_steps=2, config=small_config())
+    for step, metrics in STEPS.items():
+        tracking.log(metrics, step)
+    tracking.log_generations(SAMPLES, 2)
+    tracking.close()
+
+
+# ---- names and packages ---------------------------------------------------------------------
+def test_unknown_logger_lists_the_valid_names():
+    with pytest.raises(ConfigError, match="'neptune' is not a logger; choose from console, file, jsonl, tensorboard, "
+                                          "wandb, mlflow, swanlab"):
+        load_config(["trainer.logger=[console,neptune]"])
+
+
+@pytest.mark.parametrize("logger, module, command", [("wandb", "wandb", "pip install wandb"),
+                                                     ("mlflow", "mlflow", "pip install mlflow-skinny"),
+                                                     ("tensorboard", "tensorboard", "pip install tensorboard"),
+                                                     ("swanlab", "swanlab", "pip install swanlab")])
+def test_missing_tracker_package_fails_at_start_with_the_pip_command(monkeypatch, logger, module, command):
+    monkeypatch.setitem(sys.modules, module, None)  # what an uninstalled package looks like to import and find_spec
+    with pytest.raises(ConfigError, match=f"trainer.logger: '{logger}' needs .* run `{command}`"):
+        load_config([f"trainer.logger=[console,{logger}]"])
+
+
+def test_logger_may_be_a_bare_string_as_in_verl():
+    assert load_config(["trainer.logger=console"])[0].trainer.logger == ["console"]
+    assert load_config(["trainer.logger=[console,jsonl,file]"])[0].trainer.logger == ["console", "jsonl", "file"]
+    check_loggers(["console", "file", "jsonl", "tensorboard", "wandb", "mlflow", "swanlab"])  # all installed in CI
+
+
+def test_a_run_without_trackers_imports_none_of_them(tmp_path):
+    code = ("import sys; from reinforge.trainer.tracking import Tracking\n"
+            f"t = Tracking({str(tmp_path)!r}, ['console', 'file'], 1); t.log({{'x': 1.0}}, 1); t.close()\n"
+            "print(sorted(m for m in ('wandb', 'mlflow', 'swanlab', 'tensorboard', 'torch.utils.tensorboard') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=Path(__file__).parents[2])
+    assert out.stdout.strip() == "[]"
+
+
+# ---- metrics.jsonl and the console -----------------------------------------------------------
+def test_metrics_jsonl_is_strict_json_with_non_finite_values_as_strings(tmp_path):
+    tracking = Tracking(tmp_path, [], total_steps=2)
+    for step, metrics in STEPS.items():
+        tracking.log(metrics, step)
+    tracking.close()
+    lines = (tmp_path / "metrics.jsonl").read_text().splitlines()
+    assert [json.loads(line) for line in lines] == [
+        {"step": 1, "critic/score/mean": 0.25, "actor/pg_loss": -1.5, "val-core/gsm8k/acc/mean@4": 0.5},
+        {"step": 2, "critic/score/mean": 0.75, "actor/pg_loss": "nan", "note": "text stays in metrics.jsonl"}]
+
+
+class _Terminal:
+    def isatty(self):
+        return True
+
+
+def test_colour_only_on_a_terminal_without_no_color(monkeypatch):
+    monkeypatch.delenv("NO_COLOR", raising=False)
+    monkeypatch.setattr(sys, "stdout", _Terminal())
+    assert use_colour()
+    monkeypatch.setenv("NO_COLOR", "1")
+    assert not use_colour()
+    monkeypatch.delenv("NO_COLOR")
+    monkeypatch.setattr(sys, "stdout", io.StringIO())  # captured or piped output is not a terminal
+    assert not use_colour()
+
+
+def test_console_step_line_is_aligned_and_plain_off_a_terminal():
+    console = ConsoleLogger(total_steps=10)
+    metrics = {"critic/score/mean": 0.5, "response_length/mean": 4.0, "actor/kl_loss": 0.01, "actor/entropy": 1.2345,
+               "timing_s/step": 0.5}
+    assert console.step_line(metrics, 3) == "step  3/10 | reward 0.500 | resp_len   4.0 | kl 0.0100 | entropy 1.234 | 0.50s"
+    assert len(console.step_line(metrics, 3)) == len(console.step_line(metrics, 10))
+    console.close()
+
+
+def test_generations_markdown_escapes_cells():
+    assert generations_markdown(SAMPLES).splitlines() == [
+        "| step | input | output | ground truth | score |", "|---|---|---|---|---|",
+        "| 2 | 1+1= | 2 | 2 | 1.0000 |", "| 2 | a\\|b | line<br>break | x | 0.0000 |"]
+
+
+# ---- trackers, read back ---------------------------------------------------------------------
+def test_tensorboard_scalars_and_samples_read_back(tmp_path, monkeypatch):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    monkeypatch.delenv("TENSORBOARD_DIR", raising=False)
+    write_run(tmp_path, "tensorboard")
+    events = EventAccumulator(str(tmp_path / "tensorboard"), size_guidance={"scalars": 0, "tensors": 0})
+    events.Reload()
+    assert [(e.step, e.value) for e in events.Scalars("critic/score/mean")] == [(1, 0.25), (2, 0.75)]
+    assert [(e.step, e.value) for e in events.Scalars("val-core/gsm8k/acc/mean@4")] == [(1, 0.5)]
+    loss = events.Scalars("actor/pg_loss")
+    assert (loss[0].step, loss[0].value, loss[1].step, math.isnan(loss[1].value)) == (1, -1.5, 2, True)
+    assert "note" not in events.Tags()["scalars"]
+    (text,) = events.Tensors("val/generations/text_summary")
+    assert text.step == 2 and text.tensor_proto.string_val[0].decode() == generations_markdown(SAMPLES)
+
+
+def test_tensorboard_dir_from_the_environment_as_in_verl(tmp_path, monkeypatch):
+    monkeypatch.setenv("TENSORBOARD_DIR", str(tmp_path / "elsewhere"))
+    write_run(tmp_path / "run", "tensorboard")
+    assert list((tmp_path / "elsewhere").glob("events.out.tfevents.*")) and not (tmp_path / "run" / "tensorboard").exists()
+
+
+def test_mlflow_local_file_store_read_back(tmp_path, monkeypatch):
+    from mlflow.artifacts import load_dict
+    from mlflow.tracking import MlflowClient
+
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "unset after the test")
+    monkeypatch.delenv("MLFLOW_ALLOW_FILE_STORE")  # the logger must opt in to the file store itself
+    write_run(tmp_path, "mlflow")
+    client = MlflowClient((tmp_path / "mlruns").as_uri())
+    (run,) = client.search_runs([client.get_experiment_by_name("proj").experiment_id])
+    assert run.info.run_name == "exp1" and run.info.status == "FINISHED"
+    history = {key: [(m.step, m.value) for m in client.get_metric_history(run.info.run_id, key)]
+               for key in ("critic/score/mean", "val-core/gsm8k/acc/mean_at_4", "actor/pg_loss")}
+    assert history["critic/score/mean"] == [(1, 0.25), (2, 0.75)]
+    assert history["val-core/gsm8k/acc/mean_at_4"] == [(1, 0.5)]
+    assert history["actor/pg_loss"][0] == (1, -1.5) and math.isnan(history["actor/pg_loss"][1][1])
+    assert run.data.params["trainer.experiment_name"] == "exp1" and run.data.params["data.train_batch_size"] == "1024"
+    assert load_dict(f"{run.info.artifact_uri}/val_generations/step_2.json") == SAMPLES
+
+
+def test_mlflow_keys_keep_slashes_and_rewrite_forbidden_characters():
+    assert mlflow_key("val-core/gsm8k/acc/best@4/mean") == "val-core/gsm8k/acc/best_at_4/mean"
+    assert mlflow_key("timing_s//gen (ms)%") == "timing_s/gen _ms__"
+
+
+def _wandb_records(path: Path):
+    """The records of a wandb offline run file: W&B's LevelDB-style log (7-byte file header, 32 KiB blocks,
+    records as crc32/length/type chunks) holding wandb_internal_pb2.Record protobufs."""
+    from wandb.proto import wandb_internal_pb2
+
+    data, block = path.read_bytes(), 32768
+    assert data[:4] == b":W&B"
+    pos, pending = 7, b""
+    while pos + 7 <= len(data):
+        left = block - pos % block
+        _, length, kind = struct.unpack("<IHB", data[pos:pos + 7]) if left >= 7 else (0, 0, 0)
+        if kind == 0:  # block padding
+            pos += left
+            continue
+        pending += data[pos + 7:pos + 7 + length]
+        pos += 7 + length
+        if kind in (1, 4):  # a full record, or the last chunk of one
+            record = wandb_internal_pb2.Record()
+            record.ParseFromString(pending)
+            pending = b""
+            yield record
+
+
+def test_wandb_offline_without_an_api_key_read_back(tmp_path, monkeypatch):
+    for name in ("WANDB_API_KEY", "WANDB_MODE", "WANDB_DIR", "WANDB_PROJECT", "WANDB_ENTITY"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))  # no ~/.netrc login either
+    write_run(tmp_path, "wandb")
+    (run_file,) = (tmp_path / "wandb").glob("offline-run-*/run-*.wandb")
+    history, run = {}, None
+    for record in _wandb_records(run_file):
+        if record.WhichOneof("record_type") == "history":
+            row = {item.key or "/".join(item.nested_key): json.loads(item.value_json) for item in record.history.item}
+            history[record.history.step.num] = row
+        elif record.WhichOneof("record_type") == "run":
+            run = record.run
+    assert (run.project, run.display_name) == ("proj", "exp1")
+    config = {item.key: json.loads(item.value_json) for item in run.config.update}
+    assert config["trainer"]["experiment_name"] == "exp1" and config["data"]["train_batch_size"] == 1024
+    assert {k: history[1][k] for k in STEPS[1]} == STEPS[1]
+    assert history[2]["critic/score/mean"] == 0.75 and math.isnan(history[2]["actor/pg_loss"]) and "note" not in history[2]
+    assert history[2]["val/generations/_type"] == "table-file"
+    table = json.loads((run_file.parent / "files" / history[2]["val/generations/path"]).read_text())
+    assert table["columns"] == ["step", "input", "output", "gts", "score"]
+    assert table["data"] == [[s["step"], s["input"], s["output"], s["gts"], s["score"]] for s in SAMPLES]
+
+
+def test_swanlab_offline_without_an_api_key_read_back(tmp_path, monkeypatch):
+    from swanlab.proto.swanlab.record.v1.record_pb2 import Record
+    from swanlab.sdk.internal.core_python.store import DataStoreReader
+
+    for name in ("SWANLAB_API_KEY", "SWANLAB_MODE", "SWANLAB_LOG_DIR"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    write_run(tmp_path, "swanlab")
+    (run_file,) = (tmp_path / "swanlog").glob("run-*/run-*.swanlab")
+    reader = DataStoreReader()
+    reader.open(run_file)
+    scalars, media, start = {}, {}, None
+    for raw in reader:
+        record = Record()
+        record.ParseFromString(raw)
+        if record.HasField("scalar"):
+            scalars[(record.scalar.key, record.scalar.step)] = record.scalar.value.number
+        elif record.HasField("media"):
+            media[(record.media.key, record.media.step)] = record.media.value.items[0].filename
+        elif record.HasField("start"):
+            start = record.start
+    reader.close()
+    assert (start.project, start.name) == ("proj", "exp1")
+    assert scalars[("critic/score/mean", 1)] == 0.25 and scalars[("critic/score/mean", 2)] == 0.75
+    assert scalars[("val-core/gsm8k/acc/mean@4", 1)] == 0.5 and math.isnan(scalars[("actor/pg_loss", 2)])
+    text = next(run_file.parent.glob(f"media/**/{media[('val/generations', 2)]}")).read_text()
+    assert text == generations_markdown(SAMPLES)
+    assert "experiment_name: exp1" in (run_file.parent / "files" / "config.yaml").read_text()
+
+
+# ---- a short training run ----------------------------------------------------------------------
+def test_training_run_logs_to_tensorboard(run_steps, tmp_path):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    run_dir = tmp_path / "tb_run"
+    steps = run_steps("trainer.logger=[console,tensorboard]", "trainer.test_freq=2", "trainer.log_val_generations=2",
+                      run_dir=run_dir)
+    events = EventAccumulator(str(run_dir / "tensorboard"), size_guidance={"scalars": 0, "tensors": 0})
+    events.Reload()
+    for key in ("critic/score/mean", "response_length/mean", "timing_s/step"):
+        logged = [(e.step, e.value) for e in events.Scalars(key)]
+        assert logged == [(step, pytest.approx(steps[step][key], rel=1e-6)) for step in (1, 2)]
+    (text,) = events.Tensors("val/generations/text_summary")
+    rows = text.tensor_proto.string_val[0].decode().splitlines()[2:]
+    assert text.step == 2 and len(rows) == 2 and all(row.startswith("| 2 | ") for row in rows)
