@@ -103,10 +103,20 @@ def _latest_samples(folder: Path, steps: int) -> list[dict]:
 
 
 def best_and_worst(samples: list[dict], count: int) -> tuple[list[dict], list[dict]]:
-    """The `count` highest-scoring samples (best first) and the `count` lowest (worst first), without overlap."""
+    """The `count` highest-scoring samples (best first) and the `count` lowest (worst first), without overlap.
+
+    A prompt and response seen more than once (the same answer at several steps or samples) is shown once,
+    from its latest step, so the tables are not one row repeated."""
     ranked = sorted(samples, key=lambda r: (-r["score"], -r.get("step", 0)))
-    best = ranked[:count]
-    worst = ranked[count:][::-1][:count]
+    seen: set[tuple[str, str]] = set()
+    distinct = []
+    for record in ranked:
+        text = (str(record.get("input", "")), str(record.get("output", "")))
+        if text not in seen:
+            seen.add(text)
+            distinct.append(record)
+    best = distinct[:count]
+    worst = distinct[count:][::-1][:count]
     return best, worst
 
 

@@ -144,7 +144,7 @@ def run_summary(config: Config, run_dir: Path) -> list[str]:
     if tracker.is_file():
         checkpoints = f"{run_dir / ('global_step_' + tracker.read_text().strip())} (latest)"
     else:
-        checkpoints = "none saved (trainer.save_freq=-1)"
+        checkpoints = f"none saved (trainer.save_freq={config.trainer.save_freq})"
     lines = [f"  metrics      {run_dir / 'metrics.jsonl'}", f"  checkpoints  {checkpoints}"]
     recent = run_dir / RECENT_ROLLOUTS  # without trainer.rollout_data_dir, the latest steps' samples kept for the report
     rollouts = config.trainer.rollout_data_dir or (recent if recent.is_dir() else None)

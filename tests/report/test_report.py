@@ -103,6 +103,26 @@ def test_samples_section_shows_the_best_and_worst_of_the_latest_steps(tmp_path):
     assert "a&lt;0.9&gt;" in page and "a&lt;0.99&gt;" not in page  # escaped, and only from the latest steps
 
 
+def test_a_response_repeated_across_steps_is_shown_once():
+    samples = [{"input": "q", "output": "a", "score": 1.0, "step": step} for step in (1, 2, 3)]
+    samples += [{"input": "q", "output": "b", "score": 0.5, "step": 3}, {"input": "r", "output": "a", "score": 0.0, "step": 2},
+                {"input": "r", "output": "a", "score": 0.0, "step": 3}]
+    best, worst = best_and_worst(samples, 2)
+    assert [(s["input"], s["output"], s["step"]) for s in best] == [("q", "a", 3), ("q", "b", 3)]
+    assert [(s["input"], s["output"], s["step"]) for s in worst] == [("r", "a", 3)]
+
+
+def test_a_run_that_only_validated_gets_a_report(tmp_path):
+    run_dir = tmp_path / "val_only"
+    run_dir.mkdir()
+    (run_dir / "metrics.jsonl").write_text(json.dumps({"step": 0, "val-core/gsm8k/reward/mean@1": 0.25,
+                                                       "timing_s/testing": 4.0}) + "\n")
+    page = write_report([run_dir]).read_text()
+    panels = build_panels([load_run(run_dir)])
+    assert panel(panels, "validation").figure is not None and panel(panels, "reward").figure is None
+    assert "skipped: no run logged critic/score/mean" in page and "No rollout samples" in page
+
+
 def test_the_command_prints_the_report_path_and_overlays_runs(tmp_path, capsys):
     a, b = write_run(tmp_path / "x" / "run", [0.1, 0.2]), write_run(tmp_path / "y" / "run", [0.3, 0.4])
     assert main(["report", str(a), str(b), "--out", str(tmp_path / "cmp")]) == 0

@@ -6,6 +6,7 @@ import math
 import struct
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -78,6 +79,35 @@ def test_metrics_jsonl_is_strict_json_with_non_finite_values_as_strings(tmp_path
     assert [json.loads(line) for line in lines] == [
         {"step": 1, "critic/score/mean": 0.25, "actor/pg_loss": -1.5, "val-core/gsm8k/acc/mean@4": 0.5},
         {"step": 2, "critic/score/mean": 0.75, "actor/pg_loss": "nan", "note": "text stays in metrics.jsonl"}]
+
+
+def test_a_resumed_run_keeps_its_earlier_steps_and_drops_a_line_cut_short_by_a_kill(tmp_path):
+    (tmp_path / "metrics.jsonl").write_text('{"step": 1, "x": 1}\n\n{"step": 2, "x": 2}\n{"step": 3, "x": 3}\n{"step": 4, "x')
+    tracking = Tracking(tmp_path, [], total_steps=5, initial_step=2)  # resumed from the checkpoint of step 2
+    tracking.log({"x": 30.0}, 3)
+    tracking.close()
+    lines = (tmp_path / "metrics.jsonl").read_text().splitlines()
+    assert [json.loads(line) for line in lines] == [{"step": 1, "x": 1}, {"step": 2, "x": 2}, {"step": 3, "x": 30.0}]
+
+
+def test_a_tracker_that_fails_to_start_closes_the_ones_already_started(tmp_path, monkeypatch):
+    import reinforge.trainer.tracking as tracking_module
+
+    closed = []
+
+    class Started:
+        def close(self):
+            closed.append("tensorboard")
+
+    def open_tracker(name, *args):
+        if name == "wandb":
+            raise RuntimeError("wandb could not start")
+        return Started()
+
+    monkeypatch.setattr(tracking_module, "_open_tracker", open_tracker)
+    with pytest.raises(RuntimeError, match="wandb could not start"):
+        Tracking(tmp_path, ["tensorboard", "wandb"], total_steps=1)
+    assert closed == ["tensorboard"]
 
 
 class _Terminal:
@@ -188,13 +218,19 @@ def test_wandb_offline_without_an_api_key_read_back(tmp_path, monkeypatch):
     monkeypatch.setenv("HOME", str(tmp_path / "home"))  # no ~/.netrc login either
     write_run(tmp_path, "wandb")
     (run_file,) = (tmp_path / "wandb").glob("offline-run-*/run-*.wandb")
-    history, run = {}, None
-    for record in _wandb_records(run_file):
-        if record.WhichOneof("record_type") == "history":
-            row = {item.key or "/".join(item.nested_key): json.loads(item.value_json) for item in record.history.item}
-            history[record.history.step.num] = row
-        elif record.WhichOneof("record_type") == "run":
-            run = record.run
+    for _ in range(40):  # wandb's writer process may still be flushing the file when finish() returns
+        history, run, kinds = {}, None, []
+        for record in _wandb_records(run_file):
+            kinds.append(record.WhichOneof("record_type"))
+            if kinds[-1] == "history":
+                row = {item.key or "/".join(item.nested_key): json.loads(item.value_json) for item in record.history.item}
+                history[record.history.step.num] = row
+            elif kinds[-1] == "run":
+                run = record.run
+        if run is not None and 2 in history:
+            break
+        time.sleep(0.25)
+    assert run is not None, f"no run record in {run_file} ({run_file.stat().st_size} bytes); records: {kinds}"
     assert (run.project, run.display_name) == ("proj", "exp1")
     config = {item.key: json.loads(item.value_json) for item in run.config.update}
     assert config["trainer"]["experiment_name"] == "exp1" and config["data"]["train_batch_size"] == 1024

@@ -61,6 +61,14 @@ def check_loggers(names: list[str]) -> None:
                                   f"or remove {name!r} from trainer.logger")
 
 
+def _record_step(line: str) -> float:
+    """The step of a metrics.jsonl line; inf for a blank line or one cut short when a run was killed, so it is dropped."""
+    try:
+        return float(json.loads(line)["step"])
+    except (ValueError, TypeError, KeyError):
+        return math.inf
+
+
 def _jsonable(value):
     if isinstance(value, float) and not math.isfinite(value):
         return str(value)
@@ -91,14 +99,18 @@ class Tracking:
         self.console = ConsoleLogger(total_steps, initial_step) if "console" in names else None
         project, experiment, config_dict = _run_identity(config)
         self.trackers = {}
-        for name in dict.fromkeys(n for n in names if n in OPTIONAL_TRACKERS):
-            self.trackers[name] = _open_tracker(name, Path(run_dir), project, experiment, config_dict)
+        try:
+            for name in dict.fromkeys(n for n in names if n in OPTIONAL_TRACKERS):
+                self.trackers[name] = _open_tracker(name, Path(run_dir), project, experiment, config_dict)
+        except BaseException:
+            self.close()  # the trackers already started (a wandb process, an open event file) end with the failed start
+            raise
 
     def _keep_records_up_to(self, step: int) -> None:
         """A resumed run keeps the records of the steps it continues from; a fresh run starts the file anew."""
         if not self.path.exists():
             return
-        kept = [line for line in self.path.read_text().splitlines() if step > 0 and json.loads(line)["step"] <= step]
+        kept = [line for line in self.path.read_text().splitlines() if step > 0 and _record_step(line) <= step]
         tmp = self.path.with_name(".metrics.jsonl.tmp")
         tmp.write_text("".join(line + "\n" for line in kept))
         os.replace(tmp, self.path)
