@@ -7,7 +7,8 @@
 Overrides use verl's key paths and Hydra's grammar, so a verl command line works with
 `reinforge train` in place of `python3 -m verl.trainer.main_ppo`. Mistakes in config, data, model
 or reward code print one message and exit with status 2; `--traceback` (or
-REINFORGE_TRACEBACK=1) shows the full traceback too.
+REINFORGE_TRACEBACK=1) shows the full traceback too. SIGINT/SIGTERM during training save the
+finished step and exit 130/143 with a message on how to resume (reinforge/trainer/stop.py).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import traceback
 from reinforge import __version__
 from reinforge.environment.preprocess import add_data_arguments, run_data_command
 from reinforge.errors import UserError
+from reinforge.trainer.stop import RunStopped
 
 
 def _train(args: argparse.Namespace) -> int:
@@ -99,7 +101,10 @@ def main(argv: list[str] | None = None) -> int:
             traceback.print_exc()
         print(f"reinforge: error: {exc}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
+    except RunStopped as stopped:  # SIGINT/SIGTERM during training (reinforge/trainer/stop.py)
+        print(f"reinforge: {stopped}", file=sys.stderr)
+        return stopped.exit_status
+    except KeyboardInterrupt:  # Ctrl-C outside the training loop (loading, validation-only runs, other commands)
         print("reinforge: interrupted", file=sys.stderr)
         return 130
 

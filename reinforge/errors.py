@@ -24,3 +24,7 @@ class ModelError(UserError):
 
 class RewardError(UserError):
     """The reward function cannot be loaded or called."""
+
+
+class TrainingError(UserError):
+    """Training cannot usefully go on as configured (e.g. every update is non-finite); the message says what to change."""

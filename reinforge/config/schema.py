@@ -445,10 +445,15 @@ class TrainerConfig(Node):
     n_gpus_per_node: int = _f(8, "GPUs per node (this version trains in one process).")
     device: str | None = _f(None, "cuda or cpu; null: cuda when a GPU is present, else cpu.")
     save_freq: int = _f(-1, "Save a checkpoint every this many steps (-1: never; the last step is saved when > 0).")
+    save_on_stop: bool = _f(True, "reinforge only (verl has no such key): on SIGINT/SIGTERM, finish the current step, "
+                                  "save it as a checkpoint, and exit 130/143; the same command then resumes "
+                                  "(trainer.resume_mode=auto).")
     test_freq: int = _f(-1, "Validate every this many steps (-1: never; the last step is validated when > 0).")
     val_before_train: bool = _f(True, "Validate before the first step.")
     val_only: bool = _f(False, "Validate once and exit.")
     critic_warmup: int = _f(0, "The first this many steps update only the critic, not the actor.")
+    max_nonfinite_steps: int = _f(5, "Stop the run after this many training steps in a row in which every optimizer step "
+                                  "was skipped for a NaN/inf loss or gradient (0: never stop).")
     default_local_dir: str | None = _f(None, "The run folder; null: checkpoints/<project_name>/<experiment_name>.")
     default_hdfs_dir: str | None = _f(None, "Accepted for verl compatibility; no HDFS copy.")
     resume_mode: str = _f("auto", "auto: continue from the latest checkpoint in the run folder; disable; resume_path.")

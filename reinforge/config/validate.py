@@ -189,6 +189,7 @@ def _check(config: Config) -> None:
         ("algorithm.kl_ctrl.kl_coef", algo.kl_ctrl.kl_coef),
         ("trainer.log_val_generations", trainer.log_val_generations),
         ("trainer.critic_warmup", trainer.critic_warmup),
+        ("trainer.max_nonfinite_steps", trainer.max_nonfinite_steps),
         ("critic.cliprange_value", config.critic.cliprange_value),
         ("critic.optim.weight_decay", config.critic.optim.weight_decay),
         ("algorithm.filter_groups.max_num_gen_batches", algo.filter_groups.max_num_gen_batches),

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import signal
 import time
 from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -49,7 +50,7 @@ from reinforge.batch import Batch
 from reinforge.config import batch_arithmetic
 from reinforge.config.schema import Config
 from reinforge.distributed import WorkerGroup
-from reinforge.errors import ConfigError
+from reinforge.errors import ConfigError, TrainingError
 from reinforge.inference.rollout import PROMPT_KEYS, concat_trajectories
 from reinforge.report.rollouts import keep_recent_rollouts
 from reinforge.trainer.checkpoint import resume_folder, save_checkpoint, step_of
@@ -61,6 +62,7 @@ from reinforge.trainer.metrics import (
     extra_info_metrics,
     timer,
 )
+from reinforge.trainer.stop import RunStopped, StopSignals, latest_checkpoint
 from reinforge.trainer.tracking import Tracking
 from reinforge.trainer.validation import validate
 
@@ -77,6 +79,8 @@ class RLTrainer:
         self.run_dir = Path(config.trainer.default_local_dir)
         self.kl_ctrl = make_kl_controller(config.algorithm.kl_ctrl)
         self.global_steps = 0
+        self._saved_step: int | None = None  # the step this process last checkpointed
+        self.nonfinite_steps = 0  # training steps in a row whose every optimizer step was skipped (NaN/inf)
         self.val_history: list[tuple[int, dict[str, float]]] = []  # (step, validation metrics)
         actor = config.actor_rollout_ref.actor
         # reference log-probs for a sampled-token KL; the exact (full) KL loss runs the reference inside the update
@@ -220,7 +224,19 @@ class RLTrainer:
                 yield Batch.from_dict(prompts)
 
     def fit(self) -> dict[str, float]:
-        """Train to the last step; returns the last validation metrics (empty if none ran)."""
+        """Train to the last step; returns the last validation metrics (empty if none ran).
+
+        Raises RunStopped on SIGINT/SIGTERM, after saving the last finished step (reinforge/trainer/stop.py).
+        """
+        with StopSignals() as stop:
+            try:
+                return self._fit(stop)
+            except KeyboardInterrupt:
+                if stop.requested is None:
+                    raise
+                raise RunStopped(signal.SIGINT, self.global_steps, latest_checkpoint(self.run_dir), True, self._resume_hint()) from None
+
+    def _fit(self, stop: StopSignals) -> dict[str, float]:
         cfg = self.config.trainer
         self._load_checkpoint()
         if self.global_steps >= self.total_training_steps and not cfg.val_only:
@@ -235,11 +251,15 @@ class RLTrainer:
                 tracking.log(val_metrics, self.global_steps)
                 if cfg.val_only:
                     return val_metrics
+            first_step = self.global_steps
             while self.global_steps < self.total_training_steps:
+                if stop.requested is not None:
+                    self._stop_run(stop.requested, first_step)
                 prompts = next(self.prompt_stream)
                 self.global_steps += 1
                 last = self.global_steps >= self.total_training_steps
                 metrics = self.train_step(prompts)
+                self._count_nonfinite_step(metrics)
                 metrics["training/global_step"] = self.global_steps
                 metrics["training/epoch"] = self.train_loader.epoch
                 if self.val_loader is not None and cfg.test_freq > 0 and (last or self.global_steps % cfg.test_freq == 0):
@@ -250,11 +270,39 @@ class RLTrainer:
                         self._save_checkpoint()
                     metrics["timing_s/save_checkpoint"] = timing["save_checkpoint"]
                 tracking.log(metrics, self.global_steps)
+                self._stop_if_nonfinite()
         finally:
             tracking.close()
             if self.reward_thread is not None:
                 self.reward_thread.shutdown(cancel_futures=True)
         return val_metrics
+
+    def _stop_run(self, signum: int, first_step: int) -> None:
+        """Save the last finished step (unless saved, or trainer.save_on_stop=false) and raise RunStopped."""
+        if self.config.trainer.save_on_stop and self.global_steps > first_step and self._saved_step != self.global_steps:
+            self._save_checkpoint()
+        raise RunStopped(signum, self.global_steps, latest_checkpoint(self.run_dir), False, self._resume_hint())
+
+    def _resume_hint(self) -> str:
+        if self.config.trainer.resume_mode == "auto":
+            return "Run the same command again to continue from it (trainer.resume_mode=auto, the default)."
+        return "Run the same command with trainer.resume_mode=auto to continue from it."
+
+    def _count_nonfinite_step(self, metrics: dict[str, float]) -> None:
+        """A step counts when every optimizer step of every update that ran (actor, critic) was skipped; a good step resets."""
+        roles = [role for role in ("actor", "critic") if f"{role}/optimizer_steps" in metrics]
+        all_skipped = bool(roles) and all(metrics[f"{r}/nonfinite_skipped"] == metrics[f"{r}/optimizer_steps"] for r in roles)
+        self.nonfinite_steps = self.nonfinite_steps + 1 if all_skipped else 0
+
+    def _stop_if_nonfinite(self) -> None:
+        limit = self.config.trainer.max_nonfinite_steps
+        if limit and self.nonfinite_steps >= limit:
+            first = self.global_steps - self.nonfinite_steps + 1
+            raise TrainingError(
+                f"steps {first} to {self.global_steps}: {self.nonfinite_steps} training steps in a row had a NaN/inf loss or "
+                "gradient in every optimizer step, so nothing trained (trainer.max_nonfinite_steps="
+                f"{limit}). Lower the learning rate (actor_rollout_ref.actor.optim.lr, critic.optim.lr), check the reward "
+                "function and any custom loss or estimator for NaN/inf, or set trainer.max_nonfinite_steps=0 to keep going.")
 
     def _validate(self, tracking: Tracking | None = None) -> dict[str, float]:
         """Validation metrics (with timing_s/testing), remembered in val_history."""
@@ -271,12 +319,14 @@ class RLTrainer:
             if self.critic_wg is not None:
                 self.critic_wg.save_checkpoint(str(folder / "critic"))
             torch.save(self.train_loader.state_dict(), folder / "data.pt")
-            state = {"global_steps": self.global_steps, "kl_ctrl": self.kl_ctrl.state_dict()}
+            state = {"global_steps": self.global_steps, "kl_ctrl": self.kl_ctrl.state_dict(),
+                     "nonfinite_steps": self.nonfinite_steps}
             (folder / "trainer_state.json").write_text(json.dumps(state))
 
         trainer = self.config.trainer
         save_checkpoint(self.run_dir, self.global_steps, write, keep=trainer.max_actor_ckpt_to_keep,
                         keep_critic=trainer.max_critic_ckpt_to_keep)
+        self._saved_step = self.global_steps
 
     def _load_checkpoint(self) -> None:
         folder = resume_folder(self.config.trainer)
@@ -292,4 +342,5 @@ class RLTrainer:
         state = json.loads((folder / "trainer_state.json").read_text())
         self.global_steps = state["global_steps"]
         self.kl_ctrl.load_state_dict(state["kl_ctrl"])
+        self.nonfinite_steps = state.get("nonfinite_steps", 0)  # absent in checkpoints written before the key existed
         print(f"resumed from {folder} (step {step_of(folder)}); continuing at step {self.global_steps + 1}", flush=True)

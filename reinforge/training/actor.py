@@ -24,7 +24,14 @@ import torch
 from reinforge.algorithm import agg_loss, compute_policy_loss, full_kl_from_logits, kl_penalty, log_probs_from_logits
 from reinforge.batch import Batch
 from reinforge.config.schema import ActorConfig
-from reinforge.training.minibatch import FORWARD_KEYS, clip_and_step, eval_mode, global_batch_info, run_epochs
+from reinforge.training.minibatch import (
+    FORWARD_KEYS,
+    backward_if_finite,
+    clip_and_step,
+    eval_mode,
+    global_batch_info,
+    run_epochs,
+)
 
 
 def response_logits(model: torch.nn.Module, batch: Batch) -> torch.Tensor:
@@ -85,10 +92,11 @@ class Actor:
             raise ValueError("use_kl_loss needs ref_log_prob in the batch (the reference worker computes it)")
         if cfg.use_kl_loss and cfg.kl_loss_type == "full" and self.ref_model is None:
             raise ValueError("kl_loss_type=full needs the reference model in the actor")
-        return run_epochs(batch, keys, mini_size, cfg.ppo_epochs, cfg.shuffle,
+        return run_epochs(batch, keys, mini_size, cfg.ppo_epochs, cfg.shuffle, "actor",
                           lambda mini: self._optimizer_step(mini, micro_size, temperature, on_policy))
 
-    def _optimizer_step(self, mini: Batch, micro_size: int, temperature: float, on_policy: bool) -> dict[str, float]:
+    def _optimizer_step(self, mini: Batch, micro_size: int, temperature: float,
+                        on_policy: bool) -> tuple[dict[str, float], bool]:
         cfg = self.config
         info = global_batch_info(mini["response_mask"], cfg.loss_scale_factor)
         cfg.global_batch_info = info  # read by the policy loss (verl's convention)
@@ -98,6 +106,7 @@ class Actor:
             metrics[key] = metrics.get(key, 0.0) + value
 
         self.optimizer.zero_grad(set_to_none=True)
+        loss_finite = True
         for micro in mini.split(micro_size):
             micro = micro.to(self.device)
             mask = micro["response_mask"].float()
@@ -115,17 +124,16 @@ class Actor:
                 kl_term = agg_loss(self._kl(micro, logits, log_prob, temperature), mask, cfg.loss_agg_mode, **info)
                 loss = loss + cfg.kl_loss_coef * kl_term
                 add("actor/kl_loss", kl_term.item())
-            loss.backward()
+            loss_finite &= backward_if_finite(loss)
             add("actor/pg_loss", pg_loss.item())  # micro-batch shares: they sum to the mini-batch's value
             add("actor/entropy", entropy_term.item())
             for key, value in pg_metrics.items():
                 add(key, value * share)
 
-        metrics["actor/grad_norm"], stepped = clip_and_step(self.model, self.optimizer, cfg.grad_clip)
-        metrics["actor/nonfinite_grad_skipped"] = 0.0 if stepped else 1.0
+        metrics["actor/grad_norm"], stepped = clip_and_step(self.model, self.optimizer, cfg.grad_clip, loss_finite)
         if cfg.use_kl_loss:
             metrics["actor/kl_coef"] = cfg.kl_loss_coef
-        return metrics
+        return metrics, stepped
 
     def _kl(self, micro: Batch, logits: torch.Tensor, log_prob: torch.Tensor, temperature: float) -> torch.Tensor:
         """Per-token KL(actor || reference) of the kind `kl_loss_type` names."""

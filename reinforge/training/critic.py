@@ -14,7 +14,14 @@ import torch
 from reinforge.algorithm import compute_value_loss, masked_mean
 from reinforge.batch import Batch
 from reinforge.config.schema import CriticConfig
-from reinforge.training.minibatch import FORWARD_KEYS, clip_and_step, eval_mode, global_batch_info, run_epochs
+from reinforge.training.minibatch import (
+    FORWARD_KEYS,
+    backward_if_finite,
+    clip_and_step,
+    eval_mode,
+    global_batch_info,
+    run_epochs,
+)
 
 
 def response_values(model: torch.nn.Module, batch: Batch) -> torch.Tensor:
@@ -45,13 +52,14 @@ class Critic:
         mini_size = cfg.ppo_mini_batch_size * rollout_n
         micro_size = cfg.ppo_micro_batch_size_per_gpu or mini_size
         return run_epochs(batch, [*FORWARD_KEYS, "response_mask", "values", "returns"], mini_size, cfg.ppo_epochs,
-                          cfg.shuffle, lambda mini: self._optimizer_step(mini, micro_size))
+                          cfg.shuffle, "critic", lambda mini: self._optimizer_step(mini, micro_size))
 
-    def _optimizer_step(self, mini: Batch, micro_size: int) -> dict[str, float]:
+    def _optimizer_step(self, mini: Batch, micro_size: int) -> tuple[dict[str, float], bool]:
         cfg = self.config
         info = global_batch_info(mini["response_mask"], cfg.loss_scale_factor)
         metrics = {"critic/vf_loss": 0.0, "critic/vf_clipfrac": 0.0, "critic/vpred_mean": 0.0}
         self.optimizer.zero_grad(set_to_none=True)
+        loss_finite = True
         for micro in mini.split(micro_size):
             micro = micro.to(self.device)
             mask = micro["response_mask"].float()
@@ -59,9 +67,9 @@ class Critic:
             vpreds = response_values(self.model, micro)
             vf_loss, vf_clipfrac = compute_value_loss(vpreds, micro["returns"], micro["values"], mask, cfg.cliprange_value,
                                                       cfg.loss_agg_mode, **info)
-            vf_loss.backward()
+            loss_finite &= backward_if_finite(vf_loss)
             metrics["critic/vf_loss"] += vf_loss.item()
             metrics["critic/vf_clipfrac"] += vf_clipfrac.item() * share
             metrics["critic/vpred_mean"] += masked_mean(vpreds.detach(), mask).item() * share
-        metrics["critic/grad_norm"], _ = clip_and_step(self.model, self.optimizer, cfg.grad_clip)
-        return metrics
+        metrics["critic/grad_norm"], stepped = clip_and_step(self.model, self.optimizer, cfg.grad_clip, loss_finite)
+        return metrics, stepped

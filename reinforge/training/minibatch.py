@@ -4,6 +4,14 @@ A step's batch is passed over `epochs` times, each time (optionally shuffled and
 mini-batches of `mini_size` trajectories; each mini-batch is one optimizer step whose loss is
 normalised by the mini-batch's totals (`global_batch_info`), so micro-batches only decide how
 the work is split. Metrics are averaged over the optimizer steps.
+
+Numerical faults: a micro-batch whose loss is NaN/inf is not back-propagated, and a mini-batch
+with such a loss or with a non-finite gradient norm skips its optimizer step (the gradient is
+dropped, the parameters and optimizer state stay as they were). A mini-batch is all or nothing:
+the finite micro-batches of a faulty mini-batch are not stepped alone, since their sum is not the
+mini-batch's gradient. `run_epochs` reports `<role>/optimizer_steps` and `<role>/nonfinite_skipped`
+as counts over the whole update (not averages), so the trainer can tell an update in which every
+step was skipped.
 """
 
 from __future__ import annotations
@@ -25,25 +33,42 @@ def global_batch_info(response_mask: torch.Tensor, loss_scale_factor: float | No
             "global_batch_size": int((response_mask.sum(-1) > 0).sum()), "loss_scale_factor": loss_scale_factor}
 
 
-def run_epochs(batch: Batch, keys: list[str], mini_size: int, epochs: int, shuffle: bool,
-               optimizer_step: Callable[[Batch], dict[str, float]]) -> dict[str, float]:
-    """`optimizer_step(mini_batch)` for every mini-batch of every epoch; its metrics averaged over the steps."""
+def run_epochs(batch: Batch, keys: list[str], mini_size: int, epochs: int, shuffle: bool, role: str,
+               optimizer_step: Callable[[Batch], tuple[dict[str, float], bool]]) -> dict[str, float]:
+    """`optimizer_step(mini_batch) -> (metrics, stepped)` for every mini-batch of every epoch.
+
+    Returns its metrics averaged over the steps, plus the counts `<role>/optimizer_steps` and
+    `<role>/nonfinite_skipped` (steps skipped for a non-finite loss or gradient)."""
     totals: dict[str, float] = {}
-    steps = 0
+    steps = skipped = 0
     for _ in range(epochs):
         data = batch.select(keys)
         if shuffle:
             data = data.index(torch.randperm(len(data)))
         for mini in data.split(mini_size):
-            for key, value in optimizer_step(mini).items():
+            metrics, stepped = optimizer_step(mini)
+            for key, value in metrics.items():
                 totals[key] = totals.get(key, 0.0) + value
             steps += 1
-    return {key: value / steps for key, value in totals.items()}
+            skipped += not stepped
+    means = {key: value / steps for key, value in totals.items()}
+    return {**means, f"{role}/optimizer_steps": float(steps), f"{role}/nonfinite_skipped": float(skipped)}
 
 
-def clip_and_step(model: torch.nn.Module, optimizer: torch.optim.Optimizer, grad_clip: float) -> tuple[float, bool]:
-    """Clip the accumulated gradient and step; a non-finite gradient skips the step. Returns (pre-clip norm, stepped)."""
-    grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip).item()
+def backward_if_finite(loss: torch.Tensor) -> bool:
+    """Back-propagate `loss` unless it is NaN/inf (a NaN would poison every gradient); returns whether it was finite."""
+    if not torch.isfinite(loss).all():
+        return False
+    loss.backward()
+    return True
+
+
+def clip_and_step(model: torch.nn.Module, optimizer: torch.optim.Optimizer, grad_clip: float,
+                  loss_finite: bool = True) -> tuple[float, bool]:
+    """Clip the accumulated gradient and step; a non-finite loss or gradient norm skips the step and drops the gradient.
+
+    Returns (pre-clip gradient norm, stepped); the norm is NaN when a non-finite loss left the gradient incomplete."""
+    grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip).item() if loss_finite else math.nan
     if math.isfinite(grad_norm):
         optimizer.step()
         return grad_norm, True

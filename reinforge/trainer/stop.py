@@ -1,0 +1,94 @@
+"""Graceful stop of a training run on SIGINT (Ctrl-C) or SIGTERM.
+
+Decided behaviour (`RLTrainer.fit` installs `StopSignals` for the length of the run):
+
+- The first SIGINT or SIGTERM only records the request and prints a notice; the step in progress
+  (with its validation and scheduled checkpoint) finishes. Before the next step starts the trainer
+  writes a checkpoint of the last finished step (unless `trainer.save_on_stop=false`, or that step
+  is already saved), closes the trackers and raises `RunStopped`. A request during the last step
+  changes nothing: the run finishes normally.
+- A second SIGINT abandons the step in progress (a KeyboardInterrupt at that point). Nothing is
+  saved, because the model may be half updated; the latest earlier checkpoint stays the resume point.
+  A second SIGTERM is ignored: SIGKILL is the way to stop a run at once.
+- `RunStopped.exit_status` is 128 + the signal number (130 for SIGINT, 143 for SIGTERM), which
+  the `reinforge` command exits with after printing the message, which says how to resume.
+- Handlers are installed only in the main thread (Python allows no other); elsewhere signals keep
+  their previous behaviour. The previous handlers are restored when the run ends, however it ends.
+"""
+
+from __future__ import annotations
+
+import signal
+import sys
+import threading
+from pathlib import Path
+from types import FrameType
+
+from reinforge.trainer.checkpoint import TRACKER
+
+SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+class RunStopped(BaseException):
+    """A run stopped on a signal. A BaseException, like KeyboardInterrupt, so `except Exception` does not swallow it.
+
+    `step` is the last finished step, or the abandoned one when `abandoned`; `checkpoint` the resume point (or None).
+    """
+
+    def __init__(self, signum: int, step: int, checkpoint: Path | None, abandoned: bool, resume_hint: str):
+        self.signum = signum
+        self.step = step
+        self.checkpoint = checkpoint
+        self.abandoned = abandoned
+        self.exit_status = 128 + signum
+        name = signal.Signals(signum).name
+        if abandoned:
+            what = f"stopped by {name}: step {step} abandoned (nothing saved for it)"
+        else:
+            what = f"stopped by {name} after step {step}"
+        if checkpoint is not None:
+            where = f"; resume point: {checkpoint}. {resume_hint}"
+        else:
+            where = "; no checkpoint to resume from (none saved yet), so the same command starts afresh."
+        super().__init__(what + where)
+
+
+class StopSignals:
+    """Context manager: records the first SIGINT/SIGTERM in `requested`; a second SIGINT raises KeyboardInterrupt."""
+
+    def __init__(self) -> None:
+        self.requested: int | None = None
+        self._previous: dict[int, object] = {}
+
+    def __enter__(self) -> StopSignals:
+        if threading.current_thread() is threading.main_thread():
+            for signum in SIGNALS:
+                self._previous[signum] = signal.signal(signum, self._handle)
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        for signum, handler in self._previous.items():
+            signal.signal(signum, handler)
+        self._previous.clear()
+
+    def _handle(self, signum: int, frame: FrameType | None) -> None:
+        name = signal.Signals(signum).name
+        if self.requested is None:
+            self.requested = signum
+            again = "; Ctrl-C again abandons the step" if signum == signal.SIGINT else ""
+            print(f"\nreinforge: {name} received: finishing the current step, then saving and stopping{again}",
+                  file=sys.stderr, flush=True)
+        elif signum == signal.SIGINT:
+            raise KeyboardInterrupt
+        else:
+            print(f"reinforge: {name} received again: still finishing the current step (SIGKILL stops at once)",
+                  file=sys.stderr, flush=True)
+
+
+def latest_checkpoint(run_dir: Path) -> Path | None:
+    """The global_step_<N> folder the run folder's tracker file names, or None when there is none."""
+    tracker = run_dir / TRACKER
+    if not tracker.is_file():
+        return None
+    folder = run_dir / f"global_step_{tracker.read_text().strip()}"
+    return folder if folder.is_dir() else None
