@@ -31,6 +31,8 @@ def validate(config: Config, wg: WorkerGroup, reward_fn, val_loader, tokenizer, 
     extras: list[dict] = []  # per response: the reward's extra information (`score`, the keys of dict results, ...)
     rewards: list[float] = []
     samples = []
+    # decoded only as far as they are used: all of them for validation_data_dir, else the log_val_generations shown
+    wanted = None if config.trainer.validation_data_dir else config.trainer.log_val_generations
     for prompts in val_loader:
         batch = Batch.from_dict(prompts, meta_info={"validate": True}).repeat(n, interleave=True)
         batch = batch.union(wg.generate_sequences(batch.pop(PROMPT_KEYS)))
@@ -42,7 +44,8 @@ def validate(config: Config, wg: WorkerGroup, reward_fn, val_loader, tokenizer, 
         uids += [first_uid + row // n for row in range(len(scores))]
         extras += [{k: values[row] for k, values in extra_info.items()} for row in range(len(scores))]
         rewards += scores
-        samples += generation_records(batch, scores, tokenizer, step, scored.get("reward_extra_info", {}))
+        if wanted is None or len(samples) < wanted:
+            samples += generation_records(batch, scores, tokenizer, step, extra_info)
 
     names = list(dict.fromkeys(k for extra in extras for k in extra))
     if names == ["score"]:  # plain-number results: verl has no extra information then (and score is reward)
