@@ -121,6 +121,9 @@ def _check(config: Config) -> None:
         _choice(f"actor_rollout_ref.{role}.fsdp_config.model_dtype", dtype, ("fp32", "bf16", "float32", "bfloat16"))
     _choice("actor_rollout_ref.rollout.name", rollout.name, ("hf", "vllm", "sglang"))
     _choice("actor_rollout_ref.rollout.mode", rollout.mode, ("sync", "async"))
+    _choice("actor_rollout_ref.rollout.multi_turn.tool_response_truncate_side", rollout.multi_turn.tool_response_truncate_side,
+            ("left", "right", "middle"))
+    _choice("actor_rollout_ref.rollout.multi_turn.format", rollout.multi_turn.format, ("hermes",))
     _choice("algorithm.kl_penalty", algo.kl_penalty, KL_PENALTIES)
     _choice("algorithm.kl_ctrl.type", algo.kl_ctrl.type, ("fixed", "adaptive"))
     _choice("reward_model.reward_manager", config.reward_model.reward_manager, reward_manager_names())
@@ -244,7 +247,6 @@ def _check(config: Config) -> None:
                           "penalty is measured against it, so set it to the response length")
 
     for key, value, reason in [
-        ("actor_rollout_ref.rollout.multi_turn.enable", rollout.multi_turn.enable, "multi-turn rollouts"),
         ("algorithm.use_pf_ppo", algo.use_pf_ppo, "preference-feedback PPO"),
     ]:
         if value:

@@ -3,7 +3,8 @@
 `RewardManager.__call__(batch, return_dict=False)` is the one entry of every manager:
 
 1. `_samples`: decode each row's valid response tokens (`solution_str`) and read its data
-   source (`reward_fn_key`), `reward_model.ground_truth` and `extra_info`;
+   source (`reward_fn_key`), `reward_model.ground_truth` and `extra_info` (after a multi-turn
+   rollout with `num_turns` and `rollout_reward_scores` added, as verl does: docs/agents.md);
 2. `_compute` (each manager's own): one entry per row, the reward function's result or the
    exception in its place;
 3. `_parse`: a number (int, float, bool, numpy/torch scalar) or a dict with a numeric "score" is a
@@ -219,7 +220,11 @@ class RewardManager:
                 f"attention_mask has {batch['attention_mask'].shape[1]} columns; expected prompts + responses = "
                 f"{prompt_len} + {responses.shape[1]}"
             )
-        extra_infos = batch["extra_info"] if "extra_info" in batch else [None] * len(batch)
+        extra_infos = list(batch["extra_info"]) if "extra_info" in batch else [None] * len(batch)
+        if "reward_scores" in batch:  # multi-turn rollouts: what tools, interactions and environments scored (verl's keys)
+            turns = batch["__num_turns__"] if "__num_turns__" in batch else [None] * len(batch)
+            extra_infos = [{**(info or {}), "num_turns": turns[i], "rollout_reward_scores": batch["reward_scores"][i]}
+                           for i, info in enumerate(extra_infos)]
         return [
             Sample(
                 row=i,
