@@ -15,6 +15,7 @@ from reinforge.environment.envs import guess_number_rows
 from reinforge.trainer.main import run
 from reinforge.training.workers import ActorRolloutRefWorker
 from tests.inference.conftest import GAME_PROMPT, one_thread
+from tests.trainer.test_metrics_documented import undocumented
 
 # A user tool loaded from a file: the calculator, with a step reward of 1 when its result is the row's answer.
 USER_TOOL = '''
@@ -89,6 +90,7 @@ def test_tool_rollouts_train(agent_run, tmp_path):
                                "actor_rollout_ref.rollout.multi_turn.max_assistant_turns=2")
     assert_trained(step)
     assert step["num_turns/max"] == 4 and step["tool_call_counts/mean"] >= 1 and len(rollouts) == 8
+    assert step["timing_s/agent_loop/generate_sequences/mean"] > 0 and undocumented(set(step)) == []
     called = [r for r in rollouts if "tool\n5\n" in r["output"]]  # the dump shows the whole conversation
     assert len(called) >= 6 and all(r["flow"] >= 1.0 and r["turns"] == 4 for r in called)  # the step reward reached the reward
 
