@@ -18,6 +18,7 @@ from reinforge.environment.dataset import collate_prompts
 from reinforge.errors import DataError
 from reinforge.inference.agent import AgentRunner
 from reinforge.inference.engine import GenerationOutput, InferenceEngine, SamplingParams
+from reinforge.reward.manager.naive import NaiveRewardManager
 
 # ChatML that drops the thinking of every assistant turn but the last, as reasoning models' templates do
 THINK_STRIPPING_TEMPLATE = (
@@ -144,6 +145,14 @@ def test_budget_cuts_the_conversation_and_rows_are_batched_together(tok, tmp_pat
         _, response, mask = row_ids(out, r)
         assert len(response) == budget and mask == [1] * len(turn) + [0, 0, 0]
         assert out["finish_reason"][r] == "length"
+
+    # The reward sees the rollout's scores and lands on the last model token, not on the trailing tool tokens.
+    def score(data_source, solution_str, ground_truth, extra_info=None):
+        return extra_info["num_turns"] + extra_info["rollout_reward_scores"]["tool_step_reward"] + extra_info["index"]
+    out["data_source"], out["reward_model"], out["extra_info"] = ["t"] * 3, [{"ground_truth": "5"}] * 3, prompts["extra_info"]
+    rewards = NaiveRewardManager(tok, 0, score, "data_source")(out)
+    assert rewards.nonzero().tolist() == [[r, len(turn) - 1] for r in range(3)]
+    assert rewards.sum(-1).tolist() == [3.0, 4.0, 5.0]  # 3 turns (prompt, model, tool answer) + index
 
 
 def test_malformed_calls_and_parallel_limit(tok, tmp_path):

@@ -15,7 +15,7 @@
    unknown data_source) is a setup mistake that would zero every reward, so it stops the call.
 4. `_shape`: reward from score (identity, or DAPO's overlong penalty);
 5. the reward goes on the last valid response token of a `(batch, response_len)` float32 tensor
-   (a zero-length response gets none); with `return_dict`, also `reward_extra_info` ("score" and
+   (a zero-length response gets none; a multi-turn one, its last model token); with `return_dict`, also `reward_extra_info` ("score" and
    the other keys of dict results, None where a row lacks a key) and `reward_metrics`
    (`reward/errors`, `reward/timeouts`: counts of rows, always present).
 
@@ -145,9 +145,16 @@ class RewardManager:
 
         responses = batch["responses"]
         reward_tensor = torch.zeros(responses.shape, dtype=torch.float32, device=responses.device)  # (batch, response_len)
+        # The score goes on the last token the model generated: the last response token, or, in a multi-turn
+        # conversation that ended on a tool or user message, the last token with response_mask 1 (GAE skips the others).
+        mask = batch["response_mask"] if "response_mask" in batch else None
         for sample, reward in zip(samples, rewards, strict=True):
             if sample.response_length > 0:
-                reward_tensor[sample.row, sample.response_length - 1] = reward
+                last = sample.response_length - 1
+                if mask is not None and not mask[sample.row, last]:
+                    generated = mask[sample.row, :last].nonzero()
+                    last = int(generated[-1]) if len(generated) else last
+                reward_tensor[sample.row, last] = reward
         self._examine(batch, samples, scores)
         if not return_dict:
             return reward_tensor
