@@ -74,7 +74,8 @@ class ActorRolloutRefWorker:
             if cfg.rollout.multi_turn.enable:  # imported here: single-turn runs never load the agent machinery
                 from reinforge.inference.agent import AgentRunner
 
-                self.agents = AgentRunner(self.tokenizer, cfg.rollout.multi_turn, cfg.rollout.agent)
+                self.agents = AgentRunner(self.tokenizer, cfg.rollout.multi_turn, cfg.rollout.agent,
+                                          self.config.data.apply_chat_template_kwargs)
         if self.has_ref:
             self.ref = Actor(load_causal_lm(self.config, self.device, trainable=False, dtype=cfg.ref.fsdp_config.model_dtype), cfg.actor)
             if self.has_actor and cfg.actor.kl_loss_type == "full":

@@ -20,6 +20,10 @@ from reinforge.inference.agent import AgentRunner
 from reinforge.inference.engine import GenerationOutput, InferenceEngine, SamplingParams
 from reinforge.reward.manager.naive import NaiveRewardManager
 
+CHATML = (
+    "{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n' }}{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
+)
 # ChatML that drops the thinking of every assistant turn but the last, as reasoning models' templates do
 THINK_STRIPPING_TEMPLATE = (
     "{% for message in messages %}{% set content = message['content'] %}"
@@ -129,6 +133,31 @@ def test_plain_chatml_trajectory_is_the_rendered_conversation(tok, tmp_path):
     conversation = messages + [{"role": "assistant", "content": CALL}, {"role": "tool", "content": "5"},
                                {"role": "assistant", "content": "#### 5"}]
     assert tok.decode(prompt + response) + "\n" == tok.apply_chat_template(conversation, tokenize=False)
+
+
+TOOLS_TEMPLATE = (  # ChatML that lists the tools in a system message, as tool-calling models' templates do
+    "{% if tools %}<|im_start|>system\nTools: {% for t in tools %}{{ t['function']['name'] }} {% endfor %}<|im_end|>\n{% endif %}"
+    + CHATML
+)
+
+
+def test_prompt_is_rendered_with_the_tool_schemas_when_the_template_shows_them(tok, tmp_path):
+    tok.chat_template = TOOLS_TEMPLATE
+    messages = [{"role": "user", "content": "add 2 3"}]
+    prompts = prompts_batch(tok, [messages])  # rendered by the dataset, without tools
+    with_tools = tok(tok.apply_chat_template(messages, tools=[{"type": "function", "function": {"name": "calculator"}}],
+                                             add_generation_prompt=True, tokenize=False), add_special_tokens=False)["input_ids"]
+    assert tok.decode(with_tools).startswith("<|im_start|>system\nTools: calculator <|im_end|>")
+    turn1 = tok(CALL, add_special_tokens=False)["input_ids"] + [tok.eos_token_id]
+    turn2 = tok("#### 5", add_special_tokens=False)["input_ids"] + [tok.eos_token_id]
+    engine = ScriptedEngine([(with_tools, [turn1, turn2])])
+    runner = AgentRunner(tok, MultiTurnConfig(enable=True, tool_config_path=tools_yaml(tmp_path)))
+    out = runner.generate_sequences(engine, prompts, SamplingParams(max_tokens=100), tok.pad_token_id)
+    prompt, response, _ = row_ids(out, 0)
+    assert engine.batches[0] == [with_tools] and prompt == with_tools
+    tool_turn = tok("\n<|im_start|>tool\n5<|im_end|>\n<|im_start|>assistant\n", add_special_tokens=False)["input_ids"]
+    assert response == turn1 + tool_turn + turn2
+    assert out["input_ids"].shape[1] == out["prompts"].shape[1] + 100
 
 
 def test_budget_cuts_the_conversation_and_rows_are_batched_together(tok, tmp_path):

@@ -45,6 +45,7 @@ class AgentContext:
     multi_turn: Any  # MultiTurnConfig
     tools: dict = field(default_factory=dict)  # name -> BaseTool
     interactions: dict = field(default_factory=dict)  # name -> BaseInteraction
+    chat_template_kwargs: dict = field(default_factory=dict)  # data.apply_chat_template_kwargs
 
 
 @dataclass
@@ -57,6 +58,7 @@ class AgentRow:
 
 @dataclass
 class AgentOutput:
+    prompt_ids: list[int]  # the row's prompt, or the prompt re-rendered with the tool schemas
     response_ids: list[int]
     response_mask: list[int]
     log_probs: list[float]
@@ -66,11 +68,11 @@ class AgentOutput:
     metrics: dict = field(default_factory=dict)  # tool_calls, tool_errors, generate_s, tool_s, ...
 
 
-def message_delta_text(tokenizer, messages: list[dict], tools: list[dict] | None = None) -> str:
+def message_delta_text(tokenizer, messages: list[dict], tools: list[dict] | None = None, **template_kwargs) -> str:
     """The template's text for `messages` appended after an assistant turn, starting right after its
     end-of-turn token and ending with the next generation prompt."""
     base = [{"role": "user", "content": "x"}, {"role": "assistant", "content": "y"}]
-    kwargs = {"tools": tools} if tools else {}
+    kwargs = {**template_kwargs, **({"tools": tools} if tools else {})}
     before = tokenizer.apply_chat_template(base, tokenize=False, **kwargs)
     after = tokenizer.apply_chat_template(base + messages, tokenize=False, add_generation_prompt=True, **kwargs)
     if not after.startswith(before):
@@ -128,7 +130,8 @@ class Conversation:
         """Append tool/user messages (mask 0) and the next generation prompt; False when the budget is spent."""
         self.messages += messages
         self.num_turns += 1
-        ids = self.ctx.tokenizer(message_delta_text(self.ctx.tokenizer, messages, tools), add_special_tokens=False)["input_ids"]
+        text = message_delta_text(self.ctx.tokenizer, messages, tools, **self.ctx.chat_template_kwargs)
+        ids = self.ctx.tokenizer(text, add_special_tokens=False)["input_ids"]
         ids = ids[: max(self.remaining, 0)]
         self.ids += ids
         self.mask += [0] * len(ids)
@@ -139,7 +142,7 @@ class Conversation:
         return True
 
     def output(self, reward_scores: dict | None = None, **metrics: float) -> AgentOutput:
-        return AgentOutput(self.ids, self.mask, self.log_probs, self.num_turns, self.finish_reason,
+        return AgentOutput(self.row.prompt_ids, self.ids, self.mask, self.log_probs, self.num_turns, self.finish_reason,
                            reward_scores or {}, {**self.metrics, **metrics})
 
 

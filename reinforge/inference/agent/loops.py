@@ -1,6 +1,7 @@
 """The built-in agent loops: `single_turn_agent`, `tool_agent` (tools and interactions) and `env_agent` (text games).
 
-tool_agent, per row: the model speaks; Hermes `<tool_call>`s in its turn run (at most
+tool_agent, per row: the prompt is re-rendered from the row's messages with the tools' schemas
+(`tools=`) when the chat template shows them (as verl does); the model speaks; Hermes `<tool_call>`s in its turn run (at most
 `multi_turn.max_parallel_calls`, concurrently) and their answers come back as `tool` messages
 (cut to `max_tool_response_length` characters on `tool_response_truncate_side`); a malformed
 call, an unknown tool or a tool that raises is answered with an error message, never a crash. A
@@ -37,8 +38,9 @@ def _over(limit: int | None, count: int) -> bool:
 class ToolAgentLoop(AgentLoopBase):
     async def run(self, row: AgentRow) -> AgentOutput:
         ctx, cfg = self.ctx, self.ctx.multi_turn
-        conv = Conversation(ctx, row)
         schemas = [tool.get_openai_tool_schema() for tool in ctx.tools.values()] or None
+        row.prompt_ids = self._prompt_with_tools(row, schemas)
+        conv = Conversation(ctx, row)
         state = {"instances": {}, "step_reward": 0.0, "calls": 0, "errors": 0, "tool_s": 0.0}
         interaction, interaction_id, turn_scores = await self._start_interaction(row)
         scores: dict = {}
@@ -73,6 +75,16 @@ class ToolAgentLoop(AgentLoopBase):
             scores.update(tool_step_reward=state["step_reward"], tool_reward=tool_reward)
         return conv.output(scores, tool_calls=state["calls"], tool_errors=state["errors"], tool_s=state["tool_s"],
                            user_turns=conv.user_turns)
+
+    def _prompt_with_tools(self, row: AgentRow, schemas: list[dict] | None) -> list[int]:
+        """The prompt rendered with the tool schemas (`tools=`), when the chat template shows them; else the row's ids."""
+        if not schemas or row.messages is None:
+            return row.prompt_ids
+        tok, kwargs = self.ctx.tokenizer, self.ctx.chat_template_kwargs
+        with_tools = tok.apply_chat_template(row.messages, tools=schemas, add_generation_prompt=True, tokenize=False, **kwargs)
+        if with_tools == tok.apply_chat_template(row.messages, add_generation_prompt=True, tokenize=False, **kwargs):
+            return row.prompt_ids  # the template ignores tools: keep the dataset's ids exactly
+        return tok(with_tools, add_special_tokens=False)["input_ids"]
 
     async def _start_interaction(self, row: AgentRow):
         kwargs = dict(row.extra_info.get("interaction_kwargs") or {})

@@ -17,9 +17,11 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
+import torch
 import yaml
 
 from reinforge.batch import Batch
+from reinforge.environment.dataset import collate_prompts
 from reinforge.errors import ConfigError, DataError
 from reinforge.inference.agent.base import AGENT_LOOP_REGISTRY, AgentContext, AgentLoopBase, AgentOutput, AgentRow
 from reinforge.inference.engine import GenerationOutput, InferenceEngine, SamplingParams
@@ -50,10 +52,11 @@ def load_agent_loops(path: str | Path) -> None:
 
 
 class AgentRunner:
-    def __init__(self, tokenizer, multi_turn, agent=None):
+    def __init__(self, tokenizer, multi_turn, agent=None, chat_template_kwargs: dict | None = None):
         if multi_turn.format != "hermes":
             raise ConfigError(f"actor_rollout_ref.rollout.multi_turn.format={multi_turn.format!r}: only hermes tool calls are supported")
         self.tokenizer, self.multi_turn = tokenizer, multi_turn
+        self.chat_template_kwargs = dict(chat_template_kwargs or {})
         self.tools = load_tools(multi_turn.tool_config_path) if multi_turn.tool_config_path else {}
         self.interactions = load_interactions(multi_turn.interaction_config_path) if multi_turn.interaction_config_path else {}
         if agent is not None and agent.agent_loop_config_path:
@@ -64,6 +67,9 @@ class AgentRunner:
         """Run every row's agent loop concurrently and lay the conversations out as trajectories."""
         outputs = asyncio.run(self._run_all(engine, prompts, params))
         generations = [GenerationOutput(o.response_ids, o.log_probs, o.finish_reason) for o in outputs]
+        if any(o.prompt_ids != ids for o, ids in zip(outputs, prompt_token_lists(prompts["input_ids"], prompts["attention_mask"]), strict=True)):
+            items = [{"input_ids": torch.tensor(o.prompt_ids, dtype=torch.long)} for o in outputs]  # prompts re-rendered with tools
+            prompts = Batch(dict(collate_prompts(items, pad_token_id)), meta_info=dict(prompts.meta_info))
         batch = trajectories(prompts, generations, pad_token_id, width=params.max_tokens,
                              response_masks=[o.response_mask for o in outputs])
         batch["__num_turns__"] = [o.num_turns for o in outputs]
@@ -72,7 +78,7 @@ class AgentRunner:
         return batch
 
     async def _run_all(self, engine: InferenceEngine, prompts: Batch, params: SamplingParams) -> list[AgentOutput]:
-        ctx = AgentContext(engine, self.tokenizer, params, self.multi_turn, self.tools, self.interactions)
+        ctx = AgentContext(engine, self.tokenizer, params, self.multi_turn, self.tools, self.interactions, self.chat_template_kwargs)
         ids = prompt_token_lists(prompts["input_ids"], prompts["attention_mask"])
         rows = len(ids)
         names = list(prompts["agent_name"]) if "agent_name" in prompts else [None] * rows
