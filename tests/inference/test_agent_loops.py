@@ -19,6 +19,7 @@ from reinforge.errors import DataError
 from reinforge.inference.agent import AgentRunner
 from reinforge.inference.engine import GenerationOutput, InferenceEngine, SamplingParams
 from reinforge.reward.manager.naive import NaiveRewardManager
+from reinforge.reward.registry import default_compute_score
 
 CHATML = (
     "{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n' }}{% endfor %}"
@@ -230,6 +231,10 @@ def test_text_game_episode(tok):
                                                                             tok.pad_token_id)
     assert list(out["reward_scores"]) == [{"env_reward": 1.0, "env_done": True}, {"env_reward": 0.0, "env_done": True}]
     assert list(out["__num_turns__"]) == [6, 4]  # found at the third guess; out of tries after two
+    # text_env/* data is scored by the episode's reward with no reward function to write
+    found = {"rollout_reward_scores": out["reward_scores"][0], "num_turns": 6}
+    assert default_compute_score("text_env/guess_number", "", "5", extra_info=found) == 1.0
+    assert default_compute_score("text_env/guess_number", "", "5", extra_info={"index": 0}) == 0.0
     _, response, mask = row_ids(out, 0)
     observations = tok.decode([t for t, m in zip(response, mask, strict=True) if m == 0])
     assert observations.count("<|im_start|>user\nhigher") == 1 and observations.count("<|im_start|>user\nlower") == 1
