@@ -1,12 +1,13 @@
 """Rollout: from a batch of prompts to a batch of trajectories (verl's `generate_sequences`).
 
 The single-turn agent loop issues one engine request per row, all concurrently, so the engine
-runs them as one batch; multi-turn loops (tools, interactions) will issue several requests per
-row through the same `engine.generate`. The output has verl's fields:
+runs them as one batch; multi-turn loops (tools, interactions, games; `agent/`) issue several
+requests per row through the same `engine.generate` and lay their conversations out with
+`trajectories` too. The output has verl's fields:
 
 - `prompts` (B, P) left-padded, `responses` (B, R) right-padded with the pad id,
 - `input_ids`, `attention_mask`, `position_ids` (B, P + R) for the forward passes,
-- `response_mask` (B, R): 1 on generated tokens (EOS included),
+- `response_mask` (B, R): 1 on generated tokens (EOS included; multi-turn: 0 on tool/user tokens),
 - `rollout_log_probs` (B, R): the engine's log-prob of each token.
 """
 
