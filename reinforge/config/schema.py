@@ -204,12 +204,23 @@ class ValKwargs(Node):
 
 @dataclass
 class MultiTurnConfig(Node):
-    enable: bool = _f(False, "Multi-turn rollouts with tools (not in this version).")
-    max_assistant_turns: int | None = _f(None, "Multi-turn: most assistant turns.")
-    max_user_turns: int | None = _f(None, "Multi-turn: most user turns.")
-    tool_config_path: str | None = _f(None, "Multi-turn: tool definitions file.")
-    interaction_config_path: str | None = _f(None, "Multi-turn: interaction definitions file.")
-    format: str = _f("hermes", "Tool-call format.")
+    enable: bool = _f(False, "Run an agent loop per row (tools, interactions, text environments; docs/agents.md) "
+                      "instead of one plain response; rows pick the loop by their agent_name column.")
+    max_assistant_turns: int | None = _f(None, "Most model turns per conversation; null: until the budget is spent.")
+    max_user_turns: int | None = _f(None, "Most rounds of tool answers and user replies per conversation; null: no limit.")
+    max_parallel_calls: int = _f(1, "Most tool calls run from one model turn (the first ones; they run concurrently).")
+    max_tool_response_length: int = _f(256, "Tool answers are cut to this many characters.")
+    tool_response_truncate_side: str = _f("middle", "Which part of a long tool answer is kept: left, right or middle (both ends).")
+    tool_config_path: str | None = _f(None, "Tool config YAML (tools: [{class_name, config, tool_schema}]).")
+    interaction_config_path: str | None = _f(None, "Interaction config YAML (interaction: [{name, class_name, config}]).")
+    format: str = _f("hermes", "Tool-call format: hermes (<tool_call>{json}</tool_call>).")
+
+
+@dataclass
+class AgentConfig(Node):
+    num_workers: int = _f(8, "verl: agent loop worker processes. Here every row's loop runs in one asyncio event loop.")
+    agent_loop_config_path: str | None = _f(None, "YAML list of custom agent loops: [{name, _target_: package.module.Class}].")
+    default_agent_loop: str | None = _f(None, "Agent loop of rows without agent_name; null: tool_agent.")
 
 
 @dataclass
@@ -244,7 +255,7 @@ class RolloutConfig(Node):
     engine_kwargs: dict = _f({}, "Extra engine arguments (vLLM/SGLang).")
     val_kwargs: ValKwargs = _sub(ValKwargs, "Sampling for validation.")
     multi_turn: MultiTurnConfig = _sub(MultiTurnConfig, "Multi-turn rollouts.")
-    agent: dict = _f({}, "Agent loop settings (planned).")
+    agent: AgentConfig = _sub(AgentConfig, "Agent loops of multi-turn rollouts (docs/agents.md).")
 
 
 @dataclass

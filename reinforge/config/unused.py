@@ -22,6 +22,7 @@ _ALWAYS_INERT = {
     "actor_rollout_ref.ref.log_prob_max_token_len_per_gpu": "fixed-size micro-batches are used in this version",
     "actor_rollout_ref.hybrid_engine": "actor, rollout and reference always share one worker",
     "data.dataloader_num_workers": "prompts are prepared in-process",
+    "actor_rollout_ref.rollout.agent.num_workers": "every row's agent loop runs in one asyncio event loop of the rollout worker",
     "data.return_raw_input_ids": "prompts are tokenized once by the model's tokenizer",
     "trainer.n_gpus_per_node": "this version trains in one process on one device",
     "trainer.balance_batch": "one data-parallel rank: nothing to balance",

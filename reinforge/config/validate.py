@@ -7,6 +7,8 @@ Every check names the key and says what is allowed. The arithmetic follows verl'
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from reinforge.config.schema import Config
 from reinforge.errors import ConfigError
 
@@ -121,6 +123,17 @@ def _check(config: Config) -> None:
         _choice(f"actor_rollout_ref.{role}.fsdp_config.model_dtype", dtype, ("fp32", "bf16", "float32", "bfloat16"))
     _choice("actor_rollout_ref.rollout.name", rollout.name, ("hf", "vllm", "sglang"))
     _choice("actor_rollout_ref.rollout.mode", rollout.mode, ("sync", "async"))
+    _choice("actor_rollout_ref.rollout.multi_turn.tool_response_truncate_side", rollout.multi_turn.tool_response_truncate_side,
+            ("left", "right", "middle"))
+    _choice("actor_rollout_ref.rollout.multi_turn.format", rollout.multi_turn.format, ("hermes",))
+    _positive("actor_rollout_ref.rollout.multi_turn.max_parallel_calls", rollout.multi_turn.max_parallel_calls)
+    _positive("actor_rollout_ref.rollout.multi_turn.max_tool_response_length", rollout.multi_turn.max_tool_response_length)
+    _positive("actor_rollout_ref.rollout.multi_turn.max_assistant_turns", rollout.multi_turn.max_assistant_turns)
+    _positive("actor_rollout_ref.rollout.multi_turn.max_user_turns", rollout.multi_turn.max_user_turns, allow_zero=True)
+    for name in ("tool_config_path", "interaction_config_path"):  # checked at start, before any model loads
+        path = getattr(rollout.multi_turn, name)
+        if rollout.multi_turn.enable and path and not Path(path).expanduser().is_file():
+            raise ConfigError(f"actor_rollout_ref.rollout.multi_turn.{name}={path!r}: no such file")
     _choice("algorithm.kl_penalty", algo.kl_penalty, KL_PENALTIES)
     _choice("algorithm.kl_ctrl.type", algo.kl_ctrl.type, ("fixed", "adaptive"))
     _choice("reward_model.reward_manager", config.reward_model.reward_manager, reward_manager_names())
@@ -244,7 +257,6 @@ def _check(config: Config) -> None:
                           "penalty is measured against it, so set it to the response length")
 
     for key, value, reason in [
-        ("actor_rollout_ref.rollout.multi_turn.enable", rollout.multi_turn.enable, "multi-turn rollouts"),
         ("algorithm.use_pf_ppo", algo.use_pf_ppo, "preference-feedback PPO"),
     ]:
         if value:

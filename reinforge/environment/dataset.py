@@ -148,6 +148,7 @@ class RLDataset(Dataset):
     Each item is a dict: `input_ids` (1-D LongTensor, unpadded), `attention_mask` (ones),
     `data_source`, `reward_model`, `extra_info` (always with `index`), `index`, `ability` (when
     any row has the column, None in rows without it, so that items of mixed files collate),
+    `agent_name` (likewise: the agent loop of a multi-turn rollout, docs/agents.md),
     `raw_prompt` (the messages, when `return_raw_chat`) and `full_prompts` (the rendered text
     before truncation, when `return_full_prompt`). `index` is the row's `extra_info.index`, else
     its row number in the concatenated files. `append_rows` adds rows later (data generation).
@@ -179,6 +180,7 @@ class RLDataset(Dataset):
         self._input_ids: list[torch.Tensor] = []
         self._rows_read = 0  # rows offered so far, kept or not: the default `index` of the next one
         self._has_ability = False  # whether any row has an `ability` column
+        self._has_agent_name = False  # whether any row has an `agent_name` column (which agent loop runs it)
 
         rows, origins = self._read(max_samples)
         self._add_rows(rows, origins, where=", ".join(self.files), keep_none_ok=False)
@@ -234,6 +236,7 @@ class RLDataset(Dataset):
         keep = self._fit_lengths(token_ids, origins, where, keep_none_ok)
         limit, mode = self.config.max_prompt_length, self.config.truncation
         self._has_ability |= any("ability" in rows[i] for i in keep)
+        self._has_agent_name |= any("agent_name" in rows[i] for i in keep)
         for i in keep:
             self._rows.append(rows[i])
             self._origins.append(origins[i])
@@ -305,6 +308,8 @@ class RLDataset(Dataset):
         }
         if self._has_ability:  # every item has the same keys, so rows of mixed files collate together
             item["ability"] = row.get("ability")
+        if self._has_agent_name:
+            item["agent_name"] = row.get("agent_name")
         if self.config.return_raw_chat:
             item["raw_prompt"] = self._messages[i]
         if self.config.return_full_prompt:

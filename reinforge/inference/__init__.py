@@ -2,7 +2,8 @@
 
 `InferenceEngine` (engine.py) is token ids in, token ids and log-probs out; `HFEngine` (hf.py)
 implements it with transformers; `generate_sequences` (rollout.py) turns a Batch of prompts
-into a Batch of trajectories with verl's field names.
+into a Batch of trajectories with verl's field names. Multi-turn rollouts: agent loops
+(`agent/`), tools (`tools/`) and interactions (`interactions.py`), docs/agents.md.
 """
 
 from reinforge.inference.engine import GenerationOutput, InferenceEngine, SamplingParams

@@ -1,12 +1,13 @@
 """Rollout: from a batch of prompts to a batch of trajectories (verl's `generate_sequences`).
 
 The single-turn agent loop issues one engine request per row, all concurrently, so the engine
-runs them as one batch; multi-turn loops (tools, interactions) will issue several requests per
-row through the same `engine.generate`. The output has verl's fields:
+runs them as one batch; multi-turn loops (tools, interactions, games; `agent/`) issue several
+requests per row through the same `engine.generate` and lay their conversations out with
+`trajectories` too. The output has verl's fields:
 
 - `prompts` (B, P) left-padded, `responses` (B, R) right-padded with the pad id,
 - `input_ids`, `attention_mask`, `position_ids` (B, P + R) for the forward passes,
-- `response_mask` (B, R): 1 on generated tokens (EOS included),
+- `response_mask` (B, R): 1 on generated tokens (EOS included; multi-turn: 0 on tool/user tokens),
 - `rollout_log_probs` (B, R): the engine's log-prob of each token.
 """
 
@@ -20,6 +21,13 @@ from reinforge.batch import Batch
 from reinforge.inference.engine import GenerationOutput, InferenceEngine, SamplingParams
 
 PROMPT_KEYS = ("input_ids", "attention_mask", "position_ids")  # what generate_sequences reads
+AGENT_INPUT_KEYS = ("raw_prompt", "extra_info", "agent_name")  # what agent loops read too (copied, not moved)
+
+
+def rollout_inputs(batch: Batch) -> Batch:
+    """What generation needs of `batch`: its prompt tensors (moved out) and the per-row fields agent loops read."""
+    present = [key for key in AGENT_INPUT_KEYS if key in batch]
+    return batch.pop(PROMPT_KEYS).union(batch.select(present, meta_info=False))
 
 
 def prompt_token_lists(input_ids: torch.Tensor, attention_mask: torch.Tensor) -> list[list[int]]:
@@ -42,8 +50,12 @@ def generate_sequences(engine: InferenceEngine, prompts: Batch, params: Sampling
     return trajectories(prompts, outputs, pad_token_id, width=params.max_tokens)
 
 
-def trajectories(prompts: Batch, outputs: list[GenerationOutput], pad_token_id: int, width: int = 0) -> Batch:
+def trajectories(prompts: Batch, outputs: list[GenerationOutput], pad_token_id: int, width: int = 0,
+                 response_masks: list[list[int]] | None = None) -> Batch:
     """Lay out prompts (left-padded) and responses (right-padded to `width`, or the longest) as one Batch.
+
+    `response_masks` (multi-turn) marks which response tokens the model generated; by default all are.
+    The attention mask covers every response token either way.
 
     Padding to the configured response length, as verl does, keeps the response width constant
     from step to step (the normaliser of `seq-mean-token-sum-norm` depends on it).
@@ -52,15 +64,17 @@ def trajectories(prompts: Batch, outputs: list[GenerationOutput], pad_token_id: 
     batch, width = len(outputs), max(1, width, *(len(o.token_ids) for o in outputs))
     responses = torch.full((batch, width), pad_token_id, dtype=torch.long)
     response_mask = torch.zeros((batch, width), dtype=torch.long)
+    attended = torch.zeros((batch, width), dtype=torch.long)
     rollout_log_probs = torch.zeros((batch, width), dtype=torch.float32)
     for row, output in enumerate(outputs):
         n = len(output.token_ids)
         responses[row, :n] = torch.tensor(output.token_ids, dtype=torch.long)
-        response_mask[row, :n] = 1
+        attended[row, :n] = 1
+        response_mask[row, :n] = torch.tensor(response_masks[row], dtype=torch.long) if response_masks is not None else 1
         if output.log_probs:
             rollout_log_probs[row, :n] = torch.tensor(output.log_probs, dtype=torch.float32)
 
-    attention_mask = torch.cat([prompt_mask, response_mask], dim=1)
+    attention_mask = torch.cat([prompt_mask, attended], dim=1)
     return Batch(
         tensors={
             "prompts": prompt_ids,

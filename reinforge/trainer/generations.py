@@ -24,7 +24,7 @@ def generation_records(batch: Batch, scores: list[float], tokenizer, step: int, 
     prompt_mask = batch["attention_mask"][:, : prompts.shape[1]].bool()
     out = []
     for row in range(len(batch)):
-        response = batch["responses"][row][batch["response_mask"][row].bool()]
+        response = batch["responses"][row][batch["attention_mask"][row, prompts.shape[1]:].bool()]  # multi-turn: tool turns too
         reward_model = batch["reward_model"][row] if "reward_model" in batch else {}
         out.append({
             "input": tokenizer.decode(prompts[row][prompt_mask[row]], skip_special_tokens=False),

@@ -51,11 +51,27 @@ def compute_data_metrics(batch: Batch, max_response_length: int) -> dict[str, fl
         "response_length/clip_ratio": (response_length >= max_response_length).float().mean().item(),
         **_stats("prompt_length", prompt_length),
     }
+    if "__num_turns__" in batch:
+        metrics.update(agent_metrics(batch))
     if "values" in batch and valid_ret.numel():
         valid_values = batch["values"][response_mask]
         metrics.update(_stats("critic/values", valid_values))
         # 1 - Var(G - V) / Var(G): the share of the returns' variance the critic explains
         metrics["critic/vf_explained_var"] = (1.0 - torch.var(valid_ret - valid_values) / (torch.var(valid_ret) + 1e-5)).item()
+    return metrics
+
+
+def agent_metrics(batch: Batch) -> dict[str, float]:
+    """Of a multi-turn rollout: num_turns/* (verl's), tool_call_counts/*, tool_errors/*, and the mean seconds a
+    conversation spent generating and in tools (timing_s/agent_loop/*)."""
+    metrics = _stats("num_turns", torch.tensor([float(t) for t in batch["__num_turns__"]]))
+    rows = list(batch["agent_metrics"]) if "agent_metrics" in batch else []
+    for key, name in (("tool_calls", "tool_call_counts"), ("tool_errors", "tool_errors")):
+        if rows and all(key in row for row in rows):
+            metrics.update(_stats(name, torch.tensor([float(row[key]) for row in rows])))
+    for key, name in (("generate_s", "generate_sequences"), ("tool_s", "tool_calls")):
+        if rows and all(key in row for row in rows):
+            metrics[f"timing_s/agent_loop/{name}/mean"] = sum(row[key] for row in rows) / len(rows)
     return metrics
 
 

@@ -51,7 +51,7 @@ from reinforge.config import batch_arithmetic
 from reinforge.config.schema import Config
 from reinforge.distributed import WorkerGroup
 from reinforge.errors import ConfigError, TrainingError
-from reinforge.inference.rollout import PROMPT_KEYS, concat_trajectories
+from reinforge.inference.rollout import AGENT_INPUT_KEYS, PROMPT_KEYS, concat_trajectories, rollout_inputs
 from reinforge.report.rollouts import keep_recent_rollouts
 from reinforge.trainer.checkpoint import resume_folder, save_checkpoint, step_of
 from reinforge.trainer.generations import EXTRA, generation_records, reward_extra_info, write_generations
@@ -190,10 +190,10 @@ class RLTrainer:
         prompts["uid"] = [f"{self.global_steps}-{gen_batch}-{row}" for row in range(len(prompts))]  # one group per prompt
         batch = prompts.repeat(n, interleave=True)
         with timer("gen", timing):
-            batch = batch.union(wg.generate_sequences(batch.pop(PROMPT_KEYS)))
+            batch = batch.union(wg.generate_sequences(rollout_inputs(batch)))
         if self.greedy_baseline:  # ReMax: the score of a greedy response to each prompt
             with timer("gen_max", timing):
-                greedy = prompts.select(PROMPT_KEYS)
+                greedy = prompts.select([*PROMPT_KEYS, *AGENT_INPUT_KEYS])  # agent loops read the row's messages and extra_info
                 greedy.meta_info["do_sample"] = False
                 baseline = prompts.select([k for k in prompts.keys() if k not in PROMPT_KEYS]).union(wg.generate_sequences(greedy))
                 batch["reward_baselines"] = self.reward_fn(baseline).sum(-1).repeat_interleave(n)

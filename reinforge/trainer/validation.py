@@ -16,7 +16,7 @@ from __future__ import annotations
 from reinforge.batch import Batch
 from reinforge.config.schema import Config
 from reinforge.distributed import WorkerGroup
-from reinforge.inference.rollout import PROMPT_KEYS
+from reinforge.inference.rollout import rollout_inputs
 from reinforge.trainer.generations import generation_records, write_generations
 from reinforge.trainer.tracking import Tracking
 from reinforge.trainer.val_metrics import process_validation_metrics, validation_metric_dict
@@ -35,7 +35,7 @@ def validate(config: Config, wg: WorkerGroup, reward_fn, val_loader, tokenizer, 
     wanted = None if config.trainer.validation_data_dir else config.trainer.log_val_generations
     for prompts in val_loader:
         batch = Batch.from_dict(prompts, meta_info={"validate": True}).repeat(n, interleave=True)
-        batch = batch.union(wg.generate_sequences(batch.pop(PROMPT_KEYS)))
+        batch = batch.union(wg.generate_sequences(rollout_inputs(batch)))
         scored = reward_fn(batch, return_dict=True)
         scores = scored["reward_tensor"].sum(-1).tolist()
         extra_info = scored.get("reward_extra_info", {})

@@ -27,6 +27,7 @@ CHATML_TEMPLATE = (
     "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
 )
 SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+TOOL_TOKENS = ["<tool_call>", "</tool_call>"]  # ordinary added tokens (kept when decoding), as in Qwen2.5
 
 
 @dataclass(frozen=True)
@@ -41,12 +42,13 @@ class TinyModelSpec:
     num_key_value_heads: int = 2
     max_position_embeddings: int = 1024
     seed: int = 0
+    tool_calls: bool = False  # add <tool_call> tokens and Hermes tool-call JSON to the corpus (agent tests)
 
     @property
     def name(self) -> str:
         return (
             f"tiny-qwen2-v{RECIPE_VERSION}-h{self.hidden_size}-l{self.num_hidden_layers}"
-            f"-v{self.vocab_size}-s{self.seed}"
+            f"-v{self.vocab_size}-s{self.seed}" + ("-tools" if self.tool_calls else "")
         )
 
 
@@ -54,6 +56,17 @@ def cache_root() -> Path:
     """Where built models live: `$REINFORGE_CACHE`, else `~/.cache/reinforge`."""
     root = os.environ.get("REINFORGE_CACHE") or os.path.join(Path.home(), ".cache", "reinforge")
     return Path(root) / "models"
+
+
+def _tool_call_corpus(seed: int) -> list[str]:
+    """Hermes tool calls and tool answers, so that BPE learns their JSON as few tokens."""
+    rng = random.Random(seed + 1)
+    lines = []
+    for _ in range(1500):
+        name, arg = rng.choice([("calculator", "expression"), ("python", "code"), ("check_answer", "answer"), ("add", "e")])
+        value = f"{rng.randrange(100)}{rng.choice('+-*')}{rng.randrange(100)}"
+        lines.append(f'<tool_call>{{"name": "{name}", "arguments": {{"{arg}": "{value}"}}}}</tool_call> tool {rng.randrange(1000)}')
+    return lines
 
 
 def _synthetic_corpus(seed: int) -> list[str]:
@@ -100,13 +113,16 @@ def build_tokenizer(spec: TinyModelSpec):
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
         show_progress=False,
     )
-    tok.train_from_iterator(_synthetic_corpus(spec.seed), trainer=trainer)
+    corpus = _synthetic_corpus(spec.seed) + (_tool_call_corpus(spec.seed) if spec.tool_calls else [])
+    tok.train_from_iterator(corpus, trainer=trainer)
     fast = PreTrainedTokenizerFast(
         tokenizer_object=tok,
         eos_token="<|im_end|>",
         pad_token="<|endoftext|>",
         additional_special_tokens=["<|im_start|>"],
     )
+    if spec.tool_calls:
+        fast.add_tokens(TOOL_TOKENS)
     fast.chat_template = CHATML_TEMPLATE
     return fast
 

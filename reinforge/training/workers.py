@@ -70,6 +70,12 @@ class ActorRolloutRefWorker:
                 eos_ids.append(self.tokenizer.eos_token_id)
             self.engine = HFEngine(model, self.tokenizer.pad_token_id, eos_ids, seed=self.config.trainer.seed,
                                    micro_batch_size=cfg.rollout.micro_batch_size_per_gpu)
+            self.agents = None
+            if cfg.rollout.multi_turn.enable:  # imported here: single-turn runs never load the agent machinery
+                from reinforge.inference.agent import AgentRunner
+
+                self.agents = AgentRunner(self.tokenizer, cfg.rollout.multi_turn, cfg.rollout.agent,
+                                          self.config.data.apply_chat_template_kwargs)
         if self.has_ref:
             self.ref = Actor(load_causal_lm(self.config, self.device, trainable=False, dtype=cfg.ref.fsdp_config.model_dtype), cfg.actor)
             if self.has_actor and cfg.actor.kl_loss_type == "full":
@@ -91,6 +97,8 @@ class ActorRolloutRefWorker:
         meta_info['validate'] picks val_kwargs; meta_info['do_sample']=False asks for greedy responses.
         """
         params = self.sampling_params(bool(prompts.meta_info.get("validate", False)), prompts.meta_info.get("do_sample", True))
+        if self.agents is not None:  # multi-turn: an agent loop per row (docs/agents.md)
+            return self.agents.generate_sequences(self.engine, prompts, params, self.tokenizer.pad_token_id)
         return generate_sequences(self.engine, prompts, params, self.tokenizer.pad_token_id)
 
     # ---- training -----------------------------------------------------------------------------

@@ -3,7 +3,8 @@
 `RewardManager.__call__(batch, return_dict=False)` is the one entry of every manager:
 
 1. `_samples`: decode each row's valid response tokens (`solution_str`) and read its data
-   source (`reward_fn_key`), `reward_model.ground_truth` and `extra_info`;
+   source (`reward_fn_key`), `reward_model.ground_truth` and `extra_info` (after a multi-turn
+   rollout with `num_turns` and `rollout_reward_scores` added, as verl does: docs/agents.md);
 2. `_compute` (each manager's own): one entry per row, the reward function's result or the
    exception in its place;
 3. `_parse`: a number (int, float, bool, numpy/torch scalar) or a dict with a numeric "score" is a
@@ -14,7 +15,7 @@
    unknown data_source) is a setup mistake that would zero every reward, so it stops the call.
 4. `_shape`: reward from score (identity, or DAPO's overlong penalty);
 5. the reward goes on the last valid response token of a `(batch, response_len)` float32 tensor
-   (a zero-length response gets none); with `return_dict`, also `reward_extra_info` ("score" and
+   (a zero-length response gets none; a multi-turn one, its last model token); with `return_dict`, also `reward_extra_info` ("score" and
    the other keys of dict results, None where a row lacks a key) and `reward_metrics`
    (`reward/errors`, `reward/timeouts`: counts of rows, always present).
 
@@ -144,9 +145,16 @@ class RewardManager:
 
         responses = batch["responses"]
         reward_tensor = torch.zeros(responses.shape, dtype=torch.float32, device=responses.device)  # (batch, response_len)
+        # The score goes on the last token the model generated: the last response token, or, in a multi-turn
+        # conversation that ended on a tool or user message, the last token with response_mask 1 (GAE skips the others).
+        mask = batch["response_mask"] if "response_mask" in batch else None
         for sample, reward in zip(samples, rewards, strict=True):
             if sample.response_length > 0:
-                reward_tensor[sample.row, sample.response_length - 1] = reward
+                last = sample.response_length - 1
+                if mask is not None and not mask[sample.row, last]:
+                    generated = mask[sample.row, :last].nonzero()
+                    last = int(generated[-1]) if len(generated) else last
+                reward_tensor[sample.row, last] = reward
         self._examine(batch, samples, scores)
         if not return_dict:
             return reward_tensor
@@ -219,7 +227,11 @@ class RewardManager:
                 f"attention_mask has {batch['attention_mask'].shape[1]} columns; expected prompts + responses = "
                 f"{prompt_len} + {responses.shape[1]}"
             )
-        extra_infos = batch["extra_info"] if "extra_info" in batch else [None] * len(batch)
+        extra_infos = list(batch["extra_info"]) if "extra_info" in batch else [None] * len(batch)
+        if "reward_scores" in batch:  # multi-turn rollouts: what tools, interactions and environments scored (verl's keys)
+            turns = batch["__num_turns__"] if "__num_turns__" in batch else [None] * len(batch)
+            extra_infos = [{**(info or {}), "num_turns": turns[i], "rollout_reward_scores": batch["reward_scores"][i]}
+                           for i, info in enumerate(extra_infos)]
         return [
             Sample(
                 row=i,

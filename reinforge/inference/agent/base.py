@@ -1,0 +1,156 @@
+"""Agent loops: the base class, the registry by name, and the token-in/token-out conversation.
+
+An agent loop turns one row (prompt token ids, its raw messages and extra_info) into one
+trajectory by calling `await engine.generate(...)` one turn at a time; the rollout runs one loop
+per row concurrently, so the engine batches the turns that are in flight.
+
+Token-in/token-out: `Conversation` keeps the engine's exact token ids for model turns (mask 1,
+with their log-probs) and tokenizes only the messages added between them (tool answers, user
+turns, environment observations; mask 0). The ids of added messages are the template's text for
+them after the end-of-turn token of a previous assistant turn, so the whole sequence is what the
+chat template would render, except that earlier model turns are never re-rendered (a template that
+rewrites history, e.g. dropping earlier thinking, cannot change tokens the model produced).
+
+The response budget (`rollout.response_length`) bounds model and added tokens together: a turn
+asks for at most the tokens left, added messages are cut to what is left, and the loop ends when
+nothing is left.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from reinforge.inference.engine import InferenceEngine, SamplingParams
+
+AGENT_LOOP_REGISTRY: dict[str, type[AgentLoopBase]] = {}
+
+
+def register_agent_loop(name: str):
+    """Class decorator: make an AgentLoopBase subclass available as per-row `agent_name` `name`."""
+    def decorate(cls):
+        AGENT_LOOP_REGISTRY[name] = cls
+        return cls
+    return decorate
+
+
+@dataclass
+class AgentContext:
+    """What every loop of a rollout shares."""
+
+    engine: InferenceEngine
+    tokenizer: Any
+    params: SamplingParams  # max_tokens is the response budget of the whole conversation
+    multi_turn: Any  # MultiTurnConfig
+    tools: dict = field(default_factory=dict)  # name -> BaseTool
+    interactions: dict = field(default_factory=dict)  # name -> BaseInteraction
+    chat_template_kwargs: dict = field(default_factory=dict)  # data.apply_chat_template_kwargs
+
+
+@dataclass
+class AgentRow:
+    prompt_ids: list[int]
+    messages: list[dict] | None  # the raw chat messages of the prompt, when the dataset gives them
+    extra_info: dict
+    index: int  # the row's position in the batch
+
+
+@dataclass
+class AgentOutput:
+    prompt_ids: list[int]  # the row's prompt, or the prompt re-rendered with the tool schemas
+    response_ids: list[int]
+    response_mask: list[int]
+    log_probs: list[float]
+    num_turns: int  # as verl counts: the prompt, each assistant turn, each round of tool/user messages
+    finish_reason: str
+    reward_scores: dict = field(default_factory=dict)  # tool rewards, interaction scores, env rewards
+    metrics: dict = field(default_factory=dict)  # tool_calls, tool_errors, generate_s, tool_s, ...
+
+
+def message_delta_text(tokenizer, messages: list[dict], tools: list[dict] | None = None, **template_kwargs) -> str:
+    """The template's text for `messages` appended after an assistant turn, starting right after its
+    end-of-turn token and ending with the next generation prompt."""
+    base = [{"role": "user", "content": "x"}, {"role": "assistant", "content": "y"}]
+    kwargs = {**template_kwargs, **({"tools": tools} if tools else {})}
+    before = tokenizer.apply_chat_template(base, tokenize=False, **kwargs)
+    after = tokenizer.apply_chat_template(base + messages, tokenize=False, add_generation_prompt=True, **kwargs)
+    if not after.startswith(before):
+        raise ValueError("the chat template renders a conversation's earlier messages differently once more are "
+                         "added; token-in/token-out needs a prefix-stable rendering of the last assistant turn")
+    eos = tokenizer.eos_token or ""
+    cut = before.rfind(eos) + len(eos) if eos and eos in before else len(before)
+    return after[cut:]
+
+
+class Conversation:
+    """The growing response of one row: token ids, loss mask, log-probs, and turn counts."""
+
+    def __init__(self, ctx: AgentContext, row: AgentRow):
+        self.ctx, self.row = ctx, row
+        self.ids: list[int] = []
+        self.mask: list[int] = []
+        self.log_probs: list[float] = []
+        self.messages: list[dict] = list(row.messages or [])
+        self.num_turns = 1  # the prompt
+        self.assistant_turns = 0
+        self.user_turns = 0
+        self.metrics: dict[str, float] = {"generate_s": 0.0}
+        self.finish_reason = "stop"
+
+    @property
+    def remaining(self) -> int:
+        return self.ctx.params.max_tokens - len(self.ids)
+
+    async def model_turn(self) -> str | None:
+        """Generate one assistant turn; its text, or None when the budget ran out (the conversation ends)."""
+        if self.remaining <= 0:
+            self.finish_reason = "length"
+            return None
+        # Requests of equal parameters run as one batch: ask for a power-of-two bucket of the tokens left
+        # (at most twice what is needed) and cut the answer, so rows at different depths still batch together.
+        bucket = min(self.ctx.params.max_tokens, 1 << (self.remaining - 1).bit_length())
+        start = time.perf_counter()
+        output = await self.ctx.engine.generate(self.row.prompt_ids + self.ids, replace(self.ctx.params, max_tokens=bucket))
+        self.metrics["generate_s"] += time.perf_counter() - start
+        tokens, log_probs = output.token_ids[: self.remaining], list(output.log_probs[: self.remaining])
+        self.ids += tokens
+        self.mask += [1] * len(tokens)
+        self.log_probs += log_probs + [0.0] * (len(tokens) - len(log_probs))
+        self.num_turns += 1
+        self.assistant_turns += 1
+        text = self.ctx.tokenizer.decode(tokens, skip_special_tokens=True)
+        self.messages.append({"role": "assistant", "content": text})
+        if output.finish_reason != "stop" or len(tokens) < len(output.token_ids):
+            self.finish_reason = "length"  # cut by the budget: no tool call or reply can follow
+            return None
+        return text
+
+    def add_messages(self, messages: list[dict], tools: list[dict] | None = None) -> bool:
+        """Append tool/user messages (mask 0) and the next generation prompt; False when the budget is spent."""
+        self.messages += messages
+        self.num_turns += 1
+        text = message_delta_text(self.ctx.tokenizer, messages, tools, **self.ctx.chat_template_kwargs)
+        ids = self.ctx.tokenizer(text, add_special_tokens=False)["input_ids"]
+        ids = ids[: max(self.remaining, 0)]
+        self.ids += ids
+        self.mask += [0] * len(ids)
+        self.log_probs += [0.0] * len(ids)
+        if self.remaining <= 0:
+            self.finish_reason = "length"
+            return False
+        return True
+
+    def output(self, reward_scores: dict | None = None, **metrics: float) -> AgentOutput:
+        return AgentOutput(self.row.prompt_ids, self.ids, self.mask, self.log_probs, self.num_turns, self.finish_reason,
+                           reward_scores or {}, {**self.metrics, **metrics})
+
+
+class AgentLoopBase:
+    """One conversation per call of `run`; subclasses are registered with `register_agent_loop(name)`."""
+
+    def __init__(self, ctx: AgentContext):
+        self.ctx = ctx
+
+    async def run(self, row: AgentRow) -> AgentOutput:
+        raise NotImplementedError

@@ -1,0 +1,96 @@
+"""Multi-turn rollout: one agent loop per row, all concurrent, laid out as the usual trajectories Batch.
+
+`AgentRunner` is built once per worker from `rollout.multi_turn` (tools and interactions are
+loaded once) and `rollout.agent` (custom loops from `agent_loop_config_path`). Its
+`generate_sequences` returns what the single-turn rollout returns (`responses`, `response_mask`,
+`rollout_log_probs`, ... padded to the response length), where `responses` is the whole
+conversation after the prompt and `response_mask` is 1 only on model tokens, plus per row:
+
+- `__num_turns__` (verl's name): turns of the conversation, the prompt included;
+- `reward_scores`: what tools, interactions and environments scored; the reward manager hands it
+  to the reward function as `extra_info["rollout_reward_scores"]` (and `extra_info["num_turns"]`);
+- `agent_metrics`: tool calls, tool errors, seconds generating and in tools (for the step metrics).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import torch
+import yaml
+
+from reinforge.batch import Batch
+from reinforge.environment.dataset import collate_prompts
+from reinforge.errors import ConfigError, DataError
+from reinforge.inference.agent.base import AGENT_LOOP_REGISTRY, AgentContext, AgentLoopBase, AgentOutput, AgentRow
+from reinforge.inference.engine import GenerationOutput, InferenceEngine, SamplingParams
+from reinforge.inference.interactions import load_interactions
+from reinforge.inference.rollout import prompt_token_lists, trajectories
+from reinforge.inference.tools import load_tools
+
+AGENT_KEY = "actor_rollout_ref.rollout.agent.agent_loop_config_path"
+
+
+def load_agent_loops(path: str | Path) -> None:
+    """Register the loops of verl's agent loop config (`- name: my_agent` / `_target_: pkg.module.Class`)."""
+    from reinforge.inference.tools.loading import import_class
+
+    file = Path(path).expanduser()
+    if not file.is_file():
+        raise ConfigError(f"{AGENT_KEY}={path!r}: no such file")
+    entries = yaml.safe_load(file.read_text()) or []
+    if not isinstance(entries, list):
+        raise ConfigError(f"{AGENT_KEY}: {file} must be a list of entries with name and _target_")
+    for i, entry in enumerate(entries):
+        if not isinstance(entry, dict) or not entry.get("name") or not entry.get("_target_"):
+            raise ConfigError(f"{file}, entry {i}: each agent loop needs a name and a _target_ (package.module.Class)")
+        cls = import_class(entry["_target_"], AGENT_KEY, f"{file}, entry {i}")
+        if not issubclass(cls, AgentLoopBase):
+            raise ConfigError(f"{file}, entry {i}: {entry['_target_']} is not an AgentLoopBase subclass")
+        AGENT_LOOP_REGISTRY[entry["name"]] = cls
+
+
+class AgentRunner:
+    def __init__(self, tokenizer, multi_turn, agent=None, chat_template_kwargs: dict | None = None):
+        if multi_turn.format != "hermes":
+            raise ConfigError(f"actor_rollout_ref.rollout.multi_turn.format={multi_turn.format!r}: only hermes tool calls are supported")
+        self.tokenizer, self.multi_turn = tokenizer, multi_turn
+        self.chat_template_kwargs = dict(chat_template_kwargs or {})
+        self.tools = load_tools(multi_turn.tool_config_path) if multi_turn.tool_config_path else {}
+        self.interactions = load_interactions(multi_turn.interaction_config_path) if multi_turn.interaction_config_path else {}
+        if agent is not None and agent.agent_loop_config_path:
+            load_agent_loops(agent.agent_loop_config_path)
+        self.default_agent = (agent.default_agent_loop if agent is not None else None) or "tool_agent"
+
+    def generate_sequences(self, engine: InferenceEngine, prompts: Batch, params: SamplingParams, pad_token_id: int) -> Batch:
+        """Run every row's agent loop concurrently and lay the conversations out as trajectories."""
+        outputs = asyncio.run(self._run_all(engine, prompts, params))
+        generations = [GenerationOutput(o.response_ids, o.log_probs, o.finish_reason) for o in outputs]
+        if any(o.prompt_ids != ids for o, ids in zip(outputs, prompt_token_lists(prompts["input_ids"], prompts["attention_mask"]), strict=True)):
+            items = [{"input_ids": torch.tensor(o.prompt_ids, dtype=torch.long)} for o in outputs]  # prompts re-rendered with tools
+            prompts = Batch(dict(collate_prompts(items, pad_token_id)), meta_info=dict(prompts.meta_info))
+        batch = trajectories(prompts, generations, pad_token_id, width=params.max_tokens,
+                             response_masks=[o.response_mask for o in outputs])
+        batch["__num_turns__"] = [o.num_turns for o in outputs]
+        batch["reward_scores"] = [o.reward_scores for o in outputs]
+        batch["agent_metrics"] = [o.metrics for o in outputs]
+        return batch
+
+    async def _run_all(self, engine: InferenceEngine, prompts: Batch, params: SamplingParams) -> list[AgentOutput]:
+        ctx = AgentContext(engine, self.tokenizer, params, self.multi_turn, self.tools, self.interactions, self.chat_template_kwargs)
+        ids = prompt_token_lists(prompts["input_ids"], prompts["attention_mask"])
+        rows = len(ids)
+        names = list(prompts["agent_name"]) if "agent_name" in prompts else [None] * rows
+        messages = list(prompts["raw_prompt"]) if "raw_prompt" in prompts else [None] * rows
+        extra = list(prompts["extra_info"]) if "extra_info" in prompts else [None] * rows
+        loops = []
+        for i in range(rows):
+            name = names[i] or self.default_agent
+            if name not in AGENT_LOOP_REGISTRY:
+                raise DataError(f"row {i} (extra_info.index={(extra[i] or {}).get('index')}) has agent_name={name!r}; "
+                                f"the agent loops are {sorted(AGENT_LOOP_REGISTRY)}")
+            row_messages = [dict(m) for m in messages[i]] if messages[i] is not None else None
+            row = AgentRow(ids[i], row_messages, dict(extra[i] or {}), i)
+            loops.append(AGENT_LOOP_REGISTRY[name](ctx).run(row))
+        return list(await asyncio.gather(*loops))

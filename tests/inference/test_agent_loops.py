@@ -1,0 +1,244 @@
+"""Agent loops: token-in/token-out, masks, budget, tools, interactions and the text game.
+
+The engine here plays scripted turns (exact token ids, chosen so that re-tokenising them would
+give different ids) because these tests must know the model's tokens exactly; the loops, the
+engine's request batching, the tokenizer and the chat templates are the real ones. The agent tests
+with a real model generating are in test_agent_end_to_end.py.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from transformers import AutoTokenizer
+
+from reinforge.batch import Batch
+from reinforge.config.schema import MultiTurnConfig
+from reinforge.environment.dataset import collate_prompts
+from reinforge.errors import DataError
+from reinforge.inference.agent import AgentRunner
+from reinforge.inference.engine import GenerationOutput, InferenceEngine, SamplingParams
+from reinforge.reward.manager.naive import NaiveRewardManager
+from reinforge.reward.registry import default_compute_score
+
+CHATML = (
+    "{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n' }}{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
+)
+# ChatML that drops the thinking of every assistant turn but the last, as reasoning models' templates do
+THINK_STRIPPING_TEMPLATE = (
+    "{% for message in messages %}{% set content = message['content'] %}"
+    "{% if message['role'] == 'assistant' and not loop.last %}{% set content = content.split('</think>')[-1] %}{% endif %}"
+    "{{ '<|im_start|>' + message['role'] + '\n' + content + '<|im_end|>' + '\n' }}{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
+)
+CALL = '<tool_call>{"name": "calculator", "arguments": {"expression": "2+3"}}</tool_call>'
+
+
+class ScriptedEngine(InferenceEngine):
+    """Answers each request with its conversation's next scripted turn; records every batch it ran."""
+
+    def __init__(self, scripts: list[tuple[list[int], list[list[int]]]]):
+        super().__init__()
+        self.scripts = [(prompt, list(turns)) for prompt, turns in scripts]
+        self.batches: list[list[list[int]]] = []
+
+    def generate_batch(self, prompts, params):
+        self.batches.append(prompts)
+        outputs = []
+        for prompt in prompts:
+            turns = next(turns for start, turns in self.scripts if prompt[: len(start)] == start)
+            ids = turns.pop(0)[: params.max_tokens]
+            outputs.append(GenerationOutput(ids, [-0.5] * len(ids), "stop" if ids[-1] == 2 else "length"))
+        return outputs
+
+
+@pytest.fixture
+def tok(tool_tokenizer_path):
+    return AutoTokenizer.from_pretrained(tool_tokenizer_path)
+
+
+def char_ids(tok, text: str) -> list[int]:
+    """A valid but non-canonical tokenization (one piece per character) that re-tokenising would merge."""
+    ids = []
+    for piece in text.replace("<tool_call>", "\0<tool_call>\0").replace("</tool_call>", "\0</tool_call>\0").split("\0"):
+        ids += tok(piece, add_special_tokens=False)["input_ids"] if "tool_call>" in piece else \
+            [i for c in piece for i in tok(c, add_special_tokens=False)["input_ids"]]
+    return ids
+
+
+def prompts_batch(tok, rows: list[list[dict]], extra_infos=None, agent_names=None) -> Batch:
+    items = [{"input_ids": torch.tensor(tok(tok.apply_chat_template(m, add_generation_prompt=True, tokenize=False),
+                                             add_special_tokens=False)["input_ids"])} for m in rows]
+    batch = Batch.from_dict(collate_prompts(items, tok.pad_token_id))
+    batch["raw_prompt"] = rows
+    batch["extra_info"] = extra_infos or [{"index": i} for i in range(len(rows))]
+    if agent_names:
+        batch["agent_name"] = agent_names
+    return batch
+
+
+def row_ids(batch: Batch, row: int) -> tuple[list[int], list[int], list[int]]:
+    prompt = batch["prompts"][row][batch["attention_mask"][row, : batch["prompts"].shape[1]].bool()].tolist()
+    valid = batch["attention_mask"][row, batch["prompts"].shape[1]:].bool()
+    return prompt, batch["responses"][row][valid].tolist(), batch["response_mask"][row][valid].tolist()
+
+
+def tools_yaml(tmp_path) -> str:
+    path = tmp_path / "tools.yaml"
+    path.write_text("tools:\n  - class_name: calculator\n")
+    return str(path)
+
+
+def test_model_tokens_are_kept_exactly_and_only_tool_tokens_are_added(tok, tmp_path):
+    tok.chat_template = THINK_STRIPPING_TEMPLATE
+    messages = [{"role": "user", "content": "add 2 3"}]
+    prompts = prompts_batch(tok, [messages])
+    prompt_ids = row_ids_prompt = prompts["input_ids"][0].tolist()
+    turn1 = char_ids(tok, "<think>add them</think>" + CALL) + [tok.eos_token_id]
+    turn2 = char_ids(tok, "<think>it is 5</think>#### 5") + [tok.eos_token_id]
+    assert tok.decode(turn1) != "" and tok(tok.decode(turn1), add_special_tokens=False)["input_ids"] != turn1
+    engine = ScriptedEngine([(prompt_ids, [turn1, turn2])])
+    runner = AgentRunner(tok, MultiTurnConfig(enable=True, tool_config_path=tools_yaml(tmp_path)))
+    out = runner.generate_sequences(engine, prompts, SamplingParams(max_tokens=200), tok.pad_token_id)
+
+    tool_turn = tok("\n<|im_start|>tool\n5<|im_end|>\n<|im_start|>assistant\n", add_special_tokens=False)["input_ids"]
+    prompt, response, mask = row_ids(out, 0)
+    assert prompt == row_ids_prompt
+    assert response == turn1 + tool_turn + turn2
+    assert mask == [1] * len(turn1) + [0] * len(tool_turn) + [1] * len(turn2)
+    assert engine.batches[1] == [prompt_ids + turn1 + tool_turn]  # the second turn continues the exact ids
+    width = out["responses"].shape[1]
+    assert width == 200 and out["rollout_log_probs"][0, : len(response)].tolist() == [-0.5 if m else 0.0 for m in mask]
+    # Re-rendering the conversation would have dropped turn 1's thinking and re-tokenised the model's text: drift.
+    conversation = messages + [{"role": "assistant", "content": tok.decode(turn1, skip_special_tokens=True)},
+                               {"role": "tool", "content": "5"},
+                               {"role": "assistant", "content": tok.decode(turn2, skip_special_tokens=True)}]
+    rerendered = tok(tok.apply_chat_template(conversation, tokenize=False), add_special_tokens=False)["input_ids"]
+    assert rerendered[: len(prompt) + len(response)] != prompt + response
+    assert "add them" not in tok.decode(rerendered) and "add them" in tok.decode(prompt + response)
+    assert out["__num_turns__"][0] == 4 and out["finish_reason"][0] == "stop"
+    assert out["reward_scores"][0] == {"tool_step_reward": 0.0, "tool_reward": 0.0}
+    assert out["agent_metrics"][0]["tool_calls"] == 1 and out["agent_metrics"][0]["tool_errors"] == 0
+
+
+def test_plain_chatml_trajectory_is_the_rendered_conversation(tok, tmp_path):
+    messages = [{"role": "user", "content": "add 2 3"}]
+    prompts = prompts_batch(tok, [messages])
+    turn1 = tok(CALL, add_special_tokens=False)["input_ids"] + [tok.eos_token_id]
+    turn2 = tok("#### 5", add_special_tokens=False)["input_ids"] + [tok.eos_token_id]
+    engine = ScriptedEngine([(prompts["input_ids"][0].tolist(), [turn1, turn2])])
+    runner = AgentRunner(tok, MultiTurnConfig(enable=True, tool_config_path=tools_yaml(tmp_path)))
+    out = runner.generate_sequences(engine, prompts, SamplingParams(max_tokens=100), tok.pad_token_id)
+    prompt, response, _ = row_ids(out, 0)
+    conversation = messages + [{"role": "assistant", "content": CALL}, {"role": "tool", "content": "5"},
+                               {"role": "assistant", "content": "#### 5"}]
+    assert tok.decode(prompt + response) + "\n" == tok.apply_chat_template(conversation, tokenize=False)
+
+
+TOOLS_TEMPLATE = (  # ChatML that lists the tools in a system message, as tool-calling models' templates do
+    "{% if tools %}<|im_start|>system\nTools: {% for t in tools %}{{ t['function']['name'] }} {% endfor %}<|im_end|>\n{% endif %}"
+    + CHATML
+)
+
+
+def test_prompt_is_rendered_with_the_tool_schemas_when_the_template_shows_them(tok, tmp_path):
+    tok.chat_template = TOOLS_TEMPLATE
+    messages = [{"role": "user", "content": "add 2 3"}]
+    prompts = prompts_batch(tok, [messages])  # rendered by the dataset, without tools
+    with_tools = tok(tok.apply_chat_template(messages, tools=[{"type": "function", "function": {"name": "calculator"}}],
+                                             add_generation_prompt=True, tokenize=False), add_special_tokens=False)["input_ids"]
+    assert tok.decode(with_tools).startswith("<|im_start|>system\nTools: calculator <|im_end|>")
+    turn1 = tok(CALL, add_special_tokens=False)["input_ids"] + [tok.eos_token_id]
+    turn2 = tok("#### 5", add_special_tokens=False)["input_ids"] + [tok.eos_token_id]
+    engine = ScriptedEngine([(with_tools, [turn1, turn2])])
+    runner = AgentRunner(tok, MultiTurnConfig(enable=True, tool_config_path=tools_yaml(tmp_path)))
+    out = runner.generate_sequences(engine, prompts, SamplingParams(max_tokens=100), tok.pad_token_id)
+    prompt, response, _ = row_ids(out, 0)
+    assert engine.batches[0] == [with_tools] and prompt == with_tools
+    tool_turn = tok("\n<|im_start|>tool\n5<|im_end|>\n<|im_start|>assistant\n", add_special_tokens=False)["input_ids"]
+    assert response == turn1 + tool_turn + turn2
+    assert out["input_ids"].shape[1] == out["prompts"].shape[1] + 100
+
+
+def test_budget_cuts_the_conversation_and_rows_are_batched_together(tok, tmp_path):
+    rows = [[{"role": "user", "content": f"add {a} 3"}] for a in range(3)]
+    prompts = prompts_batch(tok, rows)
+    turn = tok(CALL, add_special_tokens=False)["input_ids"] + [tok.eos_token_id]
+    scripts = [(prompts["input_ids"][r][prompts["attention_mask"][r].bool()].tolist(), [list(turn), list(turn)]) for r in range(3)]
+    engine = ScriptedEngine(scripts)
+    runner = AgentRunner(tok, MultiTurnConfig(enable=True, tool_config_path=tools_yaml(tmp_path)))
+    budget = len(turn) + 3
+    out = runner.generate_sequences(engine, prompts, SamplingParams(max_tokens=budget), tok.pad_token_id)
+    assert [len(b) for b in engine.batches] == [3]  # one batched request; the tool answer used up the budget
+    for r in range(3):
+        _, response, mask = row_ids(out, r)
+        assert len(response) == budget and mask == [1] * len(turn) + [0, 0, 0]
+        assert out["finish_reason"][r] == "length"
+
+    # The reward sees the rollout's scores and lands on the last model token, not on the trailing tool tokens.
+    def score(data_source, solution_str, ground_truth, extra_info=None):
+        return extra_info["num_turns"] + extra_info["rollout_reward_scores"]["tool_step_reward"] + extra_info["index"]
+    out["data_source"], out["reward_model"], out["extra_info"] = ["t"] * 3, [{"ground_truth": "5"}] * 3, prompts["extra_info"]
+    rewards = NaiveRewardManager(tok, 0, score, "data_source")(out)
+    assert rewards.nonzero().tolist() == [[r, len(turn) - 1] for r in range(3)]
+    assert rewards.sum(-1).tolist() == [3.0, 4.0, 5.0]  # 3 turns (prompt, model, tool answer) + index
+
+
+def test_malformed_calls_and_parallel_limit(tok, tmp_path):
+    prompts = prompts_batch(tok, [[{"role": "user", "content": "go"}]])
+    text = "<tool_call>{bad json}</tool_call>" + CALL + CALL.replace("2+3", "7*6")
+    turns = [tok(text, add_special_tokens=False)["input_ids"] + [2], tok("done", add_special_tokens=False)["input_ids"] + [2]]
+    engine = ScriptedEngine([(prompts["input_ids"][0].tolist(), turns)])
+    config = MultiTurnConfig(enable=True, tool_config_path=tools_yaml(tmp_path), max_parallel_calls=1, max_tool_response_length=30,
+                             tool_response_truncate_side="left")
+    out = AgentRunner(tok, config).generate_sequences(engine, prompts, SamplingParams(max_tokens=300), tok.pad_token_id)
+    _, response, mask = row_ids(out, 0)
+    added = tok.decode([t for t, m in zip(response, mask, strict=True) if m == 0])
+    assert added.count("<|im_start|>tool\n") == 2 and "\n5<|im_end|>" in added and "42" not in added
+    assert "\n<|im_start|>tool\nError: the tool call is not va...(truncated)<|im_end|>" in added  # first 30 characters
+    assert out["agent_metrics"][0]["tool_calls"] == 1 and out["agent_metrics"][0]["tool_errors"] == 1
+
+
+def test_interaction_turns_and_scores(tok, tmp_path):
+    config_path = tmp_path / "interaction.yaml"
+    config_path.write_text("interaction:\n  - name: checker\n    class_name: gsm8k\n")
+    prompts = prompts_batch(tok, [[{"role": "user", "content": "2 + 3?"}]],
+                            [{"index": 0, "interaction_kwargs": {"name": "checker", "ground_truth": "5"}}])
+    turns = [tok(t, add_special_tokens=False)["input_ids"] + [2] for t in ("#### 4", "#### 5", "#### 6")]
+    engine = ScriptedEngine([(prompts["input_ids"][0].tolist(), turns)])
+    runner = AgentRunner(tok, MultiTurnConfig(enable=True, interaction_config_path=str(config_path), max_user_turns=3))
+    out = runner.generate_sequences(engine, prompts, SamplingParams(max_tokens=100), tok.pad_token_id)
+    _, response, mask = row_ids(out, 0)
+    assert out["reward_scores"][0] == {"interaction_score": 0.0, "turn_scores": [0.0, 1.0]}
+    assert out["__num_turns__"][0] == 4  # prompt, wrong answer, "try again", right answer
+    user = tok.decode([t for t, m in zip(response, mask, strict=True) if m == 0])
+    assert user == "\n<|im_start|>user\nYour answer is wrong. Please try again.<|im_end|>\n<|im_start|>assistant\n"
+
+    bad = prompts_batch(tok, [[{"role": "user", "content": "x"}]], [{"index": 7, "interaction_kwargs": {"name": "nope"}}])
+    with pytest.raises(DataError, match=r"extra_info.index=7 asks for interaction 'nope'.*\['checker'\]"):
+        runner.generate_sequences(engine, bad, SamplingParams(max_tokens=10), tok.pad_token_id)
+
+
+def test_text_game_episode(tok):
+    env_kwargs = {"name": "guess_number", "low": 1, "high": 8, "target": 5, "max_attempts": 4}
+    prompts = prompts_batch(tok, [[{"role": "user", "content": f"Guess my number between 1 and 8 ({i})."}] for i in range(2)],
+                            [{"index": 0, "env_kwargs": env_kwargs}, {"index": 1, "env_kwargs": {**env_kwargs, "max_attempts": 2}}],
+                            agent_names=["env_agent", "env_agent"])
+    guesses = [tok(g, add_special_tokens=False)["input_ids"] + [2] for g in ("3", "7", "5")]
+    engine = ScriptedEngine([(prompts["input_ids"][r][prompts["attention_mask"][r].bool()].tolist(), list(guesses)) for r in range(2)])
+    out = AgentRunner(tok, MultiTurnConfig(enable=True)).generate_sequences(engine, prompts, SamplingParams(max_tokens=100),
+                                                                            tok.pad_token_id)
+    assert list(out["reward_scores"]) == [{"env_reward": 1.0, "env_done": True}, {"env_reward": 0.0, "env_done": True}]
+    assert list(out["__num_turns__"]) == [6, 4]  # found at the third guess; out of tries after two
+    # text_env/* data is scored by the episode's reward with no reward function to write
+    found = {"rollout_reward_scores": out["reward_scores"][0], "num_turns": 6}
+    assert default_compute_score("text_env/guess_number", "", "5", extra_info=found) == 1.0
+    assert default_compute_score("text_env/guess_number", "", "5", extra_info={"index": 0}) == 0.0
+    _, response, mask = row_ids(out, 0)
+    observations = tok.decode([t for t, m in zip(response, mask, strict=True) if m == 0])
+    assert observations.count("<|im_start|>user\nhigher") == 1 and observations.count("<|im_start|>user\nlower") == 1
+
+    unknown = prompts_batch(tok, [[{"role": "user", "content": "x"}]], agent_names=["chess_agent"])
+    with pytest.raises(DataError, match="agent_name='chess_agent'; the agent loops are"):
+        AgentRunner(tok, MultiTurnConfig(enable=True)).generate_sequences(engine, unknown, SamplingParams(max_tokens=10), 0)
