@@ -267,8 +267,9 @@ class RLTrainer:
                     metrics.update(val_metrics)
                 if cfg.save_freq > 0 and (last or self.global_steps % cfg.save_freq == 0):
                     with timer("save_checkpoint", timing := {}):
-                        self._save_checkpoint()
+                        saved = self._save_checkpoint()
                     metrics["timing_s/save_checkpoint"] = timing["save_checkpoint"]
+                    metrics["checkpoint/save_failed"] = 0 if saved else 1  # 1: skipped, the disk was full
                 tracking.log(metrics, self.global_steps)
                 self._stop_if_nonfinite()
         finally:
@@ -313,7 +314,8 @@ class RLTrainer:
         return {**metrics, "timing_s/testing": timing["testing"]}
 
     # ---- checkpoints --------------------------------------------------------------------------
-    def _save_checkpoint(self) -> None:
+    def _save_checkpoint(self) -> bool:
+        """Checkpoint the current step; False when it was skipped because the disk was full (a warning says so)."""
         def write(folder: Path) -> None:
             self.actor_rollout_wg.save_checkpoint(str(folder / "actor"))
             if self.critic_wg is not None:
@@ -324,9 +326,11 @@ class RLTrainer:
             (folder / "trainer_state.json").write_text(json.dumps(state))
 
         trainer = self.config.trainer
-        save_checkpoint(self.run_dir, self.global_steps, write, keep=trainer.max_actor_ckpt_to_keep,
-                        keep_critic=trainer.max_critic_ckpt_to_keep)
-        self._saved_step = self.global_steps
+        folder = save_checkpoint(self.run_dir, self.global_steps, write, keep=trainer.max_actor_ckpt_to_keep,
+                                 keep_critic=trainer.max_critic_ckpt_to_keep)
+        if folder is not None:
+            self._saved_step = self.global_steps
+        return folder is not None
 
     def _load_checkpoint(self) -> None:
         folder = resume_folder(self.config.trainer)
