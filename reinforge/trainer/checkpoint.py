@@ -14,7 +14,8 @@ if the crash came in between. Retention renames a folder to a hidden name before
 a step folder is never seen half deleted. What a killed save leaves behind (hidden `.tmp`, `.old`
 and `.deleting` folders) is cleaned up by the next save and when resuming (`clean_stale`).
 
-A disk that is full (ENOSPC, EDQUOT, or EFBIG: a file over the size limit) skips the save: the
+A disk that is full (ENOSPC, EDQUOT, or EFBIG: a file over the size limit; also when torch wraps
+it in a RuntimeError, which is why checkpoint files are written with `save_torch`) skips the save: the
 temporary folder is removed, the previous checkpoint, tracker and older checkpoints stay as they
 were, a one-line warning says what to do, and `save_checkpoint` returns None so that the run goes
 on (the trainer logs `checkpoint/save_failed`). Any other OSError (permissions, a read-only
@@ -32,12 +33,32 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
+import torch
+
 from reinforge.config.schema import TrainerConfig
 from reinforge.errors import CheckpointError, ConfigError
 
 TRACKER = "latest_checkpointed_iteration.txt"
 STEP_FOLDER = re.compile(r"^global_step_(\d+)$")
 DISK_FULL = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG})
+
+
+def save_torch(obj: object, path: Path) -> None:
+    """torch.save through a Python file object: a full disk then raises OSError with its errno in the exception chain
+    (given a path, torch writes from native code and fails with a RuntimeError that names no cause)."""
+    with open(path, "wb") as file:
+        torch.save(obj, file)
+
+
+def _os_error(error: BaseException | None) -> OSError | None:
+    """The OSError that `error` is or that caused it (torch wraps a failed write in a RuntimeError), if any."""
+    seen = set()
+    while error is not None and id(error) not in seen:
+        if isinstance(error, OSError):
+            return error
+        seen.add(id(error))
+        error = error.__cause__ or error.__context__
+    return None
 
 
 def _write_atomic(path: Path, text: str) -> None:
@@ -94,13 +115,16 @@ def save_checkpoint(run_dir: Path, step: int, write: Callable[[Path], None], kee
         os.replace(tmp, final)
         published = True
         _write_atomic(run_dir / TRACKER, f"{step}\n")
-    except OSError as error:  # undo: the run folder is left as it was before this save
+    except Exception as error:  # undo: the run folder is left as it was before this save
         shutil.rmtree(tmp, ignore_errors=True)
         if published:
             shutil.rmtree(final, ignore_errors=True)
         if old.exists() and not final.exists():
             os.replace(old, final)
-        return _save_failed(run_dir, step, error)
+        os_error = _os_error(error)
+        if os_error is None:  # not the filesystem: a bug, which keeps its traceback
+            raise
+        return _save_failed(run_dir, step, os_error)
     shutil.rmtree(old, ignore_errors=True)
     steps = sorted(int(m.group(1)) for p in run_dir.iterdir() if (m := STEP_FOLDER.match(p.name)))
     if keep:

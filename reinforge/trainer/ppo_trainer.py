@@ -53,7 +53,7 @@ from reinforge.distributed import WorkerGroup
 from reinforge.errors import ConfigError, TrainingError
 from reinforge.inference.rollout import PROMPT_KEYS, concat_trajectories
 from reinforge.report.rollouts import keep_recent_rollouts
-from reinforge.trainer.checkpoint import resume_folder, save_checkpoint, step_of
+from reinforge.trainer.checkpoint import resume_folder, save_checkpoint, save_torch, step_of
 from reinforge.trainer.generations import EXTRA, generation_records, reward_extra_info, write_generations
 from reinforge.trainer.metrics import (
     compute_data_metrics,
@@ -320,7 +320,7 @@ class RLTrainer:
             self.actor_rollout_wg.save_checkpoint(str(folder / "actor"))
             if self.critic_wg is not None:
                 self.critic_wg.save_checkpoint(str(folder / "critic"))
-            torch.save(self.train_loader.state_dict(), folder / "data.pt")
+            save_torch(self.train_loader.state_dict(), folder / "data.pt")
             state = {"global_steps": self.global_steps, "kl_ctrl": self.kl_ctrl.state_dict(),
                      "nonfinite_steps": self.nonfinite_steps}
             (folder / "trainer_state.json").write_text(json.dumps(state))
