@@ -3,7 +3,8 @@
 Three places to stop: in the middle of an epoch (with the adaptive KL controller in the reward and
 a warmup + cosine LR schedule, so the scheduler and KL state matter); at an epoch boundary (verl's
 known bug there resumes into a run that trains 0 more steps); just after a validation that samples
-(val_kwargs.do_sample), so the engine's sampler state saved after validation matters. SMALL_RUN
+(val_kwargs.do_sample), so the engine's sampler state saved after validation matters. And PPO with
+a critic, whose checkpoint is its own. SMALL_RUN
 serves 2 prompts a step; the training set is cut so that an epoch is a few steps.
 """
 
@@ -24,6 +25,7 @@ CASES = {
          "actor_rollout_ref.rollout.val_kwargs.do_sample=true", "actor_rollout_ref.rollout.val_kwargs.n=2"],
         2, 3,
     ),
+    "ppo_critic": (["data.max_samples=8", "algorithm.adv_estimator=gae"], 2, 3),  # the critic's model, optimizer, scheduler
 }
 
 
@@ -37,5 +39,7 @@ def test_stop_and_resume_equals_a_straight_run(case, small_run, tmp_path):
         assert len({s["actor/reward_kl_penalty_coeff"] for s in steps.values()}) > 1
     if case == "epoch_boundary":
         assert [s["training/epoch"] for s in steps.values()] == [0, 0, 1, 1]
+    if case == "ppo_critic":
+        assert all("critic/vf_loss" in s for s in steps.values())
     if case == "after_validation":
         assert sorted(r["step"] for r in straight if "val-core/reinforge/add_one/reward/mean@2" in r) == [0, 2, 3]
