@@ -28,3 +28,7 @@ class RewardError(UserError):
 
 class TrainingError(UserError):
     """Training cannot usefully go on as configured (e.g. every update is non-finite); the message says what to change."""
+
+
+class CheckpointError(UserError):
+    """A checkpoint cannot be written where the config says (permissions, a read-only filesystem); the message says where."""

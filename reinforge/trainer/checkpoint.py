@@ -7,24 +7,58 @@
     <run folder>/global_step_<N>/trainer_state.json   step counter and KL controller
 
 A checkpoint is written into a hidden temporary folder and renamed into place; only then is the
-tracker file replaced (also by rename). A crash at any moment leaves the previous checkpoint and
-a tracker that points at it. Saving a step that already exists (after resuming from an earlier
-one) first moves the old copy aside; resuming puts it back if the crash came in between.
+tracker file replaced (also by rename). A process killed at any moment (SIGKILL included) leaves
+the previous checkpoint and a tracker that points at a complete one. Saving a step that already
+exists (after resuming from an earlier one) first moves the old copy aside; resuming puts it back
+if the crash came in between. Retention renames a folder to a hidden name before deleting it, so
+a step folder is never seen half deleted. What a killed save leaves behind (hidden `.tmp`, `.old`
+and `.deleting` folders) is cleaned up by the next save and when resuming (`clean_stale`).
+
+A disk that is full (ENOSPC, EDQUOT, or EFBIG: a file over the size limit; also when torch wraps
+it in a RuntimeError, which is why checkpoint files are written with `save_torch`) skips the save: the
+temporary folder is removed, the previous checkpoint, tracker and older checkpoints stay as they
+were, a one-line warning says what to do, and `save_checkpoint` returns None so that the run goes
+on (the trainer logs `checkpoint/save_failed`). Any other OSError (permissions, a read-only
+filesystem) will not go away by itself while the run trains on without checkpoints, so it stops
+the run with a `CheckpointError` naming the step, folder and error.
 """
 
 from __future__ import annotations
 
+import errno
 import os
 import re
 import shutil
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
+import torch
+
 from reinforge.config.schema import TrainerConfig
-from reinforge.errors import ConfigError
+from reinforge.errors import CheckpointError, ConfigError
 
 TRACKER = "latest_checkpointed_iteration.txt"
 STEP_FOLDER = re.compile(r"^global_step_(\d+)$")
+DISK_FULL = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG})
+
+
+def save_torch(obj: object, path: Path) -> None:
+    """torch.save through a Python file object: a full disk then raises OSError with its errno in the exception chain
+    (given a path, torch writes from native code and fails with a RuntimeError that names no cause)."""
+    with open(path, "wb") as file:
+        torch.save(obj, file)
+
+
+def _os_error(error: BaseException | None) -> OSError | None:
+    """The OSError that `error` is or that caused it (torch wraps a failed write in a RuntimeError), if any."""
+    seen = set()
+    while error is not None and id(error) not in seen:
+        if isinstance(error, OSError):
+            return error
+        seen.add(id(error))
+        error = error.__cause__ or error.__context__
+    return None
 
 
 def _write_atomic(path: Path, text: str) -> None:
@@ -33,33 +67,87 @@ def _write_atomic(path: Path, text: str) -> None:
     os.replace(tmp, path)
 
 
+def _delete(folder: Path) -> None:
+    """Remove `folder`, first renaming it to a hidden name so that it never exists half deleted under its own."""
+    if not folder.exists():
+        return
+    hidden = folder.with_name(f".{folder.name}.deleting")
+    shutil.rmtree(hidden, ignore_errors=True)
+    os.replace(folder, hidden)
+    shutil.rmtree(hidden, ignore_errors=True)
+
+
+def clean_stale(run_dir: Path) -> None:
+    """Tidy what a killed save left in `run_dir`: temporary and half-deleted folders go; the old copy of a step
+    that was being saved again goes when the new copy is in place and is put back when it is not."""
+    if not run_dir.is_dir():
+        return
+    for path in [*run_dir.glob(".global_step_*"), *run_dir.glob("global_step_*/.*.deleting"), run_dir / f".{TRACKER}.tmp"]:
+        if path.name.endswith(".old") and path.is_dir():
+            final = run_dir / path.name[1:-len(".old")]
+            if not final.exists():
+                os.replace(path, final)
+                continue
+        if path.is_dir():
+            shutil.rmtree(path, ignore_errors=True)
+        elif path.exists():
+            path.unlink()
+
+
 def save_checkpoint(run_dir: Path, step: int, write: Callable[[Path], None], keep: int | None = None,
-                    keep_critic: int | None = None) -> Path:
+                    keep_critic: int | None = None) -> Path | None:
     """Call `write(folder)` into a temporary folder, publish it as global_step_<step>, update the tracker.
 
     Then only the newest `keep` step folders stay (max_actor_ckpt_to_keep), and only the newest
     `keep_critic` of them keep their critic/ (max_critic_ckpt_to_keep); None or 0 keeps all.
+    Returns the published folder, or None when the disk was full (see the module docstring).
     """
     run_dir.mkdir(parents=True, exist_ok=True)
+    clean_stale(run_dir)
     final = run_dir / f"global_step_{step}"
     tmp = run_dir / f".global_step_{step}.tmp"
-    shutil.rmtree(tmp, ignore_errors=True)
-    write(tmp)
     old = run_dir / f".global_step_{step}.old"  # saving a step again: the previous copy waits here
-    if final.exists():
-        shutil.rmtree(old, ignore_errors=True)
-        os.replace(final, old)
-    os.replace(tmp, final)
-    _write_atomic(run_dir / TRACKER, f"{step}\n")
+    published = False
+    try:
+        write(tmp)
+        if final.exists():
+            os.replace(final, old)
+        os.replace(tmp, final)
+        published = True
+        _write_atomic(run_dir / TRACKER, f"{step}\n")
+    except Exception as error:  # undo: the run folder is left as it was before this save
+        shutil.rmtree(tmp, ignore_errors=True)
+        if published:
+            shutil.rmtree(final, ignore_errors=True)
+        if old.exists() and not final.exists():
+            os.replace(old, final)
+        os_error = _os_error(error)
+        if os_error is None:  # not the filesystem: a bug, which keeps its traceback
+            raise
+        return _save_failed(run_dir, step, os_error)
     shutil.rmtree(old, ignore_errors=True)
     steps = sorted(int(m.group(1)) for p in run_dir.iterdir() if (m := STEP_FOLDER.match(p.name)))
     if keep:
         for old_step in steps[:-keep]:
-            shutil.rmtree(run_dir / f"global_step_{old_step}", ignore_errors=True)
+            _delete(run_dir / f"global_step_{old_step}")
     if keep_critic:
         for old_step in steps[:-keep_critic]:
-            shutil.rmtree(run_dir / f"global_step_{old_step}" / "critic", ignore_errors=True)
+            _delete(run_dir / f"global_step_{old_step}" / "critic")
     return final
+
+
+def _save_failed(run_dir: Path, step: int, error: OSError) -> None:
+    """Warn and return None when the disk is full; raise CheckpointError for any other OSError."""
+    tracker = run_dir / TRACKER
+    latest = f"global_step_{tracker.read_text().strip()}" if tracker.is_file() else "none yet"
+    if error.errno in DISK_FULL:
+        print(f"reinforge: warning: step {step}: checkpoint not saved, the disk is full ({error}); training goes on and "
+              f"the latest checkpoint stays {latest} in {run_dir}. Free space there or point trainer.default_local_dir "
+              "at a larger disk (older checkpoints: trainer.max_actor_ckpt_to_keep)", file=sys.stderr, flush=True)
+        return None
+    raise CheckpointError(f"step {step}: cannot write the checkpoint in {run_dir} ({error}); the latest checkpoint is "
+                          f"{latest}. Check that trainer.default_local_dir is writable, or set trainer.save_freq=-1 "
+                          "to train without checkpoints") from error
 
 
 def resume_folder(trainer: TrainerConfig) -> Path | None:
@@ -71,14 +159,13 @@ def resume_folder(trainer: TrainerConfig) -> Path | None:
         if not STEP_FOLDER.match(folder.name) or not folder.is_dir():
             raise ConfigError(f"trainer.resume_from_path={trainer.resume_from_path} is not an existing global_step_<N> folder")
         return folder
-    tracker = Path(trainer.default_local_dir) / TRACKER
+    run_dir = Path(trainer.default_local_dir)
+    clean_stale(run_dir)  # puts back the old copy of a step whose new copy never arrived
+    tracker = run_dir / TRACKER
     if not tracker.is_file():
         return None
     text = tracker.read_text().strip()
-    folder = tracker.parent / f"global_step_{text}"
-    old = tracker.parent / f".global_step_{text}.old"
-    if text.isdigit() and not folder.is_dir() and old.is_dir():  # a crash while saving that step again
-        os.replace(old, folder)
+    folder = run_dir / f"global_step_{text}"
     if not text.isdigit() or not folder.is_dir():
         raise ConfigError(
             f"{tracker} names step {text!r} but {folder} does not exist; fix the file or start fresh with trainer.resume_mode=disable"

@@ -53,7 +53,7 @@ from reinforge.distributed import WorkerGroup
 from reinforge.errors import ConfigError, TrainingError
 from reinforge.inference.rollout import AGENT_INPUT_KEYS, PROMPT_KEYS, concat_trajectories, rollout_inputs
 from reinforge.report.rollouts import keep_recent_rollouts
-from reinforge.trainer.checkpoint import resume_folder, save_checkpoint, step_of
+from reinforge.trainer.checkpoint import resume_folder, save_checkpoint, save_torch, step_of
 from reinforge.trainer.generations import EXTRA, generation_records, reward_extra_info, write_generations
 from reinforge.trainer.metrics import (
     compute_data_metrics,
@@ -267,8 +267,9 @@ class RLTrainer:
                     metrics.update(val_metrics)
                 if cfg.save_freq > 0 and (last or self.global_steps % cfg.save_freq == 0):
                     with timer("save_checkpoint", timing := {}):
-                        self._save_checkpoint()
+                        saved = self._save_checkpoint()
                     metrics["timing_s/save_checkpoint"] = timing["save_checkpoint"]
+                    metrics["checkpoint/save_failed"] = 0 if saved else 1  # 1: skipped, the disk was full
                 tracking.log(metrics, self.global_steps)
                 self._stop_if_nonfinite()
         finally:
@@ -313,20 +314,23 @@ class RLTrainer:
         return {**metrics, "timing_s/testing": timing["testing"]}
 
     # ---- checkpoints --------------------------------------------------------------------------
-    def _save_checkpoint(self) -> None:
+    def _save_checkpoint(self) -> bool:
+        """Checkpoint the current step; False when it was skipped because the disk was full (a warning says so)."""
         def write(folder: Path) -> None:
             self.actor_rollout_wg.save_checkpoint(str(folder / "actor"))
             if self.critic_wg is not None:
                 self.critic_wg.save_checkpoint(str(folder / "critic"))
-            torch.save(self.train_loader.state_dict(), folder / "data.pt")
+            save_torch(self.train_loader.state_dict(), folder / "data.pt")
             state = {"global_steps": self.global_steps, "kl_ctrl": self.kl_ctrl.state_dict(),
                      "nonfinite_steps": self.nonfinite_steps}
             (folder / "trainer_state.json").write_text(json.dumps(state))
 
         trainer = self.config.trainer
-        save_checkpoint(self.run_dir, self.global_steps, write, keep=trainer.max_actor_ckpt_to_keep,
-                        keep_critic=trainer.max_critic_ckpt_to_keep)
-        self._saved_step = self.global_steps
+        folder = save_checkpoint(self.run_dir, self.global_steps, write, keep=trainer.max_actor_ckpt_to_keep,
+                                 keep_critic=trainer.max_critic_ckpt_to_keep)
+        if folder is not None:
+            self._saved_step = self.global_steps
+        return folder is not None
 
     def _load_checkpoint(self) -> None:
         folder = resume_folder(self.config.trainer)

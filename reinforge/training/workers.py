@@ -22,6 +22,7 @@ from reinforge.batch import Batch
 from reinforge.config.schema import Config, TrainerConfig
 from reinforge.distributed import Dispatch, register
 from reinforge.inference import HFEngine, SamplingParams, generate_sequences
+from reinforge.trainer.checkpoint import save_torch
 from reinforge.training.actor import Actor
 from reinforge.training.critic import Critic
 from reinforge.training.model import load_causal_lm, load_tokenizer, load_value_model
@@ -225,11 +226,11 @@ def save_training_state(folder: str, contents: list, model: torch.nn.Module, opt
     path = Path(folder)
     path.mkdir(parents=True, exist_ok=True)
     if "model" in contents:
-        torch.save(model.state_dict(), path / f"model_{RANK_SUFFIX}.pt")
+        save_torch(model.state_dict(), path / f"model_{RANK_SUFFIX}.pt")
     if "optimizer" in contents:
-        torch.save(optimizer.state_dict(), path / f"optim_{RANK_SUFFIX}.pt")
+        save_torch(optimizer.state_dict(), path / f"optim_{RANK_SUFFIX}.pt")
     if "extra" in contents:
-        torch.save(extra, path / f"extra_state_{RANK_SUFFIX}.pt")
+        save_torch(extra, path / f"extra_state_{RANK_SUFFIX}.pt")
     model.config.save_pretrained(path / "huggingface")
     return path
 

@@ -7,6 +7,7 @@ as with the built-in scorers.
 
 import asyncio
 import os
+import signal
 import textwrap
 import time
 from pathlib import Path
@@ -59,6 +60,7 @@ BATCH_REWARD = """
 ROW_REWARD = """
     import math
     import os
+    import signal
     import subprocess
     import time
     from pathlib import Path
@@ -81,6 +83,10 @@ ROW_REWARD = """
             os._exit(3)
         if solution_str == "dict":
             return {"score": 0.25, "pid": os.getpid()}
+        if solution_str == "sigint":  # as Ctrl-C in a terminal, which signals every process of the foreground group
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(0.2)
+            return 1.0
         return scale * float(solution_str == ground_truth)
 
     async def compute_score_async(data_source, solution_str, ground_truth, extra_info=None):
@@ -236,6 +242,23 @@ def test_prime_replaces_a_worker_that_dies(tokenizer, tmp_path, capsys):
         assert result["reward_extra_info"]["score"] == [0.0, 1.0]
         assert result["reward_metrics"] == {"reward/errors": 1, "reward/timeouts": 0}
         assert "exited (exit code 3) during the call" in capsys.readouterr().err
+    finally:
+        manager.close()
+
+
+def test_prime_workers_ignore_sigint_so_the_trainer_alone_decides_how_to_stop(tokenizer, tmp_path):
+    manager = make_reward_manager("prime", tokenizer, load(tmp_path, ROW_REWARD), num_processes=1)
+    try:
+        result = manager(make_batch(tokenizer, rows("sigint", "a")), return_dict=True)  # SIGINT during a call
+        assert result["reward_extra_info"]["score"] == [1.0, 1.0]
+        assert result["reward_metrics"] == {"reward/errors": 0, "reward/timeouts": 0}
+        pids = manager._pool.pids
+        for pid in pids:  # SIGINT while the worker waits for its next call
+            os.kill(pid, signal.SIGINT)
+        time.sleep(0.2)
+        result = manager(make_batch(tokenizer, rows("a")), return_dict=True)
+        assert result["reward_metrics"] == {"reward/errors": 0, "reward/timeouts": 0}
+        assert manager._pool.pids == pids and all(alive(pid) for pid in pids)
     finally:
         manager.close()
 

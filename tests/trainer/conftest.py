@@ -40,17 +40,22 @@ def compute_score(data_source, solution_str, ground_truth, extra_info=None):
 
 
 @pytest.fixture
-def run_steps(tiny_model_path, task_files, tmp_path):
-    """run_steps(*overrides, run_dir=...) trains a few steps of SMALL_RUN and returns {step: metrics}."""
+def small_run(tiny_model_path, task_files, tmp_path) -> list[str]:
+    """The overrides of a SMALL_RUN on the tiny model and the built-in task, with VARIED_REWARD (no run folder)."""
     reward = tmp_path / "varied_reward.py"
     reward.write_text(VARIED_REWARD)
+    train, val = task_files
+    return [f"actor_rollout_ref.model.path={tiny_model_path}", f"data.train_files={train}", f"data.val_files={val}",
+            f"custom_reward_function.path={reward}", *SMALL_RUN]
+
+
+@pytest.fixture
+def run_steps(small_run, tmp_path):
+    """run_steps(*overrides, run_dir=...) trains a few steps of SMALL_RUN and returns {step: metrics}."""
 
     def run_steps(*extra: str, run_dir: Path | None = None) -> dict[int, dict]:
         run_dir = run_dir or tmp_path / "run"
-        train, val = task_files
-        config, keys = load_config([f"actor_rollout_ref.model.path={tiny_model_path}", f"data.train_files={train}",
-                                    f"data.val_files={val}", f"trainer.default_local_dir={run_dir}",
-                                    f"custom_reward_function.path={reward}", *SMALL_RUN, *extra])
+        config, keys = load_config([*small_run, f"trainer.default_local_dir={run_dir}", *extra])
         run(config, keys)
         return train_steps(run_dir)
 

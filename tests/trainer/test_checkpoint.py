@@ -1,7 +1,9 @@
+import errno
+
 import pytest
 
 from reinforge.config.schema import TrainerConfig
-from reinforge.errors import ConfigError
+from reinforge.errors import CheckpointError, ConfigError
 from reinforge.trainer.checkpoint import TRACKER, resume_folder, save_checkpoint
 
 
@@ -18,18 +20,75 @@ def test_save_publishes_folder_then_tracker_and_keeps_the_newest(tmp_path):
     assert resume_folder(TrainerConfig(default_local_dir=str(tmp_path))) == tmp_path / "global_step_3"
 
 
-def test_a_failed_write_leaves_the_previous_checkpoint_and_tracker(tmp_path):
+def test_a_full_disk_skips_the_save_and_leaves_every_checkpoint_as_it_was(tmp_path, capsys):
+    save_checkpoint(tmp_path, 1, write_marker)
+    save_checkpoint(tmp_path, 2, write_marker)
+
+    def disk_full(folder):
+        write_marker(folder)
+        raise OSError(errno.ENOSPC, "No space left on device", str(folder / "model.pt"))
+
+    assert save_checkpoint(tmp_path, 3, disk_full, keep=1) is None
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([TRACKER, "global_step_1", "global_step_2"])  # keep=1 deleted nothing
+    assert (tmp_path / TRACKER).read_text().strip() == "2"
+    warning = capsys.readouterr().err
+    assert warning.count("\n") == 1 and "step 3: checkpoint not saved, the disk is full" in warning
+    assert "No space left on device" in warning and "global_step_2" in warning and "trainer.default_local_dir" in warning
+    assert save_checkpoint(tmp_path, 4, write_marker, keep=1) == tmp_path / "global_step_4"  # space again: saving goes on
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([TRACKER, "global_step_4"])
+
+
+def test_a_full_disk_while_saving_a_step_again_keeps_the_old_copy(tmp_path):
     save_checkpoint(tmp_path, 1, write_marker)
 
-    def crash(folder):
-        folder.mkdir()
-        raise OSError("disk full")
+    def too_big(folder):
+        raise OSError(errno.EFBIG, "File too large")
 
-    with pytest.raises(OSError):
-        save_checkpoint(tmp_path, 2, crash)
-    assert (tmp_path / TRACKER).read_text().strip() == "1"
-    assert not (tmp_path / "global_step_2").exists()
-    assert resume_folder(TrainerConfig(default_local_dir=str(tmp_path))) == tmp_path / "global_step_1"
+    assert save_checkpoint(tmp_path, 1, too_big) is None
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([TRACKER, "global_step_1"])
+    assert (tmp_path / "global_step_1" / "state.txt").read_text() == ".global_step_1.tmp"  # as first written
+
+
+def test_other_write_errors_stop_the_run_with_a_clear_message(tmp_path):
+    save_checkpoint(tmp_path, 1, write_marker)
+
+    def denied(folder):
+        raise PermissionError(errno.EACCES, "Permission denied", str(folder))
+
+    with pytest.raises(CheckpointError, match=r"step 2: cannot write the checkpoint in .*Permission denied.*latest checkpoint is "
+                                              r"global_step_1.*trainer.default_local_dir is writable"):
+        save_checkpoint(tmp_path, 2, denied)
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([TRACKER, "global_step_1"])
+
+
+def test_retention_keeps_the_newest_actor_and_critic_checkpoints(tmp_path):
+    def actor_and_critic(folder):
+        for role in ("actor", "critic"):
+            write_marker(folder / role)
+
+    for step in range(1, 6):
+        save_checkpoint(tmp_path, step, actor_and_critic, keep=3, keep_critic=2)
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([TRACKER, "global_step_3", "global_step_4", "global_step_5"])
+    assert [(tmp_path / f"global_step_{s}" / "critic").is_dir() for s in (3, 4, 5)] == [False, True, True]
+    assert all((tmp_path / f"global_step_{s}" / "actor" / "state.txt").is_file() for s in (3, 4, 5))
+    assert not list(tmp_path.rglob(".*"))  # nothing hidden left half deleted
+
+
+def test_what_a_killed_save_leaves_is_cleaned_up(tmp_path):
+    save_checkpoint(tmp_path, 2, write_marker)
+    save_checkpoint(tmp_path, 4, write_marker)
+    write_marker(tmp_path / ".global_step_6.tmp")  # an abandoned save of step 6 (second Ctrl-C, SIGKILL)
+    write_marker(tmp_path / ".global_step_1.deleting")  # retention killed while deleting step 1
+    write_marker(tmp_path / ".global_step_4.old")  # killed after publishing step 4 again, before deleting its old copy
+    write_marker(tmp_path / ".global_step_3.old")  # killed between moving step 3 aside and publishing its new copy
+    (tmp_path / f".{TRACKER}.tmp").write_text("9")
+    assert resume_folder(TrainerConfig(default_local_dir=str(tmp_path))) == tmp_path / "global_step_4"
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([TRACKER, "global_step_2", "global_step_3", "global_step_4"])
+    assert (tmp_path / "global_step_3" / "state.txt").read_text() == ".global_step_3.old"  # put back
+    assert (tmp_path / "global_step_4" / "state.txt").read_text() == ".global_step_4.tmp"  # the published copy stays
+    write_marker(tmp_path / ".global_step_5.tmp")
+    save_checkpoint(tmp_path, 6, write_marker)  # the next save tidies up too
+    assert not list(tmp_path.glob(".*"))
 
 
 def test_resume_modes(tmp_path):

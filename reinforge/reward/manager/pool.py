@@ -32,7 +32,10 @@ stop on them. A time limit counts from the moment a worker receives the call; st
 
 Workers start on the first `map`, serve later calls too, and are killed by `close()`, when the
 pool is garbage-collected, or at interpreter exit; they are daemon processes in their own process
-groups, so Ctrl-C in a terminal reaches only the training process. One thread uses a pool at a time.
+groups, so Ctrl-C in a terminal reaches only the training process, and they ignore SIGINT anyway
+(sent by other means, or in the moment before a new worker leaves the terminal's group): a call in
+progress finishes, so the trainer's graceful stop (finish the step, save) sees every row scored.
+One thread uses a pool at a time.
 """
 
 from __future__ import annotations
@@ -256,6 +259,7 @@ def _stop_all(workers: list[_Worker]) -> None:
 
 def _serve(conn: Connection, payload: _Payload) -> None:
     """A worker's life: rebuild the function, then answer calls until the pipe closes."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the trainer's to handle (graceful stop), never a worker's
     if hasattr(os, "setpgrp"):
         os.setpgrp()  # its own process group: killing the group also kills what the function started
     try:

@@ -1,0 +1,45 @@
+"""Exact resume: k steps, a stop, a resume and N-k steps equal N steps straight (tests/trainer/resume.py).
+
+Three places to stop: in the middle of an epoch (with the adaptive KL controller in the reward and
+a warmup + cosine LR schedule, so the scheduler and KL state matter); at an epoch boundary (verl's
+known bug there resumes into a run that trains 0 more steps); just after a validation that samples
+(val_kwargs.do_sample), so the engine's sampler state saved after validation matters. And PPO with
+a critic, whose checkpoint is its own. SMALL_RUN
+serves 2 prompts a step; the training set is cut so that an epoch is a few steps.
+"""
+
+import pytest
+
+from tests.trainer.resume import assert_resumes_exactly
+
+CASES = {
+    "mid_epoch": (
+        ["data.max_samples=8", "algorithm.use_kl_in_reward=true", "algorithm.kl_ctrl.type=adaptive",
+         "algorithm.kl_ctrl.kl_coef=0.05", "algorithm.kl_ctrl.horizon=4", "algorithm.kl_ctrl.target_kl=0.001",
+         "actor_rollout_ref.actor.optim.lr_scheduler_type=cosine", "actor_rollout_ref.actor.optim.lr_warmup_steps=1"],
+        3, 4,  # epoch 0 is steps 1-4
+    ),
+    "epoch_boundary": (["data.max_samples=4", "trainer.total_epochs=2"], 2, 4),  # epochs of 2 steps
+    "after_validation": (
+        ["data.max_samples=8", "trainer.test_freq=2", "trainer.val_before_train=true",
+         "actor_rollout_ref.rollout.val_kwargs.do_sample=true", "actor_rollout_ref.rollout.val_kwargs.n=2"],
+        2, 3,
+    ),
+    "ppo_critic": (["data.max_samples=8", "algorithm.adv_estimator=gae"], 2, 3),  # the critic's model, optimizer, scheduler
+}
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_stop_and_resume_equals_a_straight_run(case, small_run, tmp_path):
+    extra, stop_after, total = CASES[case]
+    straight = assert_resumes_exactly([*small_run, *extra], tmp_path, stop_after=stop_after, total=total)
+    steps = {r["step"]: r for r in straight if "training/global_step" in r}
+    if case == "mid_epoch":  # the state that this case is about changed during the run
+        assert len({s["actor/lr"] for s in steps.values()}) == total
+        assert len({s["actor/reward_kl_penalty_coeff"] for s in steps.values()}) > 1
+    if case == "epoch_boundary":
+        assert [s["training/epoch"] for s in steps.values()] == [0, 0, 1, 1]
+    if case == "ppo_critic":
+        assert all("critic/vf_loss" in s for s in steps.values())
+    if case == "after_validation":
+        assert sorted(r["step"] for r in straight if "val-core/reinforge/add_one/reward/mean@2" in r) == [0, 2, 3]
