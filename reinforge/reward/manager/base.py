@@ -38,8 +38,8 @@ import numpy as np
 import torch
 
 from reinforge.batch import Batch
-from reinforge.errors import ConfigError, DataError, UserError
-from reinforge.reward.manager.calls import ScoreTimeout, WorkerError, call_coroutines, call_inline, is_async
+from reinforge.errors import ConfigError, DataError, RewardError, UserError
+from reinforge.reward.manager.calls import ScoreTimeout, WorkerError, call_coroutines, call_inline, function_name, is_async
 from reinforge.reward.manager.pool import ScoringPool
 from reinforge.reward.registry import default_compute_score
 
@@ -127,10 +127,12 @@ class RewardManager:
         self.tokenizer = tokenizer
         self.num_examine = num_examine
         self.compute_score = default_compute_score if compute_score is None else compute_score
+        self._check_signature(self.compute_score)
         self.reward_fn_key = reward_fn_key
         self.timeout_s = check_timeout(timeout_s)
         self._pool: ScoringPool | None = None
         self._reported: set[str] = set()  # "error", "timeout": kinds of failure already printed
+        self.last_failure: str | None = None  # the first failed row of the latest call, in one line (see failure_summary)
         reason = f"The {type(self).__name__}"
         if processes is None and self.timeout_s is not None and not is_async(self.compute_score):
             processes, reason = 1, f"{reason} with {KWARGS}.timeout_s set"
@@ -165,6 +167,23 @@ class RewardManager:
         """Each row's reward-function result, or the exception in its place."""
         raise NotImplementedError
 
+    def _check_signature(self, fn: Callable[..., Any]) -> None:
+        """RewardError, before any call, when `fn` cannot take the keyword arguments `_compute` calls it with
+        (here verl's per-response ones, those of `Sample.call_kwargs`)."""
+        try:
+            signature = inspect.signature(fn)
+        except (TypeError, ValueError):  # builtins and some callables have none to check
+            return
+        arguments = list(Sample.__dataclass_fields__)[1:5]  # data_source, solution_str, ground_truth, extra_info
+        try:
+            signature.bind(**dict.fromkeys(arguments))
+        except TypeError as error:
+            raise RewardError(
+                f"the reward function {function_name(fn)} has the parameters {signature}, but the {type(self).__name__} "
+                f"calls it as fn({', '.join(arguments)}) ({error}). Define it as def {getattr(fn, '__name__', 'fn')}"
+                "(data_source, solution_str, ground_truth, extra_info=None, **kwargs)."
+            ) from None
+
     def _call(self, calls: list[dict[str, Any]], max_concurrency: int) -> list[Any]:
         """`compute_score(**kwargs)` for each call: in the worker processes when the manager has them, else
         awaited concurrently (`async def`, `max_concurrency` at a time) or one after another here."""
@@ -183,22 +202,24 @@ class RewardManager:
         scores: list[float] = []
         extras: list[dict[str, Any]] = []
         metrics = {"reward/errors": 0, "reward/timeouts": 0}
+        self.last_failure = None
         for sample, result in zip(samples, results, strict=True):
-            score, extra = 0.0, {}
+            score, extra, failure = 0.0, {}, None
             if isinstance(result, UserError):  # a setup mistake, not a bad row
                 raise result
             if isinstance(result, ScoreTimeout):
                 metrics["reward/timeouts"] += 1
-                self._report("timeout", result, sample)
+                failure = self._report("timeout", result, sample)
             elif isinstance(result, (Exception, asyncio.CancelledError)):  # user code fails only its own row
                 metrics["reward/errors"] += 1
-                self._report("error", result, sample)
+                failure = self._report("error", result, sample)
             else:
                 try:
                     score, extra = _parse_result(result)
                 except ScoreFunctionError as error:
                     metrics["reward/errors"] += 1
-                    self._report("error", error, sample)
+                    failure = self._report("error", error, sample)
+            self.last_failure = self.last_failure or failure
             scores.append(score)
             extras.append(extra)
         return scores, extras, metrics
@@ -232,10 +253,15 @@ class RewardManager:
             for i, length in enumerate(response_lengths)
         ]
 
-    def _report(self, kind: str, error: BaseException, sample: Sample) -> None:
-        """Print the first failure of each kind; later ones are only counted."""
+    def failure_summary(self) -> str:
+        """The reward function and the first failed row of the latest call, for an error that stops the run."""
+        return f"the reward function {function_name(self.compute_score)}; first failure {self.last_failure}"
+
+    def _report(self, kind: str, error: BaseException, sample: Sample) -> str:
+        """Print the first failure of each kind (later ones are only counted); returns the failure in one line."""
+        failure = f"{self._where(sample, error).split(';')[0]}: {_one_line(error)}"
         if kind in self._reported:
-            return
+            return failure
         self._reported.add(kind)
         what = "did not finish in time" if kind == "timeout" else "failed"
         metric = "reward/timeouts" if kind == "timeout" else "reward/errors"
@@ -250,6 +276,7 @@ class RewardManager:
             f"Later ones are only counted in the metric {metric}.\n{lines}",
             file=sys.stderr,
         )
+        return failure
 
     def _where(self, sample: Sample, error: BaseException) -> str:
         """Where a failure happened and what it cost, for the printed report."""
@@ -318,6 +345,17 @@ def _parse_result(result: Any) -> tuple[float, dict[str, Any]]:
     if not math.isfinite(float(score)):
         raise ScoreFunctionError(f"the reward function returned a non-finite score {score!r}")
     return float(score), extra
+
+
+def _one_line(error: BaseException) -> str:
+    """An error in one line: its type and message, and where it was raised (a worker's: the traceback's last line)."""
+    if isinstance(error, WorkerError):
+        return str(error).strip().splitlines()[-1]
+    text = f"{type(error).__name__}: {error}"
+    if isinstance(error, (ScoreTimeout, ScoreFunctionError)):  # reinforge's findings: where they were raised says nothing
+        return text
+    frames = traceback.extract_tb(error.__traceback__)
+    return f"{text} (raised at {frames[-1].filename}, line {frames[-1].lineno})" if frames else text
 
 
 def _extra_info_lists(scores: list[float], extras: list[dict[str, Any]]) -> dict[str, list[Any]]:
