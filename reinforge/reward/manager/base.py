@@ -5,7 +5,9 @@
 1. `_samples`: decode each row's valid response tokens (`solution_str`) and read its data
    source (`reward_fn_key`), `reward_model.ground_truth` and `extra_info`;
 2. `_compute` (each manager's own): one entry per row, the reward function's result or the
-   exception in its place;
+   exception in its place. Without `timeout_s` nothing stops a call that hangs, so a watchdog
+   prints a warning naming the function and `timeout_s` once a call has run 300 s
+   (REINFORGE_REWARD_WATCHDOG_S); the call goes on (a slow sandbox may be fine);
 3. `_parse`: a number (int, float, bool, numpy/torch scalar) or a dict with a numeric "score" is a
    score; anything else, a non-finite number, or an exception scores 0.0 and is counted in
    `reward/errors`; a `ScoreTimeout` scores 0.0 and is counted in `reward/timeouts`. The first
@@ -16,7 +18,9 @@
 5. the reward goes on the last valid response token of a `(batch, response_len)` float32 tensor
    (a zero-length response gets none); with `return_dict`, also `reward_extra_info` ("score" and
    the other keys of dict results, None where a row lacks a key) and `reward_metrics`
-   (`reward/errors`, `reward/timeouts`: counts of rows, always present).
+   (`reward/errors`, `reward/timeouts`: counts of rows, always present); `last_failure` and
+   `failure_summary()` describe the call's first failed row (the trainer stops a run on a step
+   whose every response failed).
 
 Managers never read a learned reward model's scores: `reinforge.reward.models.RewardModelScorer`
 wraps a manager and adds them to its result.
@@ -28,7 +32,9 @@ import asyncio
 import inspect
 import math
 import numbers
+import os
 import sys
+import threading
 import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -46,6 +52,7 @@ from reinforge.reward.registry import default_compute_score
 _MANAGERS: dict[str, type] = {}
 _COMMON_ARGS = {"tokenizer", "compute_score", "reward_fn_key", "num_examine"}
 KWARGS = "reward_model.reward_kwargs"
+WATCHDOG_ENV = "REINFORGE_REWARD_WATCHDOG_S"  # seconds before the warning about a call with no time limit (default 300)
 
 
 def register_reward_manager(name: str) -> Callable[[type], type]:
@@ -141,7 +148,7 @@ class RewardManager:
 
     def __call__(self, batch: Batch, return_dict: bool = False) -> torch.Tensor | dict[str, Any]:
         samples = self._samples(batch)
-        scores, extras, metrics = self._parse(samples, self._compute(samples))
+        scores, extras, metrics = self._parse(samples, self._watched_compute(samples))
         rewards, shaping_info = self._shape(samples, scores)
 
         responses = batch["responses"]
@@ -166,6 +173,27 @@ class RewardManager:
     def _compute(self, samples: list[Sample]) -> list[Any]:
         """Each row's reward-function result, or the exception in its place."""
         raise NotImplementedError
+
+    def _watched_compute(self, samples: list[Sample]) -> list[Any]:
+        """`_compute`; without a time limit (timeout_s), a warning if it runs longer than the watchdog's seconds."""
+        if self.timeout_s is not None:
+            return self._compute(samples)
+        seconds = float(os.environ.get(WATCHDOG_ENV) or 300)
+        watchdog = threading.Timer(seconds, self._warn_slow, args=(len(samples), seconds))
+        watchdog.daemon = True
+        watchdog.start()
+        try:
+            return self._compute(samples)
+        finally:
+            watchdog.cancel()
+
+    def _warn_slow(self, responses: int, seconds: float) -> None:
+        print(
+            f"reinforge: warning: the reward function {function_name(self.compute_score)} has been scoring "
+            f"{responses} responses for {seconds:g} s with no time limit; it may be stuck. Set {KWARGS}.timeout_s="
+            "<seconds> so that a call that takes longer scores 0 (counted in reward/timeouts) and the run goes on.",
+            file=sys.stderr, flush=True,
+        )
 
     def _check_signature(self, fn: Callable[..., Any]) -> None:
         """RewardError, before any call, when `fn` cannot take the keyword arguments `_compute` calls it with
