@@ -202,7 +202,7 @@ class RewardManager:
             signature = inspect.signature(fn)
         except (TypeError, ValueError):  # builtins and some callables have none to check
             return
-        arguments = list(Sample.__dataclass_fields__)[1:5]  # data_source, solution_str, ground_truth, extra_info
+        arguments = ("data_source", "solution_str", "ground_truth", "extra_info")
         try:
             signature.bind(**dict.fromkeys(arguments))
         except TypeError as error:
