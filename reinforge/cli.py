@@ -79,6 +79,7 @@ def build_parser() -> argparse.ArgumentParser:
                                description="Preprocess a dataset (a local copy, the hub, or generated Countdown tasks)\n"
                                            "into train.parquet and test.parquet for data.train_files / data.val_files.",
                                epilog=DATA_EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_debug_argument(data)
     add_data_arguments(data)
     data.set_defaults(func=run_data_command)
     report = commands.add_parser("report", help="an HTML page and PNG plots of one run, or several overlaid",

@@ -188,16 +188,29 @@ def test_each_mistake_gets_its_message_and_exit_status(case, results):
         assert "Traceback" not in stderr, stderr
 
 
-@pytest.mark.parametrize("argv", [["--debug", "train"], ["train", "--debug"], ["train", "--traceback"]])
-def test_debug_shows_the_traceback_wherever_it_sits(argv):
-    result = subprocess.run([sys.executable, "-m", "reinforge", *argv, "actor_rollout_ref.actor.optim.lrr=1"],
-                            capture_output=True, text=True, cwd=ROOT, timeout=120)
+LRR = "actor_rollout_ref.actor.optim.lrr=1"
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    (["--debug", "train", LRR], "did you mean"),
+    (["train", "--debug", LRR], "did you mean"),
+    (["train", "--traceback", LRR], "did you mean"),  # the older spelling still works
+    (["data", "--debug", "gsm8k", "--input", "no_copy", "--local_dir", "out"], "--input no_copy: no such file or folder"),
+    (["data", "gsm8k", "--input", "no_copy", "--local_dir", "out", "--debug"], "--input no_copy: no such file or folder"),
+    (["report", "--debug", "no_run"], "no_run"),
+], ids=lambda value: " ".join(value) if isinstance(value, list) else None)
+def test_debug_shows_the_traceback_wherever_it_sits(argv, message, tmp_path):
+    result = subprocess.run([sys.executable, "-m", "reinforge", *argv], capture_output=True, text=True, cwd=tmp_path,
+                            timeout=120)
+    assert result.returncode == 2
+    assert "Traceback (most recent call last)" in result.stderr and message in result.stderr
+    without = subprocess.run([sys.executable, "-m", "reinforge", *[a for a in argv if a not in ("--debug", "--traceback")]],
+                             capture_output=True, text=True, cwd=tmp_path, timeout=120)
+    assert without.returncode == 2 and "Traceback" not in without.stderr and message in without.stderr
+
+
+def test_debug_environment_variable_shows_the_traceback(tmp_path):
+    result = subprocess.run([sys.executable, "-m", "reinforge", "train", LRR], capture_output=True, text=True,
+                            cwd=tmp_path, timeout=120, env={**os.environ, "REINFORGE_DEBUG": "1"})
     assert result.returncode == 2
     assert "Traceback (most recent call last)" in result.stderr and "did you mean" in result.stderr
-
-
-def test_debug_environment_variable_shows_the_traceback_of_report(tmp_path):
-    result = subprocess.run([sys.executable, "-m", "reinforge", "report", str(tmp_path / "no_run")], capture_output=True,
-                            text=True, cwd=ROOT, timeout=120, env={**os.environ, "REINFORGE_DEBUG": "1"})
-    assert result.returncode == 2
-    assert "Traceback (most recent call last)" in result.stderr and str(tmp_path / "no_run") in result.stderr
