@@ -6,8 +6,8 @@
 
 Overrides use verl's key paths and Hydra's grammar, so a verl command line works with
 `reinforge train` in place of `python3 -m verl.trainer.main_ppo`. Mistakes in config, data, model
-or reward code print one message and exit with status 2; `--traceback` (or
-REINFORGE_TRACEBACK=1) shows the full traceback too. SIGINT/SIGTERM during training save the
+or reward code print one message and exit with status 2 (docs/errors.md lists them); `--debug`,
+before or after the sub-command (or REINFORGE_DEBUG=1), shows the full traceback too. SIGINT/SIGTERM during training save the
 finished step and exit 130/143 with a message on how to resume (reinforge/trainer/stop.py).
 """
 
@@ -20,7 +20,7 @@ import traceback
 
 from reinforge import __version__
 from reinforge.environment.preprocess import add_data_arguments, run_data_command
-from reinforge.errors import UserError
+from reinforge.errors import UserError, add_debug_argument, debug_requested
 from reinforge.trainer.stop import RunStopped
 
 
@@ -62,6 +62,7 @@ DATA_EXAMPLES = """examples:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="reinforge", description="RL post-training for language models (verl-compatible).")
     parser.add_argument("--version", action="version", version=f"reinforge {__version__}")
+    add_debug_argument(parser)
     commands = parser.add_subparsers(dest="command", required=True)
     train = commands.add_parser("train", help="PPO-family training (GRPO, ...) from verl-style overrides",
                                 description="Train with verl's config keys as overrides, e.g. algorithm.adv_estimator=grpo "
@@ -72,12 +73,13 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--config", help="a YAML file of config keys (overrides on the command line win)")
     train.add_argument("--config-path", help="Hydra-style: folder of --config-name")
     train.add_argument("--config-name", help="Hydra-style: YAML file name (without .yaml) in --config-path")
-    train.add_argument("--traceback", action="store_true", help="show full tracebacks for user errors")
+    add_debug_argument(train)
     train.set_defaults(func=_train)
     data = commands.add_parser("data", help="write verl-schema parquet files of GSM8K, MATH or Countdown",
                                description="Preprocess a dataset (a local copy, the hub, or generated Countdown tasks)\n"
                                            "into train.parquet and test.parquet for data.train_files / data.val_files.",
                                epilog=DATA_EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_debug_argument(data)
     add_data_arguments(data)
     data.set_defaults(func=run_data_command)
     report = commands.add_parser("report", help="an HTML page and PNG plots of one run, or several overlaid",
@@ -86,14 +88,14 @@ def build_parser() -> argparse.ArgumentParser:
                                              "in the same plots.")
     report.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", help="a run folder (has metrics.jsonl, config.yaml)")
     report.add_argument("--out", help="output folder (default: <first RUN_DIR>/report)")
-    report.add_argument("--traceback", action="store_true", help="show full tracebacks for user errors")
+    add_debug_argument(report)
     report.set_defaults(func=_report)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    show_traceback = getattr(args, "traceback", False) or os.environ.get("REINFORGE_TRACEBACK") == "1"
+    show_traceback = debug_requested(args)
     try:
         return args.func(args)
     except UserError as exc:

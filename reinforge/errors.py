@@ -1,9 +1,13 @@
 """Errors caused by what a user gave us (config, data, model, reward code).
 
-The command line prints these as one clear message and exits non-zero, without a traceback
-unless asked (`--traceback` or REINFORGE_TRACEBACK=1). Anything else is a bug in reinforge and
-keeps its traceback.
+The command line prints these as one clear message and exits with status 2, without a traceback
+unless asked (`--debug` anywhere on the command line, or REINFORGE_DEBUG=1; `--traceback` and
+REINFORGE_TRACEBACK=1 are accepted as older spellings). Anything else is a bug in reinforge and
+keeps its traceback. docs/errors.md lists the mistakes users make and the message each gets.
 """
+
+import argparse
+import os
 
 
 class UserError(Exception):
@@ -32,3 +36,14 @@ class TrainingError(UserError):
 
 class CheckpointError(UserError):
     """A checkpoint cannot be written where the config says (permissions, a read-only filesystem); the message says where."""
+
+
+def add_debug_argument(parser: argparse.ArgumentParser) -> None:
+    """`--debug` (alias `--traceback`) on `parser`; its SUPPRESS default lets the flag sit before or after a sub-command."""
+    parser.add_argument("--debug", "--traceback", dest="debug", action="store_true", default=argparse.SUPPRESS,
+                        help="show the full traceback of a user error too (or set REINFORGE_DEBUG=1)")
+
+
+def debug_requested(args: argparse.Namespace) -> bool:
+    """Whether tracebacks of user errors are wanted: `--debug`, REINFORGE_DEBUG=1 or REINFORGE_TRACEBACK=1."""
+    return getattr(args, "debug", False) or "1" in (os.environ.get("REINFORGE_DEBUG"), os.environ.get("REINFORGE_TRACEBACK"))

@@ -76,8 +76,11 @@ def parse_json_rows(text: str) -> list[Any]:
 def read_rows(given: str) -> tuple[list[dict[str, Any]], list[str]]:
     """Rows of one data file as dicts, and its column names; raises DataError naming the file."""
     path = Path(given).expanduser().resolve()
+    if path.is_dir():
+        raise DataError(f"{given} is a folder; data.train_files and data.val_files take data files ({', '.join(FORMATS)}), "
+                        "or a list of them: '[a.parquet,b.parquet]'.")
     if not path.is_file():
-        raise DataError(f"Data file not found: {given} (resolved to {path}).")
+        raise DataError(f"Data file not found: {given} (resolved to {path}); check data.train_files and data.val_files.")
     if path.suffix not in FORMATS:
         raise DataError(f"{given}: unsupported file type {path.suffix or '(no extension)'!r}; use one of {', '.join(FORMATS)}.")
     try:

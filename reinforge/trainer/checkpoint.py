@@ -157,7 +157,8 @@ def resume_folder(trainer: TrainerConfig) -> Path | None:
     if trainer.resume_mode == "resume_path":
         folder = Path(trainer.resume_from_path).expanduser()
         if not STEP_FOLDER.match(folder.name) or not folder.is_dir():
-            raise ConfigError(f"trainer.resume_from_path={trainer.resume_from_path} is not an existing global_step_<N> folder")
+            raise ConfigError(f"trainer.resume_from_path={trainer.resume_from_path} is not an existing global_step_<N> folder; name "
+                              "one that a run saved under its trainer.default_local_dir, or use trainer.resume_mode=auto")
         return folder
     run_dir = Path(trainer.default_local_dir)
     clean_stale(run_dir)  # puts back the old copy of a step whose new copy never arrived

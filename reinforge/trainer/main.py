@@ -55,8 +55,10 @@ def run(config: Config, user_keys: list[str]) -> dict[str, float]:
     from reinforge.environment.dataloader import PromptLoader
     from reinforge.environment.dataset import collate_fn, create_rl_dataset
     from reinforge.environment.sampler import create_rl_sampler
+    from reinforge.errors import ConfigError
     from reinforge.reward import get_compute_score, make_reward_manager
     from reinforge.reward.models import RewardModelScorer, RewardModelWorker
+    from reinforge.trainer.checkpoint import resume_folder
     from reinforge.trainer.ppo_trainer import RLTrainer
     from reinforge.training.model import load_tokenizer
     from reinforge.training.workers import ActorRolloutRefWorker, CriticWorker
@@ -74,6 +76,11 @@ def run(config: Config, user_keys: list[str]) -> dict[str, float]:
     (run_dir / "config.yaml").write_text(OmegaConf.to_yaml(OmegaConf.create(to_dict(config))))
     _seed_everything(config.trainer.seed)
 
+    if not config.data.train_files:
+        raise ConfigError("data.train_files is not set; set it to a data file (.parquet, .json, .jsonl) or a list of them "
+                          "(`reinforge data --help` writes GSM8K, MATH or Countdown files)")
+    if config.trainer.resume_mode == "resume_path":
+        resume_folder(config.trainer)  # a resume_from_path that is no global_step_<N> folder fails before any loading
     data = config.data
     tokenizer = load_tokenizer(config)
     train_set = create_rl_dataset(data.train_files, data, tokenizer, is_train=True, max_samples=data.max_samples)

@@ -50,7 +50,7 @@ from reinforge.batch import Batch
 from reinforge.config import batch_arithmetic
 from reinforge.config.schema import Config
 from reinforge.distributed import WorkerGroup
-from reinforge.errors import ConfigError, TrainingError
+from reinforge.errors import ConfigError, RewardError, TrainingError
 from reinforge.inference.rollout import AGENT_INPUT_KEYS, PROMPT_KEYS, concat_trajectories, rollout_inputs
 from reinforge.report.rollouts import keep_recent_rollouts
 from reinforge.trainer.checkpoint import resume_folder, save_checkpoint, save_torch, step_of
@@ -209,12 +209,28 @@ class RLTrainer:
         """`token_level_scores` and the reward's extra values per row into `batch`; its counts and time into the step's."""
         scored, seconds = timed_scores
         timing["reward"] = timing.get("reward", 0.0) + seconds
+        self._stop_if_every_reward_failed(len(batch), scored.get("reward_metrics", {}))
         batch["token_level_scores"] = scored["reward_tensor"]
         for key, value in scored.get("reward_metrics", {}).items():  # counts: summed over generation batches
             metrics[key] = metrics.get(key, 0) + value
         for key, values in scored.get("reward_extra_info", {}).items():
             if key != "score":
                 batch[EXTRA + key] = values
+
+    def _stop_if_every_reward_failed(self, responses: int, counts: dict) -> None:
+        """A RewardError when the reward function failed on every response of a training batch: a broken function
+        (always raising, returning a string or NaN, hanging past its timeout_s), not an unlucky row."""
+        errors, timeouts = counts.get("reward/errors", 0), counts.get("reward/timeouts", 0)
+        if responses == 0 or errors + timeouts < responses:
+            return
+        summary = getattr(self.reward_fn, "failure_summary", None)
+        raise RewardError(
+            f"step {self.global_steps}: the reward function failed on all {responses} responses ({errors} errors, "
+            f"{timeouts} timeouts), so every reward would be 0; the run stops before this step updates or saves anything. "
+            + (f"It is {summary()}. " if summary else "")
+            + "Fix the function (or its reward_model.reward_kwargs.timeout_s) and run again; a function that fails only "
+            "on some responses scores those 0 and counts them in reward/errors and reward/timeouts."
+        )
 
     # ---- the loop -----------------------------------------------------------------------------
     def _prompt_batches(self) -> Iterator[Batch]:

@@ -32,11 +32,12 @@ def load_tokenizer(config: Config):
     from transformers import AutoTokenizer
 
     model_cfg = config.actor_rollout_ref.model
-    source = model_source(config.data.tokenizer or model_cfg.path)
+    key = "data.tokenizer" if config.data.tokenizer else "actor_rollout_ref.model.path"
+    source = model_source(config.data.tokenizer or model_cfg.path, key)
     try:
         tokenizer = AutoTokenizer.from_pretrained(source, trust_remote_code=model_cfg.trust_remote_code or config.data.trust_remote_code)
     except Exception as exc:
-        raise ModelError(f"cannot load the tokenizer from {source}: {exc}") from exc
+        raise ModelError(f"{key}={source}: cannot load the tokenizer: {exc}") from exc
     if model_cfg.custom_chat_template:
         tokenizer.chat_template = model_cfg.custom_chat_template
     if tokenizer.pad_token_id is None:
@@ -59,7 +60,7 @@ def load_pretrained(model_cfg, key: str, what: str, dtype: str, build) -> torch.
             setattr(hf_config, name, value)
         return build(source, hf_config, {"config": hf_config, "dtype": DTYPES[dtype], "trust_remote_code": model_cfg.trust_remote_code})
     except Exception as exc:
-        raise ModelError(f"cannot load the {what} from {source}: {exc}") from exc
+        raise ModelError(f"{key}={source}: cannot load the {what}: {exc}") from exc
 
 
 def load_causal_lm(config: Config, device: str, trainable: bool = True, dtype: str = "fp32") -> torch.nn.Module:
@@ -129,5 +130,5 @@ def load_value_model(config: Config, device: str, dtype: str = "fp32") -> torch.
         return CausalLMWithValueHead(AutoModelForCausalLM.from_pretrained(source, **kwargs))
 
     model_cfg = config.critic.model
-    model = load_pretrained(model_cfg, "critic.model.path", "value model (critic.model.path)", dtype, build)
+    model = load_pretrained(model_cfg, "critic.model.path", "value model", dtype, build)
     return prepare_model(model, device, trainable=True, gradient_checkpointing=model_cfg.enable_gradient_checkpointing)

@@ -11,6 +11,7 @@ Checkpoints use verl's file names: `model_`, `optim_` and `extra_state_world_siz
 
 from __future__ import annotations
 
+import json
 import random
 import time
 from pathlib import Path
@@ -21,6 +22,7 @@ import torch
 from reinforge.batch import Batch
 from reinforge.config.schema import Config, TrainerConfig
 from reinforge.distributed import Dispatch, register
+from reinforge.errors import ConfigError
 from reinforge.inference import HFEngine, SamplingParams, generate_sequences
 from reinforge.trainer.checkpoint import save_torch
 from reinforge.training.actor import Actor
@@ -239,10 +241,40 @@ def load_training_state(folder: str, contents: list, model: torch.nn.Module, opt
                         device: str) -> dict | None:
     """Restore what `save_training_state` wrote; returns the extra state (None when not loaded)."""
     path = Path(folder)
+    files = {part: path / f"{part}_{RANK_SUFFIX}.pt" for part in ("model", "optim", "extra_state")}
+    wanted = [files[part] for part, content in (("model", "model"), ("optim", "optimizer"), ("extra_state", "extra"))
+              if content in contents]
+    missing = [file.name for file in wanted if not file.is_file()]
+    if missing:
+        raise ConfigError(f"{path} is not a checkpoint this run can load: it has no {', '.join(missing)}. Point "
+                          "trainer.resume_from_path at a global_step_<N> folder that reinforge saved, or start fresh with "
+                          "trainer.resume_mode=disable")
     if "model" in contents:
-        model.load_state_dict(torch.load(path / f"model_{RANK_SUFFIX}.pt", map_location=device))
+        check_same_architecture(path, model)
+        model.load_state_dict(torch.load(files["model"], map_location=device))
     if "optimizer" in contents:
-        optimizer.load_state_dict(torch.load(path / f"optim_{RANK_SUFFIX}.pt", map_location=device))
+        optimizer.load_state_dict(torch.load(files["optim"], map_location=device))
     if "extra" in contents:
-        return torch.load(path / f"extra_state_{RANK_SUFFIX}.pt", weights_only=False)
+        return torch.load(files["extra_state"], weights_only=False)
     return None
+
+
+ARCHITECTURE_KEYS = ("model_type", "vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers",
+                     "num_attention_heads", "num_key_value_heads", "num_labels")
+
+
+def check_same_architecture(folder: Path, model: torch.nn.Module) -> None:
+    """ConfigError naming the checkpoint, the model and the differing sizes when the checkpoint in `folder` (its
+    huggingface/config.json) was saved from a model of another shape than `model`; torch would only say "size mismatch"."""
+    saved_file = folder / "huggingface" / "config.json"
+    if not saved_file.is_file():
+        return
+    saved, current = json.loads(saved_file.read_text()), model.config.to_dict()
+    differ = [f"{key} {saved[key]} (checkpoint) vs {current.get(key)} (model)" for key in ARCHITECTURE_KEYS
+              if key in saved and saved[key] != current.get(key)]
+    if differ:
+        raise ConfigError(
+            f"the checkpoint {folder} was saved from a different model than {model.config._name_or_path or 'this run'}'s: "
+            f"{'; '.join(differ)}. Resume with the model the checkpoint was trained from (actor_rollout_ref.model.path / "
+            "critic.model.path), or start fresh with trainer.resume_mode=disable (or another trainer.default_local_dir)"
+        )

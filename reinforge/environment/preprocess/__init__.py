@@ -21,7 +21,7 @@ import argparse
 import importlib
 
 from reinforge.environment.preprocess import countdown
-from reinforge.errors import ConfigError
+from reinforge.errors import ConfigError, add_debug_argument
 
 DATASETS = {
     "gsm8k": "GSM8K grade-school maths (openai/gsm8k, config main)",
@@ -54,7 +54,7 @@ def add_data_arguments(data: argparse.ArgumentParser) -> None:
                                  "test in their names (default: load from the hub with the `datasets` library)")
         parser.add_argument("--max_train", type=_count, metavar="N", help="keep only the first N train rows")
         parser.add_argument("--max_test", type=_count, metavar="N", help="keep only the first N test rows (0: no test file)")
-        parser.add_argument("--traceback", action="store_true", help="show full tracebacks for user errors")
+        add_debug_argument(parser)
     options = datasets.choices["countdown"]
     options.add_argument("--template", default="base", choices=countdown.TEMPLATES,
                          help="base: TinyZero's base-model prompt; chat: the user's request only (default: %(default)s)")

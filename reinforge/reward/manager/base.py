@@ -6,7 +6,9 @@
    source (`reward_fn_key`), `reward_model.ground_truth` and `extra_info` (after a multi-turn
    rollout with `num_turns` and `rollout_reward_scores` added, as verl does: docs/agents.md);
 2. `_compute` (each manager's own): one entry per row, the reward function's result or the
-   exception in its place;
+   exception in its place. Without `timeout_s` nothing stops a call that hangs, so a watchdog
+   prints a warning naming the function and `timeout_s` once a call has run 300 s
+   (REINFORGE_REWARD_WATCHDOG_S); the call goes on (a slow sandbox may be fine);
 3. `_parse`: a number (int, float, bool, numpy/torch scalar) or a dict with a numeric "score" is a
    score; anything else, a non-finite number, or an exception scores 0.0 and is counted in
    `reward/errors`; a `ScoreTimeout` scores 0.0 and is counted in `reward/timeouts`. The first
@@ -17,7 +19,9 @@
 5. the reward goes on the last valid response token of a `(batch, response_len)` float32 tensor
    (a zero-length response gets none; a multi-turn one, its last model token); with `return_dict`, also `reward_extra_info` ("score" and
    the other keys of dict results, None where a row lacks a key) and `reward_metrics`
-   (`reward/errors`, `reward/timeouts`: counts of rows, always present).
+   (`reward/errors`, `reward/timeouts`: counts of rows, always present); `last_failure` and
+   `failure_summary()` describe the call's first failed row (the trainer stops a run on a step
+   whose every response failed).
 
 Managers never read a learned reward model's scores: `reinforge.reward.models.RewardModelScorer`
 wraps a manager and adds them to its result.
@@ -29,7 +33,9 @@ import asyncio
 import inspect
 import math
 import numbers
+import os
 import sys
+import threading
 import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -39,14 +45,15 @@ import numpy as np
 import torch
 
 from reinforge.batch import Batch
-from reinforge.errors import ConfigError, DataError, UserError
-from reinforge.reward.manager.calls import ScoreTimeout, WorkerError, call_coroutines, call_inline, is_async
+from reinforge.errors import ConfigError, DataError, RewardError, UserError
+from reinforge.reward.manager.calls import ScoreTimeout, WorkerError, call_coroutines, call_inline, function_name, is_async
 from reinforge.reward.manager.pool import ScoringPool
 from reinforge.reward.registry import default_compute_score
 
 _MANAGERS: dict[str, type] = {}
 _COMMON_ARGS = {"tokenizer", "compute_score", "reward_fn_key", "num_examine"}
 KWARGS = "reward_model.reward_kwargs"
+WATCHDOG_ENV = "REINFORGE_REWARD_WATCHDOG_S"  # seconds before the warning about a call with no time limit (default 300)
 
 
 def register_reward_manager(name: str) -> Callable[[type], type]:
@@ -128,10 +135,12 @@ class RewardManager:
         self.tokenizer = tokenizer
         self.num_examine = num_examine
         self.compute_score = default_compute_score if compute_score is None else compute_score
+        self._check_signature(self.compute_score)
         self.reward_fn_key = reward_fn_key
         self.timeout_s = check_timeout(timeout_s)
         self._pool: ScoringPool | None = None
         self._reported: set[str] = set()  # "error", "timeout": kinds of failure already printed
+        self.last_failure: str | None = None  # the first failed row of the latest call, in one line (see failure_summary)
         reason = f"The {type(self).__name__}"
         if processes is None and self.timeout_s is not None and not is_async(self.compute_score):
             processes, reason = 1, f"{reason} with {KWARGS}.timeout_s set"
@@ -140,7 +149,7 @@ class RewardManager:
 
     def __call__(self, batch: Batch, return_dict: bool = False) -> torch.Tensor | dict[str, Any]:
         samples = self._samples(batch)
-        scores, extras, metrics = self._parse(samples, self._compute(samples))
+        scores, extras, metrics = self._parse(samples, self._watched_compute(samples))
         rewards, shaping_info = self._shape(samples, scores)
 
         responses = batch["responses"]
@@ -173,6 +182,44 @@ class RewardManager:
         """Each row's reward-function result, or the exception in its place."""
         raise NotImplementedError
 
+    def _watched_compute(self, samples: list[Sample]) -> list[Any]:
+        """`_compute`; without a time limit (timeout_s), a warning if it runs longer than the watchdog's seconds."""
+        if self.timeout_s is not None:
+            return self._compute(samples)
+        seconds = float(os.environ.get(WATCHDOG_ENV) or 300)
+        watchdog = threading.Timer(seconds, self._warn_slow, args=(len(samples), seconds))
+        watchdog.daemon = True
+        watchdog.start()
+        try:
+            return self._compute(samples)
+        finally:
+            watchdog.cancel()
+
+    def _warn_slow(self, responses: int, seconds: float) -> None:
+        print(
+            f"reinforge: warning: the reward function {function_name(self.compute_score)} has been scoring "
+            f"{responses} responses for {seconds:g} s with no time limit; it may be stuck. Set {KWARGS}.timeout_s="
+            "<seconds> so that a call that takes longer scores 0 (counted in reward/timeouts) and the run goes on.",
+            file=sys.stderr, flush=True,
+        )
+
+    def _check_signature(self, fn: Callable[..., Any]) -> None:
+        """RewardError, before any call, when `fn` cannot take the keyword arguments `_compute` calls it with
+        (here verl's per-response ones, those of `Sample.call_kwargs`)."""
+        try:
+            signature = inspect.signature(fn)
+        except (TypeError, ValueError):  # builtins and some callables have none to check
+            return
+        arguments = ("data_source", "solution_str", "ground_truth", "extra_info")
+        try:
+            signature.bind(**dict.fromkeys(arguments))
+        except TypeError as error:
+            raise RewardError(
+                f"the reward function {function_name(fn)} has the parameters {signature}, but the {type(self).__name__} "
+                f"calls it as fn({', '.join(arguments)}) ({error}). Define it as def {getattr(fn, '__name__', 'fn')}"
+                "(data_source, solution_str, ground_truth, extra_info=None, **kwargs)."
+            ) from None
+
     def _call(self, calls: list[dict[str, Any]], max_concurrency: int) -> list[Any]:
         """`compute_score(**kwargs)` for each call: in the worker processes when the manager has them, else
         awaited concurrently (`async def`, `max_concurrency` at a time) or one after another here."""
@@ -191,22 +238,24 @@ class RewardManager:
         scores: list[float] = []
         extras: list[dict[str, Any]] = []
         metrics = {"reward/errors": 0, "reward/timeouts": 0}
+        self.last_failure = None
         for sample, result in zip(samples, results, strict=True):
-            score, extra = 0.0, {}
+            score, extra, failure = 0.0, {}, None
             if isinstance(result, UserError):  # a setup mistake, not a bad row
                 raise result
             if isinstance(result, ScoreTimeout):
                 metrics["reward/timeouts"] += 1
-                self._report("timeout", result, sample)
+                failure = self._report("timeout", result, sample)
             elif isinstance(result, (Exception, asyncio.CancelledError)):  # user code fails only its own row
                 metrics["reward/errors"] += 1
-                self._report("error", result, sample)
+                failure = self._report("error", result, sample)
             else:
                 try:
                     score, extra = _parse_result(result)
                 except ScoreFunctionError as error:
                     metrics["reward/errors"] += 1
-                    self._report("error", error, sample)
+                    failure = self._report("error", error, sample)
+            self.last_failure = self.last_failure or failure
             scores.append(score)
             extras.append(extra)
         return scores, extras, metrics
@@ -244,10 +293,15 @@ class RewardManager:
             for i, length in enumerate(response_lengths)
         ]
 
-    def _report(self, kind: str, error: BaseException, sample: Sample) -> None:
-        """Print the first failure of each kind; later ones are only counted."""
+    def failure_summary(self) -> str:
+        """The reward function and the first failed row of the latest call, for an error that stops the run."""
+        return f"the reward function {function_name(self.compute_score)}; first failure {self.last_failure}"
+
+    def _report(self, kind: str, error: BaseException, sample: Sample) -> str:
+        """Print the first failure of each kind (later ones are only counted); returns the failure in one line."""
+        failure = f"{self._where(sample, error).split(';')[0]}: {_one_line(error)}"
         if kind in self._reported:
-            return
+            return failure
         self._reported.add(kind)
         what = "did not finish in time" if kind == "timeout" else "failed"
         metric = "reward/timeouts" if kind == "timeout" else "reward/errors"
@@ -262,6 +316,7 @@ class RewardManager:
             f"Later ones are only counted in the metric {metric}.\n{lines}",
             file=sys.stderr,
         )
+        return failure
 
     def _where(self, sample: Sample, error: BaseException) -> str:
         """Where a failure happened and what it cost, for the printed report."""
@@ -330,6 +385,17 @@ def _parse_result(result: Any) -> tuple[float, dict[str, Any]]:
     if not math.isfinite(float(score)):
         raise ScoreFunctionError(f"the reward function returned a non-finite score {score!r}")
     return float(score), extra
+
+
+def _one_line(error: BaseException) -> str:
+    """An error in one line: its type and message, and where it was raised (a worker's: the traceback's last line)."""
+    if isinstance(error, WorkerError):
+        return str(error).strip().splitlines()[-1]
+    text = f"{type(error).__name__}: {error}"
+    if isinstance(error, (ScoreTimeout, ScoreFunctionError)):  # reinforge's findings: where they were raised says nothing
+        return text
+    frames = traceback.extract_tb(error.__traceback__)
+    return f"{text} (raised at {frames[-1].filename}, line {frames[-1].lineno})" if frames else text
 
 
 def _extra_info_lists(scores: list[float], extras: list[dict[str, Any]]) -> dict[str, list[Any]]:

@@ -57,9 +57,8 @@ class BatchRewardManager(RewardManager):
                 "scorers score one response at a time; set custom_reward_function.path (and .name) to a batch function, "
                 "or use reward_model.reward_manager=naive"
             )
-        _check_signature(compute_score, reward_kwargs)
-        super().__init__(tokenizer, num_examine, compute_score, reward_fn_key, timeout_s)
         self.reward_kwargs = reward_kwargs
+        super().__init__(tokenizer, num_examine, compute_score, reward_fn_key, timeout_s)
         self._call_error: BaseException | None = None  # the exception of the last call, when the whole call failed
 
     def _compute(self, samples: list[Sample]) -> list[Any]:
@@ -88,25 +87,24 @@ class BatchRewardManager(RewardManager):
             )
         return list(result)
 
+    def _check_signature(self, fn: Callable[..., Any]) -> None:
+        try:
+            signature = inspect.signature(fn)
+        except (TypeError, ValueError):  # builtins and some callables have none to check
+            return
+        try:
+            signature.bind(**dict.fromkeys(_LIST_ARGS), **self.reward_kwargs)
+        except TypeError as error:
+            raise ConfigError(
+                f"reward_model.reward_manager=batch calls the reward function as fn({', '.join(_LIST_ARGS)}, "
+                f"**{KWARGS}) with {KWARGS} (timeout_s excluded) {sorted(self.reward_kwargs)}; {function_name(fn)} has "
+                f"the parameters {signature}, which do not accept that: {error}"
+            ) from None
+
     def _where(self, sample: Sample, error: BaseException) -> str:
         if error is self._call_error:
             return "in its call for the whole batch; every row scores 0.0"
         return super()._where(sample, error)
-
-
-def _check_signature(fn: Callable[..., Any], reward_kwargs: dict[str, Any]) -> None:
-    try:
-        signature = inspect.signature(fn)
-    except (TypeError, ValueError):  # builtins and some callables have none to check
-        return
-    try:
-        signature.bind(**dict.fromkeys(_LIST_ARGS), **reward_kwargs)
-    except TypeError as error:
-        raise ConfigError(
-            f"reward_model.reward_manager=batch calls the reward function as fn({', '.join(_LIST_ARGS)}, "
-            f"**{KWARGS}) with {KWARGS} (timeout_s excluded) {sorted(reward_kwargs)}; {function_name(fn)} has the "
-            f"parameters {signature}, which do not accept that: {error}"
-        ) from None
 
 
 def _short(value: Any) -> str:

@@ -1,0 +1,216 @@
+"""Every row of the table in docs/errors.md, run through the real `reinforge` command.
+
+The table is the single source: each row's example command is run as written (in a folder that
+holds the files the examples name, with a tiny model, data file and batch sizes added unless the
+example sets those keys itself), and the row's message must appear in stderr (`…` separates
+pieces that must appear in that order), with the row's exit status and no traceback. The runs
+are started two at a time, so the whole file takes about as long as its slowest half.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+TABLE = ROOT / "docs" / "errors.md"
+
+# The first failure of a reward function is printed with the traceback of the user's own function, by design.
+USER_TRACEBACK_ROWS = {"Reward function that always raises"}
+
+ROW = {"data_source": "reinforge/add_one", "reward_model": {"ground_truth": "2"}}
+REWARD_FILES = {
+    "raises.py": "def compute_score(data_source, solution_str, ground_truth, extra_info=None):\n"
+                 "    raise ValueError('cannot parse the answer')\n",
+    "returns_string.py": "def compute_score(data_source, solution_str, ground_truth, extra_info=None):\n    return 'high'\n",
+    "returns_nan.py": "def compute_score(data_source, solution_str, ground_truth, extra_info=None):\n    return float('nan')\n",
+    "hangs.py": "import time\n\n\ndef compute_score(data_source, solution_str, ground_truth, extra_info=None):\n"
+                "    time.sleep(3600)\n",
+    "wrong_signature.py": "def compute_score(text):\n    return 1.0\n",
+    "other_name.py": "def my_score(data_source, solution_str, ground_truth, extra_info=None):\n    return 1.0\n",
+    "syntax_error.py": "def compute_score(data_source, solution_str, ground_truth, extra_info=None)\n    return 1.0\n",
+}
+
+
+@dataclass(frozen=True)
+class Case:
+    name: str
+    command: str
+    message: str
+    exit: str
+
+
+def catalogue() -> list[Case]:
+    """The rows of the table in docs/errors.md."""
+    cases = []
+    for line in TABLE.read_text().splitlines():
+        cells = [cell.strip() for cell in line.strip().strip("|").split(" | ")]
+        if len(cells) == 4 and cells[1].startswith("`") and "reinforge " in cells[1]:
+            cases.append(Case(cells[0], cells[1].strip("`"), cells[2], cells[3]))
+    return cases
+
+
+def write_jsonl(path: Path, rows: list[dict]) -> None:
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+
+
+def make_workspace(folder: Path, model: Path, other_model: Path) -> None:
+    """The files the examples name, next to the default model and data."""
+    import torch
+
+    from reinforge.training.workers import save_training_state
+
+    prompts = [{**ROW, "prompt": [{"role": "user", "content": f"What is {i} plus 1?"}], "extra_info": {"index": i}}
+               for i in range(8)]
+    write_jsonl(folder / "ok.jsonl", prompts)
+    write_jsonl(folder / "long.jsonl", [{**row, "prompt": [{"role": "user", "content": "word " * 300}]} for row in prompts])
+    write_jsonl(folder / "no_prompt.jsonl", [{**{k: v for k, v in row.items() if k != "prompt"}, "question": "x"} for row in prompts])
+    write_jsonl(folder / "my_task.jsonl", [{**row, "data_source": "my/task"} for row in prompts])
+    (folder / "no_rows.jsonl").write_text("")
+    (folder / "corrupt.parquet").write_bytes(b"this is not a parquet file")
+    (folder / "empty.parquet").write_bytes(b"")
+    (folder / "bad.yaml").write_text("data:\n  train_batch_size: [1, 2\n  shuffle: : true\n")
+    (folder / "notes").mkdir()
+    (folder / "notes" / "readme.txt").write_text("not a model, not data, not a checkpoint")
+    for name, text in REWARD_FILES.items():
+        (folder / name).write_text(text)
+    (folder / "no_weights").mkdir()
+    for file in model.iterdir():
+        if file.suffix in (".json", ".jinja") and file.name != "generation_config.json":
+            shutil.copy(file, folder / "no_weights")
+    shutil.copytree(model, folder / "no_template")
+    config_file = folder / "no_template" / "tokenizer_config.json"
+    config_file.write_text(json.dumps({k: v for k, v in json.loads(config_file.read_text()).items() if k != "chat_template"}))
+    for file in (folder / "no_template").glob("*.jinja"):
+        file.unlink()
+    (folder / "empty_run" / "global_step_2").mkdir(parents=True)
+    from transformers import AutoModelForCausalLM
+
+    small = AutoModelForCausalLM.from_pretrained(other_model)  # a checkpoint of another shape than the run's model
+    save_training_state(str(folder / "small_run" / "global_step_1" / "actor"), ["model", "optimizer", "extra"], small,
+                        torch.optim.AdamW(small.parameters()), {})
+
+
+def command_line(case: Case, index: int, model: Path) -> tuple[list[str], dict[str, str]]:
+    """The argv and extra environment of a row: its example, with the defaults it does not set."""
+    words = shlex.split(case.command)
+    env = {}
+    while "=" in words[0]:
+        key, value = words.pop(0).split("=", 1)
+        env[key] = value
+    assert words[:2] == ["reinforge", "train"], case
+    defaults = {
+        "actor_rollout_ref.model.path": str(model), "data.train_files": "ok.jsonl", "data.train_batch_size": "2",
+        "data.max_prompt_length": "64", "data.max_response_length": "4", "actor_rollout_ref.rollout.n": "2",
+        "actor_rollout_ref.actor.ppo_mini_batch_size": "2", "trainer.total_training_steps": "1",
+        "trainer.val_before_train": "false", "trainer.test_freq": "-1", "algorithm.adv_estimator": "grpo",
+        "actor_rollout_ref.model.enable_gradient_checkpointing": "false", "trainer.default_local_dir": f"run_{index}",
+    }
+    given = {word.split("=", 1)[0].lstrip("+") for word in words[2:] if "=" in word}
+    overrides = [f"{key}={value}" for key, value in defaults.items() if key not in given]
+    return [sys.executable, "-m", "reinforge", "train", *overrides, *words[2:]], env
+
+
+def run_case(case: Case, index: int, folder: Path, model: Path) -> tuple[int | None, str]:
+    """(exit status, stderr) of a row; for a row that exits on no error of its own, (None, stderr up to its message)."""
+    argv, env = command_line(case, index, model)
+    env = {**os.environ, **env}
+    if case.exit.isdigit():
+        result = subprocess.run(argv, cwd=folder, env=env, capture_output=True, text=True, timeout=300)
+        return result.returncode, result.stderr
+    first_piece = case.message.split("…")[0].strip()
+    with open(folder / f"stderr_{index}.txt", "w+") as stderr:
+        process = subprocess.Popen(argv, cwd=folder, env=env, stdout=subprocess.DEVNULL, stderr=stderr, start_new_session=True)
+        deadline = time.monotonic() + 300
+        while process.poll() is None and first_piece not in (folder / f"stderr_{index}.txt").read_text() \
+                and time.monotonic() < deadline:
+            time.sleep(0.2)
+        status = process.poll()
+        if status is None:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+        return status, (folder / f"stderr_{index}.txt").read_text()
+
+
+@pytest.fixture(scope="module")
+def results(tiny_model_path, cache_dir, tmp_path_factory) -> dict[str, tuple[int | None, str]]:
+    """Every row run, two at a time: {case name: (exit status, stderr)}."""
+    from reinforge.training.tiny_model import TinyModelSpec, ensure_tiny_model
+
+    folder = tmp_path_factory.mktemp("errors")
+    other = ensure_tiny_model(TinyModelSpec(hidden_size=32, intermediate_size=96), root=cache_dir / "models")
+    make_workspace(folder, tiny_model_path, other)
+    cases = list(enumerate(catalogue()))[::-1]  # the slow rows (a training step, a checkpoint) are last in the table: start them first
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        outcomes = pool.map(lambda item: run_case(item[1], item[0], folder, tiny_model_path), cases)
+        return {case.name: outcome for (_, case), outcome in zip(cases, outcomes, strict=True)}
+
+
+def test_the_catalogue_covers_the_mistakes_users_make():
+    names = [case.name for case in catalogue()]
+    assert len(names) == len(set(names)) >= 30
+    for word in ("misspelt key", "Negative learning rate", "No responses per prompt", "Mini-batch larger", "not a multiple",
+                 "estimator", "policy loss", "data file missing", "Corrupt", "Empty", "prompt column", "too long",
+                 "does not exist", "not a model", "chat template", "data_source", "Reward file missing",
+                 "wrong signature", "always raises", "returns a string", "returns NaN", "hangs, with", "hangs, no",
+                 "not a checkpoint", "another shape"):
+        assert any(word in name for name in names), word
+
+
+@pytest.mark.parametrize("case", catalogue(), ids=lambda case: case.name)
+def test_each_mistake_gets_its_message_and_exit_status(case, results):
+    status, stderr = results[case.name]
+    pieces = [piece.strip() for piece in case.message.split("…") if piece.strip()]
+    found = [stderr.find(piece) for piece in pieces]
+    assert all(position >= 0 for position in found), f"{case.name}: {pieces} not all in\n{stderr}"
+    positions = [stderr.find(piece, start) for piece, start in zip(pieces, [0, *found[:-1]], strict=True)]
+    assert positions == sorted(positions), stderr  # in the order the table gives them
+    if case.exit.isdigit():
+        assert status == int(case.exit), stderr
+        assert re.search(r"^reinforge: error: ", stderr, re.MULTILINE), stderr
+    else:
+        assert status is None, stderr  # a warning: the run was still going when the message came
+    if case.name in USER_TRACEBACK_ROWS:
+        assert stderr.count("Traceback") == 1 and 'raises.py", line 2, in compute_score' in stderr
+    else:
+        assert "Traceback" not in stderr, stderr
+
+
+LRR = "actor_rollout_ref.actor.optim.lrr=1"
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    (["--debug", "train", LRR], "did you mean"),
+    (["train", "--debug", LRR], "did you mean"),
+    (["train", "--traceback", LRR], "did you mean"),  # the older spelling still works
+    (["data", "--debug", "gsm8k", "--input", "no_copy", "--local_dir", "out"], "--input no_copy: no such file or folder"),
+    (["data", "gsm8k", "--input", "no_copy", "--local_dir", "out", "--debug"], "--input no_copy: no such file or folder"),
+    (["report", "--debug", "no_run"], "no_run"),
+], ids=lambda value: " ".join(value) if isinstance(value, list) else None)
+def test_debug_shows_the_traceback_wherever_it_sits(argv, message, tmp_path):
+    result = subprocess.run([sys.executable, "-m", "reinforge", *argv], capture_output=True, text=True, cwd=tmp_path,
+                            timeout=120)
+    assert result.returncode == 2
+    assert "Traceback (most recent call last)" in result.stderr and message in result.stderr
+    without = subprocess.run([sys.executable, "-m", "reinforge", *[a for a in argv if a not in ("--debug", "--traceback")]],
+                             capture_output=True, text=True, cwd=tmp_path, timeout=120)
+    assert without.returncode == 2 and "Traceback" not in without.stderr and message in without.stderr
+
+
+def test_debug_environment_variable_shows_the_traceback(tmp_path):
+    result = subprocess.run([sys.executable, "-m", "reinforge", "train", LRR], capture_output=True, text=True,
+                            cwd=tmp_path, timeout=120, env={**os.environ, "REINFORGE_DEBUG": "1"})
+    assert result.returncode == 2
+    assert "Traceback (most recent call last)" in result.stderr and "did you mean" in result.stderr
