@@ -109,6 +109,22 @@ def test_finished_rows_leave_the_batch(tiny_model_path, tokenizer):
     assert torch.allclose(log_probs[mask], out["rollout_log_probs"][mask], atol=1e-4)
 
 
+def test_a_repeated_prompt_is_prefilled_once(tiny_model_path, tokenizer):
+    """GRPO's n samples of one prompt share one prefill row; each row then samples on its own."""
+    model = load(tiny_model_path)
+    forward_rows = []
+    model.model.register_forward_pre_hook(lambda module, args, kwargs: forward_rows.append(kwargs["input_ids"].shape),
+                                          with_kwargs=True)
+    engine = HFEngine(model, tokenizer.pad_token_id, [tokenizer.eos_token_id], seed=2)
+    batch = prompts_batch(tokenizer, ["1 2 3"] * 3 + ["a longer prompt 4 5"] * 2)
+    out = generate_sequences(engine, batch, SamplingParams(max_tokens=6, ignore_eos=True), tokenizer.pad_token_id)
+    assert forward_rows[0] == (2, batch["input_ids"].shape[1]) and all(shape == (5, 1) for shape in forward_rows[1:])
+    assert len({tuple(r) for r in out["responses"][:3].tolist()}) > 1  # the copies sample different responses
+    with torch.no_grad():
+        log_probs, _ = response_log_probs(model, out, temperature=1.0)
+    assert torch.allclose(log_probs, out["rollout_log_probs"], atol=1e-4)
+
+
 def test_top_k_and_top_p_filtering():
     logits = torch.log(torch.tensor([[0.5, 0.3, 0.15, 0.05]]))
     assert torch.isinf(filter_logits(logits, top_k=2, top_p=1.0)[0, 2:]).all()
