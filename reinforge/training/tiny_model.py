@@ -27,6 +27,7 @@ CHATML_TEMPLATE = (
     "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
 )
 SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+LARGE_VOCAB = 4096  # above this many tokens the tokenizer also learns from made-up words (the default recipe is unchanged)
 
 
 @dataclass(frozen=True)
@@ -84,6 +85,13 @@ def _synthetic_corpus(seed: int) -> list[str]:
     return lines
 
 
+def _pseudo_words(seed: int, count: int) -> list[str]:
+    """Lines of made-up syllable words: enough distinct pieces for BPE to learn a vocabulary of tens of thousands."""
+    rng = random.Random(seed)
+    syllables = [c + v for c in "bcdfghjklmnprstvwz" for v in "aeiou"] + ["an", "en", "in", "on", "un", "ar", "er", "or", "st", "th"]
+    return [" ".join("".join(rng.choice(syllables) for _ in range(rng.randrange(1, 5))) for _ in range(12)) for _ in range(count)]
+
+
 def build_tokenizer(spec: TinyModelSpec):
     """Train the byte-level BPE tokenizer and wrap it as a transformers fast tokenizer."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
@@ -100,7 +108,10 @@ def build_tokenizer(spec: TinyModelSpec):
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
         show_progress=False,
     )
-    tok.train_from_iterator(_synthetic_corpus(spec.seed), trainer=trainer)
+    corpus = _synthetic_corpus(spec.seed)
+    if spec.vocab_size > LARGE_VOCAB:  # a realistic vocabulary (benchmarks): the synthetic text alone has too few merges
+        corpus += _pseudo_words(spec.seed, 40 * spec.vocab_size // 32)
+    tok.train_from_iterator(corpus, trainer=trainer)
     fast = PreTrainedTokenizerFast(
         tokenizer_object=tok,
         eos_token="<|im_end|>",
