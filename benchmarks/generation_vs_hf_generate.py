@@ -8,7 +8,7 @@ alternating the two, medians reported. Two cases:
 
 - equal lengths: EOS cannot end a response (the engine's `ignore_eos`, generate's `min_new_tokens`),
   so both produce exactly 64 x 64 tokens: the engine's overhead over `generate`.
-- varying lengths: a bias on the EOS logit makes responses end after about 20 tokens on average
+- varying lengths: a bias on the EOS logit makes responses end after about 15 tokens on average
   (geometric lengths, as sampling gives), so most rows finish long before the longest one.
   `generate` keeps computing finished rows as padding; the engine drops them from the batch.
 """
