@@ -26,11 +26,15 @@ from reinforge.trainer.stop import RunStopped
 
 def _train(args: argparse.Namespace) -> int:
     from reinforge.config import load_config
+    from reinforge.trainer.startup import PROCESS_PHASE, StartupClock
+
+    startup = StartupClock()
 
     config_file = args.config
     if args.config_name:
         config_file = os.path.join(args.config_path or ".", args.config_name if args.config_name.endswith(".yaml") else args.config_name + ".yaml")
     config, user_keys = load_config(args.overrides, config_file)
+    startup.mark(PROCESS_PHASE)
     if args.dry_run:
         from reinforge.trainer.main import describe
 
@@ -38,7 +42,7 @@ def _train(args: argparse.Namespace) -> int:
         return 0
     from reinforge.trainer.main import run
 
-    run(config, user_keys)
+    run(config, user_keys, startup)
     return 0
 
 

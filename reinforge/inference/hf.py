@@ -1,17 +1,18 @@
 """The `hf` engine: generation with a transformers causal LM, on CPU or GPU.
 
-It decodes with a KV cache, one token per step for the whole batch, and samples with its own
-seeded `torch.Generator` (saved in checkpoints, so a resumed run samples the same tokens). The
-log-prob it returns for a token is log softmax(logits / temperature), the distribution the actor
-uses, before top-k/top-p filtering. It usually shares the actor's module, so there are no
-weights to sync after an update.
+It decodes with a KV cache, one token per step for every row still decoding: a row that emits a
+stop token leaves the batch (its cache rows are dropped), so short responses stop costing compute
+while long ones finish. A prompt repeated in several rows (GRPO's n samples) is prefilled once and
+its cache rows copied. It samples with its own seeded `torch.Generator` (saved in checkpoints, so
+a resumed run samples the same tokens). The log-prob it returns for a token is
+log softmax(logits / temperature), the distribution the actor uses, before top-k/top-p filtering.
+It usually shares the actor's module, so there are no weights to sync after an update.
 
 On a terminal, a rollout that runs longer than two seconds shows a progress bar of decoding steps
 (one unit per token position of each micro-batch) with an ETA; when stderr is not a terminal (CI
 logs, files) nothing is printed.
 
-What it does not do yet: drop finished rows from the batch (they ride along as padding until
-every row has stopped) or batch requests of different sampling parameters together.
+What it does not do yet: batch requests of different sampling parameters together.
 """
 
 from __future__ import annotations
@@ -84,27 +85,32 @@ class HFEngine(InferenceEngine):
         log_probs = torch.zeros((batch, params.max_tokens), dtype=torch.float32, device=device)
         lengths = torch.zeros(batch, dtype=torch.long, device=device)
         stopped = torch.zeros(batch, dtype=torch.bool, device=device)
-        past = None
-        step_ids, step_positions = input_ids, position_ids
+        rows = torch.arange(batch, device=device)  # the rows still decoding, as indices into the batch
+        logits, past = self._prefill(prompts, input_ids, attention_mask, position_ids)
+        step_positions = position_ids
         for t in range(params.max_tokens):
-            out = self.model(input_ids=step_ids, attention_mask=attention_mask, position_ids=step_positions,
-                             past_key_values=past, use_cache=True, logits_to_keep=1)
-            past = out.past_key_values
-            logits = out.logits[:, -1, :].float()
-            next_ids, next_log_probs = self._sample(logits, params)
-            active = ~stopped
-            tokens[:, t] = torch.where(active, next_ids, self.pad_token_id)
-            log_probs[:, t] = torch.where(active, next_log_probs, 0.0)
-            lengths += active.long()
+            next_ids, next_log_probs = self._sample(logits.float(), params)
+            tokens[rows, t] = next_ids
+            log_probs[rows, t] = next_log_probs
+            lengths[rows] += 1
             progress.update(1)
-            if not params.ignore_eos and stop_ids.numel():
-                stopped |= active & torch.isin(next_ids, stop_ids)
-            if bool(stopped.all()):
-                progress.update(params.max_tokens - t - 1)  # every row stopped early: this micro-batch is done
+            done = torch.isin(next_ids, stop_ids) if not params.ignore_eos and stop_ids.numel() else None
+            if done is not None and bool(done.any()):
+                stopped[rows[done]] = True
+                if bool(done.all()):
+                    progress.update(params.max_tokens - t - 1)  # every row stopped early: this micro-batch is done
+                    break
+                # finished rows leave the batch: the next steps compute only for the rows still decoding
+                keep = (~done).nonzero().squeeze(-1)
+                rows, next_ids = rows[keep], next_ids[keep]
+                past.reorder_cache(keep)
+                attention_mask, step_positions = attention_mask[keep], step_positions[keep]
+            if t + 1 == params.max_tokens:
                 break
-            step_ids = tokens[:, t:t + 1]
-            attention_mask = torch.cat([attention_mask, torch.ones((batch, 1), dtype=attention_mask.dtype, device=device)], 1)
+            attention_mask = torch.cat([attention_mask, attention_mask.new_ones((len(rows), 1))], 1)
             step_positions = step_positions[:, -1:] + 1
+            logits = self.model(input_ids=next_ids[:, None], attention_mask=attention_mask, position_ids=step_positions,
+                                past_key_values=past, use_cache=True, logits_to_keep=1).logits[:, -1, :]
 
         results = []
         for row in range(batch):
@@ -115,6 +121,33 @@ class HFEngine(InferenceEngine):
                 finish_reason="stop" if bool(stopped[row]) else "length",
             ))
         return results
+
+    def _prefill(self, prompts: list[list[int]], input_ids: torch.Tensor, attention_mask: torch.Tensor,
+                 position_ids: torch.Tensor) -> tuple[torch.Tensor, object]:
+        """The prompts' forward pass: last-position logits (batch, vocab) and the KV cache.
+
+        A prompt that occurs in several rows (GRPO's n samples of one prompt) is computed once and its
+        cache rows copied, so the prefill costs one row per distinct prompt."""
+        distinct: dict[tuple[int, ...], int] = {}
+        first_rows: list[int] = []
+        owner = []
+        for row, prompt in enumerate(prompts):
+            key = tuple(prompt)
+            if key not in distinct:
+                distinct[key] = len(first_rows)
+                first_rows.append(row)
+            owner.append(distinct[key])
+        take = torch.tensor(first_rows, device=input_ids.device) if len(first_rows) < len(prompts) else None
+        if take is not None:
+            input_ids, attention_mask, position_ids = input_ids[take], attention_mask[take], position_ids[take]
+        out = self.model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
+                         use_cache=True, logits_to_keep=1)
+        logits, past = out.logits[:, -1, :], out.past_key_values
+        if take is not None:
+            expand = torch.tensor(owner, device=logits.device)
+            logits = logits[expand]
+            past.reorder_cache(expand)
+        return logits, past
 
     def _sample(self, logits: torch.Tensor, params: SamplingParams) -> tuple[torch.Tensor, torch.Tensor]:
         if params.greedy:

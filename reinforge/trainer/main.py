@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 
 from reinforge.config import Config, batch_arithmetic, quickstart, to_dict, unused_settings
+from reinforge.trainer.startup import StartupClock
 
 ARITHMETIC_NOTES = {
     "prompts_per_step": "data.train_batch_size",
@@ -47,8 +48,10 @@ def _seed_everything(seed: int) -> None:
     torch.manual_seed(seed)
 
 
-def run(config: Config, user_keys: list[str]) -> dict[str, float]:
-    """Train as configured; returns the final validation metrics."""
+def run(config: Config, user_keys: list[str], startup: StartupClock | None = None) -> dict[str, float]:
+    """Train as configured; returns the final validation metrics.
+
+    `startup` times the start (reinforge/trainer/startup.py); its breakdown is printed when the first step begins."""
     from omegaconf import OmegaConf
 
     from reinforge.distributed import LocalWorkerGroup
@@ -64,6 +67,8 @@ def run(config: Config, user_keys: list[str]) -> dict[str, float]:
     from reinforge.training.workers import ActorRolloutRefWorker, CriticWorker
 
     started = time.perf_counter()
+    startup = startup or StartupClock(from_process_start=False)  # called as a library: time from here
+    startup.mark("imports")
     _quiet_transformers()
     run_dir = Path(config.trainer.default_local_dir).resolve()
     print(f"reinforge: run folder {run_dir}", flush=True)
@@ -75,6 +80,7 @@ def run(config: Config, user_keys: list[str]) -> dict[str, float]:
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / "config.yaml").write_text(OmegaConf.to_yaml(OmegaConf.create(to_dict(config))))
     _seed_everything(config.trainer.seed)
+    startup.mark("run folder" + (" and quickstart files" if quickstart.applies(user_keys) else ""))
 
     if not config.data.train_files:
         raise ConfigError("data.train_files is not set; set it to a data file (.parquet, .json, .jsonl) or a list of them "
@@ -102,6 +108,7 @@ def run(config: Config, user_keys: list[str]) -> dict[str, float]:
     schedule_steps = config.trainer.total_training_steps or len(train_loader) * config.trainer.total_epochs
     total_steps = min(schedule_steps, len(train_loader) * config.trainer.total_epochs)
 
+    startup.mark("data")
     rm = config.reward_model
     reward_fn = None  # a reward model alone needs no manager and no scorer (docs/rewards.md)
     if not rm.enable or config.custom_reward_function.path:
@@ -112,6 +119,7 @@ def run(config: Config, user_keys: list[str]) -> dict[str, float]:
         reward_fn = make_reward_manager(rm.reward_manager, tokenizer, compute_score, reward_fn_key=data.reward_fn_key,
                                         **rm.reward_kwargs)
 
+    startup.mark("reward")
     actor_cfg = config.actor_rollout_ref.actor
     role = "actor_rollout_ref" if actor_cfg.use_kl_loss or config.algorithm.use_kl_in_reward else "actor_rollout"
     actor_rollout_wg = LocalWorkerGroup(ActorRolloutRefWorker, config, role)
@@ -125,7 +133,9 @@ def run(config: Config, user_keys: list[str]) -> dict[str, float]:
         rm_wg.init_model()
         reward_fn = RewardModelScorer(rm_wg, reward_fn)
 
+    startup.mark("models")
     trainer = RLTrainer(config, actor_rollout_wg, reward_fn, train_loader, val_loader, tokenizer, total_steps, critic_wg)
+    _report_first_step(trainer, startup)
     print(f"reinforge: {len(train_set)} training prompts, {total_steps} steps; ready in {time.perf_counter() - started:.1f}s", flush=True)
     try:
         metrics = trainer.fit()
@@ -140,6 +150,22 @@ def run(config: Config, user_keys: list[str]) -> dict[str, float]:
         print(f"reinforge: validation reward {mean_val_reward(first):.3f} (step {first_step}) -> "
               f"{mean_val_reward(last):.3f} (step {last_step})", flush=True)
     return metrics
+
+
+def _report_first_step(trainer, startup: StartupClock) -> None:
+    """Print the startup breakdown when the first training step begins, and that step's duration when it ends."""
+    train_step = trainer.train_step
+
+    def first_step(prompts):
+        trainer.train_step = train_step  # later steps run unwrapped
+        startup.mark("resume, trackers" + (" and validation before training" if trainer.val_history else ""))
+        print(f"reinforge: {startup.summary()}", flush=True)
+        begun = time.perf_counter()
+        metrics = train_step(prompts)
+        print(f"reinforge: first step took {time.perf_counter() - begun:.1f}s", flush=True)
+        return metrics
+
+    trainer.train_step = first_step
 
 
 def run_summary(config: Config, run_dir: Path) -> list[str]:

@@ -28,6 +28,7 @@ CHATML_TEMPLATE = (
 )
 SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
 TOOL_TOKENS = ["<tool_call>", "</tool_call>"]  # ordinary added tokens (kept when decoding), as in Qwen2.5
+LARGE_VOCAB = 4096  # above this many tokens the tokenizer also learns from made-up words (the default recipe is unchanged)
 
 
 @dataclass(frozen=True)
@@ -97,6 +98,13 @@ def _synthetic_corpus(seed: int) -> list[str]:
     return lines
 
 
+def _pseudo_words(seed: int, count: int) -> list[str]:
+    """Lines of made-up syllable words: enough distinct pieces for BPE to learn a vocabulary of tens of thousands."""
+    rng = random.Random(seed)
+    syllables = [c + v for c in "bcdfghjklmnprstvwz" for v in "aeiou"] + ["an", "en", "in", "on", "un", "ar", "er", "or", "st", "th"]
+    return [" ".join("".join(rng.choice(syllables) for _ in range(rng.randrange(1, 5))) for _ in range(12)) for _ in range(count)]
+
+
 def build_tokenizer(spec: TinyModelSpec):
     """Train the byte-level BPE tokenizer and wrap it as a transformers fast tokenizer."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
@@ -114,6 +122,8 @@ def build_tokenizer(spec: TinyModelSpec):
         show_progress=False,
     )
     corpus = _synthetic_corpus(spec.seed) + (_tool_call_corpus(spec.seed) if spec.tool_calls else [])
+    if spec.vocab_size > LARGE_VOCAB:  # a realistic vocabulary (benchmarks): the synthetic text alone has too few merges
+        corpus += _pseudo_words(spec.seed, 40 * spec.vocab_size // 32)
     tok.train_from_iterator(corpus, trainer=trainer)
     fast = PreTrainedTokenizerFast(
         tokenizer_object=tok,

@@ -84,6 +84,47 @@ def test_stop_on_eos_and_length_limit(tiny_model_path, tokenizer):
     assert ignoring["response_mask"].sum().item() == 5 and ignoring["finish_reason"].tolist() == ["length"]
 
 
+def test_finished_rows_leave_the_batch(tiny_model_path, tokenizer):
+    """A row that stops is dropped from the decoding batch, and the rows left keep their own cache and positions."""
+    model = load(tiny_model_path)
+    stop = tokenizer.convert_tokens_to_ids("<|im_start|>")
+    model.lm_head.register_forward_hook(lambda module, inputs, output: output.index_add(
+        -1, torch.tensor([stop]), torch.full((*output.shape[:-1], 1), 5.0)))  # sampled about one time in four
+    decoded_rows = []
+    model.model.register_forward_pre_hook(lambda module, args, kwargs: decoded_rows.append(kwargs["input_ids"].shape[0]),
+                                          with_kwargs=True)
+    engine = HFEngine(model, tokenizer.pad_token_id, [tokenizer.eos_token_id], seed=1)
+    batch = prompts_batch(tokenizer, ["1 2 3", "the answer is", "4 5 6 7", "words and more words", "9", "apples cost 3"])
+    out = generate_sequences(engine, batch, SamplingParams(max_tokens=12, stop_token_ids=(stop,)), tokenizer.pad_token_id)
+    ends = out["response_mask"].sum(-1).tolist()
+    assert len(set(ends)) >= 3 and min(ends) < 12, ends  # rows stopped at different steps
+    for row, end in enumerate(ends):
+        tokens = out["responses"][row, :end].tolist()
+        assert stop not in tokens[:-1] and (tokens[-1] == stop) == (out["finish_reason"][row] == "stop")
+    # the prefill and the step that samples token t ran only on the rows that had not stopped before t
+    assert decoded_rows == [sum(end > t for end in ends) for t in range(max(ends))]
+    with torch.no_grad():  # a row that kept decoding after others left still saw its own prompt and tokens
+        log_probs, _ = response_log_probs(model, out, temperature=1.0)
+    mask = out["response_mask"].bool()
+    assert torch.allclose(log_probs[mask], out["rollout_log_probs"][mask], atol=1e-4)
+
+
+def test_a_repeated_prompt_is_prefilled_once(tiny_model_path, tokenizer):
+    """GRPO's n samples of one prompt share one prefill row; each row then samples on its own."""
+    model = load(tiny_model_path)
+    forward_rows = []
+    model.model.register_forward_pre_hook(lambda module, args, kwargs: forward_rows.append(kwargs["input_ids"].shape),
+                                          with_kwargs=True)
+    engine = HFEngine(model, tokenizer.pad_token_id, [tokenizer.eos_token_id], seed=2)
+    batch = prompts_batch(tokenizer, ["1 2 3"] * 3 + ["a longer prompt 4 5"] * 2)
+    out = generate_sequences(engine, batch, SamplingParams(max_tokens=6, ignore_eos=True), tokenizer.pad_token_id)
+    assert forward_rows[0] == (2, batch["input_ids"].shape[1]) and all(shape == (5, 1) for shape in forward_rows[1:])
+    assert len({tuple(r) for r in out["responses"][:3].tolist()}) > 1  # the copies sample different responses
+    with torch.no_grad():
+        log_probs, _ = response_log_probs(model, out, temperature=1.0)
+    assert torch.allclose(log_probs, out["rollout_log_probs"], atol=1e-4)
+
+
 def test_top_k_and_top_p_filtering():
     logits = torch.log(torch.tensor([[0.5, 0.3, 0.15, 0.05]]))
     assert torch.isinf(filter_logits(logits, top_k=2, top_p=1.0)[0, 2:]).all()

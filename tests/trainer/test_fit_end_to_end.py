@@ -1,6 +1,7 @@
 """A few GRPO steps end-to-end on CPU: metrics, validation, checkpoints (exact resume: test_exact_resume.py)."""
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -36,11 +37,16 @@ def train_steps(run_dir: Path) -> dict[int, dict]:
     return {r["step"]: r for r in records(run_dir) if "timing_s/step" in r}
 
 
-def test_grpo_steps_write_metrics_validation_and_checkpoints(tiny_model_path, task_files, tmp_path):
+def test_grpo_steps_write_metrics_validation_and_checkpoints(tiny_model_path, task_files, tmp_path, capsys):
     run_dir = tmp_path / "run"
     config, keys = load_config(overrides(tiny_model_path, task_files, run_dir, f"trainer.rollout_data_dir={tmp_path / 'rollouts'}",
                                          f"trainer.validation_data_dir={tmp_path / 'val'}", "trainer.log_val_generations=2"))
     run(config, keys)
+    log = capsys.readouterr().out
+    startup = [line for line in log.splitlines() if "first step begins" in line]  # the startup breakdown, once
+    assert len(startup) == 1 and log.count("reinforge: first step took") == 1
+    assert re.search(r"begins [\d.]+s after start \(imports [\d.]+s, run folder [\d.]+s, data [\d.]+s, reward [\d.]+s, "
+                     r"models [\d.]+s, resume, trackers and validation before training [\d.]+s\)", startup[0]), startup[0]
 
     steps = train_steps(run_dir)
     assert sorted(steps) == [1, 2, 3, 4]

@@ -1,7 +1,8 @@
 import pytest
+import torch
 
 from reinforge.config.schema import OptimConfig
-from reinforge.training.optim import lr_factor, warmup_steps
+from reinforge.training.optim import lr_factor, make_optimizer, warmup_steps
 
 
 def test_constant_schedule_with_warmup_steps():
@@ -19,3 +20,18 @@ def test_cosine_decays_to_min_lr_ratio():
     assert lr_factor(0, optim, 10) == pytest.approx(1.0)
     assert lr_factor(5, optim, 10) == pytest.approx(0.1 + 0.9 * 0.5)  # half way: cos(pi/2) = 0
     assert lr_factor(10, optim, 10) == pytest.approx(0.1)
+
+
+def test_adamw_is_fused_on_cpu_and_takes_the_textbook_first_step():
+    torch.manual_seed(0)
+    weight = torch.nn.Parameter(torch.randn(5, 3))
+    frozen = torch.nn.Parameter(torch.randn(2), requires_grad=False)
+    before, grad = weight.detach().clone(), torch.randn(5, 3)
+    weight.grad = grad.clone()
+    cfg = OptimConfig(lr=0.1, weight_decay=0.01)
+    optimizer = make_optimizer([weight, frozen], cfg)
+    assert optimizer.param_groups[0]["fused"] and len(optimizer.param_groups[0]["params"]) == 1
+    optimizer.step()
+    # step 1 of AdamW: decoupled decay, then bias-corrected m / sqrt(v) = g / |g|
+    expected = before * (1 - 0.1 * 0.01) - 0.1 * grad / (grad.abs() + cfg.eps)
+    assert torch.allclose(weight.detach(), expected, atol=1e-6)
