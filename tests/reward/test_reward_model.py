@@ -29,7 +29,7 @@ ROWS = [  # (prompt messages, response text, ends with EOS, ground truth)
     ([{"role": "user", "content": "the sum of 7 and 8"}], "", False, "15"),  # an empty response
     ([{"role": "user", "content": "digits 9 0"}], "9", True, "nine"),
 ]
-run_steps, task_files = end_to_end.run_steps, end_to_end.task_files  # the fixtures of the trainer's end-to-end runs
+run_steps, small_run, task_files = end_to_end.run_steps, end_to_end.small_run, end_to_end.task_files  # the trainer's end-to-end fixtures
 HASH_TEMPLATE = "{% for m in messages %}### {{ m['role'] }}: {{ m['content'] }}\n{% endfor %}"
 
 
