@@ -16,7 +16,7 @@ from __future__ import annotations
 import asyncio
 from abc import ABC, abstractmethod
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import torch
 
@@ -55,8 +55,12 @@ class InferenceEngine(ABC):
         self._flush_scheduled = False
 
     @abstractmethod
-    def generate_batch(self, prompts: list[list[int]], params: SamplingParams) -> list[GenerationOutput]:
-        """Generate one response per prompt, all with the same sampling parameters."""
+    def generate_batch(self, prompts: list[list[int]], params: SamplingParams,
+                       max_tokens: list[int] | None = None) -> list[GenerationOutput]:
+        """Generate one response per prompt, all with the same sampling parameters.
+
+        `max_tokens` gives each prompt its own token limit (each at most `params.max_tokens`; None: all
+        `params.max_tokens`), so that requests differing only in their limit run as one batch."""
 
     async def generate(self, prompt_ids: list[int], params: SamplingParams) -> GenerationOutput:
         """One request; requests made concurrently in the same event loop run as one batch."""
@@ -70,17 +74,19 @@ class InferenceEngine(ABC):
 
     def _flush(self) -> None:
         pending, self._pending, self._flush_scheduled = self._pending, [], False
-        by_params: dict[SamplingParams, list[tuple[list[int], asyncio.Future]]] = {}
-        for prompt, params, future in pending:
-            by_params.setdefault(params, []).append((prompt, future))
+        by_params: dict[SamplingParams, list[tuple[list[int], int, asyncio.Future]]] = {}
+        for prompt, params, future in pending:  # requests that differ only in max_tokens share a batch
+            by_params.setdefault(replace(params, max_tokens=0), []).append((prompt, params.max_tokens, future))
         for params, requests in by_params.items():
+            limits = [limit for _, limit, _ in requests]
             try:
-                outputs = self.generate_batch([prompt for prompt, _ in requests], params)
+                outputs = self.generate_batch([prompt for prompt, _, _ in requests], replace(params, max_tokens=max(limits)),
+                                              None if len(set(limits)) == 1 else limits)
             except Exception as exc:  # every waiting request sees the engine's error
-                for _, future in requests:
+                for _, _, future in requests:
                     future.set_exception(exc)
                 continue
-            for (_, future), output in zip(requests, outputs, strict=True):
+            for (_, _, future), output in zip(requests, outputs, strict=True):
                 future.set_result(output)
 
     def update_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> None:

@@ -12,7 +12,8 @@ On a terminal, a rollout that runs longer than two seconds shows a progress bar 
 (one unit per token position of each micro-batch) with an ETA; when stderr is not a terminal (CI
 logs, files) nothing is printed.
 
-What it does not do yet: batch requests of different sampling parameters together.
+Requests that differ only in their token limit run as one batch (`max_tokens` per prompt: a row at
+its limit leaves the batch); requests of different sampling parameters do not batch together yet.
 """
 
 from __future__ import annotations
@@ -53,7 +54,8 @@ class HFEngine(InferenceEngine):
         self.generator = torch.Generator(device=device)
         self.generator.manual_seed(seed)
 
-    def generate_batch(self, prompts: list[list[int]], params: SamplingParams) -> list[GenerationOutput]:
+    def generate_batch(self, prompts: list[list[int]], params: SamplingParams,
+                       max_tokens: list[int] | None = None) -> list[GenerationOutput]:
         size = self.micro_batch_size or len(prompts) or 1
         outputs: list[GenerationOutput] = []
         was_training = self.model.training
@@ -63,14 +65,16 @@ class HFEngine(InferenceEngine):
                         delay=PROGRESS_DELAY_S, disable=not sys.stderr.isatty())
         try:
             for start in chunks:
-                outputs += self._generate(prompts[start:start + size], params, progress)
+                limits = None if max_tokens is None else max_tokens[start:start + size]
+                outputs += self._generate(prompts[start:start + size], params, limits, progress)
         finally:
             progress.close()
             self.model.train(was_training)
         return outputs
 
     @torch.inference_mode()
-    def _generate(self, prompts: list[list[int]], params: SamplingParams, progress: tqdm) -> list[GenerationOutput]:
+    def _generate(self, prompts: list[list[int]], params: SamplingParams, limits: list[int] | None,
+                  progress: tqdm) -> list[GenerationOutput]:
         device = next(self.model.parameters()).device
         batch, width = len(prompts), max(len(p) for p in prompts)
         input_ids = torch.full((batch, width), self.pad_token_id, dtype=torch.long, device=device)
@@ -80,6 +84,8 @@ class HFEngine(InferenceEngine):
             attention_mask[row, width - len(prompt):] = 1
         position_ids = (attention_mask.cumsum(-1) - 1).clamp(min=0)
         stop_ids = torch.tensor(sorted(set(self.eos_token_ids) | set(params.stop_token_ids)), device=device)
+        check_stop = not params.ignore_eos and stop_ids.numel() > 0
+        limit = None if limits is None else torch.tensor(limits, dtype=torch.long, device=device)  # per-row token limits
 
         tokens = torch.full((batch, params.max_tokens), self.pad_token_id, dtype=torch.long, device=device)
         log_probs = torch.zeros((batch, params.max_tokens), dtype=torch.float32, device=device)
@@ -94,9 +100,13 @@ class HFEngine(InferenceEngine):
             log_probs[rows, t] = next_log_probs
             lengths[rows] += 1
             progress.update(1)
-            done = torch.isin(next_ids, stop_ids) if not params.ignore_eos and stop_ids.numel() else None
+            hit_stop = done = torch.isin(next_ids, stop_ids) if check_stop else None
+            if limit is not None:  # a row at its own token limit leaves too (finish reason "length")
+                at_limit = lengths[rows] >= limit[rows]
+                done = at_limit if hit_stop is None else hit_stop | at_limit
             if done is not None and bool(done.any()):
-                stopped[rows[done]] = True
+                if hit_stop is not None:
+                    stopped[rows[hit_stop]] = True
                 if bool(done.all()):
                     progress.update(params.max_tokens - t - 1)  # every row stopped early: this micro-batch is done
                     break

@@ -43,12 +43,12 @@ class ScriptedEngine(InferenceEngine):
         self.scripts = [(prompt, list(turns)) for prompt, turns in scripts]
         self.batches: list[list[list[int]]] = []
 
-    def generate_batch(self, prompts, params):
+    def generate_batch(self, prompts, params, max_tokens=None):
         self.batches.append(prompts)
         outputs = []
-        for prompt in prompts:
+        for row, prompt in enumerate(prompts):
             turns = next(turns for start, turns in self.scripts if prompt[: len(start)] == start)
-            ids = turns.pop(0)[: params.max_tokens]
+            ids = turns.pop(0)[: params.max_tokens if max_tokens is None else max_tokens[row]]
             outputs.append(GenerationOutput(ids, [-0.5] * len(ids), "stop" if ids[-1] == 2 else "length"))
         return outputs
 

@@ -131,3 +131,31 @@ def test_top_k_and_top_p_filtering():
     kept = ~torch.isinf(filter_logits(logits, top_k=-1, top_p=0.7))
     assert kept.tolist() == [[True, True, False, False]]  # 0.5 < 0.7, 0.5 + 0.3 >= 0.7
     assert (~torch.isinf(filter_logits(logits, top_k=-1, top_p=0.1))).sum() == 1
+
+
+def test_per_request_token_limits_run_as_one_batch(tiny_model_path, tokenizer):
+    """Concurrent requests that differ only in max_tokens share one engine call; each row stops at its own limit
+    (finish reason "length") with the tokens greedy decoding gives up to that limit, and leaves the decoding batch."""
+    import asyncio
+
+    model = load(tiny_model_path)
+    engine = HFEngine(model, tokenizer.pad_token_id, [tokenizer.eos_token_id])
+    prompts = [tokenizer("1 2 3")["input_ids"], tokenizer("the answer is")["input_ids"], tokenizer("4 5")["input_ids"]]
+    limits = [3, 8, 5]
+    greedy = SamplingParams(max_tokens=8, do_sample=False, ignore_eos=True)
+    full = engine.generate_batch(prompts, greedy)
+    calls, decoded_rows = [], []
+    model.model.register_forward_pre_hook(lambda module, args, kwargs: decoded_rows.append(kwargs["input_ids"].shape[0]),
+                                          with_kwargs=True)
+    run_batch = engine.generate_batch
+    engine.generate_batch = lambda *args: calls.append(args) or run_batch(*args)
+
+    async def requests():
+        return await asyncio.gather(*(engine.generate(p, SamplingParams(max_tokens=k, do_sample=False, ignore_eos=True))
+                                      for p, k in zip(prompts, limits, strict=True)))
+
+    outputs = asyncio.run(requests())
+    assert len(calls) == 1 and calls[0][1].max_tokens == 8 and calls[0][2] == limits
+    assert [o.token_ids for o in outputs] == [f.token_ids[:k] for f, k in zip(full, limits, strict=True)]
+    assert [len(o.log_probs) for o in outputs] == limits and {o.finish_reason for o in outputs} == {"length"}
+    assert decoded_rows == [sum(k > t for k in limits) for t in range(max(limits))]

@@ -107,13 +107,11 @@ class Conversation:
         if self.remaining <= 0:
             self.finish_reason = "length"
             return None
-        # Requests of equal parameters run as one batch: ask for a power-of-two bucket of the tokens left
-        # (at most twice what is needed) and cut the answer, so rows at different depths still batch together.
-        bucket = min(self.ctx.params.max_tokens, 1 << (self.remaining - 1).bit_length())
+        # the tokens left in the response budget; the engine batches requests that differ only in this limit
         start = time.perf_counter()
-        output = await self.ctx.engine.generate(self.row.prompt_ids + self.ids, replace(self.ctx.params, max_tokens=bucket))
+        output = await self.ctx.engine.generate(self.row.prompt_ids + self.ids, replace(self.ctx.params, max_tokens=self.remaining))
         self.metrics["generate_s"] += time.perf_counter() - start
-        tokens, log_probs = output.token_ids[: self.remaining], list(output.log_probs[: self.remaining])
+        tokens, log_probs = output.token_ids, list(output.log_probs)
         self.ids += tokens
         self.mask += [1] * len(tokens)
         self.log_probs += log_probs + [0.0] * (len(tokens) - len(log_probs))
@@ -121,7 +119,7 @@ class Conversation:
         self.assistant_turns += 1
         text = self.ctx.tokenizer.decode(tokens, skip_special_tokens=True)
         self.messages.append({"role": "assistant", "content": text})
-        if output.finish_reason != "stop" or len(tokens) < len(output.token_ids):
+        if output.finish_reason != "stop":
             self.finish_reason = "length"  # cut by the budget: no tool call or reply can follow
             return None
         return text
