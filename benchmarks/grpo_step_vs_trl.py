@@ -230,7 +230,7 @@ def run_reinforge(conn, model_path: str, train_file: str, run_dir: str, max_step
 
 
 def child(target: str, thread_policy: str | None, conn, *args) -> None:
-    # each framework with its own default OpenMP wait policy (reinforge sets PASSIVE when imported), unless told
+    # OpenMP's default wait policy for both, unless told
     os.environ.pop("OMP_WAIT_POLICY", None)
     if thread_policy:
         os.environ["OMP_WAIT_POLICY"] = thread_policy
@@ -391,7 +391,7 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=5, help="timed steps per framework (after the warm-up)")
     parser.add_argument("--warmup", type=int, default=1)
     parser.add_argument("--omp-wait-policy", choices=["default", "passive", "active"], default="default",
-                        help="give both frameworks this OMP_WAIT_POLICY (default: each its own default)")
+                        help="give both frameworks this OMP_WAIT_POLICY (default: the OpenMP default)")
     parser.add_argument("--json", help="also write the figures to this file")
     args = parser.parse_args()
     import torch
@@ -403,7 +403,7 @@ def main() -> None:
           f"{os.cpu_count()} CPUs, {torch.get_num_threads()} torch threads; load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")
     sizes = ["small", "medium"] if args.model == "both" else [args.model]
     policy = args.omp_wait_policy.upper() if args.omp_wait_policy != "default" else None
-    print(f"OpenMP wait policy: {policy or 'each framework its default (reinforge: PASSIVE, TRL: the OpenMP default)'}")
+    print(f"OpenMP wait policy: {policy or 'the OpenMP default'}")
     figures = {size: compare(size, args.steps, args.warmup, policy) for size in sizes}
     load = os.getloadavg()
     print(f"load average at the end: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")
