@@ -20,8 +20,6 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from reinforge.errors import ConfigError
 from reinforge.reward.scorers.gsm8k import compute_score as gsm8k_score
 
@@ -75,18 +73,9 @@ BUILTIN_INTERACTIONS = {"gsm8k": Gsm8kInteraction}
 
 def load_interactions(path: str | Path) -> dict[str, BaseInteraction]:
     """The interactions of an interaction config file, by name."""
-    from reinforge.inference.tools.loading import import_class
+    from reinforge.inference.tools.loading import import_class, read_yaml_list
 
-    file = Path(path).expanduser()
-    if not file.is_file():
-        raise ConfigError(f"{KEY}={path!r}: no such file")
-    try:
-        document = yaml.safe_load(file.read_text()) or {}
-    except yaml.YAMLError as err:
-        raise ConfigError(f"{KEY}: {file} is not valid YAML: {err}") from err
-    entries = document.get("interaction") if isinstance(document, dict) else None
-    if not isinstance(entries, list):
-        raise ConfigError(f"{KEY}: {file} must hold a list under 'interaction:' (entries with name, class_name, config)")
+    file, entries = read_yaml_list(path, KEY, "interaction", "name, class_name, config")
     interactions: dict[str, BaseInteraction] = {}
     for i, entry in enumerate(entries):
         where = f"{file}, interaction[{i}]"

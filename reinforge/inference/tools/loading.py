@@ -40,18 +40,24 @@ def import_class(spec: str, key: str, where: str) -> type:
     return getattr(module, name)
 
 
-def load_tools(path: str | Path) -> dict[str, BaseTool]:
-    """The tools of a tool config file, by the name the model calls them."""
+def read_yaml_list(path: str | Path, key: str, section: str, entry_fields: str) -> tuple[Path, list]:
+    """The YAML file named by config `key` and the list under its `section:`; a ConfigError naming the key otherwise."""
     file = Path(path).expanduser()
     if not file.is_file():
-        raise ConfigError(f"{KEY}={path!r}: no such file")
+        raise ConfigError(f"{key}={path!r}: no such file")
     try:
         document = yaml.safe_load(file.read_text()) or {}
     except yaml.YAMLError as err:
-        raise ConfigError(f"{KEY}: {file} is not valid YAML: {err}") from err
-    entries = document.get("tools") if isinstance(document, dict) else None
+        raise ConfigError(f"{key}: {file} is not valid YAML: {err}") from err
+    entries = document.get(section) if isinstance(document, dict) else None
     if not isinstance(entries, list):
-        raise ConfigError(f"{KEY}: {file} must hold a list under 'tools:' (entries with class_name, config, tool_schema)")
+        raise ConfigError(f"{key}: {file} must hold a list under '{section}:' (entries with {entry_fields})")
+    return file, entries
+
+
+def load_tools(path: str | Path) -> dict[str, BaseTool]:
+    """The tools of a tool config file, by the name the model calls them."""
+    file, entries = read_yaml_list(path, KEY, "tools", "class_name, config, tool_schema")
     tools: dict[str, BaseTool] = {}
     for i, entry in enumerate(entries):
         where = f"{file}, tools[{i}]"
