@@ -20,7 +20,7 @@ from reinforge.cli import main
 from reinforge.report.rollouts import KEEP_ROWS, KEEP_STEPS
 from tests.trainer import conftest as end_to_end
 
-run_steps, task_files = end_to_end.run_steps, end_to_end.task_files  # the fixtures of the trainer's end-to-end runs
+run_steps, small_run, task_files = end_to_end.run_steps, end_to_end.small_run, end_to_end.task_files  # the trainer's end-to-end fixtures
 CHROMIUM = next((path for path in ("/usr/bin/chromium", shutil.which("chromium"), shutil.which("chromium-browser"))
                  if path and Path(path).exists()), None)
 needs_chromium = pytest.mark.skipif(CHROMIUM is None, reason="no chromium binary (Debian: apt-get install chromium)")
