@@ -21,7 +21,7 @@ import numpy as np
 import torch
 
 from reinforge.algorithm.core import masked_whiten
-from reinforge.algorithm.registry import Registry
+from reinforge.registry import Registry
 
 ADV_ESTIMATOR_REGISTRY = Registry("advantage estimator")
 

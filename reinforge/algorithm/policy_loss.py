@@ -16,7 +16,7 @@ from collections.abc import Callable
 import torch
 
 from reinforge.algorithm.core import agg_loss, masked_mean
-from reinforge.algorithm.registry import Registry
+from reinforge.registry import Registry
 
 POLICY_LOSS_REGISTRY = Registry("policy loss")
 

@@ -73,15 +73,10 @@ BUILTIN_INTERACTIONS = {"gsm8k": Gsm8kInteraction}
 
 def load_interactions(path: str | Path) -> dict[str, BaseInteraction]:
     """The interactions of an interaction config file, by name."""
-    from reinforge.inference.tools.loading import import_class, read_yaml_list
+    from reinforge.inference.tools.loading import config_entries
 
-    file, entries = read_yaml_list(path, KEY, "interaction", "name, class_name, config")
     interactions: dict[str, BaseInteraction] = {}
-    for i, entry in enumerate(entries):
-        where = f"{file}, interaction[{i}]"
-        if not isinstance(entry, dict) or not isinstance(entry.get("class_name"), str):
-            raise ConfigError(f"{where}: each interaction needs a class_name")
-        cls = BUILTIN_INTERACTIONS.get(entry["class_name"]) or import_class(entry["class_name"], KEY, where)
+    for where, entry, cls in config_entries(path, KEY, "interaction", "name, class_name, config", BUILTIN_INTERACTIONS):
         config = dict(entry.get("config") or {})
         name = entry.get("name") or config.get("name") or cls.__name__
         config.setdefault("name", name)

@@ -85,7 +85,7 @@ def test_load_tools_from_yaml(tmp_path):
 
 @pytest.mark.parametrize(("content", "message"), [
     ("tools: 3", "must hold a list under 'tools:'"),
-    ("tools: [{config: {}}]", "tools[0]: each tool needs a class_name"),
+    ("tools: [{config: {}}]", "tools[0]: each entry needs a class_name"),
     ("tools: [{class_name: no_such_pkg.Tool}]", "cannot import module 'no_such_pkg'"),
     ("tools: [{class_name: reinforge.inference.tools.NoTool}]", "has no class 'NoTool'"),
     ("tools: [{class_name: calculator}, {class_name: calculator}]", "a second tool named 'calculator'"),

@@ -11,14 +11,10 @@ from __future__ import annotations
 import random
 import re
 
-ENV_REGISTRY: dict[str, type[TextEnv]] = {}
+from reinforge.registry import Registry
 
-
-def register_env(name: str):
-    def decorate(cls):
-        ENV_REGISTRY[name] = cls
-        return cls
-    return decorate
+ENV_REGISTRY = Registry("text environment")  # name -> TextEnv subclass
+register_env = ENV_REGISTRY.register
 
 
 class TextEnv:
@@ -61,9 +57,8 @@ class GuessNumberEnv(TextEnv):
 
 
 def make_env(name: str) -> TextEnv:
-    if name not in ENV_REGISTRY:
-        raise KeyError(f"no text environment named {name!r}; registered: {sorted(ENV_REGISTRY)}")
-    return ENV_REGISTRY[name]()
+    """A new environment of the registered class `name` (ValueError listing the registered names)."""
+    return ENV_REGISTRY.get(name)()
 
 
 def guess_number_rows(n: int, seed: int = 0, low: int = 1, high: int = 8, max_attempts: int = 4) -> list[dict]:

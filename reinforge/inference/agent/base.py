@@ -23,16 +23,10 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from reinforge.inference.engine import InferenceEngine, SamplingParams
+from reinforge.registry import Registry
 
-AGENT_LOOP_REGISTRY: dict[str, type[AgentLoopBase]] = {}
-
-
-def register_agent_loop(name: str):
-    """Class decorator: make an AgentLoopBase subclass available as per-row `agent_name` `name`."""
-    def decorate(cls):
-        AGENT_LOOP_REGISTRY[name] = cls
-        return cls
-    return decorate
+AGENT_LOOP_REGISTRY = Registry("agent loop")  # per-row `agent_name` -> AgentLoopBase subclass
+register_agent_loop = AGENT_LOOP_REGISTRY.register  # class decorator
 
 
 @dataclass

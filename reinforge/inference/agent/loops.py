@@ -151,7 +151,7 @@ class EnvAgentLoop(AgentLoopBase):
         name = kwargs.pop("name", None)
         try:
             env = make_env(name)
-        except KeyError as err:
+        except ValueError as err:
             raise DataError(f"row extra_info.index={row.extra_info.get('index')}: extra_info.env_kwargs.name: {err.args[0]}") from None
         kwargs.setdefault("seed", row.extra_info.get("index", row.index))
         env.reset(**kwargs)

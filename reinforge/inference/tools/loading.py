@@ -9,6 +9,7 @@ its schema's `function.name`. Every mistake raises ConfigError naming the file a
 from __future__ import annotations
 
 import importlib
+from collections.abc import Iterator
 from pathlib import Path
 
 import yaml
@@ -40,8 +41,12 @@ def import_class(spec: str, key: str, where: str) -> type:
     return getattr(module, name)
 
 
-def read_yaml_list(path: str | Path, key: str, section: str, entry_fields: str) -> tuple[Path, list]:
-    """The YAML file named by config `key` and the list under its `section:`; a ConfigError naming the key otherwise."""
+def config_entries(path: str | Path, key: str, section: str, entry_fields: str,
+                   builtins: dict[str, type]) -> Iterator[tuple[str, dict, type]]:
+    """(where, entry, class) for each entry of the list under `section:` in the YAML file named by config `key`.
+
+    An entry's `class_name` is a built-in's short name, `package.module.Class` or `file.py:Class`; a ConfigError
+    names the key, the file and the entry when the file, the list or a class is wrong."""
     file = Path(path).expanduser()
     if not file.is_file():
         raise ConfigError(f"{key}={path!r}: no such file")
@@ -52,21 +57,19 @@ def read_yaml_list(path: str | Path, key: str, section: str, entry_fields: str) 
     entries = document.get(section) if isinstance(document, dict) else None
     if not isinstance(entries, list):
         raise ConfigError(f"{key}: {file} must hold a list under '{section}:' (entries with {entry_fields})")
-    return file, entries
+    for i, entry in enumerate(entries):
+        where = f"{file}, {section}[{i}]"
+        if not isinstance(entry, dict) or not isinstance(entry.get("class_name"), str):
+            raise ConfigError(f"{where}: each entry needs a class_name")
+        yield where, entry, builtins.get(entry["class_name"]) or import_class(entry["class_name"], key, where)
 
 
 def load_tools(path: str | Path) -> dict[str, BaseTool]:
     """The tools of a tool config file, by the name the model calls them."""
-    file, entries = read_yaml_list(path, KEY, "tools", "class_name, config, tool_schema")
     tools: dict[str, BaseTool] = {}
-    for i, entry in enumerate(entries):
-        where = f"{file}, tools[{i}]"
-        if not isinstance(entry, dict) or not isinstance(entry.get("class_name"), str):
-            raise ConfigError(f"{where}: each tool needs a class_name")
-        spec = entry["class_name"]
-        cls = BUILTIN_TOOLS.get(spec) or import_class(spec, KEY, where)
+    for where, entry, cls in config_entries(path, KEY, "tools", "class_name, config, tool_schema", BUILTIN_TOOLS):
         if not issubclass(cls, BaseTool) and not hasattr(cls, "execute"):
-            raise ConfigError(f"{where}: {spec} has no execute method; tools implement BaseTool's interface")
+            raise ConfigError(f"{where}: {entry['class_name']} has no execute method; tools implement BaseTool's interface")
         tool = cls(entry.get("config") or {}, entry.get("tool_schema"))
         name = (tool.get_openai_tool_schema() or {}).get("function", {}).get("name")
         if not name:

@@ -1,4 +1,4 @@
-"""A named registry of functions: the one mechanism behind advantage estimators and policy losses."""
+"""A named registry: the one mechanism behind advantage estimators, policy losses, agent loops and text environments."""
 
 from __future__ import annotations
 
