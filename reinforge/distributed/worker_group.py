@@ -2,7 +2,8 @@
 
 The trainer only ever writes `group.method(batch)`. A worker class marks each public method
 with how its input is spread over the workers (`@register(Dispatch.DP)`: the Batch is split by
-data-parallel rank and the results are concatenated in order; `Dispatch.ALL`: every worker gets
+data-parallel rank, as `layout.py` lays it out, and the results are put back in the caller's row
+order; `Dispatch.ALL`: every worker gets
 the same arguments and rank 0's result is returned). `LocalWorkerGroup` holds the workers in
 this process (world size 1 on one machine); a Ray worker group will hold the same classes as Ray
 actors and implement the same two dispatch modes.
@@ -16,6 +17,7 @@ from collections.abc import Callable
 from typing import Any
 
 from reinforge.batch import Batch
+from reinforge.distributed.layout import gather_from_ranks, split_for_ranks
 
 
 class Dispatch(enum.Enum):
@@ -36,6 +38,8 @@ def register(dispatch: Dispatch) -> Callable[[Callable], Callable]:
 class WorkerGroup(ABC):
     """A set of workers of one class; public registered methods are called through it."""
 
+    balance_batch = False  # trainer.balance_batch: even out the ranks' token counts within each block of rows
+
     @property
     @abstractmethod
     def world_size(self) -> int: ...
@@ -55,9 +59,11 @@ class WorkerGroup(ABC):
         def call(*args, **kwargs):
             if mode is Dispatch.DP:
                 (batch,) = args
-                pieces = batch.chunk(self.world_size) if self.world_size > 1 else [batch]
-                results = self._call_all(method, [((piece,), kwargs) for piece in pieces])
-                return Batch.concat(results) if isinstance(results[0], Batch) else results
+                if self.world_size == 1:
+                    results = self._call_all(method, [((batch,), kwargs)])
+                    return results[0] if isinstance(results[0], Batch) else results
+                pieces, order, pad = split_for_ranks(batch, self.world_size, self.balance_batch)
+                return gather_from_ranks(self._call_all(method, [((piece,), kwargs) for piece in pieces]), order, pad)
             return self._call_all(method, [(args, kwargs)] * self.world_size)[0]
 
         call.__name__ = method
