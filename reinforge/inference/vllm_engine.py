@@ -3,8 +3,8 @@
 The rollout settings translate to `vllm.LLM` arguments (`vllm_llm_kwargs`), then
 `rollout.engine_kwargs.vllm.*` is passed through and wins. Requests go in as token ids and come
 back as token ids with the log-prob of each sampled token (`logprobs=0`), computed by vLLM in
-`processed_logprobs` mode: log softmax(logits / temperature) before top-k/top-p, the definition the
-hf engine and the actor use. Weights are pushed in buckets with `LLM.collective_rpc`, each bucket
+`processed_logprobs` mode: log softmax(logits / temperature), the actor's definition (with top-k or
+top-p on, vLLM normalises over the tokens they keep, where the hf engine and the actor do not). Weights are pushed in buckets with `LLM.collective_rpc`, each bucket
 loaded by the model's own `load_weights` (the Hugging Face names mapping onto vLLM's fused layers);
 `VLLM_ENABLE_V1_MULTIPROCESSING=0` keeps the engine core in this process, so with
 tensor_model_parallel_size=1 the buckets reach the model without a copy. With
@@ -95,9 +95,9 @@ class VLLMEngine(ColocatedEngine):
 
     def __init__(self, llm_kwargs: dict[str, Any], eos_token_ids: list[int], free_cache_engine: bool, bucket_bytes: int):
         super().__init__(free_cache_engine, bucket_bytes, engine_dtype(llm_kwargs["dtype"]))
+        os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")  # the engine core in this process: buckets by reference
         self.vllm = import_engine("vllm")
         self.eos_token_ids = tuple(eos_token_ids)
-        os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")  # the engine core in this process: buckets by reference
         self.llm = self.vllm.LLM(**llm_kwargs)
 
     def _release(self) -> None:

@@ -10,7 +10,7 @@ import pytest
 import torch
 from transformers import Qwen2Config, Qwen2ForCausalLM
 
-from reinforge.config import load_config
+from reinforge.config import load_config, unused_settings
 from reinforge.config.schema import RolloutConfig
 from reinforge.errors import ConfigError
 from reinforge.inference import ModuleWeights, SamplingParams
@@ -210,6 +210,18 @@ def test_gpu_engines_on_cpu_are_a_config_error(engine_name):
     with pytest.raises(ConfigError, match=f"rollout.name={engine_name} needs a CUDA GPU .*use actor_rollout_ref.rollout.name=hf"):
         load_config(["actor_rollout_ref.model.path=/m", "data.train_files=/d.parquet", "trainer.device=cpu",
                      f"actor_rollout_ref.rollout.name={engine_name}"])
+
+
+def test_unused_settings_follow_the_engine(monkeypatch):
+    monkeypatch.setattr("reinforge.inference.factory.check_gpu_engine", lambda config: None)
+    keys = ["actor_rollout_ref.rollout.gpu_memory_utilization=0.3", "actor_rollout_ref.rollout.micro_batch_size_per_gpu=4"]
+    base = ["actor_rollout_ref.model.path=/m", "data.train_files=/d.parquet"]
+    notes = {name: unused_settings(*load_config([*base, f"actor_rollout_ref.rollout.name={name}", *keys]))
+             for name in ("hf", "sglang")}
+    assert notes["hf"] == ["actor_rollout_ref.rollout.gpu_memory_utilization: vLLM/SGLang setting; this run generates with "
+                           "the hf engine"]
+    assert notes["sglang"] == ["actor_rollout_ref.rollout.micro_batch_size_per_gpu: hf engine setting; sglang schedules its "
+                               "own batches"]
 
 
 def test_an_unknown_engine_dtype_is_a_config_error(log):
