@@ -99,6 +99,7 @@ class ColocatedEngine(InferenceEngine):
     """
 
     keeps_weights_asleep = True
+    cache_tags: tuple[str, ...] = ("kv_cache",)  # what `wake` resumes after the weights
 
     def __init__(self, free_cache_engine: bool, bucket_bytes: int, dtype: torch.dtype):
         super().__init__()
@@ -119,14 +120,16 @@ class ColocatedEngine(InferenceEngine):
         """Take back the memory of `tags` ("weights", then the KV cache's tags)."""
 
     @abstractmethod
-    def _load_bucket(self, bucket: list[tuple[str, torch.Tensor]], last: bool) -> None:
-        """Copy one bucket of (HF name, tensor) into the engine's model (`last`: the final bucket of a push)."""
+    def _load_bucket(self, bucket: list[tuple[str, torch.Tensor]]) -> None:
+        """Copy one bucket of (HF name, tensor) into the engine's model."""
+
+    @abstractmethod
+    def _after_push(self) -> None:
+        """Forget what was cached with the old weights (prefix / KV cache)."""
 
     @abstractmethod
     def _generate(self, prompts: list[list[int]], params: SamplingParams, max_tokens: list[int]) -> list[GenerationOutput]:
         """The engine's batched generation, one request per prompt with its own token limit."""
-
-    cache_tags: tuple[str, ...] = ("kv_cache",)
 
     # ---- the protocol ------------------------------------------------------------------------------
     def update_weights(self, named_tensors: NamedTensors) -> None:
@@ -158,12 +161,9 @@ class ColocatedEngine(InferenceEngine):
     def push_weights(self) -> None:
         if self.source is None:
             raise RuntimeError("the engine has no weights to generate with: call update_weights(ModuleWeights(actor)) first")
-        buckets = weight_buckets(self.source, self.bucket_bytes, self.dtype)
-        bucket = next(buckets, None)
-        while bucket is not None:
-            following = next(buckets, None)
-            self._load_bucket(bucket, last=following is None)
-            bucket = following
+        for bucket in weight_buckets(self.source, self.bucket_bytes, self.dtype):
+            self._load_bucket(bucket)
+        self._after_push()
         self.synced = True
 
     def generate_batch(self, prompts: list[list[int]], params: SamplingParams,

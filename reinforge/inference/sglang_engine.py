@@ -6,7 +6,7 @@ names become SGLang's, e.g. gpu_memory_utilization -> mem_fraction_static, enfor
 disable_cuda_graph), then `rollout.engine_kwargs.sglang.*` is passed through and wins. Requests go
 in as `input_ids` with one sampling-parameter dict each and `return_logprob=True`; the output's
 `output_ids` and `meta_info.output_token_logprobs` become a GenerationOutput. Weights are pushed in
-buckets with `Engine.update_weights_from_tensor` (the KV cache flushed after the last one). With
+buckets with `Engine.update_weights_from_tensor`, then the KV cache is flushed (`Engine.flush_cache`). With
 `rollout.free_cache_engine` the engine starts with `enable_memory_saver`, and
 `release_memory_occupation` frees weights and KV cache during training; the weights are pushed
 again on wake.
@@ -95,8 +95,11 @@ class SGLangEngine(ColocatedEngine):
     def _resume(self, tags: tuple[str, ...]) -> None:
         self.engine.resume_memory_occupation(tags=list(tags))
 
-    def _load_bucket(self, bucket: list[tuple[str, torch.Tensor]], last: bool) -> None:
-        self.engine.update_weights_from_tensor(named_tensors=bucket, flush_cache=last)
+    def _load_bucket(self, bucket: list[tuple[str, torch.Tensor]]) -> None:
+        self.engine.update_weights_from_tensor(named_tensors=bucket, flush_cache=False)
+
+    def _after_push(self) -> None:
+        self.engine.flush_cache()
 
     def _generate(self, prompts: list[list[int]], params: SamplingParams, max_tokens: list[int]) -> list[GenerationOutput]:
         sampling = [sglang_sampling_params(params, limit, self.eos_token_ids) for limit in max_tokens]

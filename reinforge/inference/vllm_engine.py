@@ -106,10 +106,11 @@ class VLLMEngine(ColocatedEngine):
     def _resume(self, tags: tuple[str, ...]) -> None:
         self.llm.wake_up(tags=list(tags))
 
-    def _load_bucket(self, bucket: list[tuple[str, torch.Tensor]], last: bool) -> None:
+    def _load_bucket(self, bucket: list[tuple[str, torch.Tensor]]) -> None:
         self.llm.collective_rpc(load_weights_into_worker, args=(bucket,))
-        if last:  # cached prefixes were computed with the old weights
-            self.llm.reset_prefix_cache()
+
+    def _after_push(self) -> None:
+        self.llm.reset_prefix_cache()
 
     def _generate(self, prompts: list[list[int]], params: SamplingParams, max_tokens: list[int]) -> list[GenerationOutput]:
         sampling = [self.vllm.SamplingParams(**vllm_sampling_kwargs(params, limit, self.eos_token_ids)) for limit in max_tokens]

@@ -104,7 +104,10 @@ class FakeSGLangEngine(Recorder):
     def update_weights_from_tensor(self, named_tensors, load_format=None, flush_cache=True):
         self.load(named_tensors)
         if flush_cache:
-            self.log.append(("flush_cache",))
+            self.flush_cache()
+
+    def flush_cache(self):
+        self.log.append(("flush_cache",))
 
     def generate(self, prompt=None, sampling_params=None, input_ids=None, return_logprob=False):
         assert return_logprob, "reinforge needs the log-probs"
