@@ -159,6 +159,7 @@ class ColocatedEngine(InferenceEngine):
             self.synced = self.synced and self.keeps_weights_asleep
 
     def push_weights(self) -> None:
+        """Send the source's weights in buckets, then drop the caches computed with the old ones."""
         if self.source is None:
             raise RuntimeError("the engine has no weights to generate with: call update_weights(ModuleWeights(actor)) first")
         for bucket in weight_buckets(self.source, self.bucket_bytes, self.dtype):

@@ -11,10 +11,11 @@ import torch
 from transformers import Qwen2Config, Qwen2ForCausalLM
 
 from reinforge.config import load_config, unused_settings
-from reinforge.config.schema import RolloutConfig
+from reinforge.config.schema import Config, RolloutConfig
 from reinforge.errors import ConfigError
 from reinforge.inference import ModuleWeights, SamplingParams
 from reinforge.inference.colocated import engine_kwargs_for, hf_weight_name, weight_buckets
+from reinforge.inference.factory import check_gpu_engine
 from reinforge.inference.sglang_engine import SGLangEngine, sglang_engine_kwargs, sglang_sampling_params
 from reinforge.inference.vllm_engine import VLLMEngine, vllm_llm_kwargs, vllm_sampling_kwargs
 from tests.inference.fake_engines import fake_sglang, fake_vllm
@@ -222,6 +223,29 @@ def test_unused_settings_follow_the_engine(monkeypatch):
                            "the hf engine"]
     assert notes["sglang"] == ["actor_rollout_ref.rollout.micro_batch_size_per_gpu: hf engine setting; sglang schedules its "
                                "own batches"]
+
+
+@pytest.mark.parametrize("path, tp, message", [
+    (None, 1, "loads the model from actor_rollout_ref.model.path, which is not set"),
+    ("/m", 2, "tensor_model_parallel_size=2 is more than the 1 GPU.s. visible; set it to at most that .1 on one GPU."),
+])
+def test_gpu_engine_settings_that_cannot_run_on_this_machine(monkeypatch, path, tp, message):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    config = Config()
+    config.trainer.device, config.actor_rollout_ref.model.path = "cuda", path
+    config.actor_rollout_ref.rollout.name, config.actor_rollout_ref.rollout.tensor_model_parallel_size = "vllm", tp
+    with pytest.raises(ConfigError, match=message):
+        check_gpu_engine(config)
+    config.actor_rollout_ref.model.path, config.actor_rollout_ref.rollout.tensor_model_parallel_size = "/m", 1
+    check_gpu_engine(config)  # the same settings, fixed, pass
+
+
+def test_generating_before_any_weights_were_given_says_so(log):
+    settings = rollout(tensor_model_parallel_size=1)
+    engine = VLLMEngine(vllm_llm_kwargs(settings, "m", 0), [], True, MiB)
+    with pytest.raises(RuntimeError, match=r"no weights to generate with: call update_weights\(ModuleWeights\(actor\)\)"):
+        engine.generate_batch([[1, 2]], SamplingParams(max_tokens=1))
 
 
 def test_an_unknown_engine_dtype_is_a_config_error(log):
