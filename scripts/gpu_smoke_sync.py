@@ -1,8 +1,9 @@
 """Weight sync check of a GPU engine (run by scripts/gpu_smoke.sh): does the engine generate with the actor's weights?
 
 The engine starts with dummy (random) weights (rollout.load_format=dummy), so its log-probs match the actor's
-only if the first push worked. The actor is then changed by hand (its final norm scaled by 1/4, which moves every
-log-prob) and handed over as after a training update; the engine's log-probs must follow. Exits non-zero
+only if the first push worked. The actor is then changed by hand (its output embedding scaled by 1/4, which
+divides the logits by 4 and so moves every log-prob) and handed over as after a training update; the engine's
+log-probs must follow. Exits non-zero
 with the numbers when either comparison fails.
 
     python scripts/gpu_smoke_sync.py vllm Qwen/Qwen2.5-0.5B-Instruct
@@ -67,10 +68,10 @@ def main(engine: str, model: str) -> None:
 
     before = worker.compute_log_prob(first)["old_log_probs"].cpu()
     with torch.no_grad():
-        worker.actor.model.model.norm.weight.mul_(0.25)
+        worker.actor.model.get_output_embeddings().weight.mul_(0.25)
     change = mean_abs(worker.compute_log_prob(first)["old_log_probs"].cpu(), before, first["response_mask"].float())
     if change < MIN_CHANGE:
-        sys.exit(f"FAIL check: a quarter of the final norm moved the actor's log-probs by only {change:.4f}")
+        sys.exit(f"FAIL check: scaling the output embedding moved the actor's log-probs by only {change:.4f}")
     worker.update_weights()
 
     _, diff = rollout_vs_actor(worker, prompts)
