@@ -159,7 +159,6 @@ class ActorRolloutRefWorker:
     def load_checkpoint(self, folder: str) -> None:
         contents = self.config.actor_rollout_ref.actor.checkpoint.load_contents
         extra = load_training_state(folder, contents, self.actor.model, self.actor.optimizer, self.device)
-        self.engine.update_weights(ModuleWeights(self.actor.model))  # an engine with its own copy generates with the resumed weights
         if extra is not None:
             self.scheduler.load_state_dict(extra["lr_scheduler"])
             self._set_rng_state(extra["rng"])
