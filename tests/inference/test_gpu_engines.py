@@ -188,6 +188,16 @@ def test_sglang_protocol_pushes_on_every_wake_since_release_discards_weights(log
     assert log == [("release", None), *woken, ("generate", 1), ("release", None), *woken]
 
 
+def test_weights_loaded_into_the_actor_before_the_first_rollout_reach_the_engine(log):
+    model = tiny_qwen()
+    engine = make("sglang", model)
+    engine.sleep()
+    with torch.no_grad():  # as a resumed checkpoint loads into the actor after the engine was built
+        model.model.norm.weight.fill_(5.0)
+    engine.generate_batch([[1, 2]], SamplingParams(max_tokens=1))
+    assert torch.equal(engine.engine.weights["model.norm.weight"], torch.full((8,), 5.0, dtype=torch.bfloat16))
+
+
 def test_without_free_cache_engine_nothing_is_released(log):
     model = tiny_qwen()
     engine = make("vllm", model, free_cache_engine=False)
