@@ -3,8 +3,9 @@
 The rule (both fakes): the i-th response token to a prompt is `(last prompt token + i + 1) % 100 + 10`,
 with log-prob `-(i + 1) / 10`; a response ends after a stop token (finish reason "stop") or at its
 token limit ("length"). The pushed weights land in `weights`, a name -> tensor dict, and each
-pushed bucket's names in `buckets`. Their signatures name the real libraries' arguments, so a
-misspelled argument fails here as it would there.
+pushed bucket's names in `buckets`. The methods (and `FakeSamplingParams`) take the real libraries'
+argument names, so a misspelled argument fails here as it would there; `vllm.LLM`'s own keyword
+arguments are recorded as given and checked by the translation tests.
 """
 
 from __future__ import annotations
