@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The GRPO command line of verl's examples/grpo_trainer/run_qwen3-8b.sh, as `reinforge train`,
-# with the model path and sizes swapped for the local tiny model and small GSM8K-format data.
-# Every other override is the seed's own; the ones that only matter to vLLM or multi-GPU runs are
-# accepted and reported as having no effect here.
+# with the model path and sizes swapped for the local tiny model and small GSM8K-format data, and
+# the engine: vLLM needs a GPU, so this CPU run generates with hf (ROLLOUT=vllm on a GPU with
+# reinforge[vllm] installed). Every other override is the seed's own; the ones that only matter to
+# vLLM or multi-GPU runs are accepted and reported as having no effect here.
 set -euo pipefail
 DATA=${DATA:-$HOME/data/gsm8k_like}
 MODEL=${MODEL:-$(python -c 'from reinforge.training.tiny_model import ensure_tiny_model; print(ensure_tiny_model())')}
@@ -16,7 +17,7 @@ reinforge train \
     data.max_prompt_length=128 \
     data.max_response_length=16 \
     actor_rollout_ref.model.path="$MODEL" \
-    actor_rollout_ref.rollout.name=vllm \
+    actor_rollout_ref.rollout.name=${ROLLOUT:-hf} \
     actor_rollout_ref.rollout.n=5 \
     actor_rollout_ref.rollout.tensor_model_parallel_size=2 \
     actor_rollout_ref.actor.optim.lr=1e-6 \

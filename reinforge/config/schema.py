@@ -225,7 +225,8 @@ class AgentConfig(Node):
 
 @dataclass
 class RolloutConfig(Node):
-    name: str = _f("hf", "Generation engine: hf (transformers; CPU or GPU). vllm and sglang are planned; asking for them runs hf and says so.")
+    name: str = _f("hf", "Generation engine: hf (transformers; CPU or GPU; shares the actor's weights), vllm or sglang (one CUDA "
+                   "GPU or more, in the training process, extras reinforge[vllm] / reinforge[sglang]; docs/engines.md).")
     mode: str = _f("sync", "sync or async rollout (async: planned; runs sync).")
     n: int = _f(1, "Responses sampled per prompt (the group size of GRPO).")
     temperature: float = _f(1.0, "Sampling temperature; the actor divides logits by it when computing log-probs too.")
@@ -235,24 +236,32 @@ class RolloutConfig(Node):
     prompt_length: int | None = _f(None, "Null: data.max_prompt_length.")
     response_length: int | None = _f(None, "Most new tokens per response; null: data.max_response_length.")
     ignore_eos: bool = _f(False, "Keep generating past EOS up to response_length.")
-    dtype: str = _f("bfloat16", "Engine dtype (vLLM/SGLang). The hf engine uses the actor's weights and dtype.")
+    dtype: str = _f("bfloat16", "vLLM/SGLang: the engine's dtype; the actor's weights are cast to it when pushed. The hf "
+                    "engine uses the actor's weights and dtype.")
     log_prob_micro_batch_size: int | None = _f(None, "Deprecated verl global micro-batch; use log_prob_micro_batch_size_per_gpu.")
     log_prob_micro_batch_size_per_gpu: int | None = _f(None, "Trajectories per forward when recomputing log-probs; null: all at once.")
     log_prob_use_dynamic_bsz: bool = _f(False, "Token-budget micro-batches (not in this version).")
     log_prob_max_token_len_per_gpu: int = _f(16384, "Token budget per micro-batch (not in this version).")
     micro_batch_size_per_gpu: int | None = _f(None, "hf engine: prompts generated together; null: all at once.")
-    gpu_memory_utilization: float = _f(0.5, "vLLM/SGLang: fraction of GPU memory for weights and KV cache.")
-    tensor_model_parallel_size: int = _f(2, "vLLM/SGLang tensor parallel size.")
-    max_num_batched_tokens: int = _f(8192, "vLLM: tokens per scheduler step.")
-    max_model_len: int | None = _f(None, "vLLM: longest sequence.")
-    max_num_seqs: int = _f(1024, "vLLM: concurrent sequences.")
-    enforce_eager: bool = _f(True, "vLLM: disable CUDA graphs.")
-    free_cache_engine: bool = _f(True, "vLLM/SGLang: free the KV cache during training.")
-    load_format: str = _f("dummy", "vLLM/SGLang weight loading format.")
-    enable_chunked_prefill: bool = _f(True, "vLLM chunked prefill.")
-    disable_log_stats: bool = _f(True, "vLLM statistics logging.")
-    calculate_log_probs: bool = _f(False, "Return the engine's per-token log-probs as rollout_log_probs.")
-    engine_kwargs: dict = _f({}, "Extra engine arguments (vLLM/SGLang).")
+    gpu_memory_utilization: float = _f(0.5, "vLLM/SGLang: fraction of GPU memory for the engine's weights and KV cache "
+                                       "(SGLang's mem_fraction_static); the actor trains in the rest.")
+    tensor_model_parallel_size: int = _f(2, "vLLM/SGLang tensor parallel size (SGLang's tp_size); at most the GPUs visible, 1 on one GPU.")
+    max_num_batched_tokens: int = _f(8192, "vLLM: tokens per scheduler step; SGLang: chunked_prefill_size.")
+    max_model_len: int | None = _f(None, "vLLM/SGLang (context_length): longest sequence; null: the model's.")
+    max_num_seqs: int = _f(1024, "vLLM: concurrent sequences; SGLang: max_running_requests.")
+    enforce_eager: bool = _f(True, "vLLM: no CUDA graphs; SGLang: disable_cuda_graph.")
+    free_cache_engine: bool = _f(True, "vLLM/SGLang: release the engine's GPU memory while the actor trains (vLLM sleep mode "
+                                 "level 1, SGLang's memory saver) and take it back before generating.")
+    load_format: str = _f("dummy", "vLLM/SGLang: how the engine loads its first weights; dummy (random) is enough, since the "
+                          "actor's weights are pushed before the first generation.")
+    enable_chunked_prefill: bool = _f(True, "vLLM chunked prefill (SGLang: false sets chunked_prefill_size=-1).")
+    disable_log_stats: bool = _f(True, "vLLM statistics logging; SGLang: log_level error.")
+    update_weights_bucket_megabytes: int = _f(512, "vLLM/SGLang: the actor's weights are pushed to the engine in buckets of at "
+                                              "most this many MiB (cast to rollout.dtype), so the push needs no second full copy.")
+    calculate_log_probs: bool = _f(False, "Return the engine's per-token log-probs as rollout_log_probs (every engine here "
+                                   "always returns them).")
+    engine_kwargs: dict = _f({}, "Extra engine arguments by engine, as verl nests them: engine_kwargs.vllm.* go to vllm.LLM, "
+                             "engine_kwargs.sglang.* to sglang.Engine; they override the translated settings.")
     val_kwargs: ValKwargs = _sub(ValKwargs, "Sampling for validation.")
     multi_turn: MultiTurnConfig = _sub(MultiTurnConfig, "Multi-turn rollouts.")
     agent: AgentConfig = _sub(AgentConfig, "Agent loops of multi-turn rollouts (docs/agents.md).")

@@ -7,7 +7,7 @@ from reinforge.config.schema import Config
 _ENGINE_ONLY = (
     "gpu_memory_utilization", "tensor_model_parallel_size", "max_num_batched_tokens", "max_model_len",
     "max_num_seqs", "enforce_eager", "free_cache_engine", "load_format", "enable_chunked_prefill",
-    "disable_log_stats", "engine_kwargs", "dtype",
+    "disable_log_stats", "engine_kwargs", "dtype", "update_weights_bucket_megabytes",
 )
 
 _ALWAYS_INERT = {
@@ -34,7 +34,7 @@ _ALWAYS_INERT = {
     "critic.model.use_remove_padding": "padded batches are used in this version",
     "critic.model.tokenizer_path": "the critic reads the actor's token ids",
     "trainer.del_local_ckpt_after_load": "checkpoints are kept after resuming",
-    "actor_rollout_ref.rollout.calculate_log_probs": "the hf engine always returns rollout_log_probs",
+    "actor_rollout_ref.rollout.calculate_log_probs": "every engine always returns rollout_log_probs",
     "actor_rollout_ref.rollout.prompt_length": "prompts are limited by data.max_prompt_length",
     "reward_model.model.use_remove_padding": "padded batches are used in this version",
     "reward_model.model.use_shm": "the model is read from its folder",
@@ -89,12 +89,12 @@ def unused_settings(config: Config, user_keys: list[str]) -> list[str]:
                       "scoring stays synchronous")
         elif reason is None and "fsdp_config" in parts and parts[-1] != "model_dtype":
             reason = "acts with the multi-process FSDP strategy (planned); this run trains in one process"
-        elif reason is None and key.startswith("actor_rollout_ref.rollout.") and parts[2] in _ENGINE_ONLY:
+        elif reason is None and key.startswith("actor_rollout_ref.rollout.") and parts[2] in _ENGINE_ONLY and rollout.name == "hf":
             reason = "vLLM/SGLang setting; this run generates with the hf engine"
+        elif reason is None and key == "actor_rollout_ref.rollout.micro_batch_size_per_gpu" and rollout.name != "hf":
+            reason = f"hf engine setting; {rollout.name} schedules its own batches"
         elif reason is None and key == "actor_rollout_ref.rollout.mode" and rollout.mode == "async":
             reason = "asynchronous rollout is planned; this run generates synchronously"
-        elif reason is None and key == "actor_rollout_ref.rollout.name" and rollout.name != "hf":
-            reason = f"the {rollout.name} engine is not available in this version yet; this run generates with the hf engine"
         elif reason is None:
             reason = _reward_model_reason(config, key)
         if reason:

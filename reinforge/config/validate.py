@@ -267,6 +267,11 @@ def _check(config: Config) -> None:
         raise ConfigError("trainer.nnodes > 1: multi-node runs are not supported in this version yet")
     _check_reward_model(config)
     _check_sandbox_fusion(config)
+    _positive("actor_rollout_ref.rollout.update_weights_bucket_megabytes", rollout.update_weights_bucket_megabytes)
+    _positive("actor_rollout_ref.rollout.tensor_model_parallel_size", rollout.tensor_model_parallel_size)
+    from reinforge.inference.factory import check_gpu_engine  # imported here: the config package does not load inference
+
+    check_gpu_engine(config)
 
 
 def _check_sandbox_fusion(config: Config) -> None:

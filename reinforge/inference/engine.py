@@ -48,7 +48,7 @@ class GenerationOutput:
 
 
 class InferenceEngine(ABC):
-    """Base class of the generation engines (hf now; vllm and sglang behind the same methods)."""
+    """Base class of the generation engines: hf (hf.py), and vllm and sglang (over colocated.py)."""
 
     def __init__(self) -> None:
         self._pending: list[tuple[list[int], SamplingParams, asyncio.Future]] = []

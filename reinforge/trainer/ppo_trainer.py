@@ -132,7 +132,7 @@ class RLTrainer:
             if self.critic_wg is None or self.global_steps > cfg.trainer.critic_warmup:  # the first critic_warmup steps train only the critic
                 with timer("update_actor", timing):
                     metrics.update(wg.update_actor(batch).meta_info["metrics"])
-                with timer("update_weights", timing):  # the engine gets the new weights (~0 s when it shares the actor's)
+                with timer("update_weights", timing):  # hf shares them; vllm/sglang get them when the next rollout wakes the engine
                     wg.update_weights()
         metrics.update(compute_data_metrics(batch, cfg.actor_rollout_ref.rollout.response_length))
         metrics.update(extra_info_metrics(reward_extra_info(batch)))

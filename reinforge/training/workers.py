@@ -23,7 +23,7 @@ from reinforge.batch import Batch
 from reinforge.config.schema import Config, TrainerConfig
 from reinforge.distributed import Dispatch, register
 from reinforge.errors import ConfigError
-from reinforge.inference import HFEngine, SamplingParams, generate_sequences
+from reinforge.inference import ModuleWeights, SamplingParams, generate_sequences, make_engine
 from reinforge.trainer.checkpoint import save_torch
 from reinforge.training.actor import Actor
 from reinforge.training.critic import Critic
@@ -67,12 +67,8 @@ class ActorRolloutRefWorker:
             total = cfg.actor.optim.total_training_steps
             self.scheduler = make_scheduler(optimizer, cfg.actor.optim, total if total > 0 else total_training_steps)
             self.actor = Actor(model, cfg.actor, optimizer)
-            eos = model.generation_config.eos_token_id if model.generation_config is not None else None
-            eos_ids = [eos] if isinstance(eos, int) else list(eos or [])
-            if self.tokenizer.eos_token_id is not None and self.tokenizer.eos_token_id not in eos_ids:
-                eos_ids.append(self.tokenizer.eos_token_id)
-            self.engine = HFEngine(model, self.tokenizer.pad_token_id, eos_ids, seed=self.config.trainer.seed,
-                                   micro_batch_size=cfg.rollout.micro_batch_size_per_gpu)
+            self.engine = make_engine(self.config, model, self.tokenizer)  # hf, vllm or sglang (docs/engines.md)
+            self.engine.sleep()  # vllm/sglang with free_cache_engine: no KV cache held until the first rollout
             self.agents = None
             if cfg.rollout.multi_turn.enable:  # imported here: single-turn runs never load the agent machinery
                 from reinforge.inference.agent import AgentRunner
@@ -100,9 +96,13 @@ class ActorRolloutRefWorker:
         meta_info['validate'] picks val_kwargs; meta_info['do_sample']=False asks for greedy responses.
         """
         params = self.sampling_params(bool(prompts.meta_info.get("validate", False)), prompts.meta_info.get("do_sample", True))
-        if self.agents is not None:  # multi-turn: an agent loop per row (docs/agents.md)
-            return self.agents.generate_sequences(self.engine, prompts, params, self.tokenizer.pad_token_id)
-        return generate_sequences(self.engine, prompts, params, self.tokenizer.pad_token_id)
+        self.engine.wake()  # vllm/sglang: memory back, the actor's latest weights pushed
+        try:
+            if self.agents is not None:  # multi-turn: an agent loop per row (docs/agents.md)
+                return self.agents.generate_sequences(self.engine, prompts, params, self.tokenizer.pad_token_id)
+            return generate_sequences(self.engine, prompts, params, self.tokenizer.pad_token_id)
+        finally:
+            self.engine.sleep()  # with rollout.free_cache_engine the training passes get the memory back
 
     # ---- training -----------------------------------------------------------------------------
     @register(Dispatch.DP)
@@ -137,8 +137,9 @@ class ActorRolloutRefWorker:
 
     @register(Dispatch.ALL)
     def update_weights(self) -> None:
-        """Give the engine the updated weights (the hf engine shares the actor's module: nothing to copy)."""
-        self.engine.update_weights(())
+        """Give the engine the updated weights: vllm/sglang push them in buckets at their next wake; the hf engine
+        shares the actor's module, so there is nothing to copy."""
+        self.engine.update_weights(ModuleWeights(self.actor.model))
 
     # ---- checkpoints --------------------------------------------------------------------------
     @register(Dispatch.ALL)

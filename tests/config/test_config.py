@@ -26,7 +26,7 @@ def test_verl_defaults_hold_when_a_model_and_data_are_given():
 
 def test_seed_overrides_parse(tmp_path):
     cfg, keys = load_config(VERL + [
-        "actor_rollout_ref.rollout.name=vllm", "actor_rollout_ref.rollout.n=5",
+        "actor_rollout_ref.rollout.name=hf", "actor_rollout_ref.rollout.n=5",
         "actor_rollout_ref.rollout.tensor_model_parallel_size=2", "actor_rollout_ref.actor.optim.lr=1e-6",
         "actor_rollout_ref.actor.ppo_mini_batch_size=256", "actor_rollout_ref.actor.use_kl_loss=True",
         "actor_rollout_ref.actor.kl_loss_coef=0.001", "actor_rollout_ref.actor.entropy_coeff=0",
@@ -36,7 +36,8 @@ def test_seed_overrides_parse(tmp_path):
     assert cfg.actor_rollout_ref.rollout.n == 5 and cfg.actor_rollout_ref.actor.use_kl_loss is True
     assert cfg.actor_rollout_ref.rollout.engine_kwargs == {"vllm": {"swap_space": 4}}
     notes = "\n".join(unused_settings(cfg, keys))
-    assert "tensor_model_parallel_size" in notes and "rollout.name: the vllm engine" in notes and "n_gpus_per_node" in notes
+    assert "tensor_model_parallel_size: vLLM/SGLang setting; this run generates with the hf engine" in notes
+    assert "n_gpus_per_node" in notes and "engine_kwargs" in notes
 
 
 @pytest.mark.parametrize("override, message", [

@@ -1,0 +1,217 @@
+"""What the vLLM and SGLang engines share, none of it needing a GPU: weights and the sync protocol.
+
+Both engines run in the training process and hold their own copy of the policy's weights on the
+same GPU as the actor. Three things follow, implemented here once:
+
+- Weight names. The engine loads Hugging Face checkpoint names (`model.layers.0.mlp.up_proj.weight`);
+  the actor's state dict may carry wrapper prefixes (`_orig_mod.` from torch.compile,
+  `_fsdp_wrapped_module.`, `_checkpoint_wrapped_module.`), which `hf_weight_name` strips. A tied
+  output embedding is the same tensor as the input embedding and is sent once.
+- Buckets. The actor's weights go to the engine in buckets of at most
+  `rollout.update_weights_bucket_megabytes`, each tensor cast to the engine's dtype (and, when
+  FSDP2 shards it, gathered) only when its bucket is built, so the push never holds a second full
+  copy of the model on the GPU.
+- The sync protocol (`ColocatedEngine`): `update_weights(source)` after a training update only
+  notes that the engine's copy is stale; the next `wake()` takes the weights memory back, pushes
+  the buckets, then takes the KV cache back; generation runs; `sleep()` (with
+  `rollout.free_cache_engine`) releases the engine's memory while the actor trains.
+"""
+
+from __future__ import annotations
+
+import importlib
+from abc import abstractmethod
+from collections.abc import Iterable, Iterator
+from types import ModuleType
+
+import torch
+
+from reinforge.errors import ConfigError
+from reinforge.inference.engine import GenerationOutput, InferenceEngine, SamplingParams
+
+WRAPPER_PREFIXES = ("_orig_mod.", "_fsdp_wrapped_module.", "_checkpoint_wrapped_module.")
+
+NamedTensors = Iterable[tuple[str, torch.Tensor]]
+
+
+def hf_weight_name(name: str) -> str:
+    """The Hugging Face checkpoint name of a state-dict key: the wrapper prefixes removed wherever they sit."""
+    for prefix in WRAPPER_PREFIXES:
+        name = name.replace(prefix, "")
+    return name
+
+
+def full_tensor(tensor: torch.Tensor) -> torch.Tensor:
+    """The whole tensor: an FSDP2 shard (DTensor) is gathered from every rank; a plain tensor is itself."""
+    return tensor.full_tensor() if hasattr(tensor, "full_tensor") else tensor
+
+
+class ModuleWeights:
+    """The current weights of `module` under Hugging Face names, read anew at every iteration.
+
+    An engine keeps this object and iterates it whenever its copy must be refreshed (after an update,
+    or after a sleep that discarded its weights); the tensors are the module's own, not copies.
+    Tensors that share memory (tied input and output embeddings) are yielded once, under the first name.
+    """
+
+    def __init__(self, module: torch.nn.Module):
+        self.module = module
+
+    def __iter__(self) -> Iterator[tuple[str, torch.Tensor]]:
+        seen: set[tuple[int, tuple[int, ...]]] = set()
+        for name, tensor in self.module.state_dict().items():
+            local = tensor.to_local() if hasattr(tensor, "to_local") else tensor
+            key = (local.data_ptr(), tuple(tensor.shape))
+            if local.numel() and key in seen:
+                continue
+            seen.add(key)
+            yield hf_weight_name(name), tensor
+
+
+def weight_buckets(named_tensors: NamedTensors, bucket_bytes: int,
+                   dtype: torch.dtype | None = None) -> Iterator[list[tuple[str, torch.Tensor]]]:
+    """Lists of (name, tensor) of at most `bucket_bytes` each (a tensor larger than that goes alone).
+
+    Each tensor is gathered (FSDP2) and cast to `dtype` (floating tensors only) as its bucket fills, so
+    at most one bucket of converted tensors exists at a time."""
+    bucket: list[tuple[str, torch.Tensor]] = []
+    size = 0
+    for name, tensor in named_tensors:
+        tensor = full_tensor(tensor)
+        if dtype is not None and tensor.is_floating_point():
+            tensor = tensor.to(dtype)
+        nbytes = tensor.numel() * tensor.element_size()
+        if bucket and size + nbytes > bucket_bytes:
+            yield bucket
+            bucket, size = [], 0
+        bucket.append((name, tensor))
+        size += nbytes
+    if bucket:
+        yield bucket
+
+
+class ColocatedEngine(InferenceEngine):
+    """An engine with its own copy of the weights on the training GPU: the sync protocol around generation.
+
+    Subclasses say how to release and resume memory by tag, how to load one bucket, and how to generate.
+    `keeps_weights_asleep` says whether the engine's weights survive `sleep()` (vLLM's level 1 sleep
+    keeps them in CPU memory; SGLang discards them and they are pushed again on wake).
+    """
+
+    keeps_weights_asleep = True
+    cache_tags: tuple[str, ...] = ("kv_cache",)  # what `wake` resumes after the weights
+
+    def __init__(self, free_cache_engine: bool, bucket_bytes: int, dtype: torch.dtype):
+        super().__init__()
+        self.free_cache_engine = free_cache_engine
+        self.bucket_bytes = bucket_bytes
+        self.dtype = dtype
+        self.asleep = False
+        self.synced = False  # the engine's weights equal the source's (a fresh engine holds dummy or stale weights)
+        self.source: NamedTensors | None = None
+
+    # ---- what each engine implements -------------------------------------------------------------
+    @abstractmethod
+    def _release(self) -> None:
+        """Free the engine's GPU memory (KV cache, and weights unless kept)."""
+
+    @abstractmethod
+    def _resume(self, tags: tuple[str, ...]) -> None:
+        """Take back the memory of `tags` ("weights", then the KV cache's tags)."""
+
+    @abstractmethod
+    def _load_bucket(self, bucket: list[tuple[str, torch.Tensor]]) -> None:
+        """Copy one bucket of (HF name, tensor) into the engine's model."""
+
+    @abstractmethod
+    def _after_push(self) -> None:
+        """Forget what was cached with the old weights (prefix / KV cache)."""
+
+    @abstractmethod
+    def _generate(self, prompts: list[list[int]], params: SamplingParams, max_tokens: list[int]) -> list[GenerationOutput]:
+        """The engine's batched generation, one request per prompt with its own token limit."""
+
+    # ---- the protocol ------------------------------------------------------------------------------
+    def update_weights(self, named_tensors: NamedTensors) -> None:
+        """Take `named_tensors` (e.g. `ModuleWeights(actor)`) as the weights to generate with; they are pushed
+        at the next `wake()`. The engine may iterate it again later, so pass an object that reads the
+        current weights at each iteration rather than a one-shot generator."""
+        self.source = named_tensors
+        self.synced = False
+
+    def wake(self) -> None:
+        """Weights memory back, the weights pushed if stale, then the KV cache back. A no-op when awake and in sync."""
+        if not self.asleep and self.synced:
+            return
+        if self.asleep:
+            self._resume(("weights",))
+        if not self.synced:
+            self.push_weights()
+        if self.asleep:
+            self._resume(self.cache_tags)
+            self.asleep = False
+
+    def sleep(self) -> None:
+        """Release the engine's memory for training (only with rollout.free_cache_engine)."""
+        if self.free_cache_engine and not self.asleep:
+            self._release()
+            self.asleep = True
+            self.synced = self.synced and self.keeps_weights_asleep
+
+    def push_weights(self) -> None:
+        """Send the source's weights in buckets, then drop the caches computed with the old ones."""
+        if self.source is None:
+            raise RuntimeError("the engine has no weights to generate with: call update_weights(ModuleWeights(actor)) first")
+        for bucket in weight_buckets(self.source, self.bucket_bytes, self.dtype):
+            self._load_bucket(bucket)
+        self._after_push()
+        self.synced = True
+
+    def generate_batch(self, prompts: list[list[int]], params: SamplingParams,
+                       max_tokens: list[int] | None = None) -> list[GenerationOutput]:
+        if not prompts:
+            return []
+        self.wake()
+        return self._generate(prompts, params, max_tokens or [params.max_tokens] * len(prompts))
+
+
+def engine_kwargs_for(name: str, engine_kwargs: dict) -> dict:
+    """The user's pass-through arguments for engine `name`, nested as verl nests them
+    (`rollout.engine_kwargs.vllm.swap_space=4`); other engines' sections are ignored."""
+    unknown = [key for key in engine_kwargs if key not in ("vllm", "sglang")]
+    if unknown:
+        raise ConfigError(f"actor_rollout_ref.rollout.engine_kwargs.{unknown[0]}: engine arguments nest under the engine's "
+                          f"name, e.g. actor_rollout_ref.rollout.engine_kwargs.{name}.{unknown[0]}=...")
+    section = engine_kwargs.get(name) or {}
+    if not isinstance(section, dict):
+        raise ConfigError(f"actor_rollout_ref.rollout.engine_kwargs.{name}={section!r} must be a mapping of argument names to values")
+    return dict(section)
+
+
+TORCH_DTYPES = {"bfloat16": torch.bfloat16, "bf16": torch.bfloat16, "float16": torch.float16, "fp16": torch.float16,
+                "float32": torch.float32, "fp32": torch.float32}
+
+
+def engine_dtype(name: str) -> torch.dtype:
+    """The torch dtype of `rollout.dtype`."""
+    if name not in TORCH_DTYPES:
+        raise ConfigError(f"actor_rollout_ref.rollout.dtype={name!r} is not one of: {', '.join(TORCH_DTYPES)}")
+    return TORCH_DTYPES[name]
+
+
+def import_engine(name: str) -> ModuleType:
+    """The engine's package, or a ConfigError saying which extra installs it."""
+    try:
+        return importlib.import_module(name)
+    except ImportError as exc:
+        raise ConfigError(f"actor_rollout_ref.rollout.name={name} needs the {name} package, which is not installed "
+                          f"({exc}): pip install 'reinforge[{name}]', or use actor_rollout_ref.rollout.name=hf") from exc
+
+
+def stop_token_ids(params: SamplingParams, eos_token_ids: tuple[int, ...]) -> list[int]:
+    """The tokens that end a response: the model's EOS tokens and the request's stop tokens, none with ignore_eos,
+    as in the hf engine. Passed explicitly, so the engine stops where the hf engine would, whatever its own
+    tokenizer or generation config says."""
+    if params.ignore_eos:
+        return []
+    return list(dict.fromkeys([*eos_token_ids, *params.stop_token_ids]))

@@ -1,0 +1,66 @@
+"""One place that builds the generation engine that `actor_rollout_ref.rollout.name` asks for.
+
+`hf` shares the actor's module (nothing to sync). `vllm` and `sglang` load their own copy of the
+model from `actor_rollout_ref.model.path` onto the same GPU and are given the actor's weights
+(`ModuleWeights`), pushed on their first wake and after every update (docs/engines.md).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from reinforge.config.schema import Config
+from reinforge.errors import ConfigError
+from reinforge.inference.colocated import ModuleWeights
+from reinforge.inference.engine import InferenceEngine
+from reinforge.inference.hf import HFEngine
+
+GPU_ENGINES = ("vllm", "sglang")
+
+
+def eos_token_ids(model: torch.nn.Module, tokenizer) -> list[int]:
+    """The tokens that end a response: the model's generation config's EOS ids, and the tokenizer's."""
+    eos = model.generation_config.eos_token_id if model.generation_config is not None else None
+    ids = [eos] if isinstance(eos, int) else list(eos or [])
+    if tokenizer.eos_token_id is not None and tokenizer.eos_token_id not in ids:
+        ids.append(tokenizer.eos_token_id)
+    return ids
+
+
+def check_gpu_engine(config: Config) -> None:
+    """ConfigError when a GPU engine is asked for where it cannot run (also called by config validation)."""
+    rollout, device = config.actor_rollout_ref.rollout, config.trainer.device
+    if rollout.name not in GPU_ENGINES:
+        return
+    if device != "cuda" or not torch.cuda.is_available():
+        raise ConfigError(f"actor_rollout_ref.rollout.name={rollout.name} needs a CUDA GPU (trainer.device={device}); "
+                          "use actor_rollout_ref.rollout.name=hf on CPU")
+    if not config.actor_rollout_ref.model.path:
+        raise ConfigError(f"actor_rollout_ref.rollout.name={rollout.name} loads the model from actor_rollout_ref.model.path, "
+                          "which is not set: give a Hugging Face model folder or hub id")
+    if rollout.tensor_model_parallel_size > torch.cuda.device_count():
+        raise ConfigError(f"actor_rollout_ref.rollout.tensor_model_parallel_size={rollout.tensor_model_parallel_size} is more "
+                          f"than the {torch.cuda.device_count()} GPU(s) visible; set it to at most that (1 on one GPU)")
+
+
+def make_engine(config: Config, model: torch.nn.Module, tokenizer) -> InferenceEngine:
+    """The engine of `rollout.name` for the actor `model`; a vllm/sglang engine already holds `ModuleWeights(model)`."""
+    rollout, trainer = config.actor_rollout_ref.rollout, config.trainer
+    eos = eos_token_ids(model, tokenizer)
+    if rollout.name == "hf":
+        return HFEngine(model, tokenizer.pad_token_id, eos, seed=trainer.seed, micro_batch_size=rollout.micro_batch_size_per_gpu)
+    check_gpu_engine(config)
+    model_cfg = config.actor_rollout_ref.model
+    bucket_bytes = rollout.update_weights_bucket_megabytes << 20
+    if rollout.name == "vllm":
+        from reinforge.inference.vllm_engine import VLLMEngine, vllm_llm_kwargs
+
+        engine = VLLMEngine(vllm_llm_kwargs(rollout, model_cfg.path, trainer.seed, model_cfg.trust_remote_code), eos,
+                            rollout.free_cache_engine, bucket_bytes)
+    else:
+        from reinforge.inference.sglang_engine import SGLangEngine, sglang_engine_kwargs
+
+        engine = SGLangEngine(sglang_engine_kwargs(rollout, model_cfg.path, trainer.seed, model_cfg.trust_remote_code), eos,
+                              rollout.free_cache_engine, bucket_bytes)
+    engine.update_weights(ModuleWeights(model))
+    return engine
