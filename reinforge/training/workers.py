@@ -11,6 +11,7 @@ Checkpoints use verl's file names: `model_`, `optim_` and `extra_state_world_siz
 
 from __future__ import annotations
 
+import copy
 import json
 import random
 import time
@@ -27,7 +28,7 @@ from reinforge.inference import HFEngine, SamplingParams, generate_sequences
 from reinforge.trainer.checkpoint import save_torch
 from reinforge.training.actor import Actor
 from reinforge.training.critic import Critic
-from reinforge.training.model import load_causal_lm, load_tokenizer, load_value_model
+from reinforge.training.model import DTYPES, load_causal_lm, load_tokenizer, load_value_model
 from reinforge.training.optim import make_optimizer, make_scheduler
 from reinforge.training.perf import compute_memory_metrics, device_peak_flops, mfu, training_flops
 
@@ -45,6 +46,24 @@ def update_perf_metrics(role: str, model: torch.nn.Module, batch: Batch, seconds
     if role == "actor":
         metrics.update(compute_memory_metrics(trainer.device))
     return metrics
+
+
+def engine_policy(model: torch.nn.Module, rollout_dtype: str | None) -> torch.nn.Module:
+    """The module the hf engine generates with: the actor's own, or (actor_rollout_ref.rollout.dtype naming another
+    dtype) a frozen copy in that dtype, kept in step by `refresh_engine_policy` (a bf16 engine beside an fp32 actor)."""
+    dtype = None if rollout_dtype is None else DTYPES[rollout_dtype]
+    if dtype is None or dtype == next(model.parameters()).dtype:
+        return model
+    replica = copy.deepcopy(model).to(dtype)
+    replica.eval()
+    replica.requires_grad_(False)
+    return replica
+
+
+def refresh_engine_policy(engine_model: torch.nn.Module, actor_model: torch.nn.Module) -> None:
+    """Copy the actor's weights into the engine's copy (cast to its dtype); nothing when the engine shares the module."""
+    if engine_model is not actor_model:
+        engine_model.load_state_dict(actor_model.state_dict())
 
 
 class ActorRolloutRefWorker:
@@ -66,12 +85,13 @@ class ActorRolloutRefWorker:
             optimizer = make_optimizer(model.parameters(), cfg.actor.optim)
             total = cfg.actor.optim.total_training_steps
             self.scheduler = make_scheduler(optimizer, cfg.actor.optim, total if total > 0 else total_training_steps)
-            self.actor = Actor(model, cfg.actor, optimizer)
+            self.actor = Actor(model, cfg.actor, optimizer, rollout_correction=self.config.algorithm.rollout_correction)
             eos = model.generation_config.eos_token_id if model.generation_config is not None else None
             eos_ids = [eos] if isinstance(eos, int) else list(eos or [])
             if self.tokenizer.eos_token_id is not None and self.tokenizer.eos_token_id not in eos_ids:
                 eos_ids.append(self.tokenizer.eos_token_id)
-            self.engine = HFEngine(model, self.tokenizer.pad_token_id, eos_ids, seed=self.config.trainer.seed,
+            self.engine = HFEngine(engine_policy(model, cfg.rollout.dtype), self.tokenizer.pad_token_id, eos_ids,
+                                   seed=self.config.trainer.seed,
                                    micro_batch_size=cfg.rollout.micro_batch_size_per_gpu)
             self.agents = None
             if cfg.rollout.multi_turn.enable:  # imported here: single-turn runs never load the agent machinery
@@ -137,7 +157,8 @@ class ActorRolloutRefWorker:
 
     @register(Dispatch.ALL)
     def update_weights(self) -> None:
-        """Give the engine the updated weights (the hf engine shares the actor's module: nothing to copy)."""
+        """Give the engine the updated weights (nothing to copy when the hf engine shares the actor's module)."""
+        refresh_engine_policy(self.engine.model, self.actor.model)
         self.engine.update_weights(())
 
     # ---- checkpoints --------------------------------------------------------------------------
@@ -158,6 +179,7 @@ class ActorRolloutRefWorker:
     def load_checkpoint(self, folder: str) -> None:
         contents = self.config.actor_rollout_ref.actor.checkpoint.load_contents
         extra = load_training_state(folder, contents, self.actor.model, self.actor.optimizer, self.device)
+        refresh_engine_policy(self.engine.model, self.actor.model)
         if extra is not None:
             self.scheduler.load_state_dict(extra["lr_scheduler"])
             self._set_rng_state(extra["rng"])
