@@ -267,19 +267,18 @@ def correction_active(config) -> bool:
 def compute_rollout_correction(old_log_probs: torch.Tensor, rollout_log_probs: torch.Tensor, response_mask: torch.Tensor,
                                config) -> tuple[torch.Tensor | None, torch.Tensor, dict[str, float]]:
     """(IS weights or None, response_mask after rejection, rollout_corr/* metrics) for `algorithm.rollout_correction`."""
+    if not response_mask.bool().any():  # nothing to weigh or reject (e.g. a micro-batch of empty responses)
+        return None, response_mask, {}
     log_ratio = old_log_probs.detach().float() - rollout_log_probs.float()
-    metrics: dict[str, float] = {}
-    weights = None
-    if response_mask.bool().any() and config.rollout_is is not None:
+    weights, new_mask = None, response_mask
+    metrics = offpolicy_metrics(old_log_probs, rollout_log_probs, response_mask)
+    if config.rollout_is is not None:
         weights, is_metrics = rollout_is_weights(log_ratio, response_mask, config.rollout_is, config.rollout_is_threshold,
                                                  config.rollout_is_batch_normalize)
         metrics.update(is_metrics)
-    new_mask = response_mask
-    if response_mask.bool().any() and config.rollout_rs is not None:
+    if config.rollout_rs is not None:
         new_mask, rs_metrics = rollout_rejection_mask(log_ratio, response_mask, config.rollout_rs, config.rollout_rs_threshold)
         metrics.update(rs_metrics)
-    if response_mask.bool().any():
-        metrics.update(offpolicy_metrics(old_log_probs, rollout_log_probs, response_mask))
     return weights, new_mask, {f"rollout_corr/{key}": value for key, value in metrics.items()}
 
 
