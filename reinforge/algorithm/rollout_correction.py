@@ -29,7 +29,7 @@ IS_LEVELS = ("token", "sequence")
 LOSS_TYPES = ("ppo_clip", "reinforce")
 # divergence estimators of rejection sampling, per token; k1's bounds are ratios, k2's and k3's upper bounds only
 RS_OPTIONS = ("token_k1", "token_k2", "token_k3", "seq_sum_k1", "seq_sum_k2", "seq_sum_k3",
-              "seq_mean_k1", "seq_mean_k2", "seq_mean_k3", "seq_max_k2", "seq_max_k3")
+              "seq_mean_k1", "seq_mean_k2", "seq_mean_k3", "seq_max_k2", "seq_max_k3", "binary_kl")
 
 
 # ---- parsing the thresholds (validate.py calls these so that a bad value stops the run at start) --------------------
@@ -60,7 +60,7 @@ def parse_rs_options(rollout_rs: str) -> list[str]:
 def parse_rs_thresholds(options: list[str], spec: float | str | None) -> dict[str, tuple[float | None, float]]:
     """`rollout_rs_threshold` -> {option: (lower or None, upper)}: one value shared by all options, or one per option.
 
-    A k1 option takes ratio bounds "lower_upper" (a single value u means 1/u_u); k2/k3 take one upper bound."""
+    A k1 option takes ratio bounds "lower_upper" (a single value u means 1/u_u); k2, k3 and binary_kl one upper bound."""
     if spec is None or isinstance(spec, bool):
         raise ValueError("a threshold for every rollout_rs option (e.g. 2.0, or '0.5_2.0,0.01')")
     parts = [part.strip() for part in str(spec).split(",") if part.strip()]
@@ -200,24 +200,28 @@ def _is_metrics(weights: torch.Tensor, raw: torch.Tensor, level_log_ratio: torch
 
 
 # ---- rejection sampling --------------------------------------------------------------------------------------------
-def rollout_rejection_mask(log_ratio: torch.Tensor, response_mask: torch.Tensor, rollout_rs: str,
-                           threshold: float | str) -> tuple[torch.Tensor, dict[str, float]]:
+def rollout_rejection_mask(old_log_probs: torch.Tensor, rollout_log_probs: torch.Tensor, response_mask: torch.Tensor,
+                           rollout_rs: str, threshold: float | str) -> tuple[torch.Tensor, dict[str, float]]:
     """`response_mask` with the rejected tokens set to 0, and the rollout_rs_* metrics.
 
     Per token, with log r = log pi_old - log pi_rollout (clamped): k1 = -log r, k2 = (log r)^2 / 2,
     k3 = r - 1 - log r. A token_* option judges each token; seq_sum/seq_mean/seq_max judge a response by the
     sum/mean/max of its tokens' values and keep or drop it whole. k1 is kept when log(lower) <= k1 <= log(upper),
-    k2 and k3 when <= upper. A token survives only if every listed option keeps it."""
+    k2 and k3 when <= upper. binary_kl (KPop) judges each token by max(KL(P||Q), KL(Q||P)) of the Bernoulli
+    distributions P = (p_old, 1 - p_old), Q = (p_rollout, 1 - p_rollout), kept when <= upper. A token survives
+    only if every listed option keeps it."""
     options = parse_rs_options(rollout_rs)
     bounds = parse_rs_thresholds(options, threshold)
     mask = response_mask.float()
     valid, rows = mask.bool(), mask.sum(-1) > 0
-    safe = log_ratio.detach().float().clamp(-SAFETY_BOUND, SAFETY_BOUND)
-    per_token = {"k1": -safe, "k2": 0.5 * safe.square(), "k3": safe.exp() - 1 - safe}
+    old, rollout = old_log_probs.detach().float(), rollout_log_probs.float()
+    safe = (old - rollout).clamp(-SAFETY_BOUND, SAFETY_BOUND)
+    per_token = {"k1": -safe, "k2": 0.5 * safe.square(), "k3": safe.exp() - 1 - safe,
+                 "kl": torch.maximum(_bernoulli_kl(old, rollout), _bernoulli_kl(rollout, old))}
     kept = torch.ones_like(mask, dtype=torch.bool)
     metrics: dict[str, float] = {}
     for option in options:
-        level, estimator = option.rsplit("_", 1)
+        level, estimator = ("token", "kl") if option == "binary_kl" else option.rsplit("_", 1)
         lower, upper = bounds[option]
         low, high = (math.log(lower), math.log(upper)) if estimator == "k1" else (None, upper)
         values = _level_statistic(per_token[estimator], mask, level)  # (batch, len), a response's value on each token
@@ -228,6 +232,12 @@ def rollout_rejection_mask(log_ratio: torch.Tensor, response_mask: torch.Tensor,
     metrics["rollout_rs_masked_fraction"] = masked_mean((~kept).float(), mask).item()
     metrics["rollout_rs_seq_masked_fraction"] = (valid & ~kept).any(-1).float().mean().item()
     return new_mask, metrics
+
+
+def _bernoulli_kl(log_p: torch.Tensor, log_q: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
+    """KL((p, 1-p) || (q, 1-q)) per token, with p and q kept inside [eps, 1-eps] so no log sees 0."""
+    p, q = log_p.exp().clamp(eps, 1 - eps), log_q.exp().clamp(eps, 1 - eps)
+    return p * (p / q).log() + (1 - p) * ((1 - p) / (1 - q)).log()
 
 
 def _level_statistic(values: torch.Tensor, mask: torch.Tensor, level: str) -> torch.Tensor:
@@ -277,7 +287,8 @@ def compute_rollout_correction(old_log_probs: torch.Tensor, rollout_log_probs: t
                                                  config.rollout_is_batch_normalize)
         metrics.update(is_metrics)
     if config.rollout_rs is not None:
-        new_mask, rs_metrics = rollout_rejection_mask(log_ratio, response_mask, config.rollout_rs, config.rollout_rs_threshold)
+        new_mask, rs_metrics = rollout_rejection_mask(old_log_probs, rollout_log_probs, response_mask, config.rollout_rs,
+                                                      config.rollout_rs_threshold)
         metrics.update(rs_metrics)
     return weights, new_mask, {f"rollout_corr/{key}": value for key, value in metrics.items()}
 

@@ -307,9 +307,10 @@ class RolloutCorrectionConfig(Node):
     rollout_rs: str | None = _f(
         None, "Rejection: drop tokens or whole responses whose divergence between pi_old and pi_rollout is out of bounds, "
         "before advantages. Comma-separated options (all must pass): token_k1/k2/k3, seq_sum_k1/k2/k3, seq_mean_k1/k2/k3, "
-        "seq_max_k2/k3 (k1 = -log r, k2 = (log r)^2/2, k3 = r - 1 - log r); null: no rejection.")
+        "seq_max_k2/k3 (k1 = -log r, k2 = (log r)^2/2, k3 = r - 1 - log r), binary_kl (two-way Bernoulli KL of the token's "
+        "probabilities); null: no rejection.")
     rollout_rs_threshold: Any = _f(None, "Bounds of rollout_rs, one shared or one per option (comma-separated): k1 takes "
-                                   "ratio bounds 'lower_upper' (a single u means 1/u..u), k2/k3 one upper bound.")
+                                   "ratio bounds 'lower_upper' (a single u means 1/u..u), the others one upper bound.")
     bypass_mode: bool = _f(False, "Use the engine's log-probs as the old log-probs and skip the old-log-prob pass (two "
                            "policies instead of three); the loss is then loss_type, with weights and rejection comparing "
                            "the current policy with pi_rollout in every micro-batch.")

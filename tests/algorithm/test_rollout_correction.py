@@ -74,9 +74,10 @@ def test_icepop_zeroes_weights_outside_the_bounds_and_batch_normalize():
     ("seq_mean_k1", 1.5, [[1, 1, 1], [0, 0, 0]]),  # geometric means 1 and sqrt(3) = 1.73 > 1.5
     ("seq_max_k2", 0.5, [[1, 1, 1], [0, 0, 0]]),  # max (log r)^2 / 2: 0.240 and 0.603
     ("token_k1,token_k3", "2.5,0.3", [[0, 1, 1], [1, 0, 0]]),  # both must keep a token
+    ("binary_kl", 0.15, [[1, 1, 1], [1, 0, 0]]),  # two-way Bernoulli KL: 0.144, 0.105, 0, 0, 0.154 (test_binary_kl)
 ])
 def test_rejection_masks(option, threshold, kept):
-    mask, m = rollout_rejection_mask(LOG_RATIO, MASK, option, threshold)
+    mask, m = rollout_rejection_mask(OLD, ROLLOUT, MASK, option, threshold)
     assert rows(mask) == rows(torch.tensor(kept, dtype=torch.float64) * MASK)
     rejected = sum(1 for r, row in enumerate(kept) for t, k in enumerate(row) if MASK[r, t] and not k)
     assert m["rollout_rs_masked_fraction"] == pytest.approx(rejected / 5)
@@ -84,11 +85,25 @@ def test_rejection_masks(option, threshold, kept):
 
 
 def test_rejection_statistics():
-    _, m = rollout_rejection_mask(LOG_RATIO, MASK, "token_k3", 0.3)
+    _, m = rollout_rejection_mask(OLD, ROLLOUT, MASK, "token_k3", 0.3)
     k3 = [2 - 1 - math.log(2), 0.5 - 1 - math.log(0.5), 0.0, 0.0, 3 - 1 - math.log(3)]
     assert m["rollout_rs_token_k3_mean"] == pytest.approx(sum(k3) / 5)
     assert m["rollout_rs_token_k3_max"] == pytest.approx(max(k3)) and m["rollout_rs_token_k3_min"] == pytest.approx(0.0)
     assert m["rollout_rs_token_k3_fraction_high"] == pytest.approx(2 / 5)
+
+
+def bernoulli_kl(p: float, q: float) -> float:
+    return p * math.log(p / q) + (1 - p) * math.log((1 - p) / (1 - q))
+
+
+def test_binary_kl():
+    _, m = rollout_rejection_mask(OLD, ROLLOUT, MASK, "binary_kl", 0.15)
+    pairs = [(0.5, 0.25), (0.2, 0.4), (0.9, 0.9), (0.4, 0.4), (0.3, 0.1)]
+    two_way = [max(bernoulli_kl(p, q), bernoulli_kl(q, p)) for p, q in pairs]
+    assert [round(v, 3) for v in two_way] == [0.144, 0.105, 0.0, 0.0, 0.154]
+    assert m["rollout_rs_binary_kl_max"] == pytest.approx(max(two_way), rel=1e-5)
+    assert m["rollout_rs_binary_kl_mean"] == pytest.approx(sum(two_way) / 5, rel=1e-5)
+    assert m["rollout_rs_binary_kl_fraction_high"] == pytest.approx(1 / 5)
 
 
 def test_mismatch_metrics():
