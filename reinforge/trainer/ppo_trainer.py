@@ -3,8 +3,8 @@
 `RLTrainer.train_step` is the whole algorithm of one step and reads top to bottom:
 
     prompts -> rollout (repeat n, generate, score; INFERENCE + reward) -> [old log-probs] ->
-    [reference log-probs] -> [values] -> [KL in reward] -> advantages (ALGORITHM) ->
-    [update critic] -> update actor (TRAINING)
+    [train/inference mismatch and rollout correction] -> [reference log-probs] -> [values] ->
+    [KL in reward] -> advantages (ALGORITHM) -> [update critic] -> update actor (TRAINING)
 
 Everything it calls is behind a small interface: worker groups for the model work, a reward
 manager for scores, registry functions for advantages and losses. What runs follows from the

@@ -10,7 +10,12 @@ mini-batch's and the accumulated gradient is the same whatever the micro-batch s
 
 When the update is on-policy (one epoch, one mini-batch) and the batch carries no
 `old_log_probs`, the old log-probs are the detached log-probs of the update's own forward pass:
-they are the same numbers, and a second forward pass is saved.
+they are the same numbers, and a second forward pass is saved. With the engine's log-probs in the
+batch (`rollout_log_probs`) that pass also gives the train/inference mismatch metrics
+(`training/rollout_probs_diff_*`, `rollout_corr/*`), which the trainer measures itself when it
+ran an old-log-prob pass. The policy loss multiplies its token losses by the batch's
+`rollout_is_weights` when the trainer computed them (`algorithm.rollout_correction`); in bypass
+mode the engine's log-probs are the old ones and the loss is `bypass_policy_loss`.
 
 Log-probs and entropy come from `log_probs_from_logits`, which keeps no extra vocabulary-sized
 tensors for the backward pass. The exact KL (`kl_loss_type=full`) needs the whole distribution
