@@ -254,18 +254,30 @@ def _level_statistic(values: torch.Tensor, mask: torch.Tensor, level: str) -> to
 
 def _rs_metrics(option: str, values: torch.Tensor, keep: torch.Tensor, mask: torch.Tensor, valid: torch.Tensor,
                 rows: torch.Tensor, level: str, low: float | None, high: float) -> dict[str, float]:
-    """rollout_rs_<option>_{mean,max,min,fraction_high,fraction_low,masked_fraction,seq_masked_fraction}; extremes and
-    fractions are over tokens for token_* options and over responses for seq_* options."""
+    """verl's rollout_rs_<option>_* statistics of the option's values: extremes and fractions over tokens for token
+    options and over responses for seq_* options, the std of the values clipped to the bounds, per-response (mean)
+    values, and what the option alone drops."""
     prefix = f"rollout_rs_{option}"
     judged = values[valid] if level == "token" else values[rows, 0]
-    return {
+    per_response = values[rows, 0] if level != "token" else masked_mean(values, mask, -1)[rows]
+    clipped = values.clamp(low if low is not None else 0.0, high)
+    metrics = {
         f"{prefix}_mean": masked_mean(values, mask).item(),
         f"{prefix}_max": judged.max().item(), f"{prefix}_min": judged.min().item(),
         f"{prefix}_fraction_high": (judged > high).float().mean().item(),
         f"{prefix}_fraction_low": (judged < low).float().mean().item() if low is not None else 0.0,
+        f"{prefix}_std": masked_mean((clipped - masked_mean(clipped, mask)).square(), mask).sqrt().item(),
+        f"{prefix}_seq_mean": per_response.mean().item(),
+        f"{prefix}_seq_std": per_response.std().item() if len(per_response) > 1 else 0.0,
+        f"{prefix}_seq_max": per_response.max().item(), f"{prefix}_seq_min": per_response.min().item(),
+        f"{prefix}_seq_max_deviation": per_response.abs().max().item(),  # the ideal value of every statistic is 0
+        f"{prefix}_seq_fraction_high": (per_response > high).float().mean().item(),
         f"{prefix}_masked_fraction": masked_mean((~keep).float(), mask).item(),
         f"{prefix}_seq_masked_fraction": (valid & ~keep).any(-1)[rows].float().mean().item(),
     }
+    if low is not None:
+        metrics[f"{prefix}_seq_fraction_low"] = (per_response < low).float().mean().item()
+    return metrics
 
 
 # ---- the whole correction ------------------------------------------------------------------------------------------

@@ -90,6 +90,20 @@ def test_rejection_statistics():
     assert m["rollout_rs_token_k3_mean"] == pytest.approx(sum(k3) / 5)
     assert m["rollout_rs_token_k3_max"] == pytest.approx(max(k3)) and m["rollout_rs_token_k3_min"] == pytest.approx(0.0)
     assert m["rollout_rs_token_k3_fraction_high"] == pytest.approx(2 / 5)
+    clipped = [min(v, 0.3) for v in k3]
+    mean = sum(clipped) / 5
+    assert m["rollout_rs_token_k3_std"] == pytest.approx(math.sqrt(sum((v - mean) ** 2 for v in clipped) / 5))
+    per_response = [sum(k3[:3]) / 3, (k3[3] + k3[4]) / 2]
+    assert m["rollout_rs_token_k3_seq_mean"] == pytest.approx(sum(per_response) / 2)
+    assert m["rollout_rs_token_k3_seq_max"] == pytest.approx(max(per_response))
+    assert m["rollout_rs_token_k3_seq_max_deviation"] == pytest.approx(max(per_response))
+    assert m["rollout_rs_token_k3_seq_fraction_high"] == pytest.approx(1 / 2)  # 0.45 > 0.3, 0.17 is not
+    assert "rollout_rs_token_k3_seq_fraction_low" not in m  # a lower bound only for k1
+
+    _, m = rollout_rejection_mask(OLD, ROLLOUT, MASK, "seq_sum_k1", 2.5)
+    assert m["rollout_rs_seq_sum_k1_seq_min"] == pytest.approx(-math.log(3))  # -sum log r of response 1
+    assert m["rollout_rs_seq_sum_k1_seq_fraction_low"] == pytest.approx(1 / 2)  # below log(1/2.5)
+    assert m["rollout_rs_seq_sum_k1_seq_max_deviation"] == pytest.approx(math.log(3))
 
 
 def bernoulli_kl(p: float, q: float) -> float:
