@@ -236,8 +236,11 @@ class RolloutConfig(Node):
     prompt_length: int | None = _f(None, "Null: data.max_prompt_length.")
     response_length: int | None = _f(None, "Most new tokens per response; null: data.max_response_length.")
     ignore_eos: bool = _f(False, "Keep generating past EOS up to response_length.")
-    dtype: str = _f("bfloat16", "vLLM/SGLang: the engine's dtype; the actor's weights are cast to it when pushed. The hf "
-                    "engine uses the actor's weights and dtype.")
+    dtype: str | None = _f(
+        None, "Engine dtype: fp32 or bf16 (float32/bfloat16). Null: the actor's (actor.fsdp_config.model_dtype), and the hf "
+        "engine generates with the actor's own module (vLLM/SGLang take null as bfloat16). Another dtype than the actor's: "
+        "the hf engine generates from a copy of the policy in it, refreshed after every update, which is the "
+        "train/inference mismatch of a bf16 engine beside an fp32 trainer (algorithm.rollout_correction).")
     log_prob_micro_batch_size: int | None = _f(None, "Deprecated verl global micro-batch; use log_prob_micro_batch_size_per_gpu.")
     log_prob_micro_batch_size_per_gpu: int | None = _f(None, "Trajectories per forward when recomputing log-probs; null: all at once.")
     log_prob_use_dynamic_bsz: bool = _f(False, "Token-budget micro-batches (not in this version).")
@@ -299,6 +302,33 @@ class FilterGroupsConfig(Node):
 
 
 @dataclass
+class RolloutCorrectionConfig(Node):
+    rollout_is: str | None = _f(
+        None, "Importance weights w = pi_old / pi_rollout on the policy loss, correcting for the engine sampling from a "
+        "slightly different distribution than the actor trains (e.g. a bf16 engine beside an fp32 actor): token (w per "
+        "token) or sequence (one w per response, the product of its tokens'); null: no weights. Needs the old-log-prob "
+        "pass (it then runs even on-policy). docs/algorithms.md")
+    rollout_is_threshold: Any = _f(2.0, "A number: weights are truncated at it (TIS); a 'lower_upper' string (e.g. "
+                                   "'0.5_5.0'): weights outside [lower, upper] become 0 (IcePop).")
+    rollout_is_batch_normalize: bool = _f(False, "Divide the weights by their batch mean (over tokens, or over responses "
+                                          "for sequence weights) so they average 1.")
+    rollout_rs: str | None = _f(
+        None, "Rejection: drop tokens or whole responses whose divergence between pi_old and pi_rollout is out of bounds, "
+        "before advantages. Comma-separated options (all must pass): token_k1/k2/k3, seq_sum_k1/k2/k3, seq_mean_k1/k2/k3, "
+        "seq_max_k2/k3 (k1 = -log r, k2 = (log r)^2/2, k3 = r - 1 - log r), binary_kl (two-way Bernoulli KL of the token's "
+        "probabilities); null: no rejection.")
+    rollout_rs_threshold: Any = _f(None, "Bounds of rollout_rs, one shared or one per option (comma-separated): k1 takes "
+                                   "ratio bounds 'lower_upper' (a single u means 1/u..u), the others one upper bound.")
+    bypass_mode: bool = _f(False, "Use the engine's log-probs as the old log-probs and skip the old-log-prob pass (two "
+                           "policies instead of three); the loss is then loss_type, with weights and rejection comparing "
+                           "the current policy with pi_rollout in every micro-batch.")
+    loss_type: str = _f("ppo_clip", "Bypass mode's loss: ppo_clip (PPO's clip on pi_theta / pi_rollout, no extra weights) "
+                        "or reinforce (-w A log pi_theta with the rollout_is weights).")
+    debug_rollout_actor_probs: bool = _f(False, "Bypass mode: run the old-log-prob pass anyway, only to log "
+                                         "training/rollout_probs_diff_* (training is unchanged).")
+
+
+@dataclass
 class AlgorithmConfig(Node):
     adv_estimator: str = _f("gae", "Advantage estimator from the registry: gae (with a critic), grpo, grpo_passk, rloo, "
                             "reinforce_plus_plus, reinforce_plus_plus_baseline, remax, opo, gpg, or your own (docs/algorithms.md).")
@@ -310,6 +340,8 @@ class AlgorithmConfig(Node):
     kl_ctrl: KLControlConfig = _sub(KLControlConfig, "Coefficient of the in-reward KL penalty.")
     use_pf_ppo: bool = _f(False, "Preference-feedback PPO reweighting (not in this version).")
     filter_groups: FilterGroupsConfig = _sub(FilterGroupsConfig, "DAPO's dynamic sampling.")
+    rollout_correction: RolloutCorrectionConfig = _sub(
+        RolloutCorrectionConfig, "Train/inference mismatch correction (verl's): importance weights, rejection, bypass mode.")
     custom_modules: list = _f([], "Python files or module names imported at start; the estimators and losses they register "
                               "(@register_adv_est, @register_policy_loss) can then be named like the built-in ones.")
 

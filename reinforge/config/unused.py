@@ -7,7 +7,7 @@ from reinforge.config.schema import Config
 _ENGINE_ONLY = (
     "gpu_memory_utilization", "tensor_model_parallel_size", "max_num_batched_tokens", "max_model_len",
     "max_num_seqs", "enforce_eager", "free_cache_engine", "load_format", "enable_chunked_prefill",
-    "disable_log_stats", "engine_kwargs", "dtype", "update_weights_bucket_megabytes",
+    "disable_log_stats", "engine_kwargs", "update_weights_bucket_megabytes",
 )
 
 _ALWAYS_INERT = {
@@ -95,8 +95,21 @@ def unused_settings(config: Config, user_keys: list[str]) -> list[str]:
             reason = f"hf engine setting; {rollout.name} schedules its own batches"
         elif reason is None and key == "actor_rollout_ref.rollout.mode" and rollout.mode == "async":
             reason = "asynchronous rollout is planned; this run generates synchronously"
+        elif reason is None and key.startswith("algorithm.rollout_correction."):
+            reason = _rollout_correction_reason(config.algorithm.rollout_correction, parts[-1])
         elif reason is None:
             reason = _reward_model_reason(config, key)
         if reason:
             lines.append(f"{key}: {reason}")
     return lines
+
+
+def _rollout_correction_reason(corr, name: str) -> str | None:
+    """Why an algorithm.rollout_correction key does nothing with the others as set, or None."""
+    if name in ("rollout_is_threshold", "rollout_is_batch_normalize") and corr.rollout_is is None:
+        return "algorithm.rollout_correction.rollout_is is null (no importance weights)"
+    if name == "rollout_rs_threshold" and corr.rollout_rs is None:
+        return "algorithm.rollout_correction.rollout_rs is null (no rejection)"
+    if name in ("loss_type", "debug_rollout_actor_probs") and not corr.bypass_mode:
+        return "acts only with algorithm.rollout_correction.bypass_mode=true"
+    return None

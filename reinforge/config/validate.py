@@ -104,6 +104,39 @@ def _finalize_critic(config: Config) -> None:
         critic.grad_clip = critic.optim.clip_grad
 
 
+def _check_rollout_correction(config: Config) -> None:
+    """algorithm.rollout_correction: known levels, options and loss types, thresholds that parse, engine log-probs to use."""
+    from reinforge.algorithm import rollout_correction as rc
+
+    corr, rollout = config.algorithm.rollout_correction, config.actor_rollout_ref.rollout
+    key = "algorithm.rollout_correction"
+    if corr.rollout_is is not None:
+        _choice(f"{key}.rollout_is", corr.rollout_is, rc.IS_LEVELS)
+        try:
+            rc.parse_is_threshold(corr.rollout_is_threshold)
+        except ValueError as err:
+            raise ConfigError(f"{key}.rollout_is_threshold={corr.rollout_is_threshold!r} must be {err}") from None
+    if corr.rollout_rs is not None:
+        try:
+            options = rc.parse_rs_options(corr.rollout_rs)
+        except ValueError as err:
+            raise ConfigError(f"{key}.rollout_rs={corr.rollout_rs!r} must be {err}") from None
+        try:
+            rc.parse_rs_thresholds(options, corr.rollout_rs_threshold)
+        except ValueError as err:
+            raise ConfigError(f"{key}.rollout_rs_threshold={corr.rollout_rs_threshold!r} (rollout_rs={corr.rollout_rs}) "
+                              f"must be {err}") from None
+    _choice(f"{key}.loss_type", corr.loss_type, rc.LOSS_TYPES)
+    loss_mode = config.actor_rollout_ref.actor.policy_loss.loss_mode
+    if corr.bypass_mode and loss_mode != "vanilla":
+        raise ConfigError(f"{key}.bypass_mode=true replaces the policy loss by {key}.loss_type (ppo_clip is the vanilla "
+                          f"loss), so actor_rollout_ref.actor.policy_loss.loss_mode={loss_mode} would be ignored; drop one")
+    wanted = rc.correction_active(corr) or corr.bypass_mode or corr.debug_rollout_actor_probs
+    if wanted and rollout.name != "hf" and not rollout.calculate_log_probs:
+        raise ConfigError(f"{key} needs the engine's log-probs, which the {rollout.name} engine returns only with "
+                          "actor_rollout_ref.rollout.calculate_log_probs=true")
+
+
 def _check(config: Config) -> None:
     from reinforge.algorithm import KL_PENALTIES, LOSS_AGG_MODES, policy_loss_names
     from reinforge.environment.dataset import TRUNCATION_MODES
@@ -217,6 +250,9 @@ def _check(config: Config) -> None:
         raise ConfigError(f"actor_rollout_ref.actor.clip_ratio_c={actor.clip_ratio_c} must be > 1 (dual-clip)")
     if len(optim.betas) != 2:
         raise ConfigError(f"actor_rollout_ref.actor.optim.betas={optim.betas} must be a list of two numbers")
+    if rollout.dtype is not None:
+        _choice("actor_rollout_ref.rollout.dtype", rollout.dtype, ("fp32", "bf16", "float32", "bfloat16"))
+    _check_rollout_correction(config)
     if trainer.resume_mode == "resume_path" and not trainer.resume_from_path:
         raise ConfigError("trainer.resume_mode=resume_path needs trainer.resume_from_path=<run folder>/global_step_<N>")
 

@@ -7,6 +7,8 @@ model from `actor_rollout_ref.model.path` onto the same GPU and are given the ac
 
 from __future__ import annotations
 
+import copy
+
 import torch
 
 from reinforge.config.schema import Config
@@ -25,6 +27,21 @@ def eos_token_ids(model: torch.nn.Module, tokenizer) -> list[int]:
     if tokenizer.eos_token_id is not None and tokenizer.eos_token_id not in ids:
         ids.append(tokenizer.eos_token_id)
     return ids
+
+
+def hf_engine_module(model: torch.nn.Module, rollout_dtype: str | None) -> torch.nn.Module:
+    """The module the hf engine generates with: the actor's own, or (rollout.dtype naming another dtype than the
+    actor's) a frozen copy in that dtype, which `HFEngine.update_weights` refreshes after every update (a bf16
+    engine beside an fp32 actor: the train/inference mismatch algorithm.rollout_correction corrects)."""
+    from reinforge.training.model import DTYPES
+
+    dtype = None if rollout_dtype is None else DTYPES[rollout_dtype]
+    if dtype is None or dtype == next(model.parameters()).dtype:
+        return model
+    replica = copy.deepcopy(model).to(dtype)
+    replica.eval()
+    replica.requires_grad_(False)
+    return replica
 
 
 def check_gpu_engine(config: Config) -> None:
@@ -48,7 +65,7 @@ def make_engine(config: Config, model: torch.nn.Module, tokenizer) -> InferenceE
     rollout, trainer = config.actor_rollout_ref.rollout, config.trainer
     eos = eos_token_ids(model, tokenizer)
     if rollout.name == "hf":
-        return HFEngine(model, tokenizer.pad_token_id, eos, seed=trainer.seed, micro_batch_size=rollout.micro_batch_size_per_gpu)
+        return HFEngine(hf_engine_module(model, rollout.dtype), tokenizer.pad_token_id, eos, seed=trainer.seed, micro_batch_size=rollout.micro_batch_size_per_gpu)
     check_gpu_engine(config)
     model_cfg = config.actor_rollout_ref.model
     bucket_bytes = rollout.update_weights_bucket_megabytes << 20

@@ -23,6 +23,7 @@ import sys
 import torch
 from tqdm import tqdm
 
+from reinforge.inference.colocated import full_tensor
 from reinforge.inference.engine import GenerationOutput, InferenceEngine, SamplingParams
 
 PROGRESS_DELAY_S = 2.0  # the generation bar appears only for rollouts that take longer than this
@@ -168,6 +169,16 @@ class HFEngine(InferenceEngine):
         filtered = filter_logits(scaled, params.top_k, params.top_p)
         next_ids = torch.multinomial(torch.softmax(filtered, -1), 1, generator=self.generator).squeeze(-1)
         return next_ids, log_dist.gather(-1, next_ids[:, None]).squeeze(-1)
+
+    def update_weights(self, named_tensors) -> None:
+        """Copy the actor's weights into the engine's own module (cast to its dtype); nothing when the engine
+        generates with the actor's module itself (`ModuleWeights` of that same module)."""
+        if getattr(named_tensors, "module", None) is self.model:
+            return
+        own = self.model.state_dict()
+        with torch.no_grad():
+            for name, tensor in named_tensors:
+                own[name].copy_(full_tensor(tensor))
 
     def state_dict(self) -> dict:
         return {"generator": self.generator.get_state()}

@@ -36,7 +36,7 @@ def sglang_engine_kwargs(rollout: RolloutConfig, model_path: str, seed: int, tru
     kwargs: dict[str, Any] = {
         "model_path": model_path,
         "tp_size": rollout.tensor_model_parallel_size,
-        "dtype": rollout.dtype,
+        "dtype": rollout.dtype or "bfloat16",  # null: bfloat16 for the GPU engines
         "random_seed": seed,
         "mem_fraction_static": rollout.gpu_memory_utilization,
         "disable_cuda_graph": rollout.enforce_eager,

@@ -38,7 +38,7 @@ def vllm_llm_kwargs(rollout: RolloutConfig, model_path: str, seed: int, trust_re
     kwargs: dict[str, Any] = {
         "model": model_path,
         "tensor_parallel_size": rollout.tensor_model_parallel_size,
-        "dtype": rollout.dtype,
+        "dtype": rollout.dtype or "bfloat16",  # null: bfloat16 for the GPU engines
         "seed": seed,
         "gpu_memory_utilization": rollout.gpu_memory_utilization,
         "enforce_eager": rollout.enforce_eager,

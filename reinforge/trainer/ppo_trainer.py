@@ -3,8 +3,8 @@
 `RLTrainer.train_step` is the whole algorithm of one step and reads top to bottom:
 
     prompts -> rollout (repeat n, generate, score; INFERENCE + reward) -> [old log-probs] ->
-    [reference log-probs] -> [values] -> [KL in reward] -> advantages (ALGORITHM) ->
-    [update critic] -> update actor (TRAINING)
+    [train/inference mismatch and rollout correction] -> [reference log-probs] -> [values] ->
+    [KL in reward] -> advantages (ALGORITHM) -> [update critic] -> update actor (TRAINING)
 
 Everything it calls is behind a small interface: worker groups for the model work, a reward
 manager for scores, registry functions for advantages and losses. What runs follows from the
@@ -46,6 +46,12 @@ from reinforge.algorithm import (
     make_kl_controller,
     needs_reward_baselines,
 )
+from reinforge.algorithm.rollout_correction import (
+    compute_rollout_correction,
+    correction_active,
+    mismatch_metrics,
+    rollout_probs_diff_metrics,
+)
 from reinforge.batch import Batch
 from reinforge.config import batch_arithmetic
 from reinforge.config.schema import Config
@@ -86,7 +92,10 @@ class RLTrainer:
         # reference log-probs for a sampled-token KL; the exact (full) KL loss runs the reference inside the update
         self.use_reference = (actor.use_kl_loss and actor.kl_loss_type != "full") or config.algorithm.use_kl_in_reward
         on_policy = batch_arithmetic(config)["on_policy_single_update"]
-        self.recompute_old_log_probs = not on_policy or config.algorithm.use_kl_in_reward
+        self.correction = config.algorithm.rollout_correction
+        # decoupled correction weighs pi_old against pi_rollout before the update; bypass mode uses pi_rollout as pi_old
+        needs_old = not on_policy or config.algorithm.use_kl_in_reward or correction_active(self.correction)
+        self.recompute_old_log_probs = needs_old and not self.correction.bypass_mode
         self.greedy_baseline = needs_reward_baselines(config.algorithm.adv_estimator)
         self.prompt_stream = self._prompt_batches()
         score_async = config.reward_model.launch_reward_fn_async and not config.algorithm.filter_groups.enable
@@ -102,6 +111,7 @@ class RLTrainer:
             if self.recompute_old_log_probs:
                 with timer("old_log_prob", timing):
                     batch["old_log_probs"] = wg.compute_log_prob(batch)["old_log_probs"]
+            self._rollout_mismatch(batch, metrics, timing)
             if self.use_reference:
                 with timer("ref", timing):
                     batch = batch.union(wg.compute_ref_log_prob(batch))
@@ -198,6 +208,30 @@ class RLTrainer:
                 baseline = prompts.select([k for k in prompts.keys() if k not in PROMPT_KEYS]).union(wg.generate_sequences(greedy))
                 batch["reward_baselines"] = self.reward_fn(baseline).sum(-1).repeat_interleave(n)
         return batch
+
+    def _rollout_mismatch(self, batch: Batch, metrics: dict, timing: dict) -> None:
+        """Compare the actor's old log-probs with the engine's (training/rollout_probs_diff_*, rollout_corr/*) and apply
+        algorithm.rollout_correction: IS weights and rejection (decoupled), or the engine's log-probs as old (bypass).
+        On-policy without a correction there is no old-log-prob pass: the actor measures the same in its update."""
+        if "rollout_log_probs" not in batch:
+            return
+        corr = self.correction
+        if corr.bypass_mode:
+            if corr.debug_rollout_actor_probs:  # an extra pass, only to see the mismatch
+                with timer("old_log_prob", timing):
+                    actor_log_probs = self.actor_rollout_wg.compute_log_prob(batch)["old_log_probs"]
+                metrics.update(rollout_probs_diff_metrics(actor_log_probs, batch["rollout_log_probs"], batch["response_mask"]))
+            batch["old_log_probs"] = batch["rollout_log_probs"]
+            return
+        if "old_log_probs" not in batch:
+            return
+        metrics.update(mismatch_metrics(batch["old_log_probs"], batch["rollout_log_probs"], batch["response_mask"]))
+        if correction_active(corr):
+            weights, batch["response_mask"], corr_metrics = compute_rollout_correction(
+                batch["old_log_probs"], batch["rollout_log_probs"], batch["response_mask"], corr)
+            if weights is not None:
+                batch["rollout_is_weights"] = weights
+            metrics.update(corr_metrics)
 
     def _timed_reward(self, batch: Batch) -> tuple[dict, float]:
         """The reward manager's result for `batch` and the seconds it took."""

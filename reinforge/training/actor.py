@@ -10,7 +10,12 @@ mini-batch's and the accumulated gradient is the same whatever the micro-batch s
 
 When the update is on-policy (one epoch, one mini-batch) and the batch carries no
 `old_log_probs`, the old log-probs are the detached log-probs of the update's own forward pass:
-they are the same numbers, and a second forward pass is saved.
+they are the same numbers, and a second forward pass is saved. With the engine's log-probs in the
+batch (`rollout_log_probs`) that pass also gives the train/inference mismatch metrics
+(`training/rollout_probs_diff_*`, `rollout_corr/*`), which the trainer measures itself when it
+ran an old-log-prob pass. The policy loss multiplies its token losses by the batch's
+`rollout_is_weights` when the trainer computed them (`algorithm.rollout_correction`); in bypass
+mode the engine's log-probs are the old ones and the loss is `bypass_policy_loss`.
 
 Log-probs and entropy come from `log_probs_from_logits`, which keeps no extra vocabulary-sized
 tensors for the backward pass. The exact KL (`kl_loss_type=full`) needs the whole distribution
@@ -22,8 +27,9 @@ from __future__ import annotations
 import torch
 
 from reinforge.algorithm import agg_loss, compute_policy_loss, full_kl_from_logits, kl_penalty, log_probs_from_logits
+from reinforge.algorithm.rollout_correction import bypass_policy_loss, mismatch_metrics
 from reinforge.batch import Batch
-from reinforge.config.schema import ActorConfig
+from reinforge.config.schema import ActorConfig, RolloutCorrectionConfig
 from reinforge.training.minibatch import (
     FORWARD_KEYS,
     backward_if_finite,
@@ -52,8 +58,9 @@ def response_log_probs(model: torch.nn.Module, batch: Batch, temperature: float,
 
 class Actor:
     def __init__(self, model: torch.nn.Module, config: ActorConfig, optimizer: torch.optim.Optimizer | None = None,
-                 ref_model: torch.nn.Module | None = None):
+                 ref_model: torch.nn.Module | None = None, rollout_correction: RolloutCorrectionConfig | None = None):
         self.model, self.config, self.optimizer, self.ref_model = model, config, optimizer, ref_model
+        self.rollout_correction = rollout_correction  # algorithm.rollout_correction; its bypass_mode changes the loss
         self.device = next(model.parameters()).device
 
     @torch.no_grad()
@@ -87,7 +94,7 @@ class Actor:
         micro_size = cfg.ppo_micro_batch_size_per_gpu or mini_size
         on_policy = cfg.ppo_epochs == 1 and len(batch) <= mini_size and "old_log_probs" not in batch
         keys = [*FORWARD_KEYS, "response_mask", "advantages"]
-        keys += [k for k in ("old_log_probs", "ref_log_prob") if k in batch]
+        keys += [k for k in ("old_log_probs", "ref_log_prob", "rollout_log_probs", "rollout_is_weights") if k in batch]
         if cfg.use_kl_loss and cfg.kl_loss_type != "full" and "ref_log_prob" not in batch:
             raise ValueError("use_kl_loss needs ref_log_prob in the batch (the reference worker computes it)")
         if cfg.use_kl_loss and cfg.kl_loss_type == "full" and self.ref_model is None:
@@ -107,6 +114,7 @@ class Actor:
 
         self.optimizer.zero_grad(set_to_none=True)
         loss_finite = True
+        measured = []  # on-policy: (old, rollout, mask) of each micro-batch, for the train/inference mismatch metrics
         for micro in mini.split(micro_size):
             micro = micro.to(self.device)
             mask = micro["response_mask"].float()
@@ -114,10 +122,9 @@ class Actor:
             logits = response_logits(self.model, micro)
             log_prob, entropy = log_probs_from_logits(logits, micro["responses"], temperature)
             old_log_prob = log_prob.detach() if on_policy else micro["old_log_probs"]
-            pg_loss, pg_metrics = compute_policy_loss(
-                cfg.policy_loss.loss_mode, old_log_prob=old_log_prob, log_prob=log_prob, advantages=micro["advantages"],
-                response_mask=mask, loss_agg_mode=cfg.loss_agg_mode, config=cfg, rollout_is_weights=None,
-            )
+            if on_policy and "rollout_log_probs" in micro:
+                measured.append((old_log_prob.cpu(), micro["rollout_log_probs"].cpu(), mask.cpu()))
+            pg_loss, pg_metrics = self._policy_loss(micro, old_log_prob, log_prob, mask)
             entropy_term = agg_loss(entropy if cfg.entropy_coeff else entropy.detach(), mask, cfg.loss_agg_mode, **info)
             loss = pg_loss - cfg.entropy_coeff * entropy_term
             if cfg.use_kl_loss:
@@ -130,10 +137,24 @@ class Actor:
             for key, value in pg_metrics.items():
                 add(key, value * share)
 
+        if measured:  # the old-log-prob pass was skipped: its numbers are this forward pass's
+            metrics.update(mismatch_metrics(*(torch.cat(part) for part in zip(*measured, strict=True))))
         metrics["actor/grad_norm"], stepped = clip_and_step(self.model, self.optimizer, cfg.grad_clip, loss_finite)
         if cfg.use_kl_loss:
             metrics["actor/kl_coef"] = cfg.kl_loss_coef
         return metrics, stepped
+
+    def _policy_loss(self, micro: Batch, old_log_prob: torch.Tensor, log_prob: torch.Tensor,
+                     mask: torch.Tensor) -> tuple[torch.Tensor, dict[str, float]]:
+        """The configured policy loss, weighted by the batch's rollout_is_weights when the trainer computed them;
+        in bypass mode (old = the engine's log-probs) the bypass loss, whose correction compares pi_theta with them."""
+        cfg, corr = self.config, self.rollout_correction
+        if corr is not None and corr.bypass_mode:
+            return bypass_policy_loss(log_prob, old_log_prob, micro["advantages"], mask, cfg.loss_agg_mode, cfg, corr)
+        return compute_policy_loss(
+            cfg.policy_loss.loss_mode, old_log_prob=old_log_prob, log_prob=log_prob, advantages=micro["advantages"],
+            response_mask=mask, loss_agg_mode=cfg.loss_agg_mode, config=cfg, rollout_is_weights=micro.get("rollout_is_weights"),
+        )
 
     def _kl(self, micro: Batch, logits: torch.Tensor, log_prob: torch.Tensor, temperature: float) -> torch.Tensor:
         """Per-token KL(actor || reference) of the kind `kl_loss_type` names."""

@@ -66,7 +66,7 @@ class ActorRolloutRefWorker:
             optimizer = make_optimizer(model.parameters(), cfg.actor.optim)
             total = cfg.actor.optim.total_training_steps
             self.scheduler = make_scheduler(optimizer, cfg.actor.optim, total if total > 0 else total_training_steps)
-            self.actor = Actor(model, cfg.actor, optimizer)
+            self.actor = Actor(model, cfg.actor, optimizer, rollout_correction=self.config.algorithm.rollout_correction)
             self.engine = make_engine(self.config, model, self.tokenizer)  # hf, vllm or sglang (docs/engines.md)
             self.engine.sleep()  # vllm/sglang with free_cache_engine: no KV cache held until the first rollout
             self.agents = None
@@ -138,7 +138,7 @@ class ActorRolloutRefWorker:
     @register(Dispatch.ALL)
     def update_weights(self) -> None:
         """Give the engine the updated weights: vllm/sglang push them in buckets at their next wake; the hf engine
-        shares the actor's module, so there is nothing to copy."""
+        copies them into its own copy of the policy when it has one (rollout.dtype), else shares the actor's module."""
         self.engine.update_weights(ModuleWeights(self.actor.model))
 
     # ---- checkpoints --------------------------------------------------------------------------
@@ -159,6 +159,7 @@ class ActorRolloutRefWorker:
     def load_checkpoint(self, folder: str) -> None:
         contents = self.config.actor_rollout_ref.actor.checkpoint.load_contents
         extra = load_training_state(folder, contents, self.actor.model, self.actor.optimizer, self.device)
+        self.engine.update_weights(ModuleWeights(self.actor.model))  # an engine with its own copy takes the loaded weights
         if extra is not None:
             self.scheduler.load_state_dict(extra["lr_scheduler"])
             self._set_rng_state(extra["rng"])

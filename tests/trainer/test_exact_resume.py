@@ -4,8 +4,8 @@ Three places to stop: in the middle of an epoch (with the adaptive KL controller
 a warmup + cosine LR schedule, so the scheduler and KL state matter); at an epoch boundary (verl's
 known bug there resumes into a run that trains 0 more steps); just after a validation that samples
 (val_kwargs.do_sample), so the engine's sampler state saved after validation matters. And PPO with
-a critic, whose checkpoint is its own. SMALL_RUN
-serves 2 prompts a step; the training set is cut so that an epoch is a few steps.
+a critic, whose checkpoint is its own; and a bf16 engine, whose copy of the policy a resume
+refreshes. SMALL_RUN serves 2 prompts a step; the training set is cut so that an epoch is a few steps.
 """
 
 import pytest
@@ -26,6 +26,9 @@ CASES = {
         2, 3,
     ),
     "ppo_critic": (["data.max_samples=8", "algorithm.adv_estimator=gae"], 2, 3),  # the critic's model, optimizer, scheduler
+    # the hf engine's bf16 copy of the policy must get the checkpoint's weights, not the initial ones
+    "bf16_engine_copy": (["data.max_samples=8", "actor_rollout_ref.rollout.dtype=bf16",
+                          "algorithm.rollout_correction.rollout_is=token"], 1, 2),
 }
 
 

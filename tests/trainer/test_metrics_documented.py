@@ -2,8 +2,9 @@
 
 Short runs cover the metric families: GRPO with a KL loss and validation n > 1; GAE with a critic,
 KL in the reward, two PPO epochs and a checkpoint; DAPO's dynamic sampling with a reward function
-that returns extra keys. The doc's tables are parsed; a name there may hold `<placeholders>`
-(one path segment; `<data_source>` any text) and `@N` (a number), so a new metric fails this test
+that returns extra keys; a bf16 engine with every kind of rollout-correction metric. The doc's
+tables are parsed; a name there may hold `<placeholders>` (one path segment; `<data_source>` any
+text) and `@N` (a number), so a new metric fails this test
 until it is documented.
 """
 
@@ -74,6 +75,11 @@ RUNS = {
         "algorithm.filter_groups.enable=true", "data.gen_batch_size=4", "reward_model.reward_manager=dapo",
         "algorithm.filter_groups.max_num_gen_batches=0",
     ],
+    "rollout_correction_bf16_engine": [
+        "actor_rollout_ref.rollout.dtype=bf16", "algorithm.rollout_correction.rollout_is=token",
+        "algorithm.rollout_correction.rollout_is_threshold=0.999_1.001", "algorithm.rollout_correction.rollout_is_batch_normalize=true",
+        'algorithm.rollout_correction.rollout_rs="token_k1,seq_max_k3"', 'algorithm.rollout_correction.rollout_rs_threshold="1.001,1e-4"',
+    ],
 }
 
 
@@ -96,5 +102,8 @@ def test_every_logged_metric_is_documented(name, run_steps, tmp_path):
                                                "timing_s/update_critic", "timing_s/save_checkpoint", "timing_s/old_log_prob",
                                                "actor/reward_kl_penalty"],
         "dapo_filter_groups_extra_reward_keys": ["train/num_gen_batches", "reward/acc/mean"],
+        "rollout_correction_bf16_engine": ["training/rollout_probs_diff_mean", "rollout_corr/chi2_seq",
+                                           "rollout_corr/rollout_is_oob_ratio", "rollout_corr/rollout_is_batch_norm_factor",
+                                           "rollout_corr/rollout_rs_seq_max_k3_masked_fraction"],
     }[name]
     assert [key for key in expected if key not in keys] == []
