@@ -12,6 +12,8 @@ from pathlib import Path
 from reinforge.config.schema import Config
 from reinforge.errors import ConfigError
 
+STRATEGIES = ("fsdp", "fsdp2")  # the same thing: FSDP2 over several ranks, a plain module on one
+
 
 def _choice(key: str, value: object, allowed: tuple | list) -> None:
     if value not in allowed:
@@ -113,7 +115,9 @@ def _check(config: Config) -> None:
     actor, rollout, optim = arr.actor, arr.rollout, arr.actor.optim
 
     _choice("data.truncation", data.truncation, TRUNCATION_MODES)
-    _choice("actor_rollout_ref.actor.strategy", actor.strategy, ("fsdp", "fsdp2"))
+    for key, strategy in (("actor_rollout_ref.actor.strategy", actor.strategy), ("actor_rollout_ref.ref.strategy", arr.ref.strategy),
+                          ("critic.strategy", config.critic.strategy)):
+        _choice(key, strategy, STRATEGIES)
     _choice("actor_rollout_ref.actor.loss_agg_mode", actor.loss_agg_mode, LOSS_AGG_MODES)
     _choice("actor_rollout_ref.actor.kl_loss_type", actor.kl_loss_type, KL_PENALTIES)
     _choice("actor_rollout_ref.actor.optim.lr_scheduler_type", optim.lr_scheduler_type, ("constant", "cosine"))
@@ -144,7 +148,6 @@ def _check(config: Config) -> None:
 
     trainer.logger = logger_names(trainer.logger)  # verl also takes a bare string: trainer.logger=console
     check_loggers(trainer.logger)
-    _choice("critic.strategy", config.critic.strategy, ("fsdp", "fsdp2"))
     _choice("critic.optim.lr_scheduler_type", config.critic.optim.lr_scheduler_type, ("constant", "cosine"))
     _choice("critic.loss_agg_mode", config.critic.loss_agg_mode, LOSS_AGG_MODES)
     _choice("critic.model.fsdp_config.model_dtype", config.critic.model.fsdp_config.model_dtype, ("fp32", "bf16", "float32", "bfloat16"))
@@ -220,6 +223,15 @@ def _check(config: Config) -> None:
     if trainer.resume_mode == "resume_path" and not trainer.resume_from_path:
         raise ConfigError("trainer.resume_mode=resume_path needs trainer.resume_from_path=<run folder>/global_step_<N>")
 
+    from reinforge.distributed.process_group import world_size_of
+
+    ranks = world_size_of(config)
+    ranks_source = f"trainer.nnodes={trainer.nnodes} x trainer.n_gpus_per_node={trainer.n_gpus_per_node}"
+    if data.train_batch_size * rollout.n % ranks:
+        raise ConfigError(
+            f"data.train_batch_size={data.train_batch_size} x rollout.n={rollout.n} = {data.train_batch_size * rollout.n} "
+            f"trajectories do not split evenly over the {ranks} data-parallel ranks ({ranks_source})"
+        )
     if actor.ppo_mini_batch_size > data.train_batch_size:
         raise ConfigError(
             f"actor_rollout_ref.actor.ppo_mini_batch_size={actor.ppo_mini_batch_size} is larger than "
@@ -239,11 +251,18 @@ def _check(config: Config) -> None:
                 f"{data.train_batch_size} (both count prompts); every mini-batch must be full"
             )
         mini = section.ppo_mini_batch_size * rollout.n
+        if mini % ranks:
+            raise ConfigError(
+                f"{role}.ppo_mini_batch_size={section.ppo_mini_batch_size} x rollout.n={rollout.n} = {mini} trajectories "
+                f"do not split evenly over the {ranks} data-parallel ranks ({ranks_source}); every rank takes an equal "
+                "share of each mini-batch"
+            )
         micro = section.ppo_micro_batch_size_per_gpu
-        if micro is not None and mini % micro:
+        if micro is not None and (mini // ranks) % micro:
+            per_rank = f" ({mini // ranks} on each of {ranks} ranks)" if ranks > 1 else ""
             raise ConfigError(
                 f"{role}.ppo_micro_batch_size_per_gpu={micro} does not divide the mini-batch of "
-                f"{mini} trajectories (ppo_mini_batch_size={section.ppo_mini_batch_size} x rollout.n={rollout.n})"
+                f"{mini} trajectories{per_rank} (ppo_mini_batch_size={section.ppo_mini_batch_size} x rollout.n={rollout.n})"
             )
     if algo.filter_groups.enable and rollout.n < 2:
         raise ConfigError("algorithm.filter_groups needs groups to compare: set actor_rollout_ref.rollout.n >= 2")
@@ -290,7 +309,7 @@ def _check_reward_model(config: Config) -> None:
     if not rm.model.path:
         raise ConfigError("reward_model.enable=true needs reward_model.model.path=<folder of a Hugging Face sequence "
                           "classifier, or of a causal LM with reward_model.judge.enable=true>")
-    _choice("reward_model.strategy", rm.strategy, ("fsdp", "fsdp2"))
+    _choice("reward_model.strategy", rm.strategy, STRATEGIES)
     _choice("reward_model.model.fsdp_config.model_dtype", rm.model.fsdp_config.model_dtype, ("fp32", "bf16", "float32", "bfloat16"))
     _positive("reward_model.micro_batch_size_per_gpu", rm.micro_batch_size_per_gpu)
     _positive("reward_model.max_length", rm.max_length)

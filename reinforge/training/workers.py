@@ -11,6 +11,7 @@ Checkpoints use verl's file names: `model_`, `optim_` and `extra_state_world_siz
 
 from __future__ import annotations
 
+import copy
 import json
 import random
 import time
@@ -20,13 +21,15 @@ import numpy as np
 import torch
 
 from reinforge.batch import Batch
-from reinforge.config.schema import Config, TrainerConfig
+from reinforge.config.schema import Config, FSDPConfig, TrainerConfig
 from reinforge.distributed import Dispatch, register
+from reinforge.distributed.process_group import init_distributed, world_size
 from reinforge.errors import ConfigError
 from reinforge.inference import HFEngine, SamplingParams, generate_sequences
 from reinforge.trainer.checkpoint import save_torch
 from reinforge.training.actor import Actor
 from reinforge.training.critic import Critic
+from reinforge.training.fsdp import full_state_dict, offload_optimizer, shard_model
 from reinforge.training.model import load_causal_lm, load_tokenizer, load_value_model
 from reinforge.training.optim import make_optimizer, make_scheduler
 from reinforge.training.perf import compute_memory_metrics, device_peak_flops, mfu, training_flops
@@ -59,20 +62,26 @@ class ActorRolloutRefWorker:
     @register(Dispatch.ALL)
     def init_model(self, total_training_steps: int) -> None:
         cfg = self.config.actor_rollout_ref
+        init_distributed(self.device)
         torch.manual_seed(self.config.trainer.seed)
         self.tokenizer = load_tokenizer(self.config)
         if self.has_actor:
             model = load_causal_lm(self.config, self.device, trainable=True, dtype=cfg.actor.fsdp_config.model_dtype)
+            # with several ranks the engine decodes on its own unsharded copy (a rank cannot run collectives in a
+            # decoding loop whose length differs from the other ranks'); update_weights keeps it equal to the actor
+            self.rollout_model = None if world_size() == 1 else copy.deepcopy(model).eval().requires_grad_(False)
+            model = self._shard(model, cfg.actor.fsdp_config, "actor_rollout_ref.actor.fsdp_config")
             optimizer = make_optimizer(model.parameters(), cfg.actor.optim)
             total = cfg.actor.optim.total_training_steps
             self.scheduler = make_scheduler(optimizer, cfg.actor.optim, total if total > 0 else total_training_steps)
-            self.actor = Actor(model, cfg.actor, optimizer)
+            self.actor = Actor(model, cfg.actor, optimizer, device=self.device)
             eos = model.generation_config.eos_token_id if model.generation_config is not None else None
             eos_ids = [eos] if isinstance(eos, int) else list(eos or [])
             if self.tokenizer.eos_token_id is not None and self.tokenizer.eos_token_id not in eos_ids:
                 eos_ids.append(self.tokenizer.eos_token_id)
-            self.engine = HFEngine(model, self.tokenizer.pad_token_id, eos_ids, seed=self.config.trainer.seed,
-                                   micro_batch_size=cfg.rollout.micro_batch_size_per_gpu)
+            self.engine = HFEngine(self.rollout_model or model, self.tokenizer.pad_token_id, eos_ids,
+                                   seed=self.config.trainer.seed, micro_batch_size=cfg.rollout.micro_batch_size_per_gpu)
+            offload_optimizer(self.actor.optimizer, cfg.actor.fsdp_config, "cpu")
             self.agents = None
             if cfg.rollout.multi_turn.enable:  # imported here: single-turn runs never load the agent machinery
                 from reinforge.inference.agent import AgentRunner
@@ -80,7 +89,9 @@ class ActorRolloutRefWorker:
                 self.agents = AgentRunner(self.tokenizer, cfg.rollout.multi_turn, cfg.rollout.agent,
                                           self.config.data.apply_chat_template_kwargs)
         if self.has_ref:
-            self.ref = Actor(load_causal_lm(self.config, self.device, trainable=False, dtype=cfg.ref.fsdp_config.model_dtype), cfg.actor)
+            ref = load_causal_lm(self.config, self.device, trainable=False, dtype=cfg.ref.fsdp_config.model_dtype)
+            self.ref = Actor(self._shard(ref, cfg.ref.fsdp_config, "actor_rollout_ref.ref.fsdp_config"), cfg.actor,
+                             device=self.device)
             if self.has_actor and cfg.actor.kl_loss_type == "full":
                 self.actor.ref_model = self.ref.model  # the exact KL needs the reference's whole distribution
 
@@ -128,7 +139,9 @@ class ActorRolloutRefWorker:
         """One training step of the policy; returns its metrics in meta_info['metrics']."""
         cfg = self.config.actor_rollout_ref
         start = time.perf_counter()
+        offload_optimizer(self.actor.optimizer, cfg.actor.fsdp_config, self.device)
         metrics = self.actor.update_policy(batch, cfg.rollout.temperature, cfg.rollout.n)
+        offload_optimizer(self.actor.optimizer, cfg.actor.fsdp_config, "cpu")
         metrics.update(update_perf_metrics("actor", self.actor.model, batch, time.perf_counter() - start,
                                            cfg.actor.ppo_epochs, self.config.trainer))
         metrics["actor/lr"] = self.scheduler.get_last_lr()[0]
@@ -137,8 +150,15 @@ class ActorRolloutRefWorker:
 
     @register(Dispatch.ALL)
     def update_weights(self) -> None:
-        """Give the engine the updated weights (the hf engine shares the actor's module: nothing to copy)."""
+        """Give the engine the updated weights: on one rank the hf engine shares the actor's module (nothing to copy);
+        on several, every rank gathers the whole state dict of the sharded actor into its engine's copy."""
+        if self.rollout_model is not None:
+            self.rollout_model.load_state_dict(full_state_dict(self.actor.model))
         self.engine.update_weights(())
+
+    def _shard(self, model: torch.nn.Module, fsdp_config: FSDPConfig, key: str) -> torch.nn.Module:
+        """`model` sharded with FSDP2 over the ranks when there are several; as it is on one."""
+        return model if world_size() == 1 else shard_model(model, fsdp_config, self.device, key)
 
     # ---- checkpoints --------------------------------------------------------------------------
     @register(Dispatch.ALL)
@@ -161,6 +181,7 @@ class ActorRolloutRefWorker:
         if extra is not None:
             self.scheduler.load_state_dict(extra["lr_scheduler"])
             self._set_rng_state(extra["rng"])
+        self.update_weights()  # the engine's copy (several ranks) starts from the loaded weights
 
     def _rng_state(self) -> dict:
         state = {"torch": torch.get_rng_state(), "numpy": np.random.get_state(), "python": random.getstate(),
@@ -188,11 +209,15 @@ class CriticWorker:
     @register(Dispatch.ALL)
     def init_model(self, total_training_steps: int) -> None:
         cfg = self.config.critic
+        init_distributed(self.device)
         model = load_value_model(self.config, self.device, dtype=cfg.model.fsdp_config.model_dtype)
+        if world_size() > 1:
+            model = shard_model(model, cfg.model.fsdp_config, self.device, "critic.model.fsdp_config")
         optimizer = make_optimizer(model.parameters(), cfg.optim)
         total = cfg.optim.total_training_steps
         self.scheduler = make_scheduler(optimizer, cfg.optim, total if total > 0 else total_training_steps)
-        self.critic = Critic(model, cfg, optimizer)
+        self.critic = Critic(model, cfg, optimizer, device=self.device)
+        offload_optimizer(optimizer, cfg.model.fsdp_config, "cpu")
 
     @register(Dispatch.DP)
     def compute_values(self, batch: Batch) -> Batch:
@@ -202,7 +227,10 @@ class CriticWorker:
     def update_critic(self, batch: Batch) -> Batch:
         """One training step of the critic; returns its metrics in meta_info['metrics']."""
         start = time.perf_counter()
+        fsdp_config = self.config.critic.model.fsdp_config
+        offload_optimizer(self.critic.optimizer, fsdp_config, self.device)
         metrics = self.critic.update_critic(batch, self.config.actor_rollout_ref.rollout.n)
+        offload_optimizer(self.critic.optimizer, fsdp_config, "cpu")
         metrics.update(update_perf_metrics("critic", self.critic.model, batch, time.perf_counter() - start,
                                            self.config.critic.ppo_epochs, self.config.trainer))
         metrics["critic/lr"] = self.scheduler.get_last_lr()[0]
