@@ -13,6 +13,7 @@ from reinforge.config.schema import Config
 from reinforge.errors import ConfigError
 
 STRATEGIES = ("fsdp", "fsdp2")  # the same thing: FSDP2 over several ranks, a plain module on one
+DTYPE_NAMES = ("fp32", "bf16", "float32", "bfloat16")
 
 
 def _choice(key: str, value: object, allowed: tuple | list) -> None:
@@ -122,9 +123,11 @@ def _check(config: Config) -> None:
     _choice("actor_rollout_ref.actor.kl_loss_type", actor.kl_loss_type, KL_PENALTIES)
     _choice("actor_rollout_ref.actor.optim.lr_scheduler_type", optim.lr_scheduler_type, ("constant", "cosine"))
     _choice("actor_rollout_ref.actor.policy_loss.loss_mode", actor.policy_loss.loss_mode, policy_loss_names())
-    for role in ("actor", "ref"):
-        dtype = getattr(arr, role).fsdp_config.model_dtype
-        _choice(f"actor_rollout_ref.{role}.fsdp_config.model_dtype", dtype, ("fp32", "bf16", "float32", "bfloat16"))
+    for key, fsdp_config in (("actor_rollout_ref.actor.fsdp_config", actor.fsdp_config),
+                             ("actor_rollout_ref.ref.fsdp_config", arr.ref.fsdp_config),
+                             ("critic.model.fsdp_config", config.critic.model.fsdp_config)):
+        _choice(f"{key}.model_dtype", fsdp_config.model_dtype, DTYPE_NAMES)
+        _check_mixed_precision(key, fsdp_config.mixed_precision)
     _choice("actor_rollout_ref.rollout.name", rollout.name, ("hf", "vllm", "sglang"))
     _choice("actor_rollout_ref.rollout.mode", rollout.mode, ("sync", "async"))
     _choice("actor_rollout_ref.rollout.multi_turn.tool_response_truncate_side", rollout.multi_turn.tool_response_truncate_side,
@@ -150,7 +153,6 @@ def _check(config: Config) -> None:
     check_loggers(trainer.logger)
     _choice("critic.optim.lr_scheduler_type", config.critic.optim.lr_scheduler_type, ("constant", "cosine"))
     _choice("critic.loss_agg_mode", config.critic.loss_agg_mode, LOSS_AGG_MODES)
-    _choice("critic.model.fsdp_config.model_dtype", config.critic.model.fsdp_config.model_dtype, ("fp32", "bf16", "float32", "bfloat16"))
     _choice("algorithm.filter_groups.filter_type", algo.filter_groups.filter_type, ("same_value", "band_pass"))
     if algo.filter_groups.metric == "seq_final_reward":
         raise ConfigError("algorithm.filter_groups.metric=seq_final_reward is not supported; use seq_reward (the summed score) "
@@ -288,6 +290,14 @@ def _check(config: Config) -> None:
     _check_sandbox_fusion(config)
 
 
+def _check_mixed_precision(key: str, settings: dict) -> None:
+    """`<key>.mixed_precision` holds only verl's dtype keys, each naming a dtype."""
+    for name, value in settings.items():
+        if name not in ("param_dtype", "reduce_dtype", "buffer_dtype"):
+            raise ConfigError(f"{key}.mixed_precision.{name}: unknown; known: param_dtype, reduce_dtype, buffer_dtype")
+        _choice(f"{key}.mixed_precision.{name}", value, DTYPE_NAMES)
+
+
 def _check_sandbox_fusion(config: Config) -> None:
     sandbox = config.reward_model.sandbox_fusion
     key = "reward_model.sandbox_fusion"
@@ -310,7 +320,7 @@ def _check_reward_model(config: Config) -> None:
         raise ConfigError("reward_model.enable=true needs reward_model.model.path=<folder of a Hugging Face sequence "
                           "classifier, or of a causal LM with reward_model.judge.enable=true>")
     _choice("reward_model.strategy", rm.strategy, STRATEGIES)
-    _choice("reward_model.model.fsdp_config.model_dtype", rm.model.fsdp_config.model_dtype, ("fp32", "bf16", "float32", "bfloat16"))
+    _choice("reward_model.model.fsdp_config.model_dtype", rm.model.fsdp_config.model_dtype, DTYPE_NAMES)
     _positive("reward_model.micro_batch_size_per_gpu", rm.micro_batch_size_per_gpu)
     _positive("reward_model.max_length", rm.max_length)
     if rm.judge.enable:

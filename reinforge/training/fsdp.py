@@ -42,29 +42,21 @@ def decoder_layers(model: torch.nn.Module) -> list[torch.nn.Module]:
     return layers
 
 
-def mixed_precision_policy(fsdp_config: FSDPConfig, device: str, key: str) -> MixedPrecisionPolicy:
-    """`fsdp_config.mixed_precision` as FSDP2's policy (an empty policy when unset or on CPU)."""
-    settings = fsdp_config.mixed_precision or {}
-    unknown = sorted(set(settings) - {"param_dtype", "reduce_dtype", "buffer_dtype"})
-    if unknown:
-        raise ConfigError(f"{key}.mixed_precision.{unknown[0]}: unknown; known: param_dtype, reduce_dtype, buffer_dtype")
-    for name, value in settings.items():
-        if value not in DTYPES:
-            raise ConfigError(f"{key}.mixed_precision.{name}={value!r} must be one of {', '.join(DTYPES)}")
+def mixed_precision_policy(fsdp_config: FSDPConfig, device: str) -> MixedPrecisionPolicy:
+    """`fsdp_config.mixed_precision` (checked by config/validate.py) as FSDP2's policy; empty when unset or on CPU."""
+    settings = fsdp_config.mixed_precision
     if not settings or device != "cuda":
         return MixedPrecisionPolicy()
     return MixedPrecisionPolicy(param_dtype=DTYPES[settings.get("param_dtype", "bf16")],
                                 reduce_dtype=DTYPES[settings.get("reduce_dtype", "fp32")])
 
 
-def shard_model(model: torch.nn.Module, fsdp_config: FSDPConfig, device: str, key: str) -> torch.nn.Module:
-    """`model` (already on `device`) wrapped with FSDP2 over all ranks: per decoder layer, then the root.
-
-    `key` is the config path of `fsdp_config`, for error messages."""
+def shard_model(model: torch.nn.Module, fsdp_config: FSDPConfig, device: str) -> torch.nn.Module:
+    """`model` (already on `device`) wrapped with FSDP2 over all ranks: per decoder layer, then the root."""
     mesh = init_device_mesh(device, (world_size(),))
     offload = CPUOffloadPolicy() if device == "cuda" and (fsdp_config.param_offload or fsdp_config.offload_policy) else OffloadPolicy()
     options = {"mesh": mesh, "reshard_after_forward": fsdp_config.reshard_after_forward,
-               "mp_policy": mixed_precision_policy(fsdp_config, device, key), "offload_policy": offload}
+               "mp_policy": mixed_precision_policy(fsdp_config, device), "offload_policy": offload}
     for layer in decoder_layers(model):
         fully_shard(layer, **options)
     fully_shard(model, **options)

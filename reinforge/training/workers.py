@@ -70,7 +70,7 @@ class ActorRolloutRefWorker:
             # with several ranks the engine decodes on its own unsharded copy (a rank cannot run collectives in a
             # decoding loop whose length differs from the other ranks'); update_weights keeps it equal to the actor
             self.rollout_model = None if world_size() == 1 else copy.deepcopy(model).eval().requires_grad_(False)
-            model = self._shard(model, cfg.actor.fsdp_config, "actor_rollout_ref.actor.fsdp_config")
+            model = self._shard(model, cfg.actor.fsdp_config)
             optimizer = make_optimizer(model.parameters(), cfg.actor.optim)
             total = cfg.actor.optim.total_training_steps
             self.scheduler = make_scheduler(optimizer, cfg.actor.optim, total if total > 0 else total_training_steps)
@@ -90,8 +90,7 @@ class ActorRolloutRefWorker:
                                           self.config.data.apply_chat_template_kwargs)
         if self.has_ref:
             ref = load_causal_lm(self.config, self.device, trainable=False, dtype=cfg.ref.fsdp_config.model_dtype)
-            self.ref = Actor(self._shard(ref, cfg.ref.fsdp_config, "actor_rollout_ref.ref.fsdp_config"), cfg.actor,
-                             device=self.device)
+            self.ref = Actor(self._shard(ref, cfg.ref.fsdp_config), cfg.actor, device=self.device)
             if self.has_actor and cfg.actor.kl_loss_type == "full":
                 self.actor.ref_model = self.ref.model  # the exact KL needs the reference's whole distribution
 
@@ -156,9 +155,9 @@ class ActorRolloutRefWorker:
             self.rollout_model.load_state_dict(full_state_dict(self.actor.model))
         self.engine.update_weights(())
 
-    def _shard(self, model: torch.nn.Module, fsdp_config: FSDPConfig, key: str) -> torch.nn.Module:
+    def _shard(self, model: torch.nn.Module, fsdp_config: FSDPConfig) -> torch.nn.Module:
         """`model` sharded with FSDP2 over the ranks when there are several; as it is on one."""
-        return model if world_size() == 1 else shard_model(model, fsdp_config, self.device, key)
+        return model if world_size() == 1 else shard_model(model, fsdp_config, self.device)
 
     # ---- checkpoints --------------------------------------------------------------------------
     @register(Dispatch.ALL)
@@ -212,7 +211,7 @@ class CriticWorker:
         init_distributed(self.device)
         model = load_value_model(self.config, self.device, dtype=cfg.model.fsdp_config.model_dtype)
         if world_size() > 1:
-            model = shard_model(model, cfg.model.fsdp_config, self.device, "critic.model.fsdp_config")
+            model = shard_model(model, cfg.model.fsdp_config, self.device)
         optimizer = make_optimizer(model.parameters(), cfg.optim)
         total = cfg.optim.total_training_steps
         self.scheduler = make_scheduler(optimizer, cfg.optim, total if total > 0 else total_training_steps)

@@ -42,20 +42,24 @@ def rank_order(rows: int, ranks: int) -> torch.Tensor:
                          for mini in range(rows // MINI_BATCH) for i in range(share)])
 
 
-def spawn_ranks(model_path: Path, batch: Batch, tmp_path: Path, ranks: int = 2) -> list[dict]:
+def spawn_ranks(model_path: Path, batch: Batch, tmp_path: Path, ranks: int = 2) -> list[subprocess.Popen]:
+    """Start `ranks` processes of fsdp_ranks.py, each to train on its chunk of `batch`."""
     batch_file = tmp_path / "batch.pt"
     torch.save(batch, batch_file)
     port = str(free_port())
-    procs = [subprocess.Popen([sys.executable, str(HERE / "fsdp_ranks.py"), str(model_path), str(batch_file), str(tmp_path)],
-                              env={**os.environ, "RANK": str(r), "LOCAL_RANK": str(r), "WORLD_SIZE": str(ranks),
-                                   "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": port, "OMP_NUM_THREADS": "1",
-                                   "PYTHONPATH": str(HERE.parent.parent)},
-                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-             for r in range(ranks)]
+    return [subprocess.Popen([sys.executable, str(HERE / "fsdp_ranks.py"), str(model_path), str(batch_file), str(tmp_path)],
+                             env={**os.environ, "RANK": str(r), "LOCAL_RANK": str(r), "WORLD_SIZE": str(ranks),
+                                  "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": port, "OMP_NUM_THREADS": "1",
+                                  "PYTHONPATH": str(HERE.parent.parent)},
+                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+            for r in range(ranks)]
+
+
+def rank_results(procs: list[subprocess.Popen], tmp_path: Path) -> list[dict]:
     for proc in procs:
         output, _ = proc.communicate(timeout=240)
         assert proc.returncode == 0, output[-4000:]
-    return [torch.load(tmp_path / f"rank{r}.pt", weights_only=False) for r in range(ranks)]
+    return [torch.load(tmp_path / f"rank{r}.pt", weights_only=False) for r in range(len(procs))]
 
 
 def assert_metrics_close(got: list[dict], want: list[dict]) -> None:
@@ -74,8 +78,9 @@ def assert_params_close(got: dict, want: dict) -> None:
 def test_two_ranks_train_like_one_process(tiny_model_path, trajectories, tmp_path):
     batch = trajectories(AutoConfig.from_pretrained(tiny_model_path).vocab_size, rows=8, seed=3)
     order = rank_order(len(batch), 2)
-    ranks = spawn_ranks(tiny_model_path, batch.index(order), tmp_path)
-    single = train(str(tiny_model_path), batch, world_size=1)
+    procs = spawn_ranks(tiny_model_path, batch.index(order), tmp_path)
+    single = train(str(tiny_model_path), batch, world_size=1)  # while the ranks run
+    ranks = rank_results(procs, tmp_path)
 
     for name in ("ref_log_prob", "old_log_probs", "values"):  # forward-only passes, rank 0's then rank 1's rows
         assert torch.allclose(torch.cat([r[name] for r in ranks]), single[name][order], atol=ATOL), name
