@@ -8,6 +8,10 @@ each split into micro-batches whose gradients accumulate. Before a mini-batch, i
 (`agg_loss(..., **global_batch_info)`), so a micro-batch's loss is its exact share of the
 mini-batch's and the accumulated gradient is the same whatever the micro-batch size.
 
+On several data-parallel ranks (FSDP2, `training/fsdp.py`) each rank holds its share of every
+mini-batch (`ppo_mini_batch_size x n / world_size` rows), the totals are summed over ranks, and the
+metrics are summed shares, so every rank returns the mini-batch's global values.
+
 When the update is on-policy (one epoch, one mini-batch) and the batch carries no
 `old_log_probs`, the old log-probs are the detached log-probs of the update's own forward pass:
 they are the same numbers, and a second forward pass is saved.

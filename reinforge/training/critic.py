@@ -4,7 +4,8 @@
 position that predicts token t), as in verl. The update runs the actor's machinery
 (`minibatch.py`): `ppo_epochs` passes of mini-batches (`critic.ppo_mini_batch_size` prompts x
 rollout.n trajectories) split into micro-batches whose gradients accumulate, each micro-batch's
-loss normalised by the mini-batch's totals, so micro-batching does not change the gradient.
+loss normalised by the mini-batch's totals, so micro-batching does not change the gradient. On several
+data-parallel ranks the totals and metrics are global, as in the actor.
 """
 
 from __future__ import annotations

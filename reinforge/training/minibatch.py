@@ -12,6 +12,11 @@ the finite micro-batches of a faulty mini-batch are not stepped alone, since the
 mini-batch's gradient. `run_epochs` reports `<role>/optimizer_steps` and `<role>/nonfinite_skipped`
 as counts over the whole update (not averages), so the trainer can tell an update in which every
 step was skipped.
+
+On several data-parallel ranks (`distributed/process_group.py`), the mini-batch totals are summed
+over the ranks, a NaN loss on any rank skips the backward on all of them (a sharded model's
+backward runs collectives that every rank must join), and forward-only passes run the same number
+of micro-batches on every rank.
 """
 
 from __future__ import annotations

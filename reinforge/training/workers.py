@@ -5,6 +5,11 @@ group (DESIGN §3). The roles `ActorRolloutRefWorker` plays are given by `role`:
 `actor_rollout_ref` (policy, engine and frozen reference), `actor_rollout` (no reference) or
 `ref` (reference only). `CriticWorker` holds the value model of PPO.
 
+`init_model` joins the data-parallel process group (`init_distributed`). On one rank the models
+are plain modules and the hf engine decodes with the actor's own module; on several, the actor,
+reference and critic are sharded with FSDP2 (`fsdp.py`) and the engine decodes with an unsharded
+copy of the policy that `update_weights` refreshes.
+
 Checkpoints use verl's file names: `model_`, `optim_` and `extra_state_world_size_1_rank_0.pt`
 (scheduler and, for the actor, every RNG), and a `huggingface/` folder with the model's config.
 """

@@ -60,14 +60,32 @@ def train(model_path: str, batch: Batch, world_size: int) -> dict:
     out["critic"] = full_state_dict(critic.critic.model)
     engine_model = actor.engine.model.state_dict()
     out["engine_equals_actor"] = all(torch.equal(engine_model[key], value) for key, value in out["actor"].items())
+    out["workers"] = (actor, critic)
     return out
+
+
+def faults(actor: ActorRolloutRefWorker, batch: Batch, rank: int) -> dict:
+    """What only several ranks can get wrong, after `train`: rank 1 holding one row fewer for a forward pass (it
+    repeats a micro-batch so that the collectives stay in step), and a NaN loss on rank 1 alone (every rank must
+    skip the backward and the step, or the others would wait for it)."""
+    full = actor.compute_log_prob(batch)["old_log_probs"]
+    rows = batch.index(slice(0, len(batch) - rank))
+    uneven = actor.compute_log_prob(rows)["old_log_probs"]
+    if rank == 1:
+        batch["advantages"] = torch.full_like(batch["advantages"], float("nan"))
+    before = {key: value.clone() for key, value in full_state_dict(actor.actor.model).items()}
+    metrics = actor.update_actor(batch).meta_info["metrics"]
+    after = full_state_dict(actor.actor.model)
+    return {"uneven_matches": torch.equal(uneven, full[:len(rows)]), "nan_skipped": metrics["actor/nonfinite_skipped"],
+            "nan_unchanged": all(torch.equal(before[key], after[key]) for key in before)}
 
 
 if __name__ == "__main__":
     import os
 
     model_path, batch_file, out_dir = sys.argv[1:]
-    rank = int(os.environ["RANK"])
-    result = train(model_path, torch.load(batch_file, weights_only=False).chunk(int(os.environ["WORLD_SIZE"]))[rank],
-                   int(os.environ["WORLD_SIZE"]))
+    rank, world_size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    chunk = torch.load(batch_file, weights_only=False).chunk(world_size)[rank]
+    result = train(model_path, chunk, world_size)
+    result["faults"] = faults(result.pop("workers")[0], chunk, rank)
     torch.save(result, f"{out_dir}/rank{rank}.pt")

@@ -5,7 +5,8 @@ tests/training/fsdp_ranks.py on their half of a fixed batch of 8 trajectories, a
 rank holds half of each of the 2 mini-batches; this process runs the same steps with world size 1
 on the whole batch. Reference and old log-probs, values, every actor and critic metric of 3 updates
 and the final parameters must agree within fp32 tolerance, and the engine's copy of the policy
-must equal the sharded actor after update_weights.
+must equal the sharded actor after update_weights. Then (fsdp_ranks.faults) a rank with fewer rows
+for a forward pass, and a NaN loss on one rank only, must neither hang nor go wrong.
 """
 
 from __future__ import annotations
@@ -91,3 +92,5 @@ def test_two_ranks_train_like_one_process(tiny_model_path, trajectories, tmp_pat
     assert single["actor_metrics"][-1]["actor/optimizer_steps"] == 2.0  # two mini-batches per update
     assert single["actor_metrics"][0]["actor/kl_loss"] != 0.0
     assert all(r["engine_equals_actor"] for r in ranks)
+    for r in ranks:
+        assert r["faults"] == {"uneven_matches": True, "nan_skipped": 2.0, "nan_unchanged": True}
