@@ -53,6 +53,21 @@ def forward_micro_batches(batch: Batch, size: int | None) -> tuple[list[Batch], 
     return micros + micros[-1:] * (most - len(micros)), len(micros)
 
 
+def rank_shares_order(rows: int, mini_sizes: list[int], ranks: int) -> torch.Tensor:
+    """The row order under which rank r's contiguous chunk (`Dispatch.DP`) holds the r-th share of every mini-batch.
+
+    The batch is cut into blocks of the largest size that every mini-batch size (in trajectories: actor, critic)
+    is a multiple of; rank r takes the r-th slice of each block, in block order. So the rows a rank's update sees
+    as its k-th mini-batch are its share of the k-th global mini-batch, whichever role. 8 rows, mini-batches of
+    4, 2 ranks: 0 1 4 5 | 2 3 6 7."""
+    block = math.gcd(*mini_sizes)
+    if block % ranks or rows % block:
+        raise ValueError(f"mini-batches of {mini_sizes} rows do not split {rows} rows evenly over {ranks} ranks")
+    share = block // ranks
+    order = torch.arange(rows).view(rows // block, ranks, share)  # (block, rank, row within the share)
+    return order.transpose(0, 1).reshape(-1)
+
+
 def run_epochs(batch: Batch, keys: list[str], mini_size: int, epochs: int, shuffle: bool, role: str,
                optimizer_step: Callable[[Batch], tuple[dict[str, float], bool]]) -> dict[str, float]:
     """`optimizer_step(mini_batch) -> (metrics, stepped)` for every mini-batch of every epoch.

@@ -84,7 +84,8 @@ class ActorRolloutRefWorker:
             eos_ids = [eos] if isinstance(eos, int) else list(eos or [])
             if self.tokenizer.eos_token_id is not None and self.tokenizer.eos_token_id not in eos_ids:
                 eos_ids.append(self.tokenizer.eos_token_id)
-            self.engine = HFEngine(self.rollout_model or model, self.tokenizer.pad_token_id, eos_ids,
+            engine_model = model if self.rollout_model is None else self.rollout_model
+            self.engine = HFEngine(engine_model, self.tokenizer.pad_token_id, eos_ids,
                                    seed=self.config.trainer.seed, micro_batch_size=cfg.rollout.micro_batch_size_per_gpu)
             offload_optimizer(self.actor.optimizer, cfg.actor.fsdp_config, "cpu")
             self.agents = None

@@ -22,6 +22,7 @@ import torch
 from transformers import AutoConfig
 
 from reinforge.batch import Batch
+from reinforge.training.minibatch import rank_shares_order
 from tests.training.fsdp_ranks import train
 
 HERE = Path(__file__).parent
@@ -33,14 +34,6 @@ def free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         return probe.getsockname()[1]
-
-
-def rank_order(rows: int, ranks: int) -> torch.Tensor:
-    """Row order under which rank r's contiguous chunk holds the r-th slice of every mini-batch (the trainer's
-    arrangement before a data-parallel call): for 8 rows, 2 ranks, mini-batches of 4: 0 1 4 5 | 2 3 6 7."""
-    share = MINI_BATCH // ranks
-    return torch.tensor([mini * MINI_BATCH + r * share + i for r in range(ranks)
-                         for mini in range(rows // MINI_BATCH) for i in range(share)])
 
 
 def spawn_ranks(model_path: Path, batch: Batch, tmp_path: Path, ranks: int = 2) -> list[subprocess.Popen]:
@@ -78,7 +71,7 @@ def assert_params_close(got: dict, want: dict) -> None:
 
 def test_two_ranks_train_like_one_process(tiny_model_path, trajectories, tmp_path):
     batch = trajectories(AutoConfig.from_pretrained(tiny_model_path).vocab_size, rows=8, seed=3)
-    order = rank_order(len(batch), 2)
+    order = rank_shares_order(len(batch), [MINI_BATCH], 2)
     procs = spawn_ranks(tiny_model_path, batch.index(order), tmp_path)
     single = train(str(tiny_model_path), batch, world_size=1)  # while the ranks run
     ranks = rank_results(procs, tmp_path)

@@ -8,6 +8,7 @@ from transformers import AutoModelForCausalLM
 from reinforge.config.schema import FSDPConfig
 from reinforge.errors import ConfigError
 from reinforge.training.fsdp import decoder_layers, mixed_precision_policy
+from reinforge.training.minibatch import rank_shares_order
 from reinforge.training.model import CausalLMWithValueHead
 
 
@@ -28,3 +29,18 @@ def test_mixed_precision_acts_on_cuda_when_set():
     assert mixed_precision_policy(bf16, "cuda") == MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
     assert mixed_precision_policy(bf16, "cpu") == MixedPrecisionPolicy()
     assert mixed_precision_policy(FSDPConfig(), "cuda") == MixedPrecisionPolicy()
+
+
+@pytest.mark.parametrize("rows, mini_sizes, ranks, order", [
+    (8, [4], 2, [0, 1, 4, 5, 2, 3, 6, 7]),
+    (8, [4], 1, [0, 1, 2, 3, 4, 5, 6, 7]),
+    (8, [8, 4], 4, [0, 4, 1, 5, 2, 6, 3, 7]),
+    (12, [6, 4], 2, [0, 2, 4, 6, 8, 10, 1, 3, 5, 7, 9, 11]),  # actor mini-batches of 6, critic of 4
+])
+def test_each_rank_chunk_holds_its_share_of_every_mini_batch(rows, mini_sizes, ranks, order):
+    assert rank_shares_order(rows, mini_sizes, ranks).tolist() == order
+
+
+def test_mini_batches_that_do_not_split_over_the_ranks_are_refused():
+    with pytest.raises(ValueError, match=r"mini-batches of \[6\] rows do not split 12 rows evenly over 4 ranks"):
+        rank_shares_order(12, [6], 4)
