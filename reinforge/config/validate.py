@@ -329,18 +329,23 @@ def _check_reward_model(config: Config) -> None:
 
 def batch_arithmetic(config: Config) -> dict[str, int | bool]:
     """The derived quantities that decide what one training step does."""
+    from reinforge.distributed.process_group import world_size_of
+
     data, actor, rollout = config.data, config.actor_rollout_ref.actor, config.actor_rollout_ref.rollout
+    ranks = world_size_of(config)
     mini = actor.ppo_mini_batch_size * rollout.n
-    micro = actor.ppo_micro_batch_size_per_gpu or mini
+    micro = actor.ppo_micro_batch_size_per_gpu or mini // ranks
     mini_batches = data.train_batch_size // actor.ppo_mini_batch_size
     return {
         "prompts_per_step": data.train_batch_size,
         "trajectories_per_step": data.train_batch_size * rollout.n,
         "trajectories_per_mini_batch": mini,
+        "data_parallel_ranks": ranks,
+        "trajectories_per_rank_mini_batch": mini // ranks,
         "mini_batches_per_epoch": mini_batches,
         "optimizer_steps_per_step": mini_batches * actor.ppo_epochs,
         "trajectories_per_micro_batch": micro,
-        "gradient_accumulation": mini // micro,
+        "gradient_accumulation": mini // ranks // micro,
         "max_tokens_per_micro_batch": micro * (data.max_prompt_length + rollout.response_length),
         "on_policy_single_update": mini_batches * actor.ppo_epochs == 1,
     }

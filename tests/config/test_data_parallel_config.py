@@ -2,7 +2,7 @@
 
 import pytest
 
-from reinforge.config import load_config, unused_settings
+from reinforge.config import batch_arithmetic, load_config, unused_settings
 from reinforge.distributed.process_group import world_size_of
 from reinforge.errors import ConfigError
 
@@ -42,10 +42,14 @@ def test_batches_that_do_not_split_over_the_ranks_are_refused(overrides, message
     assert message in str(error.value)
 
 
-def test_sizes_that_split_over_the_ranks_pass():
+def test_sizes_that_split_over_the_ranks_pass_and_the_arithmetic_is_per_rank():
     config, _ = load_config([*BASE, "trainer.n_gpus_per_node=4", "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=1",
                              "actor_rollout_ref.actor.strategy=fsdp2"])
-    assert world_size_of(config) == 4
+    arithmetic = batch_arithmetic(config)  # mini-batches of 2 prompts x 2 samples, a quarter on each rank
+    assert (arithmetic["data_parallel_ranks"], arithmetic["trajectories_per_rank_mini_batch"]) == (4, 1)
+    assert (arithmetic["trajectories_per_micro_batch"], arithmetic["gradient_accumulation"]) == (1, 1)
+    config, _ = load_config([*BASE, "trainer.n_gpus_per_node=2"])
+    assert (batch_arithmetic(config)["trajectories_per_micro_batch"], batch_arithmetic(config)["gradient_accumulation"]) == (2, 1)
 
 
 def notes(*overrides: str) -> str:
