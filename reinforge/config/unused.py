@@ -24,7 +24,7 @@ _ALWAYS_INERT = {
     "data.dataloader_num_workers": "prompts are prepared in-process",
     "actor_rollout_ref.rollout.agent.num_workers": "every row's agent loop runs in one asyncio event loop of the rollout worker",
     "data.return_raw_input_ids": "prompts are tokenized once by the model's tokenizer",
-    "trainer.n_gpus_per_node": "this version trains in one process on one device",
+    "trainer.n_gpus_per_node": "the trainer starts one training process in this version (the batch sizes are still checked to split over the ranks)",
     "trainer.balance_batch": "one data-parallel rank: nothing to balance",
     "trainer.default_hdfs_dir": "no HDFS copy",
     "ray_kwargs": "this version runs in one process without Ray",
