@@ -52,7 +52,10 @@ def mixed_precision_policy(fsdp_config: FSDPConfig, device: str) -> MixedPrecisi
 
 
 def shard_model(model: torch.nn.Module, fsdp_config: FSDPConfig, device: str) -> torch.nn.Module:
-    """`model` (already on `device`) wrapped with FSDP2 over all ranks: per decoder layer, then the root."""
+    """`model` (already on `device`) wrapped with FSDP2 over all ranks, per decoder layer, then the root; on one rank
+    `model` itself, untouched."""
+    if world_size() == 1:
+        return model
     mesh = init_device_mesh(device, (world_size(),))
     offload = CPUOffloadPolicy() if device == "cuda" and (fsdp_config.param_offload or fsdp_config.offload_policy) else OffloadPolicy()
     options = {"mesh": mesh, "reshard_after_forward": fsdp_config.reshard_after_forward,
@@ -64,6 +67,7 @@ def shard_model(model: torch.nn.Module, fsdp_config: FSDPConfig, device: str) ->
 
 
 def is_sharded(model: torch.nn.Module) -> bool:
+    """Whether `model` was wrapped by `shard_model` (its parameters are DTensor shards)."""
     return isinstance(model, FSDPModule)
 
 

@@ -26,7 +26,7 @@ import numpy as np
 import torch
 
 from reinforge.batch import Batch
-from reinforge.config.schema import Config, FSDPConfig, TrainerConfig
+from reinforge.config.schema import Config, TrainerConfig
 from reinforge.distributed import Dispatch, register
 from reinforge.distributed.process_group import init_distributed, world_size
 from reinforge.errors import ConfigError
@@ -75,7 +75,7 @@ class ActorRolloutRefWorker:
             # with several ranks the engine decodes on its own unsharded copy (a rank cannot run collectives in a
             # decoding loop whose length differs from the other ranks'); update_weights keeps it equal to the actor
             self.rollout_model = None if world_size() == 1 else copy.deepcopy(model).eval().requires_grad_(False)
-            model = self._shard(model, cfg.actor.fsdp_config)
+            model = shard_model(model, cfg.actor.fsdp_config, self.device)
             optimizer = make_optimizer(model.parameters(), cfg.actor.optim)
             total = cfg.actor.optim.total_training_steps
             self.scheduler = make_scheduler(optimizer, cfg.actor.optim, total if total > 0 else total_training_steps)
@@ -87,7 +87,6 @@ class ActorRolloutRefWorker:
             engine_model = model if self.rollout_model is None else self.rollout_model
             self.engine = HFEngine(engine_model, self.tokenizer.pad_token_id, eos_ids,
                                    seed=self.config.trainer.seed, micro_batch_size=cfg.rollout.micro_batch_size_per_gpu)
-            offload_optimizer(self.actor.optimizer, cfg.actor.fsdp_config, "cpu")
             self.agents = None
             if cfg.rollout.multi_turn.enable:  # imported here: single-turn runs never load the agent machinery
                 from reinforge.inference.agent import AgentRunner
@@ -96,7 +95,7 @@ class ActorRolloutRefWorker:
                                           self.config.data.apply_chat_template_kwargs)
         if self.has_ref:
             ref = load_causal_lm(self.config, self.device, trainable=False, dtype=cfg.ref.fsdp_config.model_dtype)
-            self.ref = Actor(self._shard(ref, cfg.ref.fsdp_config), cfg.actor, device=self.device)
+            self.ref = Actor(shard_model(ref, cfg.ref.fsdp_config, self.device), cfg.actor, device=self.device)
             if self.has_actor and cfg.actor.kl_loss_type == "full":
                 self.actor.ref_model = self.ref.model  # the exact KL needs the reference's whole distribution
 
@@ -161,10 +160,6 @@ class ActorRolloutRefWorker:
             self.rollout_model.load_state_dict(full_state_dict(self.actor.model))
         self.engine.update_weights(())
 
-    def _shard(self, model: torch.nn.Module, fsdp_config: FSDPConfig) -> torch.nn.Module:
-        """`model` sharded with FSDP2 over the ranks when there are several; as it is on one."""
-        return model if world_size() == 1 else shard_model(model, fsdp_config, self.device)
-
     # ---- checkpoints --------------------------------------------------------------------------
     @register(Dispatch.ALL)
     def save_checkpoint(self, folder: str) -> None:
@@ -216,13 +211,11 @@ class CriticWorker:
         cfg = self.config.critic
         init_distributed(self.device)
         model = load_value_model(self.config, self.device, dtype=cfg.model.fsdp_config.model_dtype)
-        if world_size() > 1:
-            model = shard_model(model, cfg.model.fsdp_config, self.device)
+        model = shard_model(model, cfg.model.fsdp_config, self.device)
         optimizer = make_optimizer(model.parameters(), cfg.optim)
         total = cfg.optim.total_training_steps
         self.scheduler = make_scheduler(optimizer, cfg.optim, total if total > 0 else total_training_steps)
         self.critic = Critic(model, cfg, optimizer, device=self.device)
-        offload_optimizer(optimizer, cfg.model.fsdp_config, "cpu")
 
     @register(Dispatch.DP)
     def compute_values(self, batch: Batch) -> Batch:
