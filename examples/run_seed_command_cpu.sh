@@ -4,6 +4,8 @@
 # the engine: vLLM needs a GPU, so this CPU run generates with hf (ROLLOUT=vllm on a GPU with
 # reinforge[vllm] installed). Every other override is the seed's own; the ones that only matter to
 # vLLM or multi-GPU runs are accepted and reported as having no effect here.
+# The batch sizes split evenly over the trainer.n_gpus_per_node=8 data-parallel ranks (each rank
+# takes an equal share of every mini-batch).
 set -euo pipefail
 DATA=${DATA:-$HOME/data/gsm8k_like}
 MODEL=${MODEL:-$(python -c 'from reinforge.training.tiny_model import ensure_tiny_model; print(ensure_tiny_model())')}
@@ -13,7 +15,7 @@ reinforge train \
     algorithm.adv_estimator=grpo \
     data.train_files="$DATA/train.parquet" \
     data.val_files="$DATA/test.parquet" \
-    data.train_batch_size=8 \
+    data.train_batch_size=16 \
     data.max_prompt_length=128 \
     data.max_response_length=16 \
     actor_rollout_ref.model.path="$MODEL" \
@@ -21,7 +23,7 @@ reinforge train \
     actor_rollout_ref.rollout.n=5 \
     actor_rollout_ref.rollout.tensor_model_parallel_size=2 \
     actor_rollout_ref.actor.optim.lr=1e-6 \
-    actor_rollout_ref.actor.ppo_mini_batch_size=4 \
+    actor_rollout_ref.actor.ppo_mini_batch_size=8 \
     actor_rollout_ref.actor.use_kl_loss=True \
     actor_rollout_ref.actor.kl_loss_coef=0.001 \
     actor_rollout_ref.actor.entropy_coeff=0 \

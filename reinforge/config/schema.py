@@ -124,12 +124,13 @@ class OptimConfig(Node):
 
 @dataclass
 class FSDPConfig(Node):
-    param_offload: bool = _f(False, "FSDP: keep parameters on CPU between uses. Acts with the FSDP strategy (not in this version).")
-    optimizer_offload: bool = _f(False, "FSDP: keep optimizer state on CPU. Acts with the FSDP strategy (not in this version).")
-    offload_policy: bool = _f(False, "FSDP2 CPUOffloadPolicy. Acts with the FSDP strategy (not in this version).")
-    reshard_after_forward: bool = _f(True, "FSDP2 reshard after forward. Acts with the FSDP strategy (not in this version).")
-    fsdp_size: int = _f(-1, "FSDP shard group size. Acts with the FSDP strategy (not in this version).")
-    wrap_policy: dict = _f({}, "FSDP wrap policy. Acts with the FSDP strategy (not in this version).")
+    param_offload: bool = _f(False, "FSDP2 (more than one rank, CUDA): keep sharded parameters, gradients and the optimizer step on the CPU (CPUOffloadPolicy). No effect on CPU.")
+    optimizer_offload: bool = _f(False, "FSDP2 (more than one rank, CUDA): keep the optimizer state in CPU memory between updates. No effect on CPU.")
+    offload_policy: bool = _f(False, "FSDP2 CPUOffloadPolicy; the same as param_offload here.")
+    reshard_after_forward: bool = _f(True, "FSDP2 (more than one rank): free each gathered layer after its forward (gather again for the backward); false keeps it, more memory, less communication.")
+    fsdp_size: int = _f(-1, "FSDP shard group size; this version shards over all ranks (-1).")
+    wrap_policy: dict = _f({}, "FSDP wrap policy; this version wraps every decoder layer (the model's _no_split_modules).")
+    mixed_precision: dict = _f({}, "FSDP2 (more than one rank, CUDA) mixed precision, verl's keys: param_dtype (compute dtype, bf16), reduce_dtype (gradient reduction, fp32), buffer_dtype (accepted; buffers keep model_dtype). Empty: compute in model_dtype.")
     model_dtype: str = _f("fp32", "Parameter dtype of the model: fp32 or bf16 (float32/bfloat16 also accepted).")
 
 
@@ -151,7 +152,7 @@ class CheckpointContents(Node):
 
 @dataclass
 class ActorConfig(Node):
-    strategy: str = _f("fsdp", "Training backend: fsdp or fsdp2 (single process: plain PyTorch, the same maths).")
+    strategy: str = _f("fsdp", "Training backend: fsdp2 (fsdp is the same): FSDP2 over the ranks when there are more than one, a plain module on one rank (the same maths).")
     ppo_mini_batch_size: int = _f(256, "Prompts per optimizer step (multiplied by rollout.n trajectories).")
     ppo_micro_batch_size: int | None = _f(None, "Deprecated verl global micro-batch; use ppo_micro_batch_size_per_gpu.")
     ppo_micro_batch_size_per_gpu: int | None = _f(None, "Trajectories per forward/backward; gradients accumulate up to a mini-batch. Null: the whole mini-batch.")
@@ -184,7 +185,7 @@ class ActorConfig(Node):
 
 @dataclass
 class RefConfig(Node):
-    strategy: str = _f("fsdp", "Backend of the reference model.")
+    strategy: str = _f("fsdp", "Backend of the reference model: fsdp2 (fsdp is the same), sharded like the actor when there is more than one rank.")
     log_prob_micro_batch_size: int | None = _f(None, "Deprecated verl global micro-batch; use log_prob_micro_batch_size_per_gpu.")
     log_prob_micro_batch_size_per_gpu: int | None = _f(None, "Trajectories per reference forward; null: rollout.log_prob_micro_batch_size_per_gpu.")
     log_prob_use_dynamic_bsz: bool = _f(False, "Token-budget micro-batches (not in this version).")
@@ -446,7 +447,7 @@ class CriticModelConfig(Node):
     trust_remote_code: bool = _f(False, "Allow model code from the value model's folder.")
     enable_gradient_checkpointing: bool = _f(True, "Recompute activations in the critic's backward pass to save memory.")
     use_remove_padding: bool = _f(False, "verl: pack sequences without padding. Accepted; padded batches are used in this version.")
-    fsdp_config: FSDPConfig = _sub(FSDPConfig, "FSDP settings of the critic (model_dtype acts in one process).")
+    fsdp_config: FSDPConfig = _sub(FSDPConfig, "FSDP settings of the critic.")
 
 
 @dataclass
@@ -457,7 +458,7 @@ class CriticOptimConfig(OptimConfig):
 @dataclass
 class CriticConfig(Node):
     enable: bool | None = _f(None, "Train a critic; null: when the advantage estimator uses values (gae).")
-    strategy: str = _f("fsdp", "Training backend of the critic: fsdp or fsdp2 (single process: plain PyTorch).")
+    strategy: str = _f("fsdp", "Training backend of the critic: fsdp2 (fsdp is the same): FSDP2 over the ranks when there are more than one, a plain module on one rank.")
     model: CriticModelConfig = _sub(CriticModelConfig, "The value model.")
     optim: CriticOptimConfig = _sub(CriticOptimConfig, "The critic's optimizer and learning-rate schedule.")
     ppo_mini_batch_size: int | None = _f(None, "Prompts per critic optimizer step (times rollout.n); null: actor.ppo_mini_batch_size.")
@@ -494,7 +495,7 @@ class TrainerConfig(Node):
                                             "for `reinforge report`.")
     validation_data_dir: str | None = _f(None, "Write validation generations as JSONL here.")
     nnodes: int = _f(1, "Nodes (multi-node runs: planned).")
-    n_gpus_per_node: int = _f(8, "GPUs per node (this version trains in one process).")
+    n_gpus_per_node: int | None = _f(None, "GPUs (data-parallel ranks) per node; null: 1 until the Ray worker groups count them.")
     device: str | None = _f(None, "cuda or cpu; null: cuda when a GPU is present, else cpu.")
     save_freq: int = _f(-1, "Save a checkpoint every this many steps (-1: never; the last step is saved when > 0).")
     save_on_stop: bool = _f(True, "reinforge only (verl has no such key): on SIGINT/SIGTERM, finish the current step, "

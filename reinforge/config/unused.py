@@ -24,7 +24,7 @@ _ALWAYS_INERT = {
     "data.dataloader_num_workers": "prompts are prepared in-process",
     "actor_rollout_ref.rollout.agent.num_workers": "every row's agent loop runs in one asyncio event loop of the rollout worker",
     "data.return_raw_input_ids": "prompts are tokenized once by the model's tokenizer",
-    "trainer.n_gpus_per_node": "this version trains in one process on one device",
+    "trainer.n_gpus_per_node": "the trainer starts one training process in this version (the batch sizes are still checked to split over the ranks)",
     "trainer.balance_batch": "one data-parallel rank: nothing to balance",
     "trainer.default_hdfs_dir": "no HDFS copy",
     "ray_kwargs": "this version runs in one process without Ray",
@@ -65,6 +65,26 @@ def _reward_model_reason(config: Config, key: str) -> str | None:
     return None
 
 
+_CUDA_ONLY_FSDP = ("param_offload", "optimizer_offload", "offload_policy", "mixed_precision")
+
+
+def _fsdp_reason(config: Config, section: str, setting: str) -> str | None:
+    """Why `<section>...fsdp_config.<setting>` does nothing in this run, if it does not."""
+    from reinforge.distributed.process_group import world_size_of
+
+    if setting == "model_dtype":
+        return None
+    if setting in ("fsdp_size", "wrap_policy"):
+        return "FSDP2 shards over all ranks with one unit per decoder layer in this version"
+    if section == "reward_model":
+        return "the reward model is not sharded in this version"
+    if world_size_of(config) == 1:
+        return "one data-parallel rank: the model is a plain module, not sharded (more ranks: trainer.n_gpus_per_node)"
+    if config.trainer.device == "cpu" and setting in _CUDA_ONLY_FSDP:
+        return "acts on CUDA only; on the CPU parameters and optimizer state are already in CPU memory, in model_dtype"
+    return None
+
+
 def unused_settings(config: Config, user_keys: list[str]) -> list[str]:
     """One line per user-set key that does nothing in this run, with the reason."""
     from reinforge.algorithm import needs_critic
@@ -87,8 +107,8 @@ def unused_settings(config: Config, user_keys: list[str]) -> list[str]:
               and config.algorithm.filter_groups.enable):
             reason = ("algorithm.filter_groups needs each generation batch's scores to decide which groups to keep, so "
                       "scoring stays synchronous")
-        elif reason is None and "fsdp_config" in parts and parts[-1] != "model_dtype":
-            reason = "acts with the multi-process FSDP strategy (planned); this run trains in one process"
+        elif reason is None and "fsdp_config" in parts:
+            reason = _fsdp_reason(config, parts[0], parts[parts.index("fsdp_config") + 1])
         elif reason is None and key.startswith("actor_rollout_ref.rollout.") and parts[2] in _ENGINE_ONLY and rollout.name == "hf":
             reason = "vLLM/SGLang setting; this run generates with the hf engine"
         elif reason is None and key == "actor_rollout_ref.rollout.micro_batch_size_per_gpu" and rollout.name != "hf":

@@ -12,6 +12,9 @@ from pathlib import Path
 from reinforge.config.schema import Config
 from reinforge.errors import ConfigError
 
+STRATEGIES = ("fsdp", "fsdp2")  # the same thing: FSDP2 over several ranks, a plain module on one
+DTYPE_NAMES = ("fp32", "bf16", "float32", "bfloat16")
+
 
 def _choice(key: str, value: object, allowed: tuple | list) -> None:
     if value not in allowed:
@@ -146,14 +149,18 @@ def _check(config: Config) -> None:
     actor, rollout, optim = arr.actor, arr.rollout, arr.actor.optim
 
     _choice("data.truncation", data.truncation, TRUNCATION_MODES)
-    _choice("actor_rollout_ref.actor.strategy", actor.strategy, ("fsdp", "fsdp2"))
+    for key, strategy in (("actor_rollout_ref.actor.strategy", actor.strategy), ("actor_rollout_ref.ref.strategy", arr.ref.strategy),
+                          ("critic.strategy", config.critic.strategy)):
+        _choice(key, strategy, STRATEGIES)
     _choice("actor_rollout_ref.actor.loss_agg_mode", actor.loss_agg_mode, LOSS_AGG_MODES)
     _choice("actor_rollout_ref.actor.kl_loss_type", actor.kl_loss_type, KL_PENALTIES)
     _choice("actor_rollout_ref.actor.optim.lr_scheduler_type", optim.lr_scheduler_type, ("constant", "cosine"))
     _choice("actor_rollout_ref.actor.policy_loss.loss_mode", actor.policy_loss.loss_mode, policy_loss_names())
-    for role in ("actor", "ref"):
-        dtype = getattr(arr, role).fsdp_config.model_dtype
-        _choice(f"actor_rollout_ref.{role}.fsdp_config.model_dtype", dtype, ("fp32", "bf16", "float32", "bfloat16"))
+    for key, fsdp_config in (("actor_rollout_ref.actor.fsdp_config", actor.fsdp_config),
+                             ("actor_rollout_ref.ref.fsdp_config", arr.ref.fsdp_config),
+                             ("critic.model.fsdp_config", config.critic.model.fsdp_config)):
+        _choice(f"{key}.model_dtype", fsdp_config.model_dtype, DTYPE_NAMES)
+        _check_mixed_precision(key, fsdp_config.mixed_precision)
     _choice("actor_rollout_ref.rollout.name", rollout.name, ("hf", "vllm", "sglang"))
     _choice("actor_rollout_ref.rollout.mode", rollout.mode, ("sync", "async"))
     _choice("actor_rollout_ref.rollout.multi_turn.tool_response_truncate_side", rollout.multi_turn.tool_response_truncate_side,
@@ -177,10 +184,8 @@ def _check(config: Config) -> None:
 
     trainer.logger = logger_names(trainer.logger)  # verl also takes a bare string: trainer.logger=console
     check_loggers(trainer.logger)
-    _choice("critic.strategy", config.critic.strategy, ("fsdp", "fsdp2"))
     _choice("critic.optim.lr_scheduler_type", config.critic.optim.lr_scheduler_type, ("constant", "cosine"))
     _choice("critic.loss_agg_mode", config.critic.loss_agg_mode, LOSS_AGG_MODES)
-    _choice("critic.model.fsdp_config.model_dtype", config.critic.model.fsdp_config.model_dtype, ("fp32", "bf16", "float32", "bfloat16"))
     _choice("algorithm.filter_groups.filter_type", algo.filter_groups.filter_type, ("same_value", "band_pass"))
     if algo.filter_groups.metric == "seq_final_reward":
         raise ConfigError("algorithm.filter_groups.metric=seq_final_reward is not supported; use seq_reward (the summed score) "
@@ -256,6 +261,15 @@ def _check(config: Config) -> None:
     if trainer.resume_mode == "resume_path" and not trainer.resume_from_path:
         raise ConfigError("trainer.resume_mode=resume_path needs trainer.resume_from_path=<run folder>/global_step_<N>")
 
+    from reinforge.distributed.process_group import world_size_of
+
+    ranks = world_size_of(config)
+    ranks_source = f"trainer.nnodes={trainer.nnodes} x trainer.n_gpus_per_node={trainer.n_gpus_per_node}"
+    if data.train_batch_size * rollout.n % ranks:
+        raise ConfigError(
+            f"data.train_batch_size={data.train_batch_size} x rollout.n={rollout.n} = {data.train_batch_size * rollout.n} "
+            f"trajectories do not split evenly over the {ranks} data-parallel ranks ({ranks_source})"
+        )
     if actor.ppo_mini_batch_size > data.train_batch_size:
         raise ConfigError(
             f"actor_rollout_ref.actor.ppo_mini_batch_size={actor.ppo_mini_batch_size} is larger than "
@@ -275,11 +289,18 @@ def _check(config: Config) -> None:
                 f"{data.train_batch_size} (both count prompts); every mini-batch must be full"
             )
         mini = section.ppo_mini_batch_size * rollout.n
+        if mini % ranks:
+            raise ConfigError(
+                f"{role}.ppo_mini_batch_size={section.ppo_mini_batch_size} x rollout.n={rollout.n} = {mini} trajectories "
+                f"do not split evenly over the {ranks} data-parallel ranks ({ranks_source}); every rank takes an equal "
+                "share of each mini-batch"
+            )
         micro = section.ppo_micro_batch_size_per_gpu
-        if micro is not None and mini % micro:
+        if micro is not None and (mini // ranks) % micro:
+            per_rank = f" ({mini // ranks} on each of {ranks} ranks)" if ranks > 1 else ""
             raise ConfigError(
                 f"{role}.ppo_micro_batch_size_per_gpu={micro} does not divide the mini-batch of "
-                f"{mini} trajectories (ppo_mini_batch_size={section.ppo_mini_batch_size} x rollout.n={rollout.n})"
+                f"{mini} trajectories{per_rank} (ppo_mini_batch_size={section.ppo_mini_batch_size} x rollout.n={rollout.n})"
             )
     if algo.filter_groups.enable and rollout.n < 2:
         raise ConfigError("algorithm.filter_groups needs groups to compare: set actor_rollout_ref.rollout.n >= 2")
@@ -310,6 +331,14 @@ def _check(config: Config) -> None:
     check_gpu_engine(config)
 
 
+def _check_mixed_precision(key: str, settings: dict) -> None:
+    """`<key>.mixed_precision` holds only verl's dtype keys, each naming a dtype."""
+    for name, value in settings.items():
+        if name not in ("param_dtype", "reduce_dtype", "buffer_dtype"):
+            raise ConfigError(f"{key}.mixed_precision.{name}: unknown; known: param_dtype, reduce_dtype, buffer_dtype")
+        _choice(f"{key}.mixed_precision.{name}", value, DTYPE_NAMES)
+
+
 def _check_sandbox_fusion(config: Config) -> None:
     sandbox = config.reward_model.sandbox_fusion
     key = "reward_model.sandbox_fusion"
@@ -331,8 +360,8 @@ def _check_reward_model(config: Config) -> None:
     if not rm.model.path:
         raise ConfigError("reward_model.enable=true needs reward_model.model.path=<folder of a Hugging Face sequence "
                           "classifier, or of a causal LM with reward_model.judge.enable=true>")
-    _choice("reward_model.strategy", rm.strategy, ("fsdp", "fsdp2"))
-    _choice("reward_model.model.fsdp_config.model_dtype", rm.model.fsdp_config.model_dtype, ("fp32", "bf16", "float32", "bfloat16"))
+    _choice("reward_model.strategy", rm.strategy, STRATEGIES)
+    _choice("reward_model.model.fsdp_config.model_dtype", rm.model.fsdp_config.model_dtype, DTYPE_NAMES)
     _positive("reward_model.micro_batch_size_per_gpu", rm.micro_batch_size_per_gpu)
     _positive("reward_model.max_length", rm.max_length)
     if rm.judge.enable:
@@ -341,18 +370,23 @@ def _check_reward_model(config: Config) -> None:
 
 def batch_arithmetic(config: Config) -> dict[str, int | bool]:
     """The derived quantities that decide what one training step does."""
+    from reinforge.distributed.process_group import world_size_of
+
     data, actor, rollout = config.data, config.actor_rollout_ref.actor, config.actor_rollout_ref.rollout
+    ranks = world_size_of(config)
     mini = actor.ppo_mini_batch_size * rollout.n
-    micro = actor.ppo_micro_batch_size_per_gpu or mini
+    micro = actor.ppo_micro_batch_size_per_gpu or mini // ranks
     mini_batches = data.train_batch_size // actor.ppo_mini_batch_size
     return {
         "prompts_per_step": data.train_batch_size,
         "trajectories_per_step": data.train_batch_size * rollout.n,
         "trajectories_per_mini_batch": mini,
+        "data_parallel_ranks": ranks,
+        "trajectories_per_rank_mini_batch": mini // ranks,
         "mini_batches_per_epoch": mini_batches,
         "optimizer_steps_per_step": mini_batches * actor.ppo_epochs,
         "trajectories_per_micro_batch": micro,
-        "gradient_accumulation": mini // micro,
+        "gradient_accumulation": mini // ranks // micro,
         "max_tokens_per_micro_batch": micro * (data.max_prompt_length + rollout.response_length),
         "on_policy_single_update": mini_batches * actor.ppo_epochs == 1,
     }

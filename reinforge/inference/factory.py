@@ -29,16 +29,17 @@ def eos_token_ids(model: torch.nn.Module, tokenizer) -> list[int]:
     return ids
 
 
-def hf_engine_module(model: torch.nn.Module, rollout_dtype: str | None) -> torch.nn.Module:
-    """The module the hf engine generates with: the actor's own, or (rollout.dtype naming another dtype than the
-    actor's) a frozen copy in that dtype, which `HFEngine.update_weights` refreshes after every update (a bf16
-    engine beside an fp32 actor: the train/inference mismatch algorithm.rollout_correction corrects)."""
+def hf_engine_module(model: torch.nn.Module, rollout_dtype: str | None, own_copy: bool = False) -> torch.nn.Module:
+    """The module the hf engine generates with: the actor's own, or a frozen copy, which `HFEngine.update_weights`
+    refreshes after every update. A copy is made when `own_copy` (several ranks: the actor is sharded) or when
+    rollout.dtype names another dtype than the actor's (a bf16 engine beside an fp32 actor: the train/inference
+    mismatch algorithm.rollout_correction corrects)."""
     from reinforge.training.model import DTYPES
 
     dtype = None if rollout_dtype is None else DTYPES[rollout_dtype]
-    if dtype is None or dtype == next(model.parameters()).dtype:
+    if not own_copy and (dtype is None or dtype == next(model.parameters()).dtype):
         return model
-    replica = copy.deepcopy(model).to(dtype)
+    replica = copy.deepcopy(model) if dtype is None else copy.deepcopy(model).to(dtype)
     replica.eval()
     replica.requires_grad_(False)
     return replica
@@ -60,12 +61,13 @@ def check_gpu_engine(config: Config) -> None:
                           f"than the {torch.cuda.device_count()} GPU(s) visible; set it to at most that (1 on one GPU)")
 
 
-def make_engine(config: Config, model: torch.nn.Module, tokenizer) -> InferenceEngine:
-    """The engine of `rollout.name` for the actor `model`; a vllm/sglang engine already holds `ModuleWeights(model)`."""
+def make_engine(config: Config, model: torch.nn.Module, tokenizer, own_copy: bool = False) -> InferenceEngine:
+    """The engine of `rollout.name` for the actor `model`; a vllm/sglang engine already holds `ModuleWeights(model)`,
+    an hf engine generates with `model` itself unless `own_copy` or rollout.dtype asks for a copy."""
     rollout, trainer = config.actor_rollout_ref.rollout, config.trainer
     eos = eos_token_ids(model, tokenizer)
     if rollout.name == "hf":
-        return HFEngine(hf_engine_module(model, rollout.dtype), tokenizer.pad_token_id, eos, seed=trainer.seed, micro_batch_size=rollout.micro_batch_size_per_gpu)
+        return HFEngine(hf_engine_module(model, rollout.dtype, own_copy), tokenizer.pad_token_id, eos, seed=trainer.seed, micro_batch_size=rollout.micro_batch_size_per_gpu)
     check_gpu_engine(config)
     model_cfg = config.actor_rollout_ref.model
     bucket_bytes = rollout.update_weights_bucket_megabytes << 20

@@ -8,6 +8,10 @@ each split into micro-batches whose gradients accumulate. Before a mini-batch, i
 (`agg_loss(..., **global_batch_info)`), so a micro-batch's loss is its exact share of the
 mini-batch's and the accumulated gradient is the same whatever the micro-batch size.
 
+On several data-parallel ranks (FSDP2, `training/fsdp.py`) each rank holds its share of every
+mini-batch (`ppo_mini_batch_size x n / world_size` rows), the totals are summed over ranks, and the
+metrics are summed shares, so every rank returns the mini-batch's global values.
+
 When the update is on-policy (one epoch, one mini-batch) and the batch carries no
 `old_log_probs`, the old log-probs are the detached log-probs of the update's own forward pass:
 they are the same numbers, and a second forward pass is saved. With the engine's log-probs in the
@@ -30,11 +34,13 @@ from reinforge.algorithm import agg_loss, compute_policy_loss, full_kl_from_logi
 from reinforge.algorithm.rollout_correction import bypass_policy_loss, mismatch_metrics
 from reinforge.batch import Batch
 from reinforge.config.schema import ActorConfig, RolloutCorrectionConfig
+from reinforge.distributed.process_group import all_reduce_dict, gather_rows, world_size
 from reinforge.training.minibatch import (
     FORWARD_KEYS,
     backward_if_finite,
     clip_and_step,
     eval_mode,
+    forward_micro_batches,
     global_batch_info,
     run_epochs,
 )
@@ -58,18 +64,21 @@ def response_log_probs(model: torch.nn.Module, batch: Batch, temperature: float,
 
 class Actor:
     def __init__(self, model: torch.nn.Module, config: ActorConfig, optimizer: torch.optim.Optimizer | None = None,
-                 ref_model: torch.nn.Module | None = None, rollout_correction: RolloutCorrectionConfig | None = None):
+                 ref_model: torch.nn.Module | None = None, rollout_correction: RolloutCorrectionConfig | None = None,
+                 device: str | None = None):
+        """`device`: where inputs go; by default the parameters' (FSDP's CPU offload keeps them on the CPU)."""
         self.model, self.config, self.optimizer, self.ref_model = model, config, optimizer, ref_model
         self.rollout_correction = rollout_correction  # algorithm.rollout_correction; its bypass_mode changes the loss
-        self.device = next(model.parameters()).device
+        self.device = torch.device(device) if device else next(model.parameters()).device
 
     @torch.no_grad()
     def compute_log_prob(self, batch: Batch, temperature: float, micro_batch_size: int | None,
                          with_entropy: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Log-probs (and entropy) for every row, in micro-batches, without gradients."""
+        micros, real = forward_micro_batches(batch, micro_batch_size)
         with eval_mode(self.model):
             pieces = [response_log_probs(self.model, micro.select(FORWARD_KEYS).to(self.device), temperature, with_entropy)
-                      for micro in batch.split(micro_batch_size or len(batch))]
+                      for micro in micros][:real]
         log_probs = torch.cat([p[0] for p in pieces]).cpu()
         entropy = torch.cat([p[1] for p in pieces]).cpu() if with_entropy else None
         return log_probs, entropy
@@ -79,18 +88,19 @@ class Actor:
                                          micro_batch_size: int | None) -> tuple[torch.Tensor, torch.Tensor]:
         """The reference's log-probs and the exact per-token KL(this policy || reference), from one forward of each."""
         log_probs, kls = [], []
+        micros, real = forward_micro_batches(batch, micro_batch_size)
         with eval_mode(self.model):
-            for micro in batch.split(micro_batch_size or len(batch)):
+            for micro in micros:
                 micro = micro.select(FORWARD_KEYS).to(self.device)
                 ref_logits = response_logits(ref_model, micro)
                 log_probs.append(log_probs_from_logits(ref_logits, micro["responses"], temperature, with_entropy=False)[0].cpu())
                 kls.append(full_kl_from_logits(response_logits(self.model, micro), ref_logits, temperature).cpu())
-        return torch.cat(log_probs), torch.cat(kls)
+        return torch.cat(log_probs[:real]), torch.cat(kls[:real])
 
     def update_policy(self, batch: Batch, temperature: float, rollout_n: int) -> dict[str, float]:
         """Run the PPO epochs over `batch`; returns verl's actor/* metrics averaged over optimizer steps."""
         cfg = self.config
-        mini_size = cfg.ppo_mini_batch_size * rollout_n
+        mini_size = cfg.ppo_mini_batch_size * rollout_n // world_size()  # this rank's share of each mini-batch
         micro_size = cfg.ppo_micro_batch_size_per_gpu or mini_size
         on_policy = cfg.ppo_epochs == 1 and len(batch) <= mini_size and "old_log_probs" not in batch
         keys = [*FORWARD_KEYS, "response_mask", "advantages"]
@@ -130,15 +140,16 @@ class Actor:
             if cfg.use_kl_loss:
                 kl_term = agg_loss(self._kl(micro, logits, log_prob, temperature), mask, cfg.loss_agg_mode, **info)
                 loss = loss + cfg.kl_loss_coef * kl_term
-                add("actor/kl_loss", kl_term.item())
+                add("actor/kl_loss", kl_term.item() / info["dp_size"])
             loss_finite &= backward_if_finite(loss)
-            add("actor/pg_loss", pg_loss.item())  # micro-batch shares: they sum to the mini-batch's value
-            add("actor/entropy", entropy_term.item())
+            add("actor/pg_loss", pg_loss.item() / info["dp_size"])  # shares of micro-batches and ranks: they sum to the mini-batch's value
+            add("actor/entropy", entropy_term.item() / info["dp_size"])
             for key, value in pg_metrics.items():
                 add(key, value * share)
 
-        if measured:  # the old-log-prob pass was skipped: its numbers are this forward pass's
-            metrics.update(mismatch_metrics(*(torch.cat(part) for part in zip(*measured, strict=True))))
+        metrics = all_reduce_dict(metrics)
+        if measured:  # the old-log-prob pass was skipped: its numbers are this forward pass's (every rank's rows)
+            metrics.update(mismatch_metrics(*gather_rows([torch.cat(part) for part in zip(*measured, strict=True)])))
         metrics["actor/grad_norm"], stepped = clip_and_step(self.model, self.optimizer, cfg.grad_clip, loss_finite)
         if cfg.use_kl_loss:
             metrics["actor/kl_coef"] = cfg.kl_loss_coef

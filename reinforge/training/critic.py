@@ -4,7 +4,8 @@
 position that predicts token t), as in verl. The update runs the actor's machinery
 (`minibatch.py`): `ppo_epochs` passes of mini-batches (`critic.ppo_mini_batch_size` prompts x
 rollout.n trajectories) split into micro-batches whose gradients accumulate, each micro-batch's
-loss normalised by the mini-batch's totals, so micro-batching does not change the gradient.
+loss normalised by the mini-batch's totals, so micro-batching does not change the gradient. On several
+data-parallel ranks the totals and metrics are global, as in the actor.
 """
 
 from __future__ import annotations
@@ -14,11 +15,13 @@ import torch
 from reinforge.algorithm import compute_value_loss, masked_mean
 from reinforge.batch import Batch
 from reinforge.config.schema import CriticConfig
+from reinforge.distributed.process_group import all_reduce_dict, world_size
 from reinforge.training.minibatch import (
     FORWARD_KEYS,
     backward_if_finite,
     clip_and_step,
     eval_mode,
+    forward_micro_batches,
     global_batch_info,
     run_epochs,
 )
@@ -33,23 +36,25 @@ def response_values(model: torch.nn.Module, batch: Batch) -> torch.Tensor:
 
 
 class Critic:
-    def __init__(self, model: torch.nn.Module, config: CriticConfig, optimizer: torch.optim.Optimizer | None = None):
+    def __init__(self, model: torch.nn.Module, config: CriticConfig, optimizer: torch.optim.Optimizer | None = None,
+                 device: str | None = None):
+        """`device`: where inputs go; by default the parameters' (FSDP's CPU offload keeps them on the CPU)."""
         self.model, self.config, self.optimizer = model, config, optimizer
-        self.device = next(model.parameters()).device
+        self.device = torch.device(device) if device else next(model.parameters()).device
 
     @torch.no_grad()
     def compute_values(self, batch: Batch) -> torch.Tensor:
         """Values for every row, in forward micro-batches, without gradients; 0 on masked positions."""
-        size = self.config.forward_micro_batch_size_per_gpu or len(batch)
+        micros, real = forward_micro_batches(batch, self.config.forward_micro_batch_size_per_gpu)
         with eval_mode(self.model):
             values = torch.cat([response_values(self.model, micro.select(FORWARD_KEYS).to(self.device)).cpu()
-                                for micro in batch.split(size)])
+                                for micro in micros][:real])
         return values * batch["response_mask"]
 
     def update_critic(self, batch: Batch, rollout_n: int) -> dict[str, float]:
         """Run the critic's PPO epochs over `batch` (needs `values` and `returns`); returns critic/* metrics."""
         cfg = self.config
-        mini_size = cfg.ppo_mini_batch_size * rollout_n
+        mini_size = cfg.ppo_mini_batch_size * rollout_n // world_size()  # this rank's share of each mini-batch
         micro_size = cfg.ppo_micro_batch_size_per_gpu or mini_size
         return run_epochs(batch, [*FORWARD_KEYS, "response_mask", "values", "returns"], mini_size, cfg.ppo_epochs,
                           cfg.shuffle, "critic", lambda mini: self._optimizer_step(mini, micro_size))
@@ -68,8 +73,9 @@ class Critic:
             vf_loss, vf_clipfrac = compute_value_loss(vpreds, micro["returns"], micro["values"], mask, cfg.cliprange_value,
                                                       cfg.loss_agg_mode, **info)
             loss_finite &= backward_if_finite(vf_loss)
-            metrics["critic/vf_loss"] += vf_loss.item()
+            metrics["critic/vf_loss"] += vf_loss.item() / info["dp_size"]  # shares of micro-batches and ranks
             metrics["critic/vf_clipfrac"] += vf_clipfrac.item() * share
             metrics["critic/vpred_mean"] += masked_mean(vpreds.detach(), mask).item() * share
+        metrics = all_reduce_dict(metrics)
         metrics["critic/grad_norm"], stepped = clip_and_step(self.model, self.optimizer, cfg.grad_clip, loss_finite)
         return metrics, stepped

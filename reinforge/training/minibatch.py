@@ -12,6 +12,11 @@ the finite micro-batches of a faulty mini-batch are not stepped alone, since the
 mini-batch's gradient. `run_epochs` reports `<role>/optimizer_steps` and `<role>/nonfinite_skipped`
 as counts over the whole update (not averages), so the trainer can tell an update in which every
 step was skipped.
+
+On several data-parallel ranks (`distributed/process_group.py`), the mini-batch totals are summed
+over the ranks, a NaN loss on any rank skips the backward on all of them (a sharded model's
+backward runs collectives that every rank must join), and forward-only passes run the same number
+of micro-batches on every rank.
 """
 
 from __future__ import annotations
@@ -23,14 +28,29 @@ from contextlib import contextmanager
 import torch
 
 from reinforge.batch import Batch
+from reinforge.distributed.process_group import all_reduce, world_size
 
 FORWARD_KEYS = ("input_ids", "attention_mask", "position_ids", "responses")  # what a model forward reads
 
 
-def global_batch_info(response_mask: torch.Tensor, loss_scale_factor: float | None, dp_size: int = 1) -> dict:
-    """The mini-batch totals that `agg_loss` normalises by (verl's `config.global_batch_info`)."""
-    return {"dp_size": dp_size, "batch_num_tokens": int(response_mask.sum()),
-            "global_batch_size": int((response_mask.sum(-1) > 0).sum()), "loss_scale_factor": loss_scale_factor}
+def global_batch_info(response_mask: torch.Tensor, loss_scale_factor: float | None) -> dict:
+    """The mini-batch totals that `agg_loss` normalises by (verl's `config.global_batch_info`): tokens and
+    sequences summed over the data-parallel ranks (each holds its share of the mini-batch), and their number."""
+    tokens, sequences = all_reduce([int(response_mask.sum()), int((response_mask.sum(-1) > 0).sum())])
+    return {"dp_size": world_size(), "batch_num_tokens": int(tokens), "global_batch_size": int(sequences),
+            "loss_scale_factor": loss_scale_factor}
+
+
+def forward_micro_batches(batch: Batch, size: int | None) -> tuple[list[Batch], int]:
+    """`batch` split into micro-batches of `size` rows for a forward-only pass, and how many of them are real.
+
+    A sharded model runs collectives in every forward, so every rank must run as many as the others: a rank with
+    fewer micro-batches repeats its last one (the caller drops the results past the real count)."""
+    micros = batch.split(size or len(batch))
+    most = int(all_reduce([len(micros)], "max")[0])
+    if most > len(micros) and not micros:
+        raise ValueError("a data-parallel rank got no rows for a forward pass; the batch must split evenly over ranks")
+    return micros + micros[-1:] * (most - len(micros)), len(micros)
 
 
 def run_epochs(batch: Batch, keys: list[str], mini_size: int, epochs: int, shuffle: bool, role: str,
@@ -57,7 +77,7 @@ def run_epochs(batch: Batch, keys: list[str], mini_size: int, epochs: int, shuff
 
 def backward_if_finite(loss: torch.Tensor) -> bool:
     """Back-propagate `loss` unless it is NaN/inf (a NaN would poison every gradient); returns whether it was finite."""
-    if not torch.isfinite(loss).all():
+    if not all_reduce([float(torch.isfinite(loss).all())], "min")[0]:  # every rank must run the same backwards
         return False
     loss.backward()
     return True
@@ -68,12 +88,17 @@ def clip_and_step(model: torch.nn.Module, optimizer: torch.optim.Optimizer, grad
     """Clip the accumulated gradient and step; a non-finite loss or gradient norm skips the step and drops the gradient.
 
     Returns (pre-clip gradient norm, stepped); the norm is NaN when a non-finite loss left the gradient incomplete."""
-    grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip).item() if loss_finite else math.nan
+    grad_norm = full_value(torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip)) if loss_finite else math.nan
     if math.isfinite(grad_norm):
         optimizer.step()
         return grad_norm, True
     optimizer.zero_grad(set_to_none=True)
     return grad_norm, False
+
+
+def full_value(norm: torch.Tensor) -> float:
+    """The float of a norm; of a sharded model's (a DTensor) its value over all ranks."""
+    return (norm.full_tensor() if hasattr(norm, "full_tensor") else norm).item()
 
 
 @contextmanager

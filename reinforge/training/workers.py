@@ -5,6 +5,11 @@ group (DESIGN §3). The roles `ActorRolloutRefWorker` plays are given by `role`:
 `actor_rollout_ref` (policy, engine and frozen reference), `actor_rollout` (no reference) or
 `ref` (reference only). `CriticWorker` holds the value model of PPO.
 
+`init_model` joins the data-parallel process group (`init_distributed`). On one rank the models
+are plain modules and the hf engine decodes with the actor's own module; on several, the actor,
+reference and critic are sharded with FSDP2 (`fsdp.py`) and the engine decodes with an unsharded
+copy of the policy that `update_weights` refreshes.
+
 Checkpoints use verl's file names: `model_`, `optim_` and `extra_state_world_size_1_rank_0.pt`
 (scheduler and, for the actor, every RNG), and a `huggingface/` folder with the model's config.
 """
@@ -22,11 +27,13 @@ import torch
 from reinforge.batch import Batch
 from reinforge.config.schema import Config, TrainerConfig
 from reinforge.distributed import Dispatch, register
+from reinforge.distributed.process_group import init_distributed, world_size
 from reinforge.errors import ConfigError
 from reinforge.inference import ModuleWeights, SamplingParams, generate_sequences, make_engine
 from reinforge.trainer.checkpoint import save_torch
 from reinforge.training.actor import Actor
 from reinforge.training.critic import Critic
+from reinforge.training.fsdp import offload_optimizer, shard_model
 from reinforge.training.model import load_causal_lm, load_tokenizer, load_value_model
 from reinforge.training.optim import make_optimizer, make_scheduler
 from reinforge.training.perf import compute_memory_metrics, device_peak_flops, mfu, training_flops
@@ -59,16 +66,22 @@ class ActorRolloutRefWorker:
     @register(Dispatch.ALL)
     def init_model(self, total_training_steps: int) -> None:
         cfg = self.config.actor_rollout_ref
+        init_distributed(self.device)
         torch.manual_seed(self.config.trainer.seed)
         self.tokenizer = load_tokenizer(self.config)
         if self.has_actor:
             model = load_causal_lm(self.config, self.device, trainable=True, dtype=cfg.actor.fsdp_config.model_dtype)
+            # hf, vllm or sglang (docs/engines.md), made before sharding: with several ranks the hf engine decodes on
+            # its own unsharded copy (a rank cannot run collectives in a decoding loop whose length differs from the
+            # other ranks'), which update_weights keeps equal to the actor
+            self.engine = make_engine(self.config, model, self.tokenizer, own_copy=world_size() > 1)
+            self.engine.sleep()  # vllm/sglang with free_cache_engine: no KV cache held until the first rollout
+            model = shard_model(model, cfg.actor.fsdp_config, self.device)
             optimizer = make_optimizer(model.parameters(), cfg.actor.optim)
             total = cfg.actor.optim.total_training_steps
             self.scheduler = make_scheduler(optimizer, cfg.actor.optim, total if total > 0 else total_training_steps)
-            self.actor = Actor(model, cfg.actor, optimizer, rollout_correction=self.config.algorithm.rollout_correction)
-            self.engine = make_engine(self.config, model, self.tokenizer)  # hf, vllm or sglang (docs/engines.md)
-            self.engine.sleep()  # vllm/sglang with free_cache_engine: no KV cache held until the first rollout
+            self.actor = Actor(model, cfg.actor, optimizer, rollout_correction=self.config.algorithm.rollout_correction,
+                               device=self.device)
             self.agents = None
             if cfg.rollout.multi_turn.enable:  # imported here: single-turn runs never load the agent machinery
                 from reinforge.inference.agent import AgentRunner
@@ -76,7 +89,8 @@ class ActorRolloutRefWorker:
                 self.agents = AgentRunner(self.tokenizer, cfg.rollout.multi_turn, cfg.rollout.agent,
                                           self.config.data.apply_chat_template_kwargs)
         if self.has_ref:
-            self.ref = Actor(load_causal_lm(self.config, self.device, trainable=False, dtype=cfg.ref.fsdp_config.model_dtype), cfg.actor)
+            ref = load_causal_lm(self.config, self.device, trainable=False, dtype=cfg.ref.fsdp_config.model_dtype)
+            self.ref = Actor(shard_model(ref, cfg.ref.fsdp_config, self.device), cfg.actor, device=self.device)
             if self.has_actor and cfg.actor.kl_loss_type == "full":
                 self.actor.ref_model = self.ref.model  # the exact KL needs the reference's whole distribution
 
@@ -128,7 +142,9 @@ class ActorRolloutRefWorker:
         """One training step of the policy; returns its metrics in meta_info['metrics']."""
         cfg = self.config.actor_rollout_ref
         start = time.perf_counter()
+        offload_optimizer(self.actor.optimizer, cfg.actor.fsdp_config, self.device)
         metrics = self.actor.update_policy(batch, cfg.rollout.temperature, cfg.rollout.n)
+        offload_optimizer(self.actor.optimizer, cfg.actor.fsdp_config, "cpu")
         metrics.update(update_perf_metrics("actor", self.actor.model, batch, time.perf_counter() - start,
                                            cfg.actor.ppo_epochs, self.config.trainer))
         metrics["actor/lr"] = self.scheduler.get_last_lr()[0]
@@ -159,10 +175,10 @@ class ActorRolloutRefWorker:
     def load_checkpoint(self, folder: str) -> None:
         contents = self.config.actor_rollout_ref.actor.checkpoint.load_contents
         extra = load_training_state(folder, contents, self.actor.model, self.actor.optimizer, self.device)
-        self.engine.update_weights(ModuleWeights(self.actor.model))  # an engine with its own copy takes the loaded weights
         if extra is not None:
             self.scheduler.load_state_dict(extra["lr_scheduler"])
             self._set_rng_state(extra["rng"])
+        self.update_weights()  # an engine with its own copy (several ranks, rollout.dtype, vllm) takes the loaded weights
 
     def _rng_state(self) -> dict:
         state = {"torch": torch.get_rng_state(), "numpy": np.random.get_state(), "python": random.getstate(),
@@ -190,11 +206,13 @@ class CriticWorker:
     @register(Dispatch.ALL)
     def init_model(self, total_training_steps: int) -> None:
         cfg = self.config.critic
+        init_distributed(self.device)
         model = load_value_model(self.config, self.device, dtype=cfg.model.fsdp_config.model_dtype)
+        model = shard_model(model, cfg.model.fsdp_config, self.device)
         optimizer = make_optimizer(model.parameters(), cfg.optim)
         total = cfg.optim.total_training_steps
         self.scheduler = make_scheduler(optimizer, cfg.optim, total if total > 0 else total_training_steps)
-        self.critic = Critic(model, cfg, optimizer)
+        self.critic = Critic(model, cfg, optimizer, device=self.device)
 
     @register(Dispatch.DP)
     def compute_values(self, batch: Batch) -> Batch:
@@ -204,7 +222,10 @@ class CriticWorker:
     def update_critic(self, batch: Batch) -> Batch:
         """One training step of the critic; returns its metrics in meta_info['metrics']."""
         start = time.perf_counter()
+        fsdp_config = self.config.critic.model.fsdp_config
+        offload_optimizer(self.critic.optimizer, fsdp_config, self.device)
         metrics = self.critic.update_critic(batch, self.config.actor_rollout_ref.rollout.n)
+        offload_optimizer(self.critic.optimizer, fsdp_config, "cpu")
         metrics.update(update_perf_metrics("critic", self.critic.model, batch, time.perf_counter() - start,
                                            self.config.critic.ppo_epochs, self.config.trainer))
         metrics["critic/lr"] = self.scheduler.get_last_lr()[0]

@@ -85,7 +85,7 @@ def test_batch_arithmetic_follows_verl_units():
                                  "data.max_response_length=28"])
     assert batch_arithmetic(cfg) == {
         "prompts_per_step": 64, "trajectories_per_step": 256, "trajectories_per_mini_batch": 64,
-        "mini_batches_per_epoch": 4, "optimizer_steps_per_step": 8, "trajectories_per_micro_batch": 8,
+        "data_parallel_ranks": 1, "trajectories_per_rank_mini_batch": 64, "mini_batches_per_epoch": 4, "optimizer_steps_per_step": 8, "trajectories_per_micro_batch": 8,
         "gradient_accumulation": 8, "max_tokens_per_micro_batch": 8 * 128, "on_policy_single_update": False,
     }
 

@@ -1,0 +1,68 @@
+"""The data-parallel process group: joining it from the environment, the rank and size, sums over ranks.
+
+A worker group (Ray, or a test's spawned processes) starts one process per rank with RANK,
+WORLD_SIZE, LOCAL_RANK, MASTER_ADDR and MASTER_PORT set; `init_distributed` (called by every
+worker's `init_model`) joins them into one torch.distributed group. With one rank nothing is
+initialised and every helper here is the identity, so a single-process run takes exactly the
+code path it always had.
+"""
+
+from __future__ import annotations
+
+import os
+
+import torch
+import torch.distributed as dist
+
+from reinforge.config.schema import Config
+
+
+def init_distributed(device: str) -> None:
+    """Join the process group the environment describes (gloo on cpu; gloo for CPU tensors and nccl for CUDA ones
+    on cuda, with this process's GPU set to LOCAL_RANK); nothing when WORLD_SIZE is 1 or the group already exists."""
+    size = int(os.environ.get("WORLD_SIZE", "1"))
+    if size <= 1 or dist.is_initialized():
+        return
+    backend = "gloo"
+    if device == "cuda":
+        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
+        backend = "cpu:gloo,cuda:nccl"
+    dist.init_process_group(backend=backend, rank=int(os.environ["RANK"]), world_size=size)
+
+
+def rank() -> int:
+    return dist.get_rank() if dist.is_initialized() else 0
+
+
+def world_size() -> int:
+    return dist.get_world_size() if dist.is_initialized() else 1
+
+
+def world_size_of(config: Config) -> int:
+    """The data-parallel size a run's config asks for: trainer.nnodes x trainer.n_gpus_per_node (null counts as 1)."""
+    return config.trainer.nnodes * (config.trainer.n_gpus_per_node or 1)
+
+
+def all_reduce(values: list[float], op: str = "sum") -> list[float]:
+    """`values` summed (or `op="max"`/`"min"`) over ranks, as float64 on the CPU (gloo); unchanged with one rank."""
+    if world_size() == 1:
+        return values
+    tensor = torch.tensor(values, dtype=torch.float64)
+    dist.all_reduce(tensor, op={"sum": dist.ReduceOp.SUM, "max": dist.ReduceOp.MAX, "min": dist.ReduceOp.MIN}[op])
+    return tensor.tolist()
+
+
+def all_reduce_dict(values: dict[str, float]) -> dict[str, float]:
+    """Each value summed over ranks (every rank must pass the same keys)."""
+    keys = sorted(values)
+    return dict(zip(keys, all_reduce([values[key] for key in keys]), strict=True))
+
+
+def gather_rows(tensors: list[torch.Tensor]) -> list[torch.Tensor]:
+    """Each tensor's rows from every rank, concatenated in rank order (for statistics a sum cannot combine:
+    max, std, correlation); with one rank the tensors themselves."""
+    if world_size() == 1:
+        return tensors
+    gathered: list = [None] * world_size()
+    dist.all_gather_object(gathered, [t.cpu() for t in tensors])
+    return [torch.cat([ranks[i] for ranks in gathered]) for i in range(len(tensors))]

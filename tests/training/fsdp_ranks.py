@@ -1,0 +1,92 @@
+"""One rank of the data-parallel training check in test_fsdp.py (run as a script by each spawned rank).
+
+`train(model_path, batch, world_size)` builds the actor/reference and critic workers as a run with
+`world_size` ranks would, feeds them `batch` (this rank's share), and returns what the test compares:
+reference and old log-probs, values, the metrics of 3 actor and critic updates, the final
+parameters (gathered whole), and whether the engine's copy of the policy equals the actor after
+update_weights. As a script it joins the process group from RANK/WORLD_SIZE/MASTER_* and saves that
+to <out>/rank<r>.pt.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import torch
+
+from reinforge.batch import Batch
+from reinforge.config import load_config
+from reinforge.training.fsdp import full_state_dict
+from reinforge.training.workers import ActorRolloutRefWorker, CriticWorker
+
+STEPS = 3
+
+
+def run_config(model_path: str, world_size: int):
+    """4 prompts x 2 samples, mini-batches of 2 prompts (2 per step), micro-batches of 1 trajectory, a KL loss;
+    the actor recomputes activations in the backward pass (gradient checkpointing), the critic does not."""
+    config, _ = load_config([
+        f"actor_rollout_ref.model.path={model_path}", "trainer.device=cpu", f"trainer.n_gpus_per_node={world_size}",
+        "data.train_batch_size=4", "actor_rollout_ref.rollout.n=2", "actor_rollout_ref.actor.ppo_mini_batch_size=2",
+        "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=1", "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=1",
+        "actor_rollout_ref.actor.use_kl_loss=true", "actor_rollout_ref.actor.kl_loss_type=low_var_kl",
+        "actor_rollout_ref.actor.entropy_coeff=0.01", "actor_rollout_ref.actor.optim.lr=1e-3",
+        "actor_rollout_ref.model.enable_gradient_checkpointing=true", "critic.enable=true",
+        "critic.model.enable_gradient_checkpointing=false", "critic.ppo_micro_batch_size_per_gpu=1",
+        "critic.forward_micro_batch_size_per_gpu=1", "critic.optim.lr=1e-3", "algorithm.adv_estimator=grpo",
+    ])
+    return config
+
+
+def comparable(metrics: dict) -> dict:
+    """The metrics that do not depend on timing or memory."""
+    return {key: value for key, value in metrics.items() if not key.startswith("perf/")}
+
+
+def train(model_path: str, batch: Batch, world_size: int) -> dict:
+    config = run_config(model_path, world_size)
+    actor, critic = ActorRolloutRefWorker(config), CriticWorker(config)
+    actor.init_model(STEPS)
+    critic.init_model(STEPS)
+    out = {"ref_log_prob": actor.compute_ref_log_prob(batch)["ref_log_prob"], "values": critic.compute_values(batch)["values"],
+           "actor_metrics": [], "critic_metrics": []}
+    batch["ref_log_prob"] = out["ref_log_prob"]
+    for _ in range(STEPS):
+        batch["old_log_probs"] = actor.compute_log_prob(batch)["old_log_probs"]
+        out.setdefault("old_log_probs", batch["old_log_probs"])
+        out["critic_metrics"].append(comparable(critic.update_critic(batch).meta_info["metrics"]))
+        out["actor_metrics"].append(comparable(actor.update_actor(batch).meta_info["metrics"]))
+        actor.update_weights()
+    out["actor"] = full_state_dict(actor.actor.model)
+    out["critic"] = full_state_dict(critic.critic.model)
+    engine_model = actor.engine.model.state_dict()
+    out["engine_equals_actor"] = all(torch.equal(engine_model[key], value) for key, value in out["actor"].items())
+    out["workers"] = (actor, critic)
+    return out
+
+
+def faults(actor: ActorRolloutRefWorker, batch: Batch, rank: int) -> dict:
+    """What only several ranks can get wrong, after `train`: rank 1 holding one row fewer for a forward pass (it
+    repeats a micro-batch so that the collectives stay in step), and a NaN loss on rank 1 alone (every rank must
+    skip the backward and the step, or the others would wait for it)."""
+    full = actor.compute_log_prob(batch)["old_log_probs"]
+    rows = batch.index(slice(0, len(batch) - rank))
+    uneven = actor.compute_log_prob(rows)["old_log_probs"]
+    if rank == 1:
+        batch["advantages"] = torch.full_like(batch["advantages"], float("nan"))
+    before = {key: value.clone() for key, value in full_state_dict(actor.actor.model).items()}
+    metrics = actor.update_actor(batch).meta_info["metrics"]
+    after = full_state_dict(actor.actor.model)
+    return {"uneven_matches": torch.equal(uneven, full[:len(rows)]), "nan_skipped": metrics["actor/nonfinite_skipped"],
+            "nan_unchanged": all(torch.equal(before[key], after[key]) for key in before)}
+
+
+if __name__ == "__main__":
+    import os
+
+    model_path, batch_file, out_dir = sys.argv[1:]
+    rank, world_size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    chunk = torch.load(batch_file, weights_only=False).chunk(world_size)[rank]
+    result = train(model_path, chunk, world_size)
+    result["faults"] = faults(result.pop("workers")[0], chunk, rank)
+    torch.save(result, f"{out_dir}/rank{rank}.pt")
