@@ -70,7 +70,7 @@ def make_workspace(folder: Path, model: Path, other_model: Path) -> None:
     """The files the examples name, next to the default model and data."""
     import torch
 
-    from reinforge.training.workers import save_training_state
+    from reinforge.training.checkpoint_io import save_training_state
 
     prompts = [{**ROW, "prompt": [{"role": "user", "content": f"What is {i} plus 1?"}], "extra_info": {"index": i}}
                for i in range(8)]
