@@ -100,7 +100,8 @@ def test_checkpoints_of_one_and_of_two_ranks_load_on_two_as_shards_of_the_full_t
                     assert torch.equal(state[key], full[key].chunk(2)[index]), (source, index, name, key)
 
 
-def test_merge_writes_a_model_that_transformers_loads_and_that_generates_like_the_trained_one(workdir, tmp_path, capsys):
+def test_merge_writes_a_model_that_transformers_loads_and_that_generates_like_the_trained_one(workdir, tmp_path, capsys,
+                                                                                             tokenizer):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     reference = torch.load(workdir / "reference.pt")
@@ -108,13 +109,16 @@ def test_merge_writes_a_model_that_transformers_loads_and_that_generates_like_th
     assert "Hugging Face model written to" in capsys.readouterr().out
 
     assert (tmp_path / "hf" / "model.safetensors").is_file()
-    merged = AutoModelForCausalLM.from_pretrained(tmp_path / "hf")
-    for name, value in merged.state_dict().items():
-        assert torch.equal(value, reference["params"][name]), name
-    prompt = reference["tokens"][:, :6]
-    tokens = merged.generate(prompt, max_new_tokens=10, do_sample=False, pad_token_id=0)
-    assert torch.equal(tokens, reference["tokens"])
-    assert AutoTokenizer.from_pretrained(tmp_path / "hf").vocab_size > 0
+    for folder in (tmp_path / "hf", workdir / "hf_at_save"):  # merged afterwards; written at save time by 2 ranks
+        merged = AutoModelForCausalLM.from_pretrained(folder)
+        for name, value in merged.state_dict().items():
+            assert torch.equal(value, reference["params"][name]), (folder, name)
+        prompt = reference["tokens"][:, :6]
+        torch.testing.assert_close(merged(prompt).logits, reference["logits"], rtol=1e-5, atol=1e-6)
+        tokens = merged.generate(prompt, max_new_tokens=10, do_sample=False, pad_token_id=0)
+        assert torch.equal(tokens, reference["tokens"]), folder
+    text = "What is 41 plus 1?<|im_end|>"
+    assert AutoTokenizer.from_pretrained(tmp_path / "hf")(text).input_ids == tokenizer(text).input_ids
 
 
 def test_incomplete_or_mixed_checkpoints_and_non_checkpoints_are_refused(workdir, tmp_path, capsys):
