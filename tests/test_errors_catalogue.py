@@ -96,6 +96,10 @@ def make_workspace(folder: Path, model: Path, other_model: Path) -> None:
     for file in (folder / "no_template").glob("*.jinja"):
         file.unlink()
     (folder / "empty_run" / "global_step_2").mkdir(parents=True)
+    half = folder / "half_run" / "global_step_1" / "actor"  # rank 0's files of a 2-rank save only (names are checked first)
+    half.mkdir(parents=True)
+    for prefix in ("model", "optim", "extra_state"):
+        (half / f"{prefix}_world_size_2_rank_0.pt").write_bytes(b"")
     from transformers import AutoModelForCausalLM
 
     small = AutoModelForCausalLM.from_pretrained(other_model)  # a checkpoint of another shape than the run's model
