@@ -83,22 +83,28 @@ def optimizer_state(model: torch.nn.Module, optimizer: torch.optim.Optimizer, ra
     return to_shard_records(get_optimizer_state_dict(model, optimizer))
 
 
-def to_shard_records(tree):
-    """`tree` (nested dicts, lists, tuples) with each DTensor replaced by this rank's shard record."""
+def to_shard_records(tree, copies: dict | None = None):
+    """`tree` (nested dicts, lists, tuples) with each DTensor replaced by this rank's shard record. A tensor that
+    appears under two names (tied embeddings: two DTensors over the same local memory) gets one local copy, which
+    torch.save then writes once."""
     from torch.distributed.tensor import DTensor, Replicate, Shard
 
+    copies = {} if copies is None else copies
     if isinstance(tree, DTensor):
         if tree.device_mesh.ndim != 1 or type(tree.placements[0]) not in (Shard, Replicate):
             raise NotImplementedError(f"checkpoints hold 1-D sharded or replicated tensors, not {tree.placements} "
                                       f"on a {tree.device_mesh.ndim}-D mesh")
-        local = tree.to_local().detach().to("cpu", copy=True)  # a copy: the local piece views FSDP's padded storage
+        local = tree.to_local()
+        key = (local.data_ptr(), local.dtype, tuple(local.shape), local.stride())
+        if key not in copies:  # a copy: the local piece views FSDP's padded storage, which torch.save would write whole
+            copies[key] = local.detach().to("cpu", copy=True)
         if isinstance(tree.placements[0], Replicate):
-            return local
-        return {SHARD_DIM: tree.placements[0].dim, "local": local, "shape": list(tree.shape)}
+            return copies[key]
+        return {SHARD_DIM: tree.placements[0].dim, "local": copies[key], "shape": list(tree.shape)}
     if isinstance(tree, dict):
-        return {key: to_shard_records(value) for key, value in tree.items()}
+        return {key: to_shard_records(value, copies) for key, value in tree.items()}
     if isinstance(tree, (list, tuple)):
-        return type(tree)(to_shard_records(value) for value in tree)
+        return type(tree)(to_shard_records(value, copies) for value in tree)
     return tree
 
 

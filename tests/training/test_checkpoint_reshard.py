@@ -78,6 +78,16 @@ def test_checkpoint_of_two_ranks_loads_on_one(workdir, tiny_model_path):
     assert optimizer.param_groups[0]["weight_decay"] == 0.1 and optimizer.param_groups[0]["lr"] == 1e-3
 
 
+def test_a_rank_file_holds_its_shards_and_tied_weights_once(workdir):
+    pieces = torch.load(workdir / "sharded" / "model_world_size_2_rank_1.pt")
+    reference = torch.load(workdir / "reference.pt")
+    assert pieces.keys() == reference["params"].keys()
+    for name, piece in pieces.items():
+        assert piece["shape"] == list(reference["params"][name].shape) and piece["reinforge_shard_dim"] == 0, name
+    embedding, head = pieces["model.embed_tokens.weight"]["local"], pieces["lm_head.weight"]["local"]
+    assert embedding.untyped_storage().data_ptr() == head.untyped_storage().data_ptr()  # the tiny model ties them
+
+
 def test_checkpoints_of_one_and_of_two_ranks_load_on_two_as_shards_of_the_full_tensors(workdir, tiny_model_path):
     model, optimizer = plain_model(tiny_model_path)
     names = optimizer_param_names(model, optimizer)
