@@ -3,6 +3,7 @@
     reinforge train [--dry-run] [--config FILE.yaml] [key=value ...]
     reinforge data {gsm8k,math,countdown} [--local_dir DIR] [--input PATH ...] [...]
     reinforge report RUN_DIR [RUN_DIR ...] [--out DIR]
+    reinforge merge CHECKPOINT OUT_DIR
 
 Overrides use verl's key paths and Hydra's grammar, so a verl command line works with
 `reinforge train` in place of `python3 -m verl.trainer.main_ppo`. Mistakes in config, data, model
@@ -54,6 +55,14 @@ def _report(args: argparse.Namespace) -> int:
     return 0
 
 
+def _merge(args: argparse.Namespace) -> int:
+    from reinforge.training.merge import merge_checkpoint
+
+    out = merge_checkpoint(args.checkpoint, args.out_dir)
+    print(f"reinforge: Hugging Face model written to {out.resolve()}")
+    return 0
+
+
 DATA_EXAMPLES = """examples:
   reinforge data gsm8k --input ./gsm8k        # a local copy, written to ~/data/gsm8k
   reinforge data math --input ./MATH          # the original JSON tree, written to ~/data/math
@@ -94,6 +103,15 @@ def build_parser() -> argparse.ArgumentParser:
     report.add_argument("--out", help="output folder (default: <first RUN_DIR>/report)")
     add_debug_argument(report)
     report.set_defaults(func=_report)
+    merge = commands.add_parser("merge", help="a checkpoint's model as a Hugging Face model folder (safetensors)",
+                                description="Reassemble the model of a checkpoint saved by any number of ranks and write "
+                                            "it where AutoModelForCausalLM.from_pretrained (a critic: "
+                                            "AutoModelForTokenClassification) loads it, with the run's tokenizer and "
+                                            "generation config.")
+    merge.add_argument("checkpoint", metavar="CHECKPOINT", help="a worker folder of a saved step: .../global_step_<N>/actor")
+    merge.add_argument("out_dir", metavar="OUT_DIR", help="the Hugging Face model folder to write")
+    add_debug_argument(merge)
+    merge.set_defaults(func=_merge)
     return parser
 
 

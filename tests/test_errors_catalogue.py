@@ -70,7 +70,7 @@ def make_workspace(folder: Path, model: Path, other_model: Path) -> None:
     """The files the examples name, next to the default model and data."""
     import torch
 
-    from reinforge.training.workers import save_training_state
+    from reinforge.training.checkpoint_io import save_training_state
 
     prompts = [{**ROW, "prompt": [{"role": "user", "content": f"What is {i} plus 1?"}], "extra_info": {"index": i}}
                for i in range(8)]
@@ -96,6 +96,10 @@ def make_workspace(folder: Path, model: Path, other_model: Path) -> None:
     for file in (folder / "no_template").glob("*.jinja"):
         file.unlink()
     (folder / "empty_run" / "global_step_2").mkdir(parents=True)
+    half = folder / "half_run" / "global_step_1" / "actor"  # rank 0's files of a 2-rank save only (names are checked first)
+    half.mkdir(parents=True)
+    for prefix in ("model", "optim", "extra_state"):
+        (half / f"{prefix}_world_size_2_rank_0.pt").write_bytes(b"")
     from transformers import AutoModelForCausalLM
 
     small = AutoModelForCausalLM.from_pretrained(other_model)  # a checkpoint of another shape than the run's model

@@ -146,8 +146,11 @@ class PolicyLossConfig(Node):
 
 @dataclass
 class CheckpointContents(Node):
-    save_contents: list = _f(["model", "optimizer", "extra"], "What a checkpoint holds: model, optimizer, extra (scheduler, RNG), hf_model.")
-    load_contents: list = _f(["model", "optimizer", "extra"], "What resuming loads.")
+    save_contents: list = _f(["model", "optimizer", "extra"], "What a checkpoint holds: model, optimizer, extra (scheduler, RNG) "
+                                                                  "in each rank's files, and hf_model: the full weights as safetensors in "
+                                                                  "huggingface/ (gathered from every rank; `reinforge merge` writes them later).")
+    load_contents: list = _f(["model", "optimizer", "extra"], "What resuming loads, from a checkpoint saved by any "
+                                                                  "number of ranks (resharded to this run's).")
 
 
 @dataclass

@@ -10,16 +10,15 @@ are plain modules and the hf engine decodes with the actor's own module; on seve
 reference and critic are sharded with FSDP2 (`fsdp.py`) and the engine decodes with an unsharded
 copy of the policy that `update_weights` refreshes.
 
-Checkpoints use verl's file names: `model_`, `optim_` and `extra_state_world_size_1_rank_0.pt`
-(scheduler and, for the actor, every RNG), and a `huggingface/` folder with the model's config.
+Checkpoints use verl's file names: `model_`, `optim_` and `extra_state_world_size_{W}_rank_{r}.pt`
+(scheduler and, for the actor, every RNG), one set per rank, and a `huggingface/` folder with the
+model's config; reading and writing them is checkpoint_io.py's, which reshards between numbers of ranks.
 """
 
 from __future__ import annotations
 
-import json
 import random
 import time
-from pathlib import Path
 
 import numpy as np
 import torch
@@ -27,18 +26,15 @@ import torch
 from reinforge.batch import Batch
 from reinforge.config.schema import Config, TrainerConfig
 from reinforge.distributed import Dispatch, register
-from reinforge.distributed.process_group import init_distributed, world_size
-from reinforge.errors import ConfigError
+from reinforge.distributed.process_group import init_distributed, rank, world_size
 from reinforge.inference import ModuleWeights, SamplingParams, generate_sequences, make_engine
-from reinforge.trainer.checkpoint import save_torch
 from reinforge.training.actor import Actor
+from reinforge.training.checkpoint_io import full_model_state, load_training_state, save_training_state, write_hf_model
 from reinforge.training.critic import Critic
 from reinforge.training.fsdp import offload_optimizer, shard_model
 from reinforge.training.model import load_causal_lm, load_tokenizer, load_value_model
 from reinforge.training.optim import make_optimizer, make_scheduler
 from reinforge.training.perf import compute_memory_metrics, device_peak_flops, mfu, training_flops
-
-RANK_SUFFIX = "world_size_1_rank_0"
 
 
 def update_perf_metrics(role: str, model: torch.nn.Module, batch: Batch, seconds: float, ppo_epochs: int,
@@ -160,16 +156,23 @@ class ActorRolloutRefWorker:
     # ---- checkpoints --------------------------------------------------------------------------
     @register(Dispatch.ALL)
     def save_checkpoint(self, folder: str) -> None:
-        """Write model, optimizer and extra state (scheduler, every RNG) under `folder` (verl's names)."""
+        """Write this rank's model, optimizer and extra state (scheduler, its RNG streams) under `folder` (verl's
+        names, checkpoint_io.py); rank 0 adds the generation config and tokenizer to huggingface/, and with hf_model
+        in save_contents the full weights as safetensors (gathered from every rank when the model is sharded)."""
+        from transformers import AutoModelForCausalLM
+
         contents = self.config.actor_rollout_ref.actor.checkpoint.save_contents
         path = save_training_state(folder, contents, self.actor.model, self.actor.optimizer,
                                    {"lr_scheduler": self.scheduler.state_dict(), "rng": self._rng_state()})
         model, hf_dir = self.actor.model, path / "huggingface"
+        weights = full_model_state(model) if "hf_model" in contents else None  # a collective with several ranks
+        if rank() != 0:
+            return
+        if weights is not None:
+            write_hf_model(model.config, weights, hf_dir, AutoModelForCausalLM)
         if model.generation_config is not None:
             model.generation_config.save_pretrained(hf_dir)
         self.tokenizer.save_pretrained(hf_dir)
-        if "hf_model" in contents:
-            model.save_pretrained(hf_dir, safe_serialization=True)
 
     @register(Dispatch.ALL)
     def load_checkpoint(self, folder: str) -> None:
@@ -243,61 +246,3 @@ class CriticWorker:
                                     self.critic.optimizer, self.device)
         if extra is not None:
             self.scheduler.load_state_dict(extra["lr_scheduler"])
-
-
-def save_training_state(folder: str, contents: list, model: torch.nn.Module, optimizer: torch.optim.Optimizer,
-                        extra: dict) -> Path:
-    """Model, optimizer and `extra` under `folder` in verl's file names (as `contents` asks), plus the HF config."""
-    path = Path(folder)
-    path.mkdir(parents=True, exist_ok=True)
-    if "model" in contents:
-        save_torch(model.state_dict(), path / f"model_{RANK_SUFFIX}.pt")
-    if "optimizer" in contents:
-        save_torch(optimizer.state_dict(), path / f"optim_{RANK_SUFFIX}.pt")
-    if "extra" in contents:
-        save_torch(extra, path / f"extra_state_{RANK_SUFFIX}.pt")
-    model.config.save_pretrained(path / "huggingface")
-    return path
-
-
-def load_training_state(folder: str, contents: list, model: torch.nn.Module, optimizer: torch.optim.Optimizer,
-                        device: str) -> dict | None:
-    """Restore what `save_training_state` wrote; returns the extra state (None when not loaded)."""
-    path = Path(folder)
-    files = {part: path / f"{part}_{RANK_SUFFIX}.pt" for part in ("model", "optim", "extra_state")}
-    wanted = [files[part] for part, content in (("model", "model"), ("optim", "optimizer"), ("extra_state", "extra"))
-              if content in contents]
-    missing = [file.name for file in wanted if not file.is_file()]
-    if missing:
-        raise ConfigError(f"{path} is not a checkpoint this run can load: it has no {', '.join(missing)}. Point "
-                          "trainer.resume_from_path at a global_step_<N> folder that reinforge saved, or start fresh with "
-                          "trainer.resume_mode=disable")
-    if "model" in contents:
-        check_same_architecture(path, model)
-        model.load_state_dict(torch.load(files["model"], map_location=device))
-    if "optimizer" in contents:
-        optimizer.load_state_dict(torch.load(files["optim"], map_location=device))
-    if "extra" in contents:
-        return torch.load(files["extra_state"], weights_only=False)
-    return None
-
-
-ARCHITECTURE_KEYS = ("model_type", "vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers",
-                     "num_attention_heads", "num_key_value_heads", "num_labels")
-
-
-def check_same_architecture(folder: Path, model: torch.nn.Module) -> None:
-    """ConfigError naming the checkpoint, the model and the differing sizes when the checkpoint in `folder` (its
-    huggingface/config.json) was saved from a model of another shape than `model`; torch would only say "size mismatch"."""
-    saved_file = folder / "huggingface" / "config.json"
-    if not saved_file.is_file():
-        return
-    saved, current = json.loads(saved_file.read_text()), model.config.to_dict()
-    differ = [f"{key} {saved[key]} (checkpoint) vs {current.get(key)} (model)" for key in ARCHITECTURE_KEYS
-              if key in saved and saved[key] != current.get(key)]
-    if differ:
-        raise ConfigError(
-            f"the checkpoint {folder} was saved from a different model than {model.config._name_or_path or 'this run'}'s: "
-            f"{'; '.join(differ)}. Resume with the model the checkpoint was trained from (actor_rollout_ref.model.path / "
-            "critic.model.path), or start fresh with trainer.resume_mode=disable (or another trainer.default_local_dir)"
-        )

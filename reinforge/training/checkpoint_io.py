@@ -1,0 +1,261 @@
+"""A worker's checkpoint files in verl's layout, written by every rank and read back on any number of ranks.
+
+    model_world_size_{W}_rank_{r}.pt        the model state of rank r of W
+    optim_world_size_{W}_rank_{r}.pt        the optimizer state (AdamW's exp_avg/exp_avg_sq, step, param groups)
+    extra_state_world_size_{W}_rank_{r}.pt  what the worker adds: the scheduler, rank r's RNG streams
+    huggingface/                            the model's config (rank 0), and what the actor adds
+
+With one rank (W=1) the files are torch's plain full state dicts, loadable with `torch.load` alone.
+With W > 1 (an FSDP2 model) each rank writes only its own shards: every DTensor of the sharded
+state dicts becomes a record {SHARD_DIM: d, "local": this rank's piece, "shape": the full shape},
+and anything replicated is written whole by every rank. The files are plain tensors and dicts, so
+they load without torch.distributed; concatenating the W pieces along d in rank order gives the full
+tensor (FSDP2 shards dim 0 in torch.chunk order). The optimizer state of W > 1 is keyed by parameter
+name (torch.distributed.checkpoint's form); that of W = 1 by parameter index (torch's own).
+
+Loading reads all W' files of whatever W' the folder was saved with, reassembles full tensors, and
+sets them into this run's model and optimizer: plain `load_state_dict` with one rank, the
+distributed-checkpoint setters (each rank keeps its shard of the full tensor) with several. So a
+checkpoint resumes on another number of ranks (reshard). The extra state is per rank: with W' == W
+each rank restores its own; otherwise every rank restores rank 0's (the scheduler is the same on
+every rank; the RNG streams then restart from rank 0's, so a resharded run is not bit-for-bit the run
+it would have been with W' ranks).
+
+`read_full_model_state` and `write_hf_model` are what `reinforge merge` uses (merge.py).
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import re
+from pathlib import Path
+
+import torch
+
+from reinforge.distributed.process_group import rank, world_size
+from reinforge.errors import ConfigError
+from reinforge.trainer.checkpoint import save_torch
+
+SHARD_DIM = "reinforge_shard_dim"  # marks a record holding one rank's piece of a tensor sharded along that dim
+PARTS = {"model": "model", "optimizer": "optim", "extra": "extra_state"}  # save/load_contents entry -> file prefix
+RANK_FILE = re.compile(r"^(model|optim|extra_state)_world_size_(\d+)_rank_(\d+)\.pt$")
+
+
+def file_name(prefix: str, ranks: int, index: int) -> str:
+    return f"{prefix}_world_size_{ranks}_rank_{index}.pt"
+
+
+# ---- saving -------------------------------------------------------------------------------------
+def save_training_state(folder: str, contents: list, model: torch.nn.Module, optimizer: torch.optim.Optimizer,
+                        extra: dict) -> Path:
+    """This rank's model, optimizer and `extra` under `folder` (as `contents` asks), plus the HF config (rank 0).
+
+    Every rank of the group calls it (with several ranks the state dicts are collectives)."""
+    path = Path(folder)
+    path.mkdir(parents=True, exist_ok=True)
+    ranks, index = world_size(), rank()
+    if "model" in contents:
+        save_torch(model_state(model, ranks), path / file_name("model", ranks, index))
+    if "optimizer" in contents:
+        save_torch(optimizer_state(model, optimizer, ranks), path / file_name("optim", ranks, index))
+    if "extra" in contents:
+        save_torch(extra, path / file_name("extra_state", ranks, index))
+    if index == 0:
+        model.config.save_pretrained(path / "huggingface")
+    return path
+
+
+def model_state(model: torch.nn.Module, ranks: int) -> dict:
+    """The state dict this rank writes: the full one with one rank, its shard records with several."""
+    if ranks == 1:
+        return model.state_dict()
+    from torch.distributed.checkpoint.state_dict import get_model_state_dict
+
+    return to_shard_records(get_model_state_dict(model))
+
+
+def optimizer_state(model: torch.nn.Module, optimizer: torch.optim.Optimizer, ranks: int) -> dict:
+    if ranks == 1:
+        return optimizer.state_dict()
+    from torch.distributed.checkpoint.state_dict import get_optimizer_state_dict
+
+    return to_shard_records(get_optimizer_state_dict(model, optimizer))
+
+
+def to_shard_records(tree, copies: dict | None = None):
+    """`tree` (nested dicts, lists, tuples) with each DTensor replaced by this rank's shard record. A tensor that
+    appears under two names (tied embeddings: two DTensors over the same local memory) gets one local copy, which
+    torch.save then writes once."""
+    from torch.distributed.tensor import DTensor, Replicate, Shard
+
+    copies = {} if copies is None else copies
+    if isinstance(tree, DTensor):
+        if tree.device_mesh.ndim != 1 or type(tree.placements[0]) not in (Shard, Replicate):
+            raise NotImplementedError(f"checkpoints hold 1-D sharded or replicated tensors, not {tree.placements} "
+                                      f"on a {tree.device_mesh.ndim}-D mesh")
+        local = tree.to_local()
+        key = (local.data_ptr(), local.dtype, tuple(local.shape), local.stride())
+        if key not in copies:  # a copy: the local piece views FSDP's padded storage, which torch.save would write whole
+            copies[key] = local.detach().to("cpu", copy=True)
+        if isinstance(tree.placements[0], Replicate):
+            return copies[key]
+        return {SHARD_DIM: tree.placements[0].dim, "local": copies[key], "shape": list(tree.shape)}
+    if isinstance(tree, dict):
+        return {key: to_shard_records(value, copies) for key, value in tree.items()}
+    if isinstance(tree, (list, tuple)):
+        return type(tree)(to_shard_records(value, copies) for value in tree)
+    return tree
+
+
+def full_model_state(model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """The full state dict on CPU: gathered from every rank (a collective; rank 0 gets it, the others an empty
+    dict) with several ranks, the model's own with one."""
+    if world_size() == 1:
+        return model.state_dict()
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+
+    return get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+
+
+def write_hf_model(config, state_dict: dict[str, torch.Tensor], out_dir: Path, model_class) -> None:
+    """`state_dict` as a Hugging Face model folder (config.json and safetensors) of `model_class` built from
+    a copy of `config` on the meta device (nothing is allocated or initialised: the weights come from `state_dict`;
+    the copy because `save_pretrained` sets the dtype and architectures of the config it is given)."""
+    dtype = next(value.dtype for value in state_dict.values() if value.is_floating_point())
+    with torch.device("meta"):
+        model = model_class.from_config(copy.deepcopy(config), dtype=dtype)
+    model.save_pretrained(out_dir, state_dict=state_dict, safe_serialization=True)
+
+
+# ---- loading ------------------------------------------------------------------------------------
+def load_training_state(folder: str, contents: list, model: torch.nn.Module, optimizer: torch.optim.Optimizer,
+                        device: str) -> dict | None:
+    """Restore what `save_training_state` wrote, with any number of ranks then and now; returns the extra state
+    (None when not loaded)."""
+    path = Path(folder)
+    wanted = [PARTS[content] for content in ("model", "optimizer", "extra") if content in contents]
+    saved_ranks = saved_world_size(path, wanted, "Point trainer.resume_from_path at a global_step_<N> folder that "
+                                   "reinforge saved, or start fresh with trainer.resume_mode=disable")
+    ranks = world_size()
+    if "model" in contents:
+        check_same_architecture(path, model)
+        state = read_full(path, "model", saved_ranks, device)
+        if ranks == 1:
+            model.load_state_dict(state)
+        else:
+            from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
+
+            set_model_state_dict(model, state, options=StateDictOptions(full_state_dict=True))
+    if "optimizer" in contents:
+        names = optimizer_param_names(model, optimizer)
+        state = read_full(path, "optim", saved_ranks, device)
+        if saved_ranks == 1:
+            state = optimizer_by_name(state, names)
+        if ranks == 1:
+            optimizer.load_state_dict(optimizer_by_index(state, names))
+        else:
+            from torch.distributed.checkpoint.state_dict import StateDictOptions, set_optimizer_state_dict
+
+            set_optimizer_state_dict(model, optimizer, state, options=StateDictOptions(full_state_dict=True))
+    if "extra" in contents:
+        own = rank() if saved_ranks == ranks else 0
+        return torch.load(path / file_name("extra_state", saved_ranks, own), weights_only=False)
+    return None
+
+
+def saved_world_size(path: Path, prefixes: list[str], advice: str) -> int:
+    """The number of ranks that wrote the `prefixes` files in `path`; ConfigError (ending with `advice`) when
+    there are none, when they come from different numbers of ranks, or when a rank's file is missing."""
+    found: dict[str, dict[int, set[int]]] = {prefix: {} for prefix in prefixes}
+    for file in path.glob("*_world_size_*_rank_*.pt") if path.is_dir() else ():
+        if (match := RANK_FILE.match(file.name)) and match.group(1) in found:
+            found[match.group(1)].setdefault(int(match.group(2)), set()).add(int(match.group(3)))
+    missing = [file_name(prefix, world_size(), rank()) for prefix, sizes in found.items() if not sizes]
+    if missing:
+        raise ConfigError(f"{path} is not a checkpoint this run can load: it has no {', '.join(missing)} (nor the "
+                          f"files of another number of ranks). {advice}")
+    sizes = sorted({size for by_size in found.values() for size in by_size})
+    if len(sizes) > 1:
+        raise ConfigError(f"{path} holds checkpoint files of {' and '.join(map(str, sizes))} ranks mixed together; "
+                          f"keep the files of one save only. {advice}")
+    ranks = sizes[0]
+    absent = [file_name(prefix, ranks, index) for prefix, by_size in found.items() for index in range(ranks)
+              if index not in by_size[ranks]]
+    if absent:
+        raise ConfigError(f"{path} is an incomplete checkpoint of {ranks} ranks: {', '.join(absent)} "
+                          f"{'is' if len(absent) == 1 else 'are'} missing. {advice}")
+    return ranks
+
+
+def read_full(path: Path, prefix: str, ranks: int, device: str = "cpu") -> dict:
+    """The full state in the `prefix` files of a checkpoint saved by `ranks` ranks (shard records reassembled)."""
+    if ranks == 1:
+        return torch.load(path / file_name(prefix, 1, 0), map_location=device)
+    pieces = [torch.load(path / file_name(prefix, ranks, index), map_location="cpu") for index in range(ranks)]
+    return merge_shard_records(pieces, f"{path / file_name(prefix, ranks, 0)} ... rank_{ranks - 1}.pt")
+
+
+def merge_shard_records(pieces: list, where: str):
+    """The full tree from the same tree of every rank: shard records concatenated in rank order, anything else
+    taken from rank 0; ConfigError naming `where` when the ranks' trees or pieces do not fit together."""
+    first = pieces[0]
+    if isinstance(first, dict) and SHARD_DIM in first:
+        full = torch.cat([piece["local"] for piece in pieces], dim=first[SHARD_DIM])
+        if list(full.shape) != first["shape"]:
+            raise ConfigError(f"{where}: the pieces of a tensor make shape {list(full.shape)}, not the saved "
+                              f"{first['shape']}; the files come from different saves")
+        return full
+    if isinstance(first, dict):
+        if any(not isinstance(piece, dict) or piece.keys() != first.keys() for piece in pieces):
+            raise ConfigError(f"{where}: the ranks' files hold different entries; they come from different saves")
+        return {key: merge_shard_records([piece[key] for piece in pieces], where) for key in first}
+    if isinstance(first, (list, tuple)):
+        return type(first)(merge_shard_records(list(column), where) for column in zip(*pieces, strict=True))
+    return first
+
+
+def read_full_model_state(path: Path, advice: str) -> dict[str, torch.Tensor]:
+    """The full model state dict of the checkpoint folder `path`, saved by any number of ranks."""
+    return read_full(path, "model", saved_world_size(path, ["model"], advice))
+
+
+# ---- optimizer state: by parameter index (torch) and by parameter name (distributed checkpoint) ---
+def optimizer_param_names(model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> list[str]:
+    """The names of the optimizer's parameters in the order torch numbers them in its state dict."""
+    names = {id(param): name for name, param in model.named_parameters()}
+    return [names[id(param)] for group in optimizer.param_groups for param in group["params"]]
+
+
+def optimizer_by_name(state: dict, names: list[str]) -> dict:
+    return {"state": {names[index]: value for index, value in state["state"].items()},
+            "param_groups": [{**group, "params": [names[index] for index in group["params"]]}
+                             for group in state["param_groups"]]}
+
+
+def optimizer_by_index(state: dict, names: list[str]) -> dict:
+    index = {name: position for position, name in enumerate(names)}
+    return {"state": {index[name]: value for name, value in state["state"].items()},
+            "param_groups": [{**group, "params": [index[name] for name in group["params"]]}
+                             for group in state["param_groups"]]}
+
+
+ARCHITECTURE_KEYS = ("model_type", "vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers",
+                     "num_attention_heads", "num_key_value_heads", "num_labels")
+
+
+def check_same_architecture(folder: Path, model: torch.nn.Module) -> None:
+    """ConfigError naming the checkpoint, the model and the differing sizes when the checkpoint in `folder` (its
+    huggingface/config.json) was saved from a model of another shape than `model`; torch would only say "size mismatch"."""
+    saved_file = folder / "huggingface" / "config.json"
+    if not saved_file.is_file():
+        return
+    saved, current = json.loads(saved_file.read_text()), model.config.to_dict()
+    differ = [f"{key} {saved[key]} (checkpoint) vs {current.get(key)} (model)" for key in ARCHITECTURE_KEYS
+              if key in saved and saved[key] != current.get(key)]
+    if differ:
+        raise ConfigError(
+            f"the checkpoint {folder} was saved from a different model than {model.config._name_or_path or 'this run'}'s: "
+            f"{'; '.join(differ)}. Resume with the model the checkpoint was trained from (actor_rollout_ref.model.path / "
+            "critic.model.path), or start fresh with trainer.resume_mode=disable (or another trainer.default_local_dir)"
+        )

@@ -1,0 +1,47 @@
+"""`reinforge merge CHECKPOINT OUT`: a checkpoint's model as a Hugging Face model folder.
+
+CHECKPOINT is a worker's folder of a saved step (`global_step_<N>/actor`, or `.../critic`), saved by
+any number of ranks (checkpoint_io.py reassembles the shards). OUT gets `model.safetensors` and
+`config.json` written by transformers' `save_pretrained` (so `from_pretrained` loads it), then the
+generation config and tokenizer files that the checkpoint keeps in `huggingface/`. An actor becomes
+an `AutoModelForCausalLM`; a critic (its state has the value head `score.weight`) an
+`AutoModelForTokenClassification` with one label, which exists for architectures transformers has a
+token-classification class for; a critic built as a causal LM with our own value head
+(`CausalLMWithValueHead`, training/model.py) has no Hugging Face class to write and is refused.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+from reinforge.errors import ConfigError
+from reinforge.training.checkpoint_io import read_full_model_state, write_hf_model
+
+ADVICE = "Name a worker folder of a saved step, e.g. checkpoints/<project>/<experiment>/global_step_<N>/actor"
+WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin", "config.json")
+
+
+def merge_checkpoint(folder: str, out: str) -> Path:
+    """Write the model of checkpoint folder `folder` as a Hugging Face model folder `out`; returns `out`."""
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForTokenClassification
+
+    path, out_dir = Path(folder), Path(out)
+    hf_dir = path / "huggingface"
+    if not (hf_dir / "config.json").is_file():
+        raise ConfigError(f"{path} is not a reinforge checkpoint folder: it has no huggingface/config.json. {ADVICE}")
+    if out_dir.resolve() == path.resolve():
+        raise ConfigError(f"the output folder {out} is the checkpoint folder itself; name another one")
+    state = read_full_model_state(path, ADVICE)
+    config = AutoConfig.from_pretrained(hf_dir)
+    model_class = AutoModelForCausalLM
+    if "score.weight" in state:  # a critic's value model
+        if type(config) not in AutoModelForTokenClassification._model_mapping:
+            raise ConfigError(f"{path} holds a value model made of a {config.model_type} causal LM and reinforge's own "
+                              "value head; transformers has no class for it, so merge cannot write it")
+        model_class = AutoModelForTokenClassification
+    write_hf_model(config, state, out_dir, model_class)
+    for file in hf_dir.iterdir():  # the generation config and tokenizer as the run had them
+        if file.is_file() and file.name not in WEIGHT_FILES and not file.name.startswith("model-"):
+            shutil.copy(file, out_dir / file.name)
+    return out_dir

@@ -1,0 +1,28 @@
+"""`reinforge merge` of a critic checkpoint: a token-classification model with one label that transformers loads.
+
+(The actor, saved by 2 ranks, is merged in test_checkpoint_reshard.py.)"""
+
+from __future__ import annotations
+
+import torch
+
+from reinforge.cli import main as cli_main
+from reinforge.training.checkpoint_io import save_training_state
+
+
+def test_merge_of_a_critic_writes_its_value_model(tiny_model_path, tmp_path):
+    from transformers import AutoModelForTokenClassification
+
+    torch.manual_seed(3)
+    critic = AutoModelForTokenClassification.from_pretrained(tiny_model_path, num_labels=1)  # as load_value_model builds it
+    save_training_state(str(tmp_path / "critic"), ["model"], critic, torch.optim.AdamW(critic.parameters()), {})
+
+    assert cli_main(["merge", str(tmp_path / "critic"), str(tmp_path / "hf")]) == 0
+    merged = AutoModelForTokenClassification.from_pretrained(tmp_path / "hf")
+    assert merged.config.num_labels == 1
+    assert merged.state_dict().keys() == critic.state_dict().keys()
+    for name, value in critic.state_dict().items():
+        assert torch.equal(merged.state_dict()[name], value), name
+    ids = torch.tensor([[5, 17, 42, 9]])
+    critic.eval()
+    assert torch.equal(merged(ids).logits, critic(ids).logits)  # the values
