@@ -24,10 +24,8 @@ _ALWAYS_INERT = {
     "data.dataloader_num_workers": "prompts are prepared in-process",
     "actor_rollout_ref.rollout.agent.num_workers": "every row's agent loop runs in one asyncio event loop of the rollout worker",
     "data.return_raw_input_ids": "prompts are tokenized once by the model's tokenizer",
-    "trainer.n_gpus_per_node": "this version trains in one process on one device",
-    "trainer.balance_batch": "one data-parallel rank: nothing to balance",
+    "trainer.balance_batch": "rows are split over data-parallel ranks in order, without balancing, in this version",
     "trainer.default_hdfs_dir": "no HDFS copy",
-    "ray_kwargs": "this version runs in one process without Ray",
     "critic.use_dynamic_bsz": "fixed-size micro-batches are used in this version",
     "critic.ppo_max_token_len_per_gpu": "fixed-size micro-batches are used in this version",
     "critic.forward_max_token_len_per_gpu": "fixed-size micro-batches are used in this version",
@@ -65,6 +63,12 @@ def _reward_model_reason(config: Config, key: str) -> str | None:
     return None
 
 
+def _uses_ray(config: Config) -> bool:
+    from reinforge.distributed.process_group import ray_address, world_size_of
+
+    return world_size_of(config) > 1 or ray_address(config) is not None
+
+
 def unused_settings(config: Config, user_keys: list[str]) -> list[str]:
     """One line per user-set key that does nothing in this run, with the reason."""
     from reinforge.algorithm import needs_critic
@@ -95,6 +99,8 @@ def unused_settings(config: Config, user_keys: list[str]) -> list[str]:
             reason = "asynchronous rollout is planned; this run generates synchronously"
         elif reason is None and key == "actor_rollout_ref.rollout.name" and rollout.name != "hf":
             reason = f"the {rollout.name} engine is not available in this version yet; this run generates with the hf engine"
+        elif reason is None and (parts[0] == "ray_kwargs" or key == "trainer.hang_dump_s") and not _uses_ray(config):
+            reason = "one rank (trainer.nnodes x trainer.n_gpus_per_node) and no Ray address: this run works in-process, without Ray"
         elif reason is None:
             reason = _reward_model_reason(config, key)
         if reason:
