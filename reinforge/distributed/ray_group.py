@@ -39,6 +39,8 @@ from reinforge.distributed.process_group import ray_address, world_size_of
 from reinforge.distributed.worker_group import WorkerGroup, WorkerPool
 from reinforge.errors import ConfigError, RankError, UserError
 
+# the workers' logs as quiet as the driver's (trainer/main.py): no per-file progress bars or advisory warnings
+QUIET_ENV = {"TOKENIZERS_PARALLELISM": "false", "TRANSFORMERS_VERBOSITY": "error", "HF_HUB_DISABLE_PROGRESS_BARS": "1"}
 PLACEMENT_TIMEOUT_S = 120  # how long Ray may take to find the GPUs of every node before the run gives up
 
 
@@ -107,11 +109,13 @@ class RayPool(WorkerPool):
             self.nodes = self.gather([host.node.remote() for host in self.hosts], "starting the worker processes")
             port = self.gather([self.hosts[0].free_port.remote()], "finding a free port on rank 0's node")[0]
             envs = rank_envs([(ip, gpus) for ip, gpus, _ in self.nodes], trainer.n_gpus_per_node, port)
-            self.gather([host.setup.remote(env, os.getcwd(), list(config.algorithm.custom_modules or []))
+            self.gather([host.setup.remote({**QUIET_ENV, **env}, os.getcwd(), list(config.algorithm.custom_modules or []))
                          for host, env in zip(self.hosts, envs, strict=True)], "setting up the worker processes")
         except BaseException:
             self.close()
             raise
+        print(f"reinforge: {len(self.hosts)} ranks on Ray ({trainer.device}): {self._describe(range(len(self.hosts)))}",
+              flush=True)
 
     def group(self, role: str, worker_cls: type, *args, **kwargs) -> RayWorkerGroup:
         self.gather([host.add_worker.remote(role, worker_cls, args, kwargs) for host in self.hosts],
@@ -133,7 +137,7 @@ class RayPool(WorkerPool):
                 _raise_failure(ref, rank_of[ref], what)
         return ray.get(refs)
 
-    def _describe(self, ranks: list[int]) -> str:
+    def _describe(self, ranks) -> str:
         nodes = getattr(self, "nodes", None)
         if nodes is None:
             return "ranks " + ", ".join(map(str, ranks))
