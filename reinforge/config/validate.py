@@ -126,6 +126,7 @@ def _finalize_critic(config: Config) -> None:
 
 def _check(config: Config) -> None:
     from reinforge.algorithm import KL_PENALTIES, LOSS_AGG_MODES, policy_loss_names
+    from reinforge.distributed.process_group import world_size_of
     from reinforge.environment.dataset import TRUNCATION_MODES
     from reinforge.reward.manager import reward_manager_names
 
@@ -258,13 +259,17 @@ def _check(config: Config) -> None:
                 f"{role}.ppo_mini_batch_size={section.ppo_mini_batch_size} must divide data.train_batch_size="
                 f"{data.train_batch_size} (both count prompts); every mini-batch must be full"
             )
-        mini = section.ppo_mini_batch_size * rollout.n
-        micro = section.ppo_micro_batch_size_per_gpu
-        if micro is not None and mini % micro:
+        mini, world = section.ppo_mini_batch_size * rollout.n, world_size_of(config)
+        sizes = f"ppo_mini_batch_size={section.ppo_mini_batch_size} x rollout.n={rollout.n}"
+        if mini % world:  # each rank trains on its equal share of every mini-batch (rows are not padded for updates)
             raise ConfigError(
-                f"{role}.ppo_micro_batch_size_per_gpu={micro} does not divide the mini-batch of "
-                f"{mini} trajectories (ppo_mini_batch_size={section.ppo_mini_batch_size} x rollout.n={rollout.n})"
+                f"{role}: the mini-batch of {mini} trajectories ({sizes}) does not split evenly over {world} data-parallel "
+                f"ranks (trainer.nnodes={trainer.nnodes} x trainer.n_gpus_per_node={trainer.n_gpus_per_node})"
             )
+        micro = section.ppo_micro_batch_size_per_gpu
+        if micro is not None and (mini // world) % micro:
+            per_rank = f"{mini // world} trajectories per rank ({sizes} / {world} ranks)" if world > 1 else f"{mini} trajectories ({sizes})"
+            raise ConfigError(f"{role}.ppo_micro_batch_size_per_gpu={micro} does not divide the mini-batch of {per_rank}")
     if algo.filter_groups.enable and rollout.n < 2:
         raise ConfigError("algorithm.filter_groups needs groups to compare: set actor_rollout_ref.rollout.n >= 2")
     if algo.adv_estimator == "grpo_passk" and rollout.n < 2:

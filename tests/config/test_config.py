@@ -36,7 +36,7 @@ def test_seed_overrides_parse(tmp_path):
     assert cfg.actor_rollout_ref.rollout.n == 5 and cfg.actor_rollout_ref.actor.use_kl_loss is True
     assert cfg.actor_rollout_ref.rollout.engine_kwargs == {"vllm": {"swap_space": 4}}
     notes = "\n".join(unused_settings(cfg, keys))
-    assert "tensor_model_parallel_size" in notes and "rollout.name: the vllm engine" in notes and "n_gpus_per_node" in notes
+    assert "tensor_model_parallel_size" in notes and "rollout.name: the vllm engine" in notes
 
 
 @pytest.mark.parametrize("override, message", [
