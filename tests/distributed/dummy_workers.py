@@ -40,6 +40,13 @@ class Probe:
         if int(os.environ["RANK"]) == rank:
             raise error
 
+    @register(Dispatch.DP)
+    def adv_estimators(self, batch: Batch) -> Batch:
+        """For each row, the advantage estimators registered in the process of the rank that saw it."""
+        from reinforge.algorithm import adv_estimator_names
+
+        return Batch({"x": batch["x"]}, {"estimators": [adv_estimator_names()] * len(batch)})
+
     @register(Dispatch.ALL)
     def sleep(self, seconds: float) -> str:
         time.sleep(seconds)

@@ -22,14 +22,26 @@ import dummy_workers  # noqa: E402
 ray.cloudpickle.register_pickle_by_value(dummy_workers)  # Ray's worker processes cannot import tests/
 
 
+USER_ESTIMATOR = """
+from reinforge.algorithm import register_adv_est
+
+
+@register_adv_est("estimator_from_a_user_file")
+def estimator(token_level_rewards, response_mask, **kwargs):
+    return token_level_rewards, token_level_rewards
+"""
+
+
 @pytest.fixture(scope="module")
-def pool():
+def pool(tmp_path_factory):
     from reinforge.distributed.ray_group import RayPool
 
+    module = tmp_path_factory.mktemp("user") / "my_estimator.py"
+    module.write_text(USER_ESTIMATOR)
     ray.init(address="local", num_cpus=2)
-    config, _ = load_config(["trainer.device=cpu", "trainer.n_gpus_per_node=2", "trainer.hang_dump_s=2"])
+    config, _ = load_config(["trainer.device=cpu", "trainer.n_gpus_per_node=2", f"algorithm.custom_modules=[{module}]"])
     pool = RayPool(config)
-    pool.hang_dump_s = 0  # the watchdog test turns it on for its own call
+    pool.hang_dump_s = 0
     yield pool
     pool.close()
     ray.shutdown()
@@ -67,6 +79,11 @@ def test_roles_of_a_pool_share_each_ranks_process(pool, probe):
     assert first["pid"].tolist() == second["pid"].tolist()
     assert first["pid"][0] != first["pid"][1]
     assert list(first["tag"]) == ["first", "first"] and list(second["tag"]) == ["second", "second"]
+
+
+def test_the_users_algorithm_modules_are_imported_in_every_rank(probe):
+    per_rank = probe.adv_estimators(rows(2))["estimators"]  # one row per rank
+    assert all("estimator_from_a_user_file" in names and "grpo" in names for names in per_rank)
 
 
 def test_a_failing_rank_names_itself_the_method_and_shows_its_traceback(probe):
