@@ -18,6 +18,7 @@ from typing import Any
 
 from reinforge.batch import Batch
 from reinforge.config.schema import Config
+from reinforge.errors import ConfigError
 
 
 class Dispatch(enum.Enum):
@@ -136,6 +137,11 @@ def open_worker_pool(config: Config) -> WorkerPool:
         return LocalPool()
     # read when ray is first imported: Ray would merge the ranks' identical log lines, their stack dumps included
     os.environ.setdefault("RAY_DEDUP_LOGS", "0")
-    from reinforge.distributed.ray_group import RayPool
-
+    try:
+        from reinforge.distributed.ray_group import RayPool
+    except ModuleNotFoundError as exc:
+        if exc.name != "ray":
+            raise
+        raise ConfigError(f"{world_size_of(config)} rank(s) (trainer.nnodes x trainer.n_gpus_per_node) or a Ray address run "
+                          "on Ray, which is not installed: pip install 'reinforge[ray]'") from None
     return RayPool(config)
