@@ -35,7 +35,7 @@ def head_node(monkeypatch):
     """A Ray head started as a user would (`ray start --head --port=<free>`), stopped by ending that command only."""
     monkeypatch.setenv("RAY_AUTH_MODE", "disabled")  # Ray's token auth would need the head's token on this driver too
     port = free_port()
-    head = subprocess.Popen(["ray", "start", "--head", f"--port={port}", "--num-cpus=2", "--include-dashboard=false",
+    head = subprocess.Popen([str(Path(sys.executable).parent / "ray"), "start", "--head", f"--port={port}", "--num-cpus=2", "--include-dashboard=false",
                              "--block"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
