@@ -2,10 +2,9 @@
 # The GRPO command line of verl's examples/grpo_trainer/run_qwen3-8b.sh, as `reinforge train`,
 # with the model path and sizes swapped for the local tiny model and small GSM8K-format data, and
 # the engine: vLLM needs a GPU, so this CPU run generates with hf (ROLLOUT=vllm on a GPU with
-# reinforge[vllm] installed). Every other override is the seed's own; the ones that only matter to
-# vLLM or multi-GPU runs are accepted and reported as having no effect here.
-# The batch sizes split evenly over the trainer.n_gpus_per_node=8 data-parallel ranks (each rank
-# takes an equal share of every mini-batch).
+# reinforge[vllm] installed). Every other override is the seed's own (but trainer.n_gpus_per_node=1:
+# on a CPU it counts worker processes); the ones that only matter to vLLM are accepted and reported
+# as having no effect here.
 set -euo pipefail
 DATA=${DATA:-$HOME/data/gsm8k_like}
 MODEL=${MODEL:-$(python -c 'from reinforge.training.tiny_model import ensure_tiny_model; print(ensure_tiny_model())')}
@@ -28,7 +27,7 @@ reinforge train \
     actor_rollout_ref.actor.kl_loss_coef=0.001 \
     actor_rollout_ref.actor.entropy_coeff=0 \
     algorithm.use_kl_in_reward=False \
-    trainer.n_gpus_per_node=8 \
+    trainer.n_gpus_per_node=1 \
     trainer.nnodes=1 \
     trainer.total_training_steps=${STEPS:-2} \
     trainer.test_freq=2 \

@@ -9,7 +9,8 @@ Overrides use verl's key paths and Hydra's grammar, so a verl command line works
 `reinforge train` in place of `python3 -m verl.trainer.main_ppo`. Mistakes in config, data, model
 or reward code print one message and exit with status 2 (docs/errors.md lists them); `--debug`,
 before or after the sub-command (or REINFORGE_DEBUG=1), shows the full traceback too. SIGINT/SIGTERM during training save the
-finished step and exit 130/143 with a message on how to resume (reinforge/trainer/stop.py).
+finished step and exit 130/143 with a message on how to resume (reinforge/trainer/stop.py). A failure in a
+Ray worker prints the rank, role and method and the worker's traceback, exit 1 (reinforge/distributed/ray_group.py).
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ import traceback
 
 from reinforge import __version__
 from reinforge.environment.preprocess import add_data_arguments, run_data_command
-from reinforge.errors import UserError, add_debug_argument, debug_requested
+from reinforge.errors import RankError, UserError, add_debug_argument, debug_requested
 from reinforge.trainer.stop import RunStopped
 
 
@@ -125,6 +126,11 @@ def main(argv: list[str] | None = None) -> int:
             traceback.print_exc()
         print(f"reinforge: error: {exc}", file=sys.stderr)
         return 2
+    except RankError as exc:  # a Ray worker's failure: its own traceback is in the message, the driver's is noise
+        if show_traceback:
+            traceback.print_exc()
+        print(f"reinforge: error: {exc}", file=sys.stderr)
+        return 1
     except RunStopped as stopped:  # SIGINT/SIGTERM during training (reinforge/trainer/stop.py)
         print(f"reinforge: {stopped}", file=sys.stderr)
         return stopped.exit_status

@@ -38,6 +38,11 @@ class CheckpointError(UserError):
     """A checkpoint cannot be written where the config says (permissions, a read-only filesystem); the message says where."""
 
 
+class RankError(RuntimeError):
+    """Not a user error: a worker in another process (a Ray actor) raised, or its process died. The message starts
+    with the rank, role and method and holds the worker's own traceback; the command line prints it first, exit 1."""
+
+
 def add_debug_argument(parser: argparse.ArgumentParser) -> None:
     """`--debug` (alias `--traceback`) on `parser`; its SUPPRESS default lets the flag sit before or after a sub-command."""
     parser.add_argument("--debug", "--traceback", dest="debug", action="store_true", default=argparse.SUPPRESS,

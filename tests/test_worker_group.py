@@ -83,3 +83,10 @@ def test_dp_results_come_back_in_row_order_and_padding_is_dropped(balance):
     seen = [rows for worker in group.workers for rows in worker.rows]
     assert [len(rows) for rows in seen] == [3, 3]  # 5 rows padded to 6 by repeating the last one
     assert sorted(sum(seen, [])) == [0, 1, 2, 3, 4, 4]
+
+
+def test_dp_pads_an_uneven_batch_with_its_first_rows_and_trims_the_result():
+    group = LocalWorkerGroup(Doubler, 0, world_size=2)
+    out = group.double(Batch({"x": torch.arange(5)}))  # 6 rows sent
+    assert out["y"].tolist() == [0, 2, 4, 6, 8]
+    assert [w.calls for w in group.workers] == [[3], [3]]

@@ -497,8 +497,11 @@ class TrainerConfig(Node):
                                             "folder keeps the 8 best and 8 worst of the latest 3 steps in rollouts/, "
                                             "for `reinforge report`.")
     validation_data_dir: str | None = _f(None, "Write validation generations as JSONL here.")
-    nnodes: int = _f(1, "Nodes (multi-node runs: planned).")
-    n_gpus_per_node: int | None = _f(None, "GPUs (data-parallel ranks) per node; null: 1 until the Ray worker groups count them.")
+    nnodes: int = _f(1, "Nodes of the Ray cluster the run uses (docs/distributed.md); world size = nnodes x n_gpus_per_node.")
+    n_gpus_per_node: int | None = _f(None, "Ranks per node: GPUs with device=cuda (one per rank), worker processes with "
+                                           "device=cpu. null: every visible GPU on cuda, 1 on cpu (verl's default is 8). "
+                                           "World size 1 without a Ray address runs in this process; more ranks run as "
+                                           "Ray actors (docs/distributed.md).")
     device: str | None = _f(None, "cuda or cpu; null: cuda when a GPU is present, else cpu.")
     save_freq: int = _f(-1, "Save a checkpoint every this many steps (-1: never; the last step is saved when > 0).")
     save_on_stop: bool = _f(True, "reinforge only (verl has no such key): on SIGINT/SIGTERM, finish the current step, "
@@ -517,7 +520,12 @@ class TrainerConfig(Node):
     del_local_ckpt_after_load: bool = _f(False, "Delete the checkpoint after resuming from it.")
     max_actor_ckpt_to_keep: int | None = _f(None, "Keep at most this many actor checkpoints (null: all).")
     max_critic_ckpt_to_keep: int | None = _f(None, "Keep at most this many critic checkpoints (null: all).")
-    balance_batch: bool = _f(True, "Balance tokens across data-parallel ranks (one rank here).")
+    balance_batch: bool = _f(True, "Balance tokens across data-parallel ranks: of every world-size rows, the longest "
+                                   "goes to the rank with the fewest tokens so far (each rank still gets its share of "
+                                   "every mini-batch); no effect with one rank.")
+    hang_dump_s: float = _f(600, "reinforge only: when a call to the Ray workers runs this many seconds, every rank still "
+                                 "in it dumps its Python stacks into the log and the driver names the ranks that have "
+                                 "not answered (repeated each period; 0: never).")
     seed: int = _f(1, "Seed of model-side randomness (sampling, dropout).")
     peak_flops: float | None = _f(None, "Peak FLOP/s of one device, for perf/mfu/* (e.g. 989e12 for an H100 in BF16); null: "
                                         "the known peak of the CUDA GPU, and no MFU on CPU or an unknown GPU.")
@@ -532,4 +540,5 @@ class Config(Node):
     reward_model: RewardModelConfig = _sub(RewardModelConfig, "Reward managers and reward models.")
     custom_reward_function: CustomRewardFunctionConfig = _sub(CustomRewardFunctionConfig, "A user reward function.")
     trainer: TrainerConfig = _sub(TrainerConfig, "The training loop, logging and checkpoints.")
-    ray_kwargs: dict = _f({}, "Ray init arguments (multi-process runs: planned).")
+    ray_kwargs: dict = _f({}, "Ray settings of runs with more than one rank: ray_init is passed to ray.init "
+                              "(address: the cluster to join, also RAY_ADDRESS; num_cpus, ...); docs/distributed.md.")

@@ -24,10 +24,7 @@ _ALWAYS_INERT = {
     "data.dataloader_num_workers": "prompts are prepared in-process",
     "actor_rollout_ref.rollout.agent.num_workers": "every row's agent loop runs in one asyncio event loop of the rollout worker",
     "data.return_raw_input_ids": "prompts are tokenized once by the model's tokenizer",
-    "trainer.n_gpus_per_node": "the trainer starts one training process in this version (the batch sizes are still checked to split over the ranks)",
-    "trainer.balance_batch": "one data-parallel rank: nothing to balance",
     "trainer.default_hdfs_dir": "no HDFS copy",
-    "ray_kwargs": "this version runs in one process without Ray",
     "critic.use_dynamic_bsz": "fixed-size micro-batches are used in this version",
     "critic.ppo_max_token_len_per_gpu": "fixed-size micro-batches are used in this version",
     "critic.forward_max_token_len_per_gpu": "fixed-size micro-batches are used in this version",
@@ -85,9 +82,16 @@ def _fsdp_reason(config: Config, section: str, setting: str) -> str | None:
     return None
 
 
+def _uses_ray(config: Config) -> bool:
+    from reinforge.distributed.process_group import ray_address, world_size_of
+
+    return world_size_of(config) > 1 or ray_address(config) is not None
+
+
 def unused_settings(config: Config, user_keys: list[str]) -> list[str]:
     """One line per user-set key that does nothing in this run, with the reason."""
     from reinforge.algorithm import needs_critic
+    from reinforge.distributed.process_group import world_size_of
 
     rollout = config.actor_rollout_ref.rollout
     lines = []
@@ -117,6 +121,10 @@ def unused_settings(config: Config, user_keys: list[str]) -> list[str]:
             reason = "asynchronous rollout is planned; this run generates synchronously"
         elif reason is None and key.startswith("algorithm.rollout_correction."):
             reason = _rollout_correction_reason(config.algorithm.rollout_correction, parts[-1])
+        elif reason is None and key == "trainer.balance_batch" and world_size_of(config) == 1:
+            reason = "one data-parallel rank: nothing to balance"
+        elif reason is None and (parts[0] == "ray_kwargs" or key == "trainer.hang_dump_s") and not _uses_ray(config):
+            reason = "one rank (trainer.nnodes x trainer.n_gpus_per_node) and no Ray address: this run works in-process, without Ray"
         elif reason is None:
             reason = _reward_model_reason(config, key)
         if reason:

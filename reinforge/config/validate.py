@@ -58,16 +58,36 @@ def finalize(config: Config, quickstart: bool = False) -> None:
         trainer.default_local_dir = f"checkpoints/{trainer.project_name}/{trainer.experiment_name}"
     import torch
 
-    if trainer.device is None:
-        trainer.device = "cuda" if torch.cuda.is_available() else "cpu"
-    elif trainer.device == "cuda" and not torch.cuda.is_available():
-        raise ConfigError("trainer.device=cuda but no CUDA GPU is visible to torch; use trainer.device=cpu")
+    _finalize_devices(config, torch.cuda.device_count())
     legacy = config.reward_model.custom_reward_function
     if config.custom_reward_function.path is None and legacy is not None and legacy.path is not None:
         config.custom_reward_function = legacy
     _finalize_reward_model(config)
 
     _check(config)
+
+
+def _finalize_devices(config: Config, visible_gpus: int) -> None:
+    """trainer.device and n_gpus_per_node from the GPUs this machine sees, checked against them when the run is on this
+    machine alone (one node, no Ray address: other nodes' GPUs cannot be seen from here)."""
+    from reinforge.distributed.process_group import ray_address
+
+    trainer = config.trainer
+    on_this_machine = trainer.nnodes == 1 and ray_address(config) is None
+    if trainer.device is None:
+        trainer.device = "cuda" if visible_gpus else "cpu"
+    _choice("trainer.device", trainer.device, ("cpu", "cuda"))
+    if trainer.device == "cuda" and on_this_machine and not visible_gpus:
+        raise ConfigError("trainer.device=cuda but no CUDA GPU is visible to torch; use trainer.device=cpu")
+    if trainer.n_gpus_per_node is None:
+        if trainer.device == "cuda" and not visible_gpus:
+            raise ConfigError("trainer.n_gpus_per_node=null means every GPU of this machine, but it has none; set "
+                              "trainer.n_gpus_per_node to the GPUs of each node")
+        trainer.n_gpus_per_node = visible_gpus if trainer.device == "cuda" else 1
+    _positive("trainer.n_gpus_per_node", trainer.n_gpus_per_node)
+    if trainer.device == "cuda" and on_this_machine and trainer.n_gpus_per_node > visible_gpus:
+        raise ConfigError(f"trainer.n_gpus_per_node={trainer.n_gpus_per_node} but this machine has {visible_gpus} "
+                          f"visible GPU(s); set trainer.n_gpus_per_node={visible_gpus} or fewer (or null: all)")
 
 
 def _finalize_reward_model(config: Config) -> None:
@@ -142,6 +162,7 @@ def _check_rollout_correction(config: Config) -> None:
 
 def _check(config: Config) -> None:
     from reinforge.algorithm import KL_PENALTIES, LOSS_AGG_MODES, policy_loss_names
+    from reinforge.distributed.process_group import world_size_of
     from reinforge.environment.dataset import TRUNCATION_MODES
     from reinforge.reward.manager import reward_manager_names
 
@@ -178,7 +199,6 @@ def _check(config: Config) -> None:
     _choice("algorithm.kl_ctrl.type", algo.kl_ctrl.type, ("fixed", "adaptive"))
     _choice("reward_model.reward_manager", config.reward_model.reward_manager, reward_manager_names())
     _choice("trainer.resume_mode", trainer.resume_mode, ("auto", "disable", "resume_path"))
-    _choice("trainer.device", trainer.device, ("cpu", "cuda"))
     _positive("trainer.peak_flops", trainer.peak_flops)
     from reinforge.trainer.tracking import check_loggers, logger_names
 
@@ -241,6 +261,7 @@ def _check(config: Config) -> None:
         ("trainer.log_val_generations", trainer.log_val_generations),
         ("trainer.critic_warmup", trainer.critic_warmup),
         ("trainer.max_nonfinite_steps", trainer.max_nonfinite_steps),
+        ("trainer.hang_dump_s", trainer.hang_dump_s),
         ("critic.cliprange_value", config.critic.cliprange_value),
         ("critic.optim.weight_decay", config.critic.optim.weight_decay),
         ("algorithm.filter_groups.max_num_gen_batches", algo.filter_groups.max_num_gen_batches),
@@ -261,7 +282,6 @@ def _check(config: Config) -> None:
     if trainer.resume_mode == "resume_path" and not trainer.resume_from_path:
         raise ConfigError("trainer.resume_mode=resume_path needs trainer.resume_from_path=<run folder>/global_step_<N>")
 
-    from reinforge.distributed.process_group import world_size_of
 
     ranks = world_size_of(config)
     ranks_source = f"trainer.nnodes={trainer.nnodes} x trainer.n_gpus_per_node={trainer.n_gpus_per_node}"
@@ -320,8 +340,6 @@ def _check(config: Config) -> None:
             raise ConfigError(f"{key}: {reason} are not supported in this version yet")
     if actor.ulysses_sequence_parallel_size != 1 or config.critic.ulysses_sequence_parallel_size != 1:
         raise ConfigError("actor_rollout_ref.actor.ulysses_sequence_parallel_size > 1 is not supported in this version yet")
-    if trainer.nnodes > 1:
-        raise ConfigError("trainer.nnodes > 1: multi-node runs are not supported in this version yet")
     _check_reward_model(config)
     _check_sandbox_fusion(config)
     _positive("actor_rollout_ref.rollout.update_weights_bucket_megabytes", rollout.update_weights_bucket_megabytes)

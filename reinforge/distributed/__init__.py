@@ -1,5 +1,14 @@
-"""Worker groups: the indirection between the trainer and where workers run (local now, Ray later)."""
+"""Worker groups: the indirection between the trainer and where workers run (in this process, or Ray actors)."""
 
-from reinforge.distributed.worker_group import Dispatch, LocalWorkerGroup, WorkerGroup, register
+from reinforge.distributed.worker_group import (
+    Dispatch,
+    LocalPool,
+    LocalWorkerGroup,
+    WorkerGroup,
+    WorkerPool,
+    open_worker_pool,
+    register,
+)
 
-__all__ = ["Dispatch", "LocalWorkerGroup", "WorkerGroup", "register"]
+__all__ = ["Dispatch", "LocalPool", "LocalWorkerGroup", "WorkerGroup", "WorkerPool", "open_worker_pool",
+           "register"]

@@ -31,10 +31,12 @@ def init_distributed(device: str) -> None:
 
 
 def rank() -> int:
+    """This process's rank (0 when torch.distributed is not initialised)."""
     return dist.get_rank() if dist.is_initialized() else 0
 
 
 def world_size() -> int:
+    """The number of ranks (1 when torch.distributed is not initialised)."""
     return dist.get_world_size() if dist.is_initialized() else 1
 
 
@@ -66,3 +68,9 @@ def gather_rows(tensors: list[torch.Tensor]) -> list[torch.Tensor]:
     gathered: list = [None] * world_size()
     dist.all_gather_object(gathered, [t.cpu() for t in tensors])
     return [torch.cat([ranks[i] for ranks in gathered]) for i in range(len(tensors))]
+
+
+def ray_address(config: Config) -> str | None:
+    """The Ray cluster to join: RAY_ADDRESS (set by `ray job submit` and by users), else ray_kwargs.ray_init.address;
+    None: a run with more than one rank starts its own Ray."""
+    return os.environ.get("RAY_ADDRESS") or (config.ray_kwargs.get("ray_init") or {}).get("address")

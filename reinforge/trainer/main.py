@@ -6,11 +6,15 @@ import os
 import random
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from reinforge.config import Config, batch_arithmetic, quickstart, to_dict, unused_settings
 from reinforge.trainer.startup import StartupClock
+
+if TYPE_CHECKING:
+    from reinforge.distributed import WorkerPool
 
 ARITHMETIC_NOTES = {
     "prompts_per_step": "data.train_batch_size",
@@ -56,17 +60,15 @@ def run(config: Config, user_keys: list[str], startup: StartupClock | None = Non
     `startup` times the start (reinforge/trainer/startup.py); its breakdown is printed when the first step begins."""
     from omegaconf import OmegaConf
 
-    from reinforge.distributed import LocalWorkerGroup
+    from reinforge.distributed import open_worker_pool
     from reinforge.environment.dataloader import PromptLoader
     from reinforge.environment.dataset import collate_fn, create_rl_dataset
     from reinforge.environment.sampler import create_rl_sampler
     from reinforge.errors import ConfigError
     from reinforge.reward import get_compute_score, make_reward_manager
-    from reinforge.reward.models import RewardModelScorer, RewardModelWorker
     from reinforge.trainer.checkpoint import resume_folder
     from reinforge.trainer.ppo_trainer import RLTrainer
     from reinforge.training.model import load_tokenizer
-    from reinforge.training.workers import ActorRolloutRefWorker, CriticWorker
 
     started = time.perf_counter()
     startup = startup or StartupClock(from_process_start=False)  # called as a library: time from here
@@ -122,29 +124,19 @@ def run(config: Config, user_keys: list[str], startup: StartupClock | None = Non
                                         **rm.reward_kwargs)
 
     startup.mark("reward")
-    actor_cfg = config.actor_rollout_ref.actor
-    role = "actor_rollout_ref" if actor_cfg.use_kl_loss or config.algorithm.use_kl_in_reward else "actor_rollout"
-    actor_rollout_wg = LocalWorkerGroup(ActorRolloutRefWorker, config, role)
-    actor_rollout_wg.init_model(schedule_steps)
-    critic_wg = None
-    if config.critic.enable:
-        critic_wg = LocalWorkerGroup(CriticWorker, config)
-        critic_wg.init_model(schedule_steps)
-    if rm.enable:  # the reward model's score, plus the custom reward function's when one is set (docs/rewards.md)
-        rm_wg = LocalWorkerGroup(RewardModelWorker, config)
-        rm_wg.init_model()
-        reward_fn = RewardModelScorer(rm_wg, reward_fn)
-
-    startup.mark("models")
-    trainer = RLTrainer(config, actor_rollout_wg, reward_fn, train_loader, val_loader, tokenizer, total_steps, critic_wg)
-    _report_first_step(trainer, startup)
-    print(f"reinforge: {len(train_set)} training prompts, {total_steps} steps; ready in {time.perf_counter() - started:.1f}s", flush=True)
+    pool = open_worker_pool(config)  # in this process, or one Ray actor per rank (trainer.nnodes x n_gpus_per_node)
     try:
+        actor_rollout_wg, critic_wg, reward_fn = _start_workers(pool, config, schedule_steps, reward_fn)
+        startup.mark("models")
+        trainer = RLTrainer(config, actor_rollout_wg, reward_fn, train_loader, val_loader, tokenizer, total_steps, critic_wg)
+        _report_first_step(trainer, startup)
+        print(f"reinforge: {len(train_set)} training prompts, {total_steps} steps; ready in {time.perf_counter() - started:.1f}s", flush=True)
         metrics = trainer.fit()
     finally:
         close = getattr(reward_fn, "close", None)  # the reward manager's worker processes, if it has any
         if close is not None:
             close()
+        pool.close()
     print(f"reinforge: done in {time.perf_counter() - started:.1f}s", flush=True)
     print("\n".join(run_summary(config, run_dir)), flush=True)
     if len(trainer.val_history) > 1:
@@ -152,6 +144,30 @@ def run(config: Config, user_keys: list[str], startup: StartupClock | None = Non
         print(f"reinforge: validation reward {mean_val_reward(first):.3f} (step {first_step}) -> "
               f"{mean_val_reward(last):.3f} (step {last_step})", flush=True)
     return metrics
+
+
+def _start_workers(pool: WorkerPool, config: Config, schedule_steps: int, reward_fn):
+    """The worker groups of a run, their models loaded: actor+rollout(+ref), the critic when the estimator uses values,
+    and the reward model (wrapping `reward_fn`) when enabled; returns (actor_rollout_wg, critic_wg or None, reward_fn)."""
+    from reinforge.reward.models import RewardModelScorer, RewardModelWorker
+    from reinforge.training.workers import ActorRolloutRefWorker, CriticWorker
+
+    actor_cfg = config.actor_rollout_ref.actor
+    role = "actor_rollout_ref" if actor_cfg.use_kl_loss or config.algorithm.use_kl_in_reward else "actor_rollout"
+    actor_rollout_wg = pool.group("actor_rollout_ref", ActorRolloutRefWorker, config, role)
+    actor_rollout_wg.init_model(schedule_steps)
+    critic_wg = None
+    if config.critic.enable:
+        critic_wg = pool.group("critic", CriticWorker, config)
+        critic_wg.init_model(schedule_steps)
+    if config.reward_model.enable:  # the reward model's score, plus the custom reward function's when one is set (docs/rewards.md)
+        rm_wg = pool.group("reward_model", RewardModelWorker, config)
+        rm_wg.init_model()
+        reward_fn = RewardModelScorer(rm_wg, reward_fn)
+    for group in (actor_rollout_wg, critic_wg):
+        if group is not None:  # several ranks: even out their token counts (distributed/layout.py)
+            group.balance_batch = config.trainer.balance_batch
+    return actor_rollout_wg, critic_wg, reward_fn
 
 
 def _report_first_step(trainer, startup: StartupClock) -> None:

@@ -1,0 +1,71 @@
+"""How many ranks a config asks for, where they get their GPUs, and how a rank's failure is printed (no Ray started)."""
+
+import pytest
+import torch
+
+from reinforge import cli
+from reinforge.config import load_config, unused_settings
+from reinforge.distributed.process_group import world_size_of
+from reinforge.errors import ConfigError, RankError
+
+
+def test_n_gpus_per_node_null_is_every_visible_gpu_on_cuda_and_one_process_on_cpu(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 4)
+    config, _ = load_config(["trainer.device=cuda", "trainer.nnodes=2"])
+    assert config.trainer.n_gpus_per_node == 4 and world_size_of(config) == 8
+    config, _ = load_config(["trainer.device=cpu"])
+    assert config.trainer.n_gpus_per_node == 1 and world_size_of(config) == 1
+    config, _ = load_config(["trainer.device=cpu", "trainer.n_gpus_per_node=4"])
+    assert world_size_of(config) == 4
+
+
+def test_more_gpus_than_this_machine_has_is_a_config_error(monkeypatch):
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    with pytest.raises(ConfigError, match=r"trainer.n_gpus_per_node=8 but this machine has 2 visible GPU\(s\)"):
+        load_config(["trainer.device=cuda", "trainer.n_gpus_per_node=8"])
+    config, _ = load_config(["trainer.device=cuda", "trainer.n_gpus_per_node=8", "trainer.nnodes=2"])
+    assert config.trainer.n_gpus_per_node == 8  # other nodes' GPUs cannot be counted from here: Ray places them
+
+
+def test_cuda_without_a_gpu_is_a_config_error(monkeypatch):
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 0)
+    with pytest.raises(ConfigError, match="trainer.device=cuda but no CUDA GPU is visible"):
+        load_config(["trainer.device=cuda"])
+    with pytest.raises(ConfigError, match="trainer.n_gpus_per_node=null means every GPU of this machine, but it has none"):
+        load_config(["trainer.device=cuda", "trainer.nnodes=2"])
+
+
+def test_ray_settings_are_noted_as_unused_only_when_the_run_stays_in_process(monkeypatch):
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    keys_set = ["trainer.device=cpu", "+ray_kwargs.ray_init.num_cpus=4", "trainer.hang_dump_s=60"]
+    config, keys = load_config(keys_set)
+    notes = "\n".join(unused_settings(config, keys))
+    assert "ray_kwargs.ray_init.num_cpus: one rank" in notes and "trainer.hang_dump_s: one rank" in notes
+    config, keys = load_config([*keys_set, "trainer.n_gpus_per_node=2"])
+    assert not [line for line in unused_settings(config, keys) if "ray" in line or "hang" in line]
+
+
+def test_a_rank_error_prints_the_rank_and_the_workers_traceback_first_exit_1(monkeypatch, capsys):
+    def failing_train(args):
+        raise RankError("rank 1, actor_rollout_ref.generate_sequences raised ValueError: boom\n\n"
+                        "the worker's traceback:\nTraceback (most recent call last):\nValueError: boom")
+
+    monkeypatch.setattr(cli, "_train", failing_train)
+    assert cli.main(["train"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("reinforge: error: rank 1, actor_rollout_ref.generate_sequences raised ValueError: boom")
+    assert "the worker's traceback:\nTraceback" in err and "cli.py" not in err  # the driver's own frames only with --debug
+
+
+def test_gpu_ranks_see_their_nodes_gpus_with_their_own_at_local_rank():
+    ray_group = pytest.importorskip("reinforge.distributed.ray_group")
+    nodes = [("10.0.0.1", ["3"]), ("10.0.0.1", ["5"]), ("10.0.0.2", ["0"]), ("10.0.0.2", ["1"])]  # Ray's GPU ids per rank
+    envs = ray_group.rank_envs(nodes, 2, 29500)
+    assert [env["RANK"] for env in envs] == ["0", "1", "2", "3"]
+    assert [env["LOCAL_RANK"] for env in envs] == ["0", "1", "0", "1"]
+    assert [env["CUDA_VISIBLE_DEVICES"] for env in envs] == ["3,5", "3,5", "0,1", "0,1"]
+    assert {(env["WORLD_SIZE"], env["MASTER_ADDR"], env["MASTER_PORT"]) for env in envs} == {("4", "10.0.0.1", "29500")}
+    cpu = ray_group.rank_envs([("10.0.0.1", []), ("10.0.0.1", [])], 2, 29500)
+    assert "CUDA_VISIBLE_DEVICES" not in cpu[0] and [env["LOCAL_RANK"] for env in cpu] == ["0", "1"]
