@@ -103,10 +103,10 @@ def test_a_user_error_in_a_worker_reaches_the_driver_as_that_error(probe):
 
 
 def test_hang_watchdog_dumps_every_ranks_stack_and_names_the_late_ranks():
-    """A driver of its own (hang_driver.py) whose ranks sleep 3.5 s past trainer.hang_dump_s=2: its console shows the
+    """A driver of its own (drivers.py hang) whose ranks sleep 3.5 s past trainer.hang_dump_s=2: its console shows the
     driver's warning naming both ranks, and each rank's faulthandler dump, prefixed with that rank's pid by Ray."""
     env = {key: value for key, value in os.environ.items() if key != "RAY_ADDRESS"}
-    result = subprocess.run([sys.executable, str(Path(__file__).parent / "hang_driver.py")], capture_output=True,
+    result = subprocess.run([sys.executable, str(Path(__file__).parent / "drivers.py"), "hang"], capture_output=True,
                             text=True, timeout=240, env=env)
     assert result.returncode == 0, result.stderr
     assert "slept" in result.stdout

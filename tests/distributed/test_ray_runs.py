@@ -2,6 +2,7 @@
 
 import json
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -9,19 +10,10 @@ import time
 from pathlib import Path
 
 import pytest
-import torch
 
-ray = pytest.importorskip("ray")
+pytest.importorskip("ray")
 
-from reinforge.batch import Batch  # noqa: E402
-from reinforge.config import load_config  # noqa: E402
-from reinforge.distributed import open_worker_pool  # noqa: E402
 from reinforge.environment.tasks import write_task_files  # noqa: E402
-
-sys.path.insert(0, str(Path(__file__).parent))
-import dummy_workers  # noqa: E402
-
-ray.cloudpickle.register_pickle_by_value(dummy_workers)
 
 
 def free_port() -> int:
@@ -49,19 +41,16 @@ def head_node(monkeypatch):
     head.wait(60)
 
 
-def test_a_run_joins_the_cluster_named_by_ray_address(head_node, monkeypatch):
+def test_a_run_joins_the_cluster_named_by_ray_address(head_node):
     port, head = head_node
-    monkeypatch.setenv("RAY_ADDRESS", f"127.0.0.1:{port}")
-    config, _ = load_config(["trainer.device=cpu"])  # one rank, but a Ray address: the run goes through Ray
-    pool = open_worker_pool(config)
-    try:
-        assert ray.get_runtime_context().gcs_address.endswith(f":{port}")
-        out = pool.group("probe", dummy_workers.Probe, "joined").describe(Batch({"x": torch.arange(2)}, {"name": ["a", "b"]}))
-        assert list(out["RANK"]) == ["0", "0"] and list(out["WORLD_SIZE"]) == ["1", "1"]
-    finally:
-        pool.close()
-    assert not ray.is_initialized()  # the driver disconnected ...
-    assert head.poll() is None       # ... and left the cluster running
+    env = {**os.environ, "RAY_ADDRESS": f"127.0.0.1:{port}"}  # one rank, but a Ray address: the run goes through Ray
+    result = subprocess.run([sys.executable, str(Path(__file__).parent / "drivers.py"), "join"], capture_output=True,
+                            text=True, timeout=240, env=env)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert re.search(rf"^joined [\d.]+:{port}$", result.stdout, re.MULTILINE), result.stdout
+    assert "ranks 0,0 world 1,1" in result.stdout
+    assert "connected after close False" in result.stdout  # the driver disconnected ...
+    assert head.poll() is None                               # ... and left the cluster running
 
 
 def test_reinforge_train_on_two_cpu_ranks_completes(tiny_model_path, tmp_path):
