@@ -473,7 +473,8 @@ class TrainerConfig(Node):
     max_actor_ckpt_to_keep: int | None = _f(None, "Keep at most this many actor checkpoints (null: all).")
     max_critic_ckpt_to_keep: int | None = _f(None, "Keep at most this many critic checkpoints (null: all).")
     balance_batch: bool = _f(True, "Balance tokens across data-parallel ranks (one rank here).")
-    seed: int = _f(1, "Seed of model-side randomness (sampling, dropout).")
+    seed: int = _f(1, "Seed of model-side randomness (dropout, and sampling: every rollout row samples with its own "
+                      "seed derived from this one, the step and the row's index, so ranks and batching do not change it).")
     peak_flops: float | None = _f(None, "Peak FLOP/s of one device, for perf/mfu/* (e.g. 989e12 for an H100 in BF16); null: "
                                         "the known peak of the CUDA GPU, and no MFU on CPU or an unknown GPU.")
 
