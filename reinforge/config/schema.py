@@ -526,7 +526,8 @@ class TrainerConfig(Node):
     hang_dump_s: float = _f(600, "reinforge only: when a call to the Ray workers runs this many seconds, every rank still "
                                  "in it dumps its Python stacks into the log and the driver names the ranks that have "
                                  "not answered (repeated each period; 0: never).")
-    seed: int = _f(1, "Seed of model-side randomness (sampling, dropout).")
+    seed: int = _f(1, "Seed of model-side randomness (dropout, and sampling: every rollout row samples with its own "
+                      "seed derived from this one, the step and the row's index, so ranks and batching do not change it).")
     peak_flops: float | None = _f(None, "Peak FLOP/s of one device, for perf/mfu/* (e.g. 989e12 for an H100 in BF16); null: "
                                         "the known peak of the CUDA GPU, and no MFU on CPU or an unknown GPU.")
 

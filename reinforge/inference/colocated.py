@@ -128,8 +128,9 @@ class ColocatedEngine(InferenceEngine):
         """Forget what was cached with the old weights (prefix / KV cache)."""
 
     @abstractmethod
-    def _generate(self, prompts: list[list[int]], params: SamplingParams, max_tokens: list[int]) -> list[GenerationOutput]:
-        """The engine's batched generation, one request per prompt with its own token limit."""
+    def _generate(self, prompts: list[list[int]], params: SamplingParams, max_tokens: list[int],
+                  seeds: list[int | None]) -> list[GenerationOutput]:
+        """The engine's batched generation, one request per prompt with its own token limit and sampling seed."""
 
     # ---- the protocol ------------------------------------------------------------------------------
     def update_weights(self, named_tensors: NamedTensors) -> None:
@@ -167,12 +168,13 @@ class ColocatedEngine(InferenceEngine):
         self._after_push()
         self.synced = True
 
-    def generate_batch(self, prompts: list[list[int]], params: SamplingParams,
-                       max_tokens: list[int] | None = None) -> list[GenerationOutput]:
+    def generate_batch(self, prompts: list[list[int]], params: SamplingParams, max_tokens: list[int] | None = None,
+                       seeds: list[int | None] | None = None) -> list[GenerationOutput]:
         if not prompts:
             return []
         self.wake()
-        return self._generate(prompts, params, max_tokens or [params.max_tokens] * len(prompts))
+        return self._generate(prompts, params, max_tokens or [params.max_tokens] * len(prompts),
+                              seeds or [params.seed] * len(prompts))
 
 
 def engine_kwargs_for(name: str, engine_kwargs: dict) -> dict:

@@ -32,6 +32,7 @@ class SamplingParams:
     do_sample: bool = True
     ignore_eos: bool = False
     stop_token_ids: tuple[int, ...] = ()
+    seed: int | None = None  # this request's own sampling seed (vLLM's per-request seed); None: the engine's RNG
 
     @property
     def greedy(self) -> bool:
@@ -55,12 +56,14 @@ class InferenceEngine(ABC):
         self._flush_scheduled = False
 
     @abstractmethod
-    def generate_batch(self, prompts: list[list[int]], params: SamplingParams,
-                       max_tokens: list[int] | None = None) -> list[GenerationOutput]:
+    def generate_batch(self, prompts: list[list[int]], params: SamplingParams, max_tokens: list[int] | None = None,
+                       seeds: list[int | None] | None = None) -> list[GenerationOutput]:
         """Generate one response per prompt, all with the same sampling parameters.
 
         `max_tokens` gives each prompt its own token limit (each at most `params.max_tokens`; None: all
-        `params.max_tokens`), so that requests differing only in their limit run as one batch."""
+        `params.max_tokens`), and `seeds` its own sampling seed (None: `params.seed` for every prompt),
+        so that requests differing only in their limit and seed run as one batch. A seeded response
+        depends only on its prompt, its seed and the weights, not on the other prompts of the batch."""
 
     async def generate(self, prompt_ids: list[int], params: SamplingParams) -> GenerationOutput:
         """One request; requests made concurrently in the same event loop run as one batch."""
@@ -74,14 +77,16 @@ class InferenceEngine(ABC):
 
     def _flush(self) -> None:
         pending, self._pending, self._flush_scheduled = self._pending, [], False
-        by_params: dict[SamplingParams, list[tuple[list[int], int, asyncio.Future]]] = {}
-        for prompt, params, future in pending:  # requests that differ only in max_tokens share a batch
-            by_params.setdefault(replace(params, max_tokens=0), []).append((prompt, params.max_tokens, future))
+        by_params: dict[SamplingParams, list[tuple[list[int], SamplingParams, asyncio.Future]]] = {}
+        for prompt, params, future in pending:  # requests that differ only in max_tokens and seed share a batch
+            by_params.setdefault(replace(params, max_tokens=0, seed=None), []).append((prompt, params, future))
         for params, requests in by_params.items():
-            limits = [limit for _, limit, _ in requests]
+            limits = [request.max_tokens for _, request, _ in requests]
+            seeds = [request.seed for _, request, _ in requests]
             try:
                 outputs = self.generate_batch([prompt for prompt, _, _ in requests], replace(params, max_tokens=max(limits)),
-                                              None if len(set(limits)) == 1 else limits)
+                                              None if len(set(limits)) == 1 else limits,
+                                              None if all(seed is None for seed in seeds) else seeds)
             except Exception as exc:  # every waiting request sees the engine's error
                 for _, _, future in requests:
                     future.set_exception(exc)
@@ -99,7 +104,7 @@ class InferenceEngine(ABC):
         """Take generation memory back before generating."""
 
     def state_dict(self) -> dict:
-        """Sampling RNG state, so a resumed run samples the same tokens."""
+        """Sampling RNG state (of requests without a seed), so a resumed run samples the same tokens."""
         return {}
 
     def load_state_dict(self, state: dict) -> None:

@@ -3,8 +3,15 @@
 It decodes with a KV cache, one token per step for every row still decoding: a row that emits a
 stop token leaves the batch (its cache rows are dropped), so short responses stop costing compute
 while long ones finish. A prompt repeated in several rows (GRPO's n samples) is prefilled once and
-its cache rows copied. It samples with its own seeded `torch.Generator` (saved in checkpoints, so
-a resumed run samples the same tokens). The log-prob it returns for a token is
+its cache rows copied.
+
+Sampling is by row: a request with a seed (`SamplingParams.seed`, or `seeds` per prompt) draws the
+token at position t by inverting the CDF of its filtered distribution at a uniform number hashed
+from (seed, t) (`seeds.py`), so its tokens depend only on its prompt, its seed and the weights,
+never on the other rows of the batch, `micro_batch_size`, rows leaving early, or which process
+generates it. The trainer seeds every row. Requests without a seed draw from the engine's own
+seeded `torch.Generator` (saved in checkpoints, so a resumed run samples the same tokens); those
+depend on the batch. The log-prob it returns for a token is
 log softmax(logits / temperature), the distribution the actor uses, before top-k/top-p filtering.
 It usually shares the actor's module, so there are no weights to sync after an update.
 
@@ -12,8 +19,8 @@ On a terminal, a rollout that runs longer than two seconds shows a progress bar 
 (one unit per token position of each micro-batch) with an ETA; when stderr is not a terminal (CI
 logs, files) nothing is printed.
 
-Requests that differ only in their token limit run as one batch (`max_tokens` per prompt: a row at
-its limit leaves the batch); requests of different sampling parameters do not batch together yet.
+Requests that differ only in their token limit and seed run as one batch (`max_tokens` per prompt: a
+row at its limit leaves the batch); requests of different sampling parameters do not batch together yet.
 """
 
 from __future__ import annotations
@@ -25,6 +32,7 @@ from tqdm import tqdm
 
 from reinforge.inference.colocated import full_tensor
 from reinforge.inference.engine import GenerationOutput, InferenceEngine, SamplingParams
+from reinforge.inference.seeds import sample_inverse_cdf, uniforms
 
 PROGRESS_DELAY_S = 2.0  # the generation bar appears only for rollouts that take longer than this
 
@@ -43,6 +51,23 @@ def filter_logits(logits: torch.Tensor, top_k: int, top_p: float) -> torch.Tenso
     return logits
 
 
+class RowDraws:
+    """The uniform numbers of a micro-batch's seeded rows, (rows, max_tokens), on the model's device."""
+
+    def __init__(self, values: torch.Tensor, unseeded: torch.Tensor | None):
+        self.values = values
+        self.unseeded = unseeded  # (rows,) bool: rows that sample from the engine's generator; None when none do
+
+    @classmethod
+    def of(cls, seeds: list[int | None] | None, steps: int, device: torch.device) -> RowDraws | None:
+        """None when no row has a seed (all sample from the generator)."""
+        if seeds is None or all(seed is None for seed in seeds):
+            return None
+        values = torch.from_numpy(uniforms([0 if seed is None else seed for seed in seeds], steps)).to(device)
+        unseeded = [seed is None for seed in seeds]
+        return cls(values, torch.tensor(unseeded, device=device) if any(unseeded) else None)
+
+
 class HFEngine(InferenceEngine):
     def __init__(self, model: torch.nn.Module, pad_token_id: int, eos_token_ids: list[int],
                  seed: int = 0, micro_batch_size: int | None = None):
@@ -55,8 +80,10 @@ class HFEngine(InferenceEngine):
         self.generator = torch.Generator(device=device)
         self.generator.manual_seed(seed)
 
-    def generate_batch(self, prompts: list[list[int]], params: SamplingParams,
-                       max_tokens: list[int] | None = None) -> list[GenerationOutput]:
+    def generate_batch(self, prompts: list[list[int]], params: SamplingParams, max_tokens: list[int] | None = None,
+                       seeds: list[int | None] | None = None) -> list[GenerationOutput]:
+        if seeds is None and params.seed is not None:
+            seeds = [params.seed] * len(prompts)
         size = self.micro_batch_size or len(prompts) or 1
         outputs: list[GenerationOutput] = []
         was_training = self.model.training
@@ -67,7 +94,8 @@ class HFEngine(InferenceEngine):
         try:
             for start in chunks:
                 limits = None if max_tokens is None else max_tokens[start:start + size]
-                outputs += self._generate(prompts[start:start + size], params, limits, progress)
+                chunk_seeds = None if seeds is None else seeds[start:start + size]
+                outputs += self._generate(prompts[start:start + size], params, limits, chunk_seeds, progress)
         finally:
             progress.close()
             self.model.train(was_training)
@@ -75,7 +103,7 @@ class HFEngine(InferenceEngine):
 
     @torch.inference_mode()
     def _generate(self, prompts: list[list[int]], params: SamplingParams, limits: list[int] | None,
-                  progress: tqdm) -> list[GenerationOutput]:
+                  seeds: list[int | None] | None, progress: tqdm) -> list[GenerationOutput]:
         device = next(self.model.parameters()).device
         batch, width = len(prompts), max(len(p) for p in prompts)
         input_ids = torch.full((batch, width), self.pad_token_id, dtype=torch.long, device=device)
@@ -93,10 +121,11 @@ class HFEngine(InferenceEngine):
         lengths = torch.zeros(batch, dtype=torch.long, device=device)
         stopped = torch.zeros(batch, dtype=torch.bool, device=device)
         rows = torch.arange(batch, device=device)  # the rows still decoding, as indices into the batch
+        draws = None if params.greedy else RowDraws.of(seeds, params.max_tokens, device)
         logits, past = self._prefill(prompts, input_ids, attention_mask, position_ids)
         step_positions = position_ids
         for t in range(params.max_tokens):
-            next_ids, next_log_probs = self._sample(logits.float(), params)
+            next_ids, next_log_probs = self._sample(logits.float(), params, draws, rows, t)
             tokens[rows, t] = next_ids
             log_probs[rows, t] = next_log_probs
             lengths[rows] += 1
@@ -160,14 +189,23 @@ class HFEngine(InferenceEngine):
             past.reorder_cache(expand)
         return logits, past
 
-    def _sample(self, logits: torch.Tensor, params: SamplingParams) -> tuple[torch.Tensor, torch.Tensor]:
+    def _sample(self, logits: torch.Tensor, params: SamplingParams, draws: RowDraws | None, rows: torch.Tensor,
+                t: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """The next token of each row still decoding (`rows`), and its log-prob under the unfiltered distribution."""
         if params.greedy:
             next_ids = logits.argmax(-1)
             return next_ids, torch.log_softmax(logits, -1).gather(-1, next_ids[:, None]).squeeze(-1)
         scaled = logits / params.temperature
         log_dist = torch.log_softmax(scaled, -1)
-        filtered = filter_logits(scaled, params.top_k, params.top_p)
-        next_ids = torch.multinomial(torch.softmax(filtered, -1), 1, generator=self.generator).squeeze(-1)
+        probs = torch.softmax(filter_logits(scaled, params.top_k, params.top_p), -1)
+        if draws is None:
+            next_ids = torch.multinomial(probs, 1, generator=self.generator).squeeze(-1)
+        else:
+            next_ids = sample_inverse_cdf(probs, draws.values[rows, t])
+            if draws.unseeded is not None:  # requests without a seed in the same batch: the engine's generator
+                own = draws.unseeded[rows]
+                if bool(own.any()):
+                    next_ids[own] = torch.multinomial(probs[own], 1, generator=self.generator).squeeze(-1)
         return next_ids, log_dist.gather(-1, next_ids[:, None]).squeeze(-1)
 
     def update_weights(self, named_tensors) -> None:

@@ -3,7 +3,10 @@
 The single-turn agent loop issues one engine request per row, all concurrently, so the engine
 runs them as one batch; multi-turn loops (tools, interactions, games; `agent/`) issue several
 requests per row through the same `engine.generate` and lay their conversations out with
-`trajectories` too. The output has verl's fields:
+`trajectories` too. A prompts Batch may carry `sample_seeds` (int64, one seed per row; the
+trainer sets it): each row's requests then carry that seed (multi-turn: one derived per turn), so
+a row's response does not depend on the rest of the batch, and generating a batch in parts (data
+parallel ranks) gives the rows the whole batch gives. The output has verl's fields:
 
 - `prompts` (B, P) left-padded, `responses` (B, R) right-padded with the pad id,
 - `input_ids`, `attention_mask`, `position_ids` (B, P + R) for the forward passes,
@@ -14,6 +17,7 @@ requests per row through the same `engine.generate` and lay their conversations 
 from __future__ import annotations
 
 import asyncio
+from dataclasses import replace
 
 import torch
 
@@ -21,13 +25,20 @@ from reinforge.batch import Batch
 from reinforge.inference.engine import GenerationOutput, InferenceEngine, SamplingParams
 
 PROMPT_KEYS = ("input_ids", "attention_mask", "position_ids")  # what generate_sequences reads
+SEED_KEY = "sample_seeds"  # (B,) int64: each row's sampling seed, read by generate_sequences when present
 AGENT_INPUT_KEYS = ("raw_prompt", "extra_info", "agent_name")  # what agent loops read too (copied, not moved)
 
 
 def rollout_inputs(batch: Batch) -> Batch:
-    """What generation needs of `batch`: its prompt tensors (moved out) and the per-row fields agent loops read."""
+    """What generation needs of `batch`: its prompt tensors and seeds (moved out), the per-row fields agent loops read."""
+    moved = [*PROMPT_KEYS, *([SEED_KEY] if SEED_KEY in batch else [])]
     present = [key for key in AGENT_INPUT_KEYS if key in batch]
-    return batch.pop(PROMPT_KEYS).union(batch.select(present, meta_info=False))
+    return batch.pop(moved).union(batch.select(present, meta_info=False))
+
+
+def row_seed_list(prompts: Batch) -> list[int | None]:
+    """Each row's sampling seed (None for every row when the Batch has no `sample_seeds`)."""
+    return prompts[SEED_KEY].tolist() if SEED_KEY in prompts else [None] * len(prompts)
 
 
 def prompt_token_lists(input_ids: torch.Tensor, attention_mask: torch.Tensor) -> list[list[int]]:
@@ -35,18 +46,22 @@ def prompt_token_lists(input_ids: torch.Tensor, attention_mask: torch.Tensor) ->
     return [row[mask.bool()].tolist() for row, mask in zip(input_ids, attention_mask, strict=True)]
 
 
-async def _single_turn(engine: InferenceEngine, prompts: list[list[int]], params: SamplingParams) -> list[GenerationOutput]:
-    return list(await asyncio.gather(*(engine.generate(prompt, params) for prompt in prompts)))
+async def _single_turn(engine: InferenceEngine, prompts: list[list[int]], params: SamplingParams,
+                       seeds: list[int | None]) -> list[GenerationOutput]:
+    return list(await asyncio.gather(*(engine.generate(prompt, replace(params, seed=seed))
+                                       for prompt, seed in zip(prompts, seeds, strict=True))))
 
 
-def run_single_turn(engine: InferenceEngine, prompts: list[list[int]], params: SamplingParams) -> list[GenerationOutput]:
-    """Run the single-turn agent loop for every prompt (one batched engine call)."""
-    return asyncio.run(_single_turn(engine, prompts, params))
+def run_single_turn(engine: InferenceEngine, prompts: list[list[int]], params: SamplingParams,
+                    seeds: list[int | None]) -> list[GenerationOutput]:
+    """Run the single-turn agent loop for every prompt, each with its seed (one batched engine call)."""
+    return asyncio.run(_single_turn(engine, prompts, params, seeds))
 
 
 def generate_sequences(engine: InferenceEngine, prompts: Batch, params: SamplingParams, pad_token_id: int) -> Batch:
-    """Generate one response per row of `prompts` and return prompts + responses as one Batch."""
-    outputs = run_single_turn(engine, prompt_token_lists(prompts["input_ids"], prompts["attention_mask"]), params)
+    """Generate one response per row of `prompts` (seeded by `sample_seeds` when present) as prompts + responses."""
+    outputs = run_single_turn(engine, prompt_token_lists(prompts["input_ids"], prompts["attention_mask"]), params,
+                              row_seed_list(prompts))
     return trajectories(prompts, outputs, pad_token_id, width=params.max_tokens)
 
 

@@ -53,7 +53,8 @@ def sglang_engine_kwargs(rollout: RolloutConfig, model_path: str, seed: int, tru
     return kwargs
 
 
-def sglang_sampling_params(params: SamplingParams, max_tokens: int, eos_token_ids: tuple[int, ...]) -> dict[str, Any]:
+def sglang_sampling_params(params: SamplingParams, max_tokens: int, eos_token_ids: tuple[int, ...],
+                           seed: int | None = None) -> dict[str, Any]:
     """One request's sampling-parameter dict. SGLang turns top-k off with -1 and samples greedily at temperature 0."""
     return {
         "n": 1,
@@ -64,7 +65,7 @@ def sglang_sampling_params(params: SamplingParams, max_tokens: int, eos_token_id
         "ignore_eos": params.ignore_eos,
         "stop_token_ids": stop_token_ids(params, eos_token_ids),
         "no_stop_trim": True,  # the stop token stays in the response, as the hf engine keeps it
-    }
+    } | ({} if seed is None else {"sampling_seed": seed})  # the row's own seed (trainer.seed, step, row)
 
 
 def sglang_output(output: dict) -> GenerationOutput:
@@ -101,7 +102,9 @@ class SGLangEngine(ColocatedEngine):
     def _after_push(self) -> None:
         self.engine.flush_cache()
 
-    def _generate(self, prompts: list[list[int]], params: SamplingParams, max_tokens: list[int]) -> list[GenerationOutput]:
-        sampling = [sglang_sampling_params(params, limit, self.eos_token_ids) for limit in max_tokens]
+    def _generate(self, prompts: list[list[int]], params: SamplingParams, max_tokens: list[int],
+                  seeds: list[int | None]) -> list[GenerationOutput]:
+        sampling = [sglang_sampling_params(params, limit, self.eos_token_ids, seed)
+                    for limit, seed in zip(max_tokens, seeds, strict=True)]
         outputs = self.engine.generate(input_ids=prompts, sampling_params=sampling, return_logprob=True)
         return [sglang_output(output) for output in outputs]

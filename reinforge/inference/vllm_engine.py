@@ -57,7 +57,8 @@ def vllm_llm_kwargs(rollout: RolloutConfig, model_path: str, seed: int, trust_re
     return kwargs
 
 
-def vllm_sampling_kwargs(params: SamplingParams, max_tokens: int, eos_token_ids: tuple[int, ...]) -> dict[str, Any]:
+def vllm_sampling_kwargs(params: SamplingParams, max_tokens: int, eos_token_ids: tuple[int, ...],
+                         seed: int | None = None) -> dict[str, Any]:
     """`vllm.SamplingParams(**kwargs)` of one request: one sample, its token limit, the sampled token's log-prob,
     token ids only (no detokenizing). vLLM turns top-k off with -1 and samples greedily at temperature 0."""
     return {
@@ -70,7 +71,7 @@ def vllm_sampling_kwargs(params: SamplingParams, max_tokens: int, eos_token_ids:
         "ignore_eos": params.ignore_eos,
         "stop_token_ids": stop_token_ids(params, eos_token_ids),
         "detokenize": False,
-    }
+    } | ({} if seed is None else {"seed": seed})  # the row's own seed (trainer.seed, step, row): ranks sample alike
 
 
 def vllm_output(request_output: Any) -> GenerationOutput:
@@ -112,7 +113,9 @@ class VLLMEngine(ColocatedEngine):
     def _after_push(self) -> None:
         self.llm.reset_prefix_cache()
 
-    def _generate(self, prompts: list[list[int]], params: SamplingParams, max_tokens: list[int]) -> list[GenerationOutput]:
-        sampling = [self.vllm.SamplingParams(**vllm_sampling_kwargs(params, limit, self.eos_token_ids)) for limit in max_tokens]
+    def _generate(self, prompts: list[list[int]], params: SamplingParams, max_tokens: list[int],
+                  seeds: list[int | None]) -> list[GenerationOutput]:
+        sampling = [self.vllm.SamplingParams(**vllm_sampling_kwargs(params, limit, self.eos_token_ids, seed))
+                    for limit, seed in zip(max_tokens, seeds, strict=True)]
         outputs = self.llm.generate([{"prompt_token_ids": prompt} for prompt in prompts], sampling, use_tqdm=False)
         return [vllm_output(output) for output in outputs]

@@ -57,7 +57,8 @@ from reinforge.config import batch_arithmetic
 from reinforge.config.schema import Config
 from reinforge.distributed import WorkerGroup
 from reinforge.errors import ConfigError, RewardError, TrainingError
-from reinforge.inference.rollout import AGENT_INPUT_KEYS, PROMPT_KEYS, concat_trajectories, rollout_inputs
+from reinforge.inference.rollout import AGENT_INPUT_KEYS, PROMPT_KEYS, SEED_KEY, concat_trajectories, rollout_inputs
+from reinforge.inference.seeds import TRAIN, row_seeds
 from reinforge.report.rollouts import keep_recent_rollouts
 from reinforge.trainer.checkpoint import resume_folder, save_checkpoint, save_torch, step_of
 from reinforge.trainer.generations import EXTRA, generation_records, reward_extra_info, write_generations
@@ -195,10 +196,14 @@ class RLTrainer:
         return concat_trajectories(kept, self.tokenizer.pad_token_id).index(slice(0, wanted * n)), None
 
     def _generate(self, prompts: Batch, gen_batch: int, timing: dict) -> Batch:
-        """Repeat each prompt n times and generate (and, for ReMax, score a greedy response per prompt)."""
+        """Repeat each prompt n times and generate (and, for ReMax, score a greedy response per prompt).
+
+        Each row's sampling seed follows from (trainer.seed, step, generation round, row), so a row samples the
+        same tokens however the rows are split over ranks, and a resumed run samples what the straight run did."""
         wg, n = self.actor_rollout_wg, self.config.actor_rollout_ref.rollout.n
         prompts["uid"] = [f"{self.global_steps}-{gen_batch}-{row}" for row in range(len(prompts))]  # one group per prompt
         batch = prompts.repeat(n, interleave=True)
+        batch[SEED_KEY] = row_seeds(len(batch), self.config.trainer.seed, TRAIN, self.global_steps, gen_batch)
         with timer("gen", timing):
             batch = batch.union(wg.generate_sequences(rollout_inputs(batch)))
         if self.greedy_baseline:  # ReMax: the score of a greedy response to each prompt

@@ -16,7 +16,8 @@ from __future__ import annotations
 from reinforge.batch import Batch
 from reinforge.config.schema import Config
 from reinforge.distributed import WorkerGroup
-from reinforge.inference.rollout import rollout_inputs
+from reinforge.inference.rollout import SEED_KEY, rollout_inputs
+from reinforge.inference.seeds import VALIDATION, row_seeds
 from reinforge.trainer.generations import generation_records, write_generations
 from reinforge.trainer.tracking import Tracking
 from reinforge.trainer.val_metrics import process_validation_metrics, validation_metric_dict
@@ -33,8 +34,9 @@ def validate(config: Config, wg: WorkerGroup, reward_fn, val_loader, tokenizer, 
     samples = []
     # decoded only as far as they are used: all of them for validation_data_dir, else the log_val_generations shown
     wanted = None if config.trainer.validation_data_dir else config.trainer.log_val_generations
-    for prompts in val_loader:
+    for number, prompts in enumerate(val_loader):
         batch = Batch.from_dict(prompts, meta_info={"validate": True}).repeat(n, interleave=True)
+        batch[SEED_KEY] = row_seeds(len(batch), config.trainer.seed, VALIDATION, step, number)  # see RLTrainer._generate
         batch = batch.union(wg.generate_sequences(rollout_inputs(batch)))
         scored = reward_fn(batch, return_dict=True)
         scores = scored["reward_tensor"].sum(-1).tolist()

@@ -43,9 +43,9 @@ class Recorder:
 
 class FakeSamplingParams:
     def __init__(self, *, n=1, max_tokens=16, temperature=1.0, top_p=1.0, top_k=0, logprobs=None, ignore_eos=False,
-                 stop_token_ids=None, detokenize=True):
+                 stop_token_ids=None, detokenize=True, seed=None):
         self.kwargs = dict(n=n, max_tokens=max_tokens, temperature=temperature, top_p=top_p, top_k=top_k, logprobs=logprobs,
-                           ignore_eos=ignore_eos, stop_token_ids=stop_token_ids, detokenize=detokenize)
+                           ignore_eos=ignore_eos, stop_token_ids=stop_token_ids, detokenize=detokenize, seed=seed)
 
 
 class FakeLLM(Recorder):

@@ -18,6 +18,7 @@ from reinforge.environment.dataset import collate_prompts
 from reinforge.errors import DataError
 from reinforge.inference.agent import AgentRunner
 from reinforge.inference.engine import GenerationOutput, InferenceEngine, SamplingParams
+from reinforge.inference.seeds import derive_seed
 from reinforge.reward.manager.naive import NaiveRewardManager
 from reinforge.reward.registry import default_compute_score
 
@@ -42,9 +43,11 @@ class ScriptedEngine(InferenceEngine):
         super().__init__()
         self.scripts = [(prompt, list(turns)) for prompt, turns in scripts]
         self.batches: list[list[list[int]]] = []
+        self.seeds: list[list[int | None] | None] = []  # each batch's per-request seeds
 
-    def generate_batch(self, prompts, params, max_tokens=None):
+    def generate_batch(self, prompts, params, max_tokens=None, seeds=None):
         self.batches.append(prompts)
+        self.seeds.append(seeds)
         outputs = []
         for row, prompt in enumerate(prompts):
             turns = next(turns for start, turns in self.scripts if prompt[: len(start)] == start)
@@ -120,6 +123,27 @@ def test_model_tokens_are_kept_exactly_and_only_tool_tokens_are_added(tok, tmp_p
     assert out["__num_turns__"][0] == 4 and out["finish_reason"][0] == "stop"
     assert out["reward_scores"][0] == {"tool_step_reward": 0.0, "tool_reward": 0.0}
     assert out["agent_metrics"][0]["tool_calls"] == 1 and out["agent_metrics"][0]["tool_errors"] == 0
+
+
+def test_each_model_turn_samples_with_a_seed_derived_from_the_row_seed_and_the_turn(tok, tmp_path):
+    """Multi-turn rows carry their `sample_seeds` into every turn: turn t of a row asks the engine for
+    derive_seed(row seed, t), so no two turns or rows share a seed; rows without seeds ask for none."""
+    rows = [[{"role": "user", "content": "add 2 3"}], [{"role": "user", "content": "add 4 4"}]]
+    call = tok(CALL, add_special_tokens=False)["input_ids"] + [tok.eos_token_id]
+    answer = tok("#### 5", add_special_tokens=False)["input_ids"] + [tok.eos_token_id]
+    runner = AgentRunner(tok, MultiTurnConfig(enable=True, tool_config_path=tools_yaml(tmp_path)))
+    for row_seeds in ([100, 200], None):
+        prompts = prompts_batch(tok, rows)
+        if row_seeds is not None:
+            prompts["sample_seeds"] = torch.tensor(row_seeds)
+        engine = ScriptedEngine([(prompts["input_ids"][i][prompts["attention_mask"][i].bool()].tolist(), [call, answer])
+                                 for i in range(2)])
+        runner.generate_sequences(engine, prompts, SamplingParams(max_tokens=100), tok.pad_token_id)
+        if row_seeds is None:
+            assert engine.seeds == [None, None]
+            continue
+        assert engine.seeds == [[derive_seed(100, 0), derive_seed(200, 0)], [derive_seed(100, 1), derive_seed(200, 1)]]
+        assert len({seed for batch in engine.seeds for seed in batch}) == 4
 
 
 def test_plain_chatml_trajectory_is_the_rendered_conversation(tok, tmp_path):

@@ -85,6 +85,9 @@ def test_sampling_translation():
         "stop_token_ids": [], "no_stop_trim": True,
     }
     assert vllm_sampling_kwargs(SamplingParams(max_tokens=3, top_k=40), 3, ())["top_k"] == 40
+    # a row's own seed (the trainer's per-row seeds) becomes the request's seed, under each library's name
+    assert vllm_sampling_kwargs(sample, 4, (2,), seed=77)["seed"] == 77
+    assert sglang_sampling_params(sample, 4, (2,), seed=77)["sampling_seed"] == 77
 
 
 # ---- generation and output conversion ---------------------------------------------------------------

@@ -1,9 +1,13 @@
+from dataclasses import replace
+
+import pytest
 import torch
 from transformers import AutoModelForCausalLM
 
 from reinforge.batch import Batch
 from reinforge.inference import HFEngine, SamplingParams, generate_sequences
 from reinforge.inference.hf import filter_logits
+from reinforge.inference.seeds import TRAIN, VALIDATION, derive_seed, row_seeds
 from reinforge.training.actor import response_log_probs
 
 
@@ -159,3 +163,105 @@ def test_per_request_token_limits_run_as_one_batch(tiny_model_path, tokenizer):
     assert [o.token_ids for o in outputs] == [f.token_ids[:k] for f, k in zip(full, limits, strict=True)]
     assert [len(o.log_probs) for o in outputs] == limits and {o.finish_reason for o in outputs} == {"length"}
     assert decoded_rows == [sum(k > t for k in limits) for t in range(max(limits))]
+
+
+def test_a_seeded_row_samples_the_same_tokens_in_any_batch(tiny_model_path, tokenizer):
+    """A row's tokens and log-probs follow from its prompt and seed alone: not from the other rows, the
+    micro-batch size, or rows leaving the batch early; another seed samples another response."""
+    model = load(tiny_model_path)
+    stop = tokenizer.convert_tokens_to_ids("<|im_start|>")
+    model.lm_head.register_forward_hook(lambda module, inputs, output: output.index_add(
+        -1, torch.tensor([stop]), torch.full((*output.shape[:-1], 1), 5.0)))  # some rows stop early
+    engine = HFEngine(model, tokenizer.pad_token_id, [tokenizer.eos_token_id])
+    params = SamplingParams(max_tokens=16, temperature=1.0, stop_token_ids=(stop,))
+    target, seed = tokenizer("1 2 3")["input_ids"], 1234
+    others = [tokenizer(text)["input_ids"] for text in ["the answer is", "4 5 6 7", "9", "words and more words", "1 2 3",
+                                                        "apples cost 3", "8 8"]]
+    alone = engine.generate_batch([target], params, seeds=[seed])[0]
+    prompts = others[:3] + [target] + others[3:]
+    seeds = [11, 12, 13, seed, 14, 15, 16, 17]
+    in_batch = engine.generate_batch(prompts, params, seeds=seeds)
+    ends = [len(o.token_ids) for o in in_batch]
+    assert min(ends) < len(alone.token_ids) and len(set(ends)) >= 3, ends  # rows left the batch before the target ended
+    engine.micro_batch_size = 2
+    in_micro_batches = engine.generate_batch(prompts, params, seeds=seeds)
+    for output in (in_batch[3], in_micro_batches[3]):
+        assert output.token_ids == alone.token_ids and output.finish_reason == alone.finish_reason
+        assert torch.allclose(torch.tensor(output.log_probs), torch.tensor(alone.log_probs), atol=1e-5)
+    assert in_batch[4].token_ids != in_batch[3].token_ids  # the same prompt with another seed
+    assert len({tuple(engine.generate_batch([target], params, seeds=[s])[0].token_ids) for s in range(5)}) > 1
+
+
+FIXED = torch.log(torch.tensor([0.4, 0.25, 0.15, 0.1, 0.06, 0.04]))  # the logits of tokens 10..15; every other token -1e4
+
+
+@pytest.mark.parametrize(("temperature", "top_k", "top_p", "expected"), [
+    (1.0, -1, 1.0, [0.4, 0.25, 0.15, 0.1, 0.06, 0.04]),
+    (2.0, -1, 1.0, [p**0.5 / 2.2809 for p in (0.4, 0.25, 0.15, 0.1, 0.06, 0.04)]),  # sum of the square roots: 2.2809
+    # top-k 4 keeps 0.4/0.9, 0.25/0.9, 0.15/0.9, 0.1/0.9; the mass before them is 0, .444, .722, .889: top-p 0.75 keeps 3
+    (1.0, 4, 0.75, [0.5, 0.3125, 0.1875, 0, 0, 0]),
+])
+def test_seeded_sampling_draws_from_the_filtered_distribution(tiny_model_path, tokenizer, temperature, top_k, top_p, expected):
+    """Over many seeds, the first token's frequencies match the distribution (chi-square, 0.1% level); filtered
+    tokens never occur."""
+    model = load(tiny_model_path)
+
+    def fixed_logits(module, inputs, output):
+        logits = torch.full_like(output, -1e4)
+        logits[..., 10:16] = FIXED
+        return logits
+
+    model.lm_head.register_forward_hook(fixed_logits)
+    engine = HFEngine(model, tokenizer.pad_token_id, [tokenizer.eos_token_id])
+    draws = 20000
+    outputs = engine.generate_batch([[5, 6, 7]] * draws, SamplingParams(max_tokens=1, temperature=temperature, top_k=top_k,
+                                                                         top_p=top_p), seeds=list(range(draws)))
+    counts = torch.bincount(torch.tensor([o.token_ids[0] for o in outputs]), minlength=model.config.vocab_size)
+    assert counts[:10].sum() == 0 and counts[16:].sum() == 0
+    assert abs(sum(expected) - 1) < 1e-4
+    observed, expected = counts[10:16].double(), torch.tensor(expected, dtype=torch.float64) * draws
+    assert torch.all(observed[expected == 0] == 0), observed
+    kept = expected > 0
+    chi_square = float((((observed - expected)[kept]) ** 2 / expected[kept]).sum())
+    limits = {2: 13.82, 5: 20.52}  # the 99.9% quantiles of chi-square with 2 and 5 degrees of freedom
+    assert chi_square < limits[int(kept.sum()) - 1], (observed.tolist(), expected.tolist())
+
+
+def test_generating_a_batch_in_two_parts_equals_generating_it_whole(tiny_model_path, tokenizer):
+    """What data-parallel generation needs: rows 0..k and k..B, each part with its rows' `sample_seeds`, give
+    the whole batch's responses row for row."""
+    model = load(tiny_model_path)
+    engine = HFEngine(model, tokenizer.pad_token_id, [tokenizer.eos_token_id], micro_batch_size=4)
+    batch = prompts_batch(tokenizer, ["1 2 3", "the answer is", "4 5 6 7", "9"]).repeat(2, interleave=True)
+    batch["sample_seeds"] = row_seeds(len(batch), 1, TRAIN, 5, 0)
+    params, pad = SamplingParams(max_tokens=10, temperature=1.0), tokenizer.pad_token_id
+    whole = generate_sequences(engine, batch, params, pad)
+    assert not torch.equal(whole["responses"][0], whole["responses"][1])  # the two samples of a prompt differ
+    for k in (3, 5):
+        parts = [generate_sequences(engine, batch.index(part), params, pad) for part in (slice(0, k), slice(k, len(batch)))]
+        assert torch.equal(torch.cat([p["responses"] for p in parts]), whole["responses"])
+        assert torch.allclose(torch.cat([p["rollout_log_probs"] for p in parts]), whole["rollout_log_probs"], atol=1e-5)
+        assert [r for p in parts for r in p["finish_reason"]] == list(whole["finish_reason"])
+
+
+def test_row_seeds_follow_from_their_parts():
+    seeds = row_seeds(6, 1, TRAIN, 3, 0)
+    assert seeds.dtype == torch.int64 and bool((seeds >= 0).all()) and len(set(seeds.tolist())) == 6
+    assert seeds.tolist() == [derive_seed(1, TRAIN, 3, 0, i) for i in range(6)]
+    others = [row_seeds(6, *parts) for parts in [(2, TRAIN, 3, 0), (1, VALIDATION, 3, 0), (1, TRAIN, 4, 0), (1, TRAIN, 3, 1)]]
+    assert all(not set(seeds.tolist()) & set(other.tolist()) for other in others)
+
+
+def test_seeded_and_unseeded_requests_share_a_batch(tiny_model_path, tokenizer):
+    """A batch may mix rows with and without seeds: seeded rows sample what they sample alone, unseeded ones
+    draw from the engine's generator (whose state then moves on)."""
+    model = load(tiny_model_path)
+    engine = HFEngine(model, tokenizer.pad_token_id, [tokenizer.eos_token_id], seed=4)
+    params = SamplingParams(max_tokens=8, ignore_eos=True)
+    prompts = [tokenizer(text)["input_ids"] for text in ["1 2 3", "the answer is", "4 5"]]
+    alone = [engine.generate_batch([prompts[i]], params, seeds=[seed])[0].token_ids for i, seed in ((0, 21), (2, 22))]
+    state = engine.state_dict()["generator"]
+    mixed = engine.generate_batch(prompts, params, seeds=[21, None, 22])
+    assert [mixed[0].token_ids, mixed[2].token_ids] == alone and len(mixed[1].token_ids) == 8
+    assert not torch.equal(engine.state_dict()["generator"], state)
+    assert engine.generate_batch(prompts[:1], replace(params, seed=21))[0].token_ids == alone[0]  # SamplingParams.seed

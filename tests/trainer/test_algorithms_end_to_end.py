@@ -66,9 +66,9 @@ def test_kl_in_reward_with_the_adaptive_controller(run_steps, tmp_path, kl_type)
     assert steps[1]["actor/reward_kl_penalty"] == pytest.approx(0.0, abs=1e-6)
     # step 1 saw KL 0 < target: the coefficient shrank by (1 - 0.2 * 4 trajectories / 10)
     assert steps[2]["actor/reward_kl_penalty_coeff"] == pytest.approx(0.5 * (1 - 0.2 * 4 / 10))
-    assert steps[2]["actor/reward_kl_penalty"] > 0
-    state = json.loads((tmp_path / "run" / "global_step_2" / "trainer_state.json").read_text())
     kl2 = steps[2]["actor/reward_kl_penalty"]
+    assert kl2 != 0 and (kl2 > 0 or kl_type == "kl")  # k1 (log-ratio of sampled tokens) can average below 0; k3, full cannot
+    state = json.loads((tmp_path / "run" / "global_step_2" / "trainer_state.json").read_text())
     expected = 0.5 * 0.92 * (1 + max(min(kl2 / 0.01 - 1, 0.2), -0.2) * 4 / 10)
     assert state["kl_ctrl"]["value"] == pytest.approx(expected)  # the adaptive coefficient is checkpointed
 

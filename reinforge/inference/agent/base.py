@@ -23,6 +23,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from reinforge.inference.engine import InferenceEngine, SamplingParams
+from reinforge.inference.seeds import derive_seed
 from reinforge.registry import Registry
 
 AGENT_LOOP_REGISTRY = Registry("agent loop")  # per-row `agent_name` -> AgentLoopBase subclass
@@ -48,6 +49,7 @@ class AgentRow:
     messages: list[dict] | None  # the raw chat messages of the prompt, when the dataset gives them
     extra_info: dict
     index: int  # the row's position in the batch
+    seed: int | None = None  # the row's sampling seed (`sample_seeds`); each model turn samples with its own seed derived from it
 
 
 @dataclass
@@ -103,7 +105,9 @@ class Conversation:
             return None
         # the tokens left in the response budget; the engine batches requests that differ only in this limit
         start = time.perf_counter()
-        output = await self.ctx.engine.generate(self.row.prompt_ids + self.ids, replace(self.ctx.params, max_tokens=self.remaining))
+        seed = None if self.row.seed is None else derive_seed(self.row.seed, self.assistant_turns)
+        output = await self.ctx.engine.generate(self.row.prompt_ids + self.ids,
+                                                replace(self.ctx.params, max_tokens=self.remaining, seed=seed))
         self.metrics["generate_s"] += time.perf_counter() - start
         tokens, log_probs = output.token_ids, list(output.log_probs)
         self.ids += tokens

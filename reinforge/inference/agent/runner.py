@@ -26,7 +26,7 @@ from reinforge.errors import ConfigError, DataError
 from reinforge.inference.agent.base import AGENT_LOOP_REGISTRY, AgentContext, AgentLoopBase, AgentOutput, AgentRow
 from reinforge.inference.engine import GenerationOutput, InferenceEngine, SamplingParams
 from reinforge.inference.interactions import load_interactions
-from reinforge.inference.rollout import prompt_token_lists, trajectories
+from reinforge.inference.rollout import prompt_token_lists, row_seed_list, trajectories
 from reinforge.inference.tools import load_tools
 
 AGENT_KEY = "actor_rollout_ref.rollout.agent.agent_loop_config_path"
@@ -84,6 +84,7 @@ class AgentRunner:
         names = list(prompts["agent_name"]) if "agent_name" in prompts else [None] * rows
         messages = list(prompts["raw_prompt"]) if "raw_prompt" in prompts else [None] * rows
         extra = list(prompts["extra_info"]) if "extra_info" in prompts else [None] * rows
+        seeds = row_seed_list(prompts)
         loops = []
         for i in range(rows):
             name = names[i] or self.default_agent
@@ -91,6 +92,6 @@ class AgentRunner:
                 raise DataError(f"row {i} (extra_info.index={(extra[i] or {}).get('index')}) has agent_name={name!r}; "
                                 f"the agent loops are {sorted(AGENT_LOOP_REGISTRY)}")
             row_messages = [dict(m) for m in messages[i]] if messages[i] is not None else None
-            row = AgentRow(ids[i], row_messages, dict(extra[i] or {}), i)
+            row = AgentRow(ids[i], row_messages, dict(extra[i] or {}), i, seeds[i])
             loops.append(AGENT_LOOP_REGISTRY[name](ctx).run(row))
         return list(await asyncio.gather(*loops))

@@ -1,0 +1,78 @@
+"""Counter-based randomness for sampling: numbers that depend on (seed, position) only.
+
+A response's tokens must not depend on which other rows share its batch or on which process
+generates it: a data-parallel run, where each rank generates its own share of the rows, has to
+sample exactly what one process samples. One RNG stream over the whole batch cannot do that
+(a row's draws depend on how many draws the rows before it took). So, as vLLM's per-request
+`seed` does, each row carries its own seed and the engine draws the uniform number for the
+token at position t of that row from a hash of (seed, t): splitmix64, whose output passes the
+usual statistical test batteries and costs a few integer operations per draw.
+
+The trainer gives every row a seed with `row_seeds`, a hash of (trainer.seed, train or
+validation, step, generation round, row index in the step's batch), so the seeds follow from
+the step and an exactly resumed run samples what the straight run samples.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+_GAMMA = np.uint64(0x9E3779B97F4A7C15)
+_MUL1 = np.uint64(0xBF58476D1CE4E5B9)
+_MUL2 = np.uint64(0x94D049BB133111EB)
+_MASK64 = (1 << 64) - 1
+
+TRAIN, VALIDATION = 0, 1  # the purpose a row's seed is drawn for (the second part of its key)
+
+
+def splitmix64(x: np.ndarray) -> np.ndarray:
+    """Steele, Lea and Flood's splitmix64 finaliser of x + gamma (uint64 in, uint64 out, wrapping arithmetic)."""
+    with np.errstate(over="ignore"):
+        z = np.asarray(x, dtype=np.uint64) + _GAMMA
+        z = (z ^ (z >> np.uint64(30))) * _MUL1
+        z = (z ^ (z >> np.uint64(27))) * _MUL2
+        return z ^ (z >> np.uint64(31))
+
+
+def _as_uint64(values) -> np.ndarray:
+    """Python ints of any sign as their 64-bit two's-complement pattern."""
+    return np.array([int(v) & _MASK64 for v in values], dtype=np.uint64)
+
+
+def _fold(parts) -> np.ndarray:
+    state = np.uint64(0)
+    for part in _as_uint64(parts):
+        state = splitmix64(state ^ part)
+    return state
+
+
+def derive_seed(*parts: int) -> int:
+    """A seed (0 <= seed < 2**63, so it fits an int64 tensor) hashed from integer parts; each part changes it."""
+    return int(_fold(parts) >> np.uint64(1))
+
+
+def row_seeds(rows: int, *parts: int) -> torch.Tensor:
+    """(rows,) int64: derive_seed(*parts, i) for each row index i."""
+    seeds = splitmix64(_fold(parts) ^ np.arange(rows, dtype=np.uint64)) >> np.uint64(1)
+    return torch.from_numpy(seeds.astype(np.int64))
+
+
+def uniforms(seeds: list[int], steps: int) -> np.ndarray:
+    """(len(seeds), steps) float64 in [0, 1): the number for token position t of the row with each seed."""
+    keys = splitmix64(_as_uint64(seeds))[:, None]
+    with np.errstate(over="ignore"):
+        bits = splitmix64(keys + np.arange(steps, dtype=np.uint64)[None, :])
+    return (bits >> np.uint64(11)).astype(np.float64) * 2.0**-53  # the top 53 bits: every double in [0, 1) on the grid
+
+
+def sample_inverse_cdf(probs: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
+    """Token ids (rows,) drawn from `probs` (rows, vocab; rows need not sum to 1) by inverting the CDF at `u` (rows,).
+
+    The cumulative sum is in float64, so a token's chance is its probability up to double rounding;
+    a token of probability 0 (filtered out by top-k/top-p) is never picked.
+    """
+    cdf = probs.double().cumsum(-1)
+    total = cdf[:, -1]
+    target = torch.minimum(u.to(cdf) * total, torch.nextafter(total, torch.zeros_like(total)))  # < total: a valid index
+    return torch.searchsorted(cdf, target[:, None], right=True).squeeze(-1)
