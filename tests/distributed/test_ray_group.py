@@ -12,6 +12,7 @@ import torch
 os.environ.setdefault("RAY_DEDUP_LOGS", "0")  # as open_worker_pool sets it: each rank's stack dump printed in full
 ray = pytest.importorskip("ray")
 
+from reinforge.algorithm.advantage import ADV_ESTIMATOR_REGISTRY  # noqa: E402
 from reinforge.batch import Batch  # noqa: E402
 from reinforge.config import load_config  # noqa: E402
 from reinforge.errors import ConfigError, RankError  # noqa: E402
@@ -39,12 +40,15 @@ def pool(tmp_path_factory):
     module = tmp_path_factory.mktemp("user") / "my_estimator.py"
     module.write_text(USER_ESTIMATOR)
     ray.init(address="local", num_cpus=2)
+    saved = dict(ADV_ESTIMATOR_REGISTRY)  # loading the config registers the user's estimator here too: not for later tests
     config, _ = load_config(["trainer.device=cpu", "trainer.n_gpus_per_node=2", f"algorithm.custom_modules=[{module}]"])
     pool = RayPool(config)
     pool.hang_dump_s = 0
     yield pool
     pool.close()
     ray.shutdown()
+    ADV_ESTIMATOR_REGISTRY.clear()
+    ADV_ESTIMATOR_REGISTRY.update(saved)
 
 
 @pytest.fixture(scope="module")
