@@ -26,7 +26,8 @@ def test_bf16_engine_shows_a_small_mismatch_that_the_fp32_engine_does_not(run_st
     assert replica["training/rollout_actor_probs_pearson_corr"] > 0.99
     # the engine's KV-cached fp32 decoding matches the actor's forward pass to float rounding
     assert shared["training/rollout_probs_diff_mean"] < replica["training/rollout_probs_diff_mean"] / 1000
-    assert shared["rollout_corr/chi2_token"] < replica["rollout_corr/chi2_token"] / 100
+    # chi2 = E[rho^2] - 1 is estimated on the sampled tokens, so either sign can come out; its size is what bf16 changes
+    assert abs(shared["rollout_corr/chi2_token"]) < abs(replica["rollout_corr/chi2_token"]) / 100
 
 
 def test_decoupled_correction_measures_what_the_on_policy_update_measures(run_steps, tmp_path):

@@ -57,7 +57,12 @@ def test_a_run_samples_the_same_whatever_the_rollout_micro_batch(run_steps, tmp_
     split = run_steps("actor_rollout_ref.rollout.temperature=1.5", "actor_rollout_ref.rollout.micro_batch_size_per_gpu=1",
                       run_dir=tmp_path / "split")
     assert whole.keys() == split.keys() == {1, 2}
+    # the engine's log-probs of the same tokens differ in the last bits with the padding of another micro-batch, so the
+    # train/inference mismatch measures (differences of the order of 1e-9, perplexities) are compared with a tolerance
+    noise = ("training/rollout_", "rollout_corr/")
     for step in whole:
-        same = {k: v for k, v in whole[step].items() if not k.startswith(WALL_CLOCK_PREFIXES)}
-        assert same == {k: v for k, v in split[step].items() if not k.startswith(WALL_CLOCK_PREFIXES)}
+        same = {k: v for k, v in whole[step].items() if not k.startswith(WALL_CLOCK_PREFIXES + noise)}
+        assert same == {k: v for k, v in split[step].items() if not k.startswith(WALL_CLOCK_PREFIXES + noise)}
+        for key in (k for k in whole[step] if k.startswith(noise)):
+            assert split[step][key] == pytest.approx(whole[step][key], rel=1e-6, abs=1e-6), key
     assert all(s["critic/score/max"] > s["critic/score/min"] for s in whole.values())  # the rows sampled different texts
