@@ -48,6 +48,7 @@ for engine in $ENGINES; do
         actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=4 \
         actor_rollout_ref.actor.optim.lr=1e-6 \
         trainer.total_training_steps=2 trainer.val_before_train=false trainer.test_freq=-1 \
+        trainer.device=cuda trainer.n_gpus_per_node=1 \
         trainer.default_local_dir="$run_dir"
     python - "$run_dir/metrics.jsonl" "$engine" <<'PY'
 import json

@@ -131,7 +131,7 @@ def _check_rollout_correction(config: Config) -> None:
     """algorithm.rollout_correction: known levels, options and loss types, thresholds that parse, engine log-probs to use."""
     from reinforge.algorithm import rollout_correction as rc
 
-    corr, rollout = config.algorithm.rollout_correction, config.actor_rollout_ref.rollout
+    corr = config.algorithm.rollout_correction
     key = "algorithm.rollout_correction"
     if corr.rollout_is is not None:
         _choice(f"{key}.rollout_is", corr.rollout_is, rc.IS_LEVELS)
@@ -154,10 +154,6 @@ def _check_rollout_correction(config: Config) -> None:
     if corr.bypass_mode and loss_mode != "vanilla":
         raise ConfigError(f"{key}.bypass_mode=true replaces the policy loss by {key}.loss_type (ppo_clip is the vanilla "
                           f"loss), so actor_rollout_ref.actor.policy_loss.loss_mode={loss_mode} would be ignored; drop one")
-    wanted = rc.correction_active(corr) or corr.bypass_mode or corr.debug_rollout_actor_probs
-    if wanted and rollout.name != "hf" and not rollout.calculate_log_probs:
-        raise ConfigError(f"{key} needs the engine's log-probs, which the {rollout.name} engine returns only with "
-                          "actor_rollout_ref.rollout.calculate_log_probs=true")
 
 
 def _check(config: Config) -> None:

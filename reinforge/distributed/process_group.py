@@ -55,9 +55,19 @@ def all_reduce(values: list[float], op: str = "sum") -> list[float]:
 
 
 def all_reduce_dict(values: dict[str, float]) -> dict[str, float]:
-    """Each value summed over ranks (every rank must pass the same keys)."""
-    keys = sorted(values)
-    return dict(zip(keys, all_reduce([values[key] for key in keys]), strict=True))
+    """Each value summed over ranks; a key some rank lacks (e.g. a metric of rows only other ranks had) counts 0 there,
+    so the ranks always reduce the same list."""
+    if world_size() == 1:
+        return dict(values)
+    names: list = [None] * world_size()
+    dist.all_gather_object(names, sorted(values))
+    keys = sorted(set().union(*names))
+    return dict(zip(keys, all_reduce([values.get(key, 0.0) for key in keys]), strict=True))
+
+
+def full_tensor(tensor: torch.Tensor) -> torch.Tensor:
+    """The whole tensor: an FSDP2 shard (DTensor) is gathered from every rank (a collective); a plain tensor is itself."""
+    return tensor.full_tensor() if hasattr(tensor, "full_tensor") else tensor
 
 
 def gather_rows(tensors: list[torch.Tensor]) -> list[torch.Tensor]:

@@ -26,6 +26,7 @@ from types import ModuleType
 
 import torch
 
+from reinforge.distributed.process_group import full_tensor
 from reinforge.errors import ConfigError
 from reinforge.inference.engine import GenerationOutput, InferenceEngine, SamplingParams
 
@@ -39,11 +40,6 @@ def hf_weight_name(name: str) -> str:
     for prefix in WRAPPER_PREFIXES:
         name = name.replace(prefix, "")
     return name
-
-
-def full_tensor(tensor: torch.Tensor) -> torch.Tensor:
-    """The whole tensor: an FSDP2 shard (DTensor) is gathered from every rank; a plain tensor is itself."""
-    return tensor.full_tensor() if hasattr(tensor, "full_tensor") else tensor
 
 
 class ModuleWeights:
@@ -187,7 +183,12 @@ def engine_kwargs_for(name: str, engine_kwargs: dict) -> dict:
     section = engine_kwargs.get(name) or {}
     if not isinstance(section, dict):
         raise ConfigError(f"actor_rollout_ref.rollout.engine_kwargs.{name}={section!r} must be a mapping of argument names to values")
-    return dict(section)
+    return {key: value for key, value in section.items() if value is not None}  # verl's configs ship nulls: the engine's default
+
+
+def engine_dtype_name(rollout_dtype: str | None) -> str:
+    """The dtype name vLLM and SGLang take for rollout.dtype (reinforge's bf16/fp32 short names spelled out; null: bfloat16)."""
+    return {None: "bfloat16", "bf16": "bfloat16", "fp32": "float32", "fp16": "float16"}.get(rollout_dtype, rollout_dtype)
 
 
 TORCH_DTYPES = {"bfloat16": torch.bfloat16, "bf16": torch.bfloat16, "float16": torch.float16, "fp16": torch.float16,

@@ -8,6 +8,7 @@ model from `actor_rollout_ref.model.path` onto the same GPU and are given the ac
 from __future__ import annotations
 
 import copy
+import importlib.util
 
 import torch
 
@@ -47,15 +48,29 @@ def hf_engine_module(model: torch.nn.Module, rollout_dtype: str | None, own_copy
 
 def check_gpu_engine(config: Config) -> None:
     """ConfigError when a GPU engine is asked for where it cannot run (also called by config validation)."""
+    from reinforge.distributed.process_group import ray_address, world_size_of
+
     rollout, device = config.actor_rollout_ref.rollout, config.trainer.device
     if rollout.name not in GPU_ENGINES:
         return
-    if device != "cuda" or not torch.cuda.is_available():
+    if device != "cuda":
         raise ConfigError(f"actor_rollout_ref.rollout.name={rollout.name} needs a CUDA GPU (trainer.device={device}); "
                           "use actor_rollout_ref.rollout.name=hf on CPU")
+    if world_size_of(config) > 1:
+        raise ConfigError(f"actor_rollout_ref.rollout.name={rollout.name} with {world_size_of(config)} ranks (trainer.nnodes x "
+                          "trainer.n_gpus_per_node) is not supported in this version yet: an in-process engine per rank inside "
+                          "the training process group has not been validated; use rollout.name=hf or one GPU")
+    if importlib.util.find_spec(rollout.name) is None:
+        raise ConfigError(f"actor_rollout_ref.rollout.name={rollout.name} needs the {rollout.name} package: "
+                          f"pip install 'reinforge[{rollout.name}]'")
     if not config.actor_rollout_ref.model.path:
         raise ConfigError(f"actor_rollout_ref.rollout.name={rollout.name} loads the model from actor_rollout_ref.model.path, "
                           "which is not set: give a Hugging Face model folder or hub id")
+    if ray_address(config) is not None:  # the GPUs are the cluster's, not this driver's
+        return
+    if not torch.cuda.is_available():
+        raise ConfigError(f"actor_rollout_ref.rollout.name={rollout.name} needs a CUDA GPU and this machine has none; "
+                          "use actor_rollout_ref.rollout.name=hf on CPU")
     if rollout.tensor_model_parallel_size > torch.cuda.device_count():
         raise ConfigError(f"actor_rollout_ref.rollout.tensor_model_parallel_size={rollout.tensor_model_parallel_size} is more "
                           f"than the {torch.cuda.device_count()} GPU(s) visible; set it to at most that (1 on one GPU)")

@@ -30,7 +30,7 @@ import sys
 import torch
 from tqdm import tqdm
 
-from reinforge.inference.colocated import full_tensor
+from reinforge.distributed.process_group import full_tensor
 from reinforge.inference.engine import GenerationOutput, InferenceEngine, SamplingParams
 from reinforge.inference.seeds import sample_inverse_cdf, uniforms
 

@@ -24,6 +24,7 @@ from reinforge.config.schema import RolloutConfig
 from reinforge.inference.colocated import (
     ColocatedEngine,
     engine_dtype,
+    engine_dtype_name,
     engine_kwargs_for,
     import_engine,
     stop_token_ids,
@@ -36,7 +37,7 @@ def sglang_engine_kwargs(rollout: RolloutConfig, model_path: str, seed: int, tru
     kwargs: dict[str, Any] = {
         "model_path": model_path,
         "tp_size": rollout.tensor_model_parallel_size,
-        "dtype": rollout.dtype or "bfloat16",  # null: bfloat16 for the GPU engines
+        "dtype": engine_dtype_name(rollout.dtype),
         "random_seed": seed,
         "mem_fraction_static": rollout.gpu_memory_utilization,
         "disable_cuda_graph": rollout.enforce_eager,
@@ -53,8 +54,7 @@ def sglang_engine_kwargs(rollout: RolloutConfig, model_path: str, seed: int, tru
     return kwargs
 
 
-def sglang_sampling_params(params: SamplingParams, max_tokens: int, eos_token_ids: tuple[int, ...],
-                           seed: int | None = None) -> dict[str, Any]:
+def sglang_sampling_params(params: SamplingParams, max_tokens: int, eos_token_ids: tuple[int, ...]) -> dict[str, Any]:
     """One request's sampling-parameter dict. SGLang turns top-k off with -1 and samples greedily at temperature 0."""
     return {
         "n": 1,
@@ -65,7 +65,7 @@ def sglang_sampling_params(params: SamplingParams, max_tokens: int, eos_token_id
         "ignore_eos": params.ignore_eos,
         "stop_token_ids": stop_token_ids(params, eos_token_ids),
         "no_stop_trim": True,  # the stop token stays in the response, as the hf engine keeps it
-    } | ({} if seed is None else {"sampling_seed": seed})  # the row's own seed (trainer.seed, step, row)
+    }  # no per-row seed: SGLang reads `sampling_seed` only with deterministic inference on, and not before 0.5.3
 
 
 def sglang_output(output: dict) -> GenerationOutput:
@@ -91,20 +91,22 @@ class SGLangEngine(ColocatedEngine):
         self.engine = sglang.Engine(**engine_kwargs)
 
     def _release(self) -> None:
-        self.engine.release_memory_occupation()
+        self.engine.release_memory_occupation(tags=["weights", *self.cache_tags])  # exactly what _resume takes back
 
     def _resume(self, tags: tuple[str, ...]) -> None:
         self.engine.resume_memory_occupation(tags=list(tags))
 
     def _load_bucket(self, bucket: list[tuple[str, torch.Tensor]]) -> None:
-        self.engine.update_weights_from_tensor(named_tensors=bucket, flush_cache=False)
+        done = self.engine.update_weights_from_tensor(named_tensors=bucket, flush_cache=False)
+        success, message = done if isinstance(done, tuple) else (True, "")
+        if not success:  # a failed load would leave stale weights generating every later rollout
+            raise RuntimeError(f"SGLang did not load the actor's weights: {message}")
 
     def _after_push(self) -> None:
         self.engine.flush_cache()
 
     def _generate(self, prompts: list[list[int]], params: SamplingParams, max_tokens: list[int],
                   seeds: list[int | None]) -> list[GenerationOutput]:
-        sampling = [sglang_sampling_params(params, limit, self.eos_token_ids, seed)
-                    for limit, seed in zip(max_tokens, seeds, strict=True)]
+        sampling = [sglang_sampling_params(params, limit, self.eos_token_ids) for limit in max_tokens]  # seeds: see above
         outputs = self.engine.generate(input_ids=prompts, sampling_params=sampling, return_logprob=True)
         return [sglang_output(output) for output in outputs]

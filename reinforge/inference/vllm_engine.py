@@ -26,6 +26,7 @@ from reinforge.config.schema import RolloutConfig
 from reinforge.inference.colocated import (
     ColocatedEngine,
     engine_dtype,
+    engine_dtype_name,
     engine_kwargs_for,
     import_engine,
     stop_token_ids,
@@ -38,7 +39,7 @@ def vllm_llm_kwargs(rollout: RolloutConfig, model_path: str, seed: int, trust_re
     kwargs: dict[str, Any] = {
         "model": model_path,
         "tensor_parallel_size": rollout.tensor_model_parallel_size,
-        "dtype": rollout.dtype or "bfloat16",  # null: bfloat16 for the GPU engines
+        "dtype": engine_dtype_name(rollout.dtype),
         "seed": seed,
         "gpu_memory_utilization": rollout.gpu_memory_utilization,
         "enforce_eager": rollout.enforce_eager,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import random
 import time
@@ -124,19 +125,19 @@ def run(config: Config, user_keys: list[str], startup: StartupClock | None = Non
                                         **rm.reward_kwargs)
 
     startup.mark("reward")
-    pool = open_worker_pool(config)  # in this process, or one Ray actor per rank (trainer.nnodes x n_gpus_per_node)
-    try:
+    with contextlib.ExitStack() as cleanup:  # on every way out: the reward manager's processes, then the workers
+        if hasattr(reward_fn, "close"):
+            cleanup.callback(reward_fn.close)
+        pool = open_worker_pool(config)  # in this process, or one Ray actor per rank (trainer.nnodes x n_gpus_per_node)
+        cleanup.callback(pool.close)
         actor_rollout_wg, critic_wg, reward_fn = _start_workers(pool, config, schedule_steps, reward_fn)
+        if hasattr(reward_fn, "close"):  # a reward model scorer wraps the manager: closing it closes both
+            cleanup.callback(reward_fn.close)
         startup.mark("models")
         trainer = RLTrainer(config, actor_rollout_wg, reward_fn, train_loader, val_loader, tokenizer, total_steps, critic_wg)
         _report_first_step(trainer, startup)
         print(f"reinforge: {len(train_set)} training prompts, {total_steps} steps; ready in {time.perf_counter() - started:.1f}s", flush=True)
         metrics = trainer.fit()
-    finally:
-        close = getattr(reward_fn, "close", None)  # the reward manager's worker processes, if it has any
-        if close is not None:
-            close()
-        pool.close()
     print(f"reinforge: done in {time.perf_counter() - started:.1f}s", flush=True)
     print("\n".join(run_summary(config, run_dir)), flush=True)
     if len(trainer.val_history) > 1:

@@ -148,7 +148,7 @@ class RLTrainer:
         metrics.update(compute_data_metrics(batch, cfg.actor_rollout_ref.rollout.response_length))
         metrics.update(extra_info_metrics(reward_extra_info(batch)))
         metrics.update(compute_timing_metrics(batch, timing))
-        metrics.update(compute_throughput_metrics(batch, timing["step"]))
+        metrics.update(compute_throughput_metrics(batch, timing["step"], wg.world_size))
         scores = batch["token_level_scores"].sum(-1).tolist()
         if cfg.trainer.rollout_data_dir:
             write_generations(cfg.trainer.rollout_data_dir, self.global_steps,

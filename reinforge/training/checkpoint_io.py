@@ -191,7 +191,7 @@ def saved_world_size(path: Path, prefixes: list[str], advice: str) -> int:
 def read_full(path: Path, prefix: str, ranks: int, device: str = "cpu") -> dict:
     """The full state in the `prefix` files of a checkpoint saved by `ranks` ranks (shard records reassembled)."""
     if ranks == 1:
-        return torch.load(path / file_name(prefix, 1, 0), map_location=device)
+        return torch.load(path / file_name(prefix, 1, 0), map_location="cpu")  # not the GPU: set_*_state_dict shards it
     pieces = [torch.load(path / file_name(prefix, ranks, index), map_location="cpu") for index in range(ranks)]
     return merge_shard_records(pieces, f"{path / file_name(prefix, ranks, 0)} ... rank_{ranks - 1}.pt")
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import torch
 from torch.distributed.device_mesh import init_device_mesh
-from torch.distributed.fsdp import CPUOffloadPolicy, FSDPModule, MixedPrecisionPolicy, OffloadPolicy, fully_shard
+from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, OffloadPolicy, fully_shard
 
 from reinforge.config.schema import FSDPConfig
 from reinforge.distributed.process_group import world_size
@@ -64,20 +64,6 @@ def shard_model(model: torch.nn.Module, fsdp_config: FSDPConfig, device: str) ->
         fully_shard(layer, **options)
     fully_shard(model, **options)
     return model
-
-
-def is_sharded(model: torch.nn.Module) -> bool:
-    """Whether `model` was wrapped by `shard_model` (its parameters are DTensor shards)."""
-    return isinstance(model, FSDPModule)
-
-
-def full_state_dict(model: torch.nn.Module) -> dict[str, torch.Tensor]:
-    """The whole (unsharded) state dict of `model` on every rank; a plain module's own state dict."""
-    if not is_sharded(model):
-        return model.state_dict()
-    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
-
-    return get_model_state_dict(model, options=StateDictOptions(full_state_dict=True))
 
 
 def offload_optimizer(optimizer: torch.optim.Optimizer, fsdp_config: FSDPConfig, device: str) -> None:

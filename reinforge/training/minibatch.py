@@ -28,7 +28,7 @@ from contextlib import contextmanager
 import torch
 
 from reinforge.batch import Batch
-from reinforge.distributed.process_group import all_reduce, world_size
+from reinforge.distributed.process_group import all_reduce, full_tensor, world_size
 
 FORWARD_KEYS = ("input_ids", "attention_mask", "position_ids", "responses")  # what a model forward reads
 
@@ -88,17 +88,12 @@ def clip_and_step(model: torch.nn.Module, optimizer: torch.optim.Optimizer, grad
     """Clip the accumulated gradient and step; a non-finite loss or gradient norm skips the step and drops the gradient.
 
     Returns (pre-clip gradient norm, stepped); the norm is NaN when a non-finite loss left the gradient incomplete."""
-    grad_norm = full_value(torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip)) if loss_finite else math.nan
+    grad_norm = full_tensor(torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip)).item() if loss_finite else math.nan
     if math.isfinite(grad_norm):
         optimizer.step()
         return grad_norm, True
     optimizer.zero_grad(set_to_none=True)
     return grad_norm, False
-
-
-def full_value(norm: torch.Tensor) -> float:
-    """The float of a norm; of a sharded model's (a DTensor) its value over all ranks."""
-    return (norm.full_tensor() if hasattr(norm, "full_tensor") else norm).item()
 
 
 @contextmanager

@@ -187,7 +187,7 @@ class ActorRolloutRefWorker:
         state = {"torch": torch.get_rng_state(), "numpy": np.random.get_state(), "python": random.getstate(),
                  "engine": self.engine.state_dict()}
         if torch.cuda.is_available():
-            state["cuda"] = torch.cuda.get_rng_state_all()
+            state["cuda"] = torch.cuda.get_rng_state()  # this rank's device: the visible GPUs may differ on resume
         return state
 
     def _set_rng_state(self, state: dict) -> None:
@@ -196,7 +196,7 @@ class ActorRolloutRefWorker:
         random.setstate(state["python"])
         self.engine.load_state_dict(state["engine"])
         if "cuda" in state and torch.cuda.is_available():
-            torch.cuda.set_rng_state_all(state["cuda"])
+            torch.cuda.set_rng_state(state["cuda"])
 
 
 class CriticWorker:

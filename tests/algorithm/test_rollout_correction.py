@@ -185,8 +185,6 @@ def test_config_errors_for_rejection_without_threshold_and_bypass_with_another_l
         load_config(["algorithm.rollout_correction.rollout_rs=seq_sum_k3"])
     with pytest.raises(ConfigError, match="loss_mode=gspo"):
         load_config(["algorithm.rollout_correction.bypass_mode=true", "actor_rollout_ref.actor.policy_loss.loss_mode=gspo"])
-    with pytest.raises(ConfigError, match="calculate_log_probs=true"):
-        load_config(["algorithm.rollout_correction.rollout_is=token", "actor_rollout_ref.rollout.name=vllm"])
 
 
 def test_settings_that_do_nothing_are_reported():

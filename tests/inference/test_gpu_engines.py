@@ -13,7 +13,7 @@ from transformers import Qwen2Config, Qwen2ForCausalLM
 from reinforge.config import load_config, unused_settings
 from reinforge.config.schema import Config, RolloutConfig
 from reinforge.errors import ConfigError
-from reinforge.inference import ModuleWeights, SamplingParams
+from reinforge.inference import ModuleWeights, SamplingParams, factory
 from reinforge.inference.colocated import engine_kwargs_for, hf_weight_name, weight_buckets
 from reinforge.inference.factory import check_gpu_engine
 from reinforge.inference.sglang_engine import SGLangEngine, sglang_engine_kwargs, sglang_sampling_params
@@ -85,9 +85,9 @@ def test_sampling_translation():
         "stop_token_ids": [], "no_stop_trim": True,
     }
     assert vllm_sampling_kwargs(SamplingParams(max_tokens=3, top_k=40), 3, ())["top_k"] == 40
-    # a row's own seed (the trainer's per-row seeds) becomes the request's seed, under each library's name
+    # a row's own seed (the trainer's per-row seeds) becomes vLLM's request seed; SGLang gets none (docs/engines.md)
     assert vllm_sampling_kwargs(sample, 4, (2,), seed=77)["seed"] == 77
-    assert sglang_sampling_params(sample, 4, (2,), seed=77)["sampling_seed"] == 77
+    assert "seed" not in vllm_sampling_kwargs(sample, 4, (2,))
 
 
 # ---- generation and output conversion ---------------------------------------------------------------
@@ -188,7 +188,8 @@ def test_sglang_protocol_pushes_on_every_wake_since_release_discards_weights(log
     engine.wake()
     woken = [("resume", ("weights",)), ("load", len(list(ModuleWeights(model)))), ("flush_cache",),
              ("resume", ("kv_cache", "cuda_graph"))]
-    assert log == [("release", None), *woken, ("generate", 1), ("release", None), *woken]
+    released = ("release", ["weights", "kv_cache", "cuda_graph"])  # exactly the tags a wake takes back
+    assert log == [released, *woken, ("generate", 1), released, *woken]
 
 
 def test_weights_loaded_into_the_actor_before_the_first_rollout_reach_the_engine(log):
@@ -245,6 +246,7 @@ def test_unused_settings_follow_the_engine(monkeypatch):
 def test_gpu_engine_settings_that_cannot_run_on_this_machine(monkeypatch, path, tp, message):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    monkeypatch.setattr(factory.importlib.util, "find_spec", lambda name: object())  # as if vllm were installed
     config = Config()
     config.trainer.device, config.actor_rollout_ref.model.path = "cuda", path
     config.actor_rollout_ref.rollout.name, config.actor_rollout_ref.rollout.tensor_model_parallel_size = "vllm", tp
@@ -252,6 +254,20 @@ def test_gpu_engine_settings_that_cannot_run_on_this_machine(monkeypatch, path, 
         check_gpu_engine(config)
     config.actor_rollout_ref.model.path, config.actor_rollout_ref.rollout.tensor_model_parallel_size = "/m", 1
     check_gpu_engine(config)  # the same settings, fixed, pass
+
+
+def test_gpu_engines_say_what_is_missing_or_not_supported(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    config = Config()
+    config.trainer.device, config.actor_rollout_ref.model.path = "cuda", "/m"
+    config.actor_rollout_ref.rollout.name, config.actor_rollout_ref.rollout.tensor_model_parallel_size = "sglang", 1
+    monkeypatch.setattr(factory.importlib.util, "find_spec", lambda name: None)
+    with pytest.raises(ConfigError, match=r"needs the sglang package: pip install 'reinforge\[sglang\]'"):
+        check_gpu_engine(config)
+    config.trainer.n_gpus_per_node = 2
+    with pytest.raises(ConfigError, match="rollout.name=sglang with 2 ranks .* is not supported in this version yet"):
+        check_gpu_engine(config)
 
 
 def test_generating_before_any_weights_were_given_says_so(log):

@@ -13,13 +13,20 @@ from __future__ import annotations
 import sys
 
 import torch
+from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 
 from reinforge.batch import Batch
 from reinforge.config import load_config
-from reinforge.training.fsdp import full_state_dict
 from reinforge.training.workers import ActorRolloutRefWorker, CriticWorker
 
 STEPS = 3
+
+
+def full_state_dict(model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """The whole state dict on every rank (gathered from the FSDP2 shards), so each rank's result can be checked."""
+    if not torch.distributed.is_initialized():
+        return model.state_dict()
+    return get_model_state_dict(model, options=StateDictOptions(full_state_dict=True))
 
 
 def run_config(model_path: str, world_size: int):
