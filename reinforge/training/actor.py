@@ -33,7 +33,8 @@ import torch
 from reinforge.algorithm import agg_loss, compute_policy_loss, full_kl_from_logits, kl_penalty, log_probs_from_logits
 from reinforge.algorithm.rollout_correction import bypass_policy_loss, mismatch_metrics
 from reinforge.batch import Batch
-from reinforge.config.schema import ActorConfig, RolloutCorrectionConfig
+from reinforge.config.algorithm_schema import RolloutCorrectionConfig
+from reinforge.config.schema import ActorConfig
 from reinforge.distributed.process_group import all_reduce_dict, gather_rows, world_size
 from reinforge.training.minibatch import (
     FORWARD_KEYS,

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from reinforge.algorithm import compute_advantage, get_adv_estimator_fn, register_adv_est
-from reinforge.config.schema import AlgorithmConfig
+from reinforge.config.algorithm_schema import AlgorithmConfig
 
 EPS = 1e-6
 ALL_ESTIMATORS = ["gae", "grpo", "grpo_passk", "rloo", "reinforce_plus_plus", "reinforce_plus_plus_baseline",
