@@ -191,15 +191,14 @@ def engine_dtype_name(rollout_dtype: str | None) -> str:
     return {None: "bfloat16", "bf16": "bfloat16", "fp32": "float32", "fp16": "float16"}.get(rollout_dtype, rollout_dtype)
 
 
-TORCH_DTYPES = {"bfloat16": torch.bfloat16, "bf16": torch.bfloat16, "float16": torch.float16, "fp16": torch.float16,
-                "float32": torch.float32, "fp32": torch.float32}
-
-
 def engine_dtype(name: str) -> torch.dtype:
-    """The torch dtype of `rollout.dtype`."""
-    if name not in TORCH_DTYPES:
-        raise ConfigError(f"actor_rollout_ref.rollout.dtype={name!r} is not one of: {', '.join(TORCH_DTYPES)}")
-    return TORCH_DTYPES[name]
+    """The torch dtype of the engine's dtype name (`engine_dtype_name`'s, or the user's engine_kwargs dtype, as torch
+    spells it: bfloat16, float32, float16, half, float); the actor's weights are cast to it when pushed."""
+    dtype = getattr(torch, name, None) if isinstance(name, str) else None
+    if not isinstance(dtype, torch.dtype):
+        raise ConfigError(f"actor_rollout_ref.rollout.dtype={name!r} is not a dtype the weights can be cast to: use bf16 or "
+                          "fp32 (or a torch dtype name such as bfloat16, float16 in rollout.engine_kwargs.<engine>.dtype)")
+    return dtype
 
 
 def import_engine(name: str) -> ModuleType:

@@ -230,13 +230,16 @@ class RLTrainer:
             return
         if "old_log_probs" not in batch:
             return
-        metrics.update(mismatch_metrics(batch["old_log_probs"], batch["rollout_log_probs"], batch["response_mask"]))
-        if correction_active(corr):
-            weights, batch["response_mask"], corr_metrics = compute_rollout_correction(
-                batch["old_log_probs"], batch["rollout_log_probs"], batch["response_mask"], corr)
-            if weights is not None:
-                batch["rollout_is_weights"] = weights
-            metrics.update(corr_metrics)
+        if not correction_active(corr):
+            metrics.update(mismatch_metrics(batch["old_log_probs"], batch["rollout_log_probs"], batch["response_mask"]))
+            return
+        # the correction's metrics include the off-policy ones mismatch_metrics would add: only the probs diff is missing
+        metrics.update(rollout_probs_diff_metrics(batch["old_log_probs"], batch["rollout_log_probs"], batch["response_mask"]))
+        weights, batch["response_mask"], corr_metrics = compute_rollout_correction(
+            batch["old_log_probs"], batch["rollout_log_probs"], batch["response_mask"], corr)
+        if weights is not None:
+            batch["rollout_is_weights"] = weights
+        metrics.update(corr_metrics)
 
     def _timed_reward(self, batch: Batch) -> tuple[dict, float]:
         """The reward manager's result for `batch` and the seconds it took."""
