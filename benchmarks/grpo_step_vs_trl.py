@@ -30,6 +30,8 @@ import threading
 import time
 from pathlib import Path
 
+import compute_floor  # benchmarks/compute_floor.py
+
 SIZES = {  # TinyModelSpec fields
     "small": dict(vocab_size=512, hidden_size=256, intermediate_size=1024, num_hidden_layers=4,
                   num_attention_heads=4, num_key_value_heads=2),
@@ -317,6 +319,17 @@ def prepare(size: str) -> tuple[Path, Path, int]:
     return path, write_task_files()[0], (params, config["vocab_size"])
 
 
+def first_prompt_tokens(model_path: Path, train_file: Path) -> int:
+    """The mean token count of the first step's prompts after the chat template (22 for the add-one prompts)."""
+    import pyarrow.parquet as pq
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(model_path)
+    rows = pq.read_table(train_file).slice(0, PROMPTS).to_pylist()
+    texts = [tokenizer.apply_chat_template(row["prompt"], tokenize=False, add_generation_prompt=True) for row in rows]
+    return round(statistics.mean(len(tokenizer(text)["input_ids"]) for text in texts))
+
+
 def compare(size: str, steps: int, warmup: int, thread_policy: str | None) -> dict:
     model_path, train_file, (params, vocab) = prepare(size)
     print(f"\n== {size}: {params / 1e6:.1f}M parameters, vocabulary {vocab}, {PROMPTS}x{SAMPLES} samples x {NEW_TOKENS} tokens",
@@ -363,6 +376,8 @@ def compare(size: str, steps: int, warmup: int, thread_policy: str | None) -> di
     summary["ratio"] = summary["trl"]["step"] / summary["reinforge"]["step"]
     summary["cpu_ratio"] = summary["trl"]["cpu"] / summary["reinforge"]["cpu"]
     summary["gradient"] = check
+    summary["floor"] = compute_floor.floor(compute_floor.Shape.of(model_path), compute_floor.StepWork(
+        PROMPTS * SAMPLES, PROMPTS, first_prompt_tokens(model_path, train_file), NEW_TOKENS))  # measured after both children have stopped
     print_table(size, summary)
     return summary
 
@@ -383,6 +398,12 @@ def print_table(size: str, summary: dict) -> None:
               f"{s['backward_optimizer']:>9.2f}{s['step_memory_mb']:>13.0f}{s['peak_rss_mb']:>13.0f}")
     print(f"{size}: reinforge's median step is {summary['ratio']:.2f}x faster than TRL's "
           f"({summary['cpu_ratio']:.2f}x less CPU time)", flush=True)
+    floor = summary["floor"]
+    print(f"{size}: the fp32 products alone take {floor['step']:.2f} s per step on this machine (generate {floor['generate']:.2f}, "
+          f"update {floor['update']:.2f}; {floor['step_shared_prompt']:.2f} s with the update's prompts shared), "
+          f"at {floor['decode_gflops_per_s']:.0f}/{floor['batch_gflops_per_s']:.0f} GFLOP/s; reinforge's step is "
+          f"{summary['reinforge']['step'] / floor['step']:.2f}x that floor, TRL's {summary['trl']['step'] / floor['step']:.2f}x",
+          flush=True)
 
 
 def main() -> None:
