@@ -77,7 +77,9 @@ class RewardModelWorker:
         inputs = self.classifier_inputs(batch)
         if inputs.texts:
             self._show_once(f"the reward model reads conversations in its own chat template; the first: {inputs.texts[0]!r}")
-        scores = sequence_scores(self.model, inputs, self.config.reward_model.micro_batch_size_per_gpu)
+        rm = self.config.reward_model
+        scores = sequence_scores(self.model, inputs, rm.micro_batch_size_per_gpu,
+                                 rm.forward_max_token_len_per_gpu if rm.use_dynamic_bsz else None)
         return Batch({"rm_scores": on_last_response_token(scores, batch)}, {"rm_truncated": inputs.truncated})
 
     def classifier_inputs(self, batch: Batch) -> ClassifierInputs:
