@@ -234,6 +234,12 @@ def _check(config: Config) -> None:
         ("critic.ppo_mini_batch_size", config.critic.ppo_mini_batch_size),
         ("critic.ppo_micro_batch_size_per_gpu", config.critic.ppo_micro_batch_size_per_gpu),
         ("critic.forward_micro_batch_size_per_gpu", config.critic.forward_micro_batch_size_per_gpu),
+        ("actor_rollout_ref.actor.ppo_max_token_len_per_gpu", actor.ppo_max_token_len_per_gpu),
+        ("actor_rollout_ref.rollout.log_prob_max_token_len_per_gpu", rollout.log_prob_max_token_len_per_gpu),
+        ("actor_rollout_ref.ref.log_prob_max_token_len_per_gpu", arr.ref.log_prob_max_token_len_per_gpu),
+        ("critic.ppo_max_token_len_per_gpu", config.critic.ppo_max_token_len_per_gpu),
+        ("critic.forward_max_token_len_per_gpu", config.critic.forward_max_token_len_per_gpu),
+        ("reward_model.forward_max_token_len_per_gpu", config.reward_model.forward_max_token_len_per_gpu),
         ("critic.ppo_epochs", config.critic.ppo_epochs),
         ("critic.optim.lr", config.critic.optim.lr),
         ("critic.grad_clip", config.critic.grad_clip),
@@ -391,6 +397,11 @@ def batch_arithmetic(config: Config) -> dict[str, int | bool]:
     mini = actor.ppo_mini_batch_size * rollout.n
     micro = actor.ppo_micro_batch_size_per_gpu or mini // ranks
     mini_batches = data.train_batch_size // actor.ppo_mini_batch_size
+    if actor.use_dynamic_bsz:  # micro-batches formed per step from the rows' lengths: only their budget is known
+        micro_batching = {"max_tokens_per_micro_batch": actor.ppo_max_token_len_per_gpu}
+    else:
+        micro_batching = {"trajectories_per_micro_batch": micro, "gradient_accumulation": mini // ranks // micro,
+                          "max_tokens_per_micro_batch": micro * (data.max_prompt_length + rollout.response_length)}
     return {
         "prompts_per_step": data.train_batch_size,
         "trajectories_per_step": data.train_batch_size * rollout.n,
@@ -399,8 +410,6 @@ def batch_arithmetic(config: Config) -> dict[str, int | bool]:
         "trajectories_per_rank_mini_batch": mini // ranks,
         "mini_batches_per_epoch": mini_batches,
         "optimizer_steps_per_step": mini_batches * actor.ppo_epochs,
-        "trajectories_per_micro_batch": micro,
-        "gradient_accumulation": mini // ranks // micro,
-        "max_tokens_per_micro_batch": micro * (data.max_prompt_length + rollout.response_length),
+        **micro_batching,
         "on_policy_single_update": mini_batches * actor.ppo_epochs == 1,
     }

@@ -3,7 +3,8 @@
 `Actor` knows nothing of generation, rewards or advantages' origin. It takes a Batch of
 trajectories with `advantages` (and, when a KL loss is on, `ref_log_prob`) and runs
 `ppo_epochs` passes of mini-batches (`ppo_mini_batch_size` prompts x rollout.n trajectories),
-each split into micro-batches whose gradients accumulate. Before a mini-batch, its totals
+each split into micro-batches (of rows, or with `use_dynamic_bsz` of a token budget, each trimmed
+of its all-padding columns: `minibatch.py`) whose gradients accumulate. Before a mini-batch, its totals
 (tokens, sequences) are set as `config.global_batch_info`; every loss term aggregates with them
 (`agg_loss(..., **global_batch_info)`), so a micro-batch's loss is its exact share of the
 mini-batch's and the accumulated gradient is the same whatever the micro-batch size.

@@ -3,7 +3,8 @@
 `values[:, t]` estimates the return from the state before response token t (the logit at the
 position that predicts token t), as in verl. The update runs the actor's machinery
 (`minibatch.py`): `ppo_epochs` passes of mini-batches (`critic.ppo_mini_batch_size` prompts x
-rollout.n trajectories) split into micro-batches whose gradients accumulate, each micro-batch's
+rollout.n trajectories) split into micro-batches (rows or a token budget, trimmed of all-padding
+columns) whose gradients accumulate, each micro-batch's
 loss normalised by the mini-batch's totals, so micro-batching does not change the gradient. On several
 data-parallel ranks the totals and metrics are global, as in the actor.
 """

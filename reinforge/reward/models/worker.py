@@ -14,7 +14,8 @@
 `compute_rm_score(batch)` returns `rm_scores` (batch, response_len): the score of each row on its
 last valid response token (verl's name and layout), plus per-row flags `rm_truncated` and, for the
 judge, `judge_parse_failed`, which `RewardModelScorer` counts. Micro-batches of
-`reward_model.micro_batch_size_per_gpu` rows give the same scores as one batch. The first call
+`reward_model.micro_batch_size_per_gpu` rows, or token-budget ones (`reward_model.use_dynamic_bsz`), give the
+same scores as one batch. The first call
 prints the first rebuilt input (or judge exchange) once, to show what the reward model reads.
 """
 
