@@ -79,7 +79,7 @@ def trim_padding(micro: Batch) -> Trimmed:
     width = micro["responses"].shape[1]
     prompt = micro["input_ids"].shape[1] - width
     start, end = used_columns(micro["attention_mask"])
-    start, end = max(0, min(start, prompt - 1)), max(end, prompt + 1)
+    start, end = max(0, min(start if end else prompt, prompt - 1)), max(end, prompt + 1)
     inputs = {key: micro[key][:, start:end] for key in ("input_ids", "attention_mask", "position_ids")}
     inputs["responses"] = micro["responses"][:, :end - prompt]
     return Trimmed(Batch(inputs), micro["attention_mask"][:, prompt:].bool())
