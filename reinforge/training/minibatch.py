@@ -31,6 +31,7 @@ micro-batches (the largest count of any rank).
 
 from __future__ import annotations
 
+import heapq
 import math
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -89,21 +90,23 @@ def balanced_groups(lengths: list[int], count: int) -> list[list[int]]:
     """Row indices in at most `count` non-empty groups of balanced token totals: each row, longest first, joins the
     group with the fewest tokens so far (then the fewest rows), so `count` rows or more fill every group."""
     groups: list[list[int]] = [[] for _ in range(count)]
-    totals = [0] * count
+    lightest = [(0, 0, g) for g in range(count)]  # a heap of (tokens, rows, group)
     for row in sorted(range(len(lengths)), key=lambda r: -lengths[r]):
-        target = min(range(count), key=lambda g: (totals[g], len(groups[g])))
-        groups[target].append(row)
-        totals[target] += lengths[row]
+        tokens, rows, group = heapq.heappop(lightest)
+        groups[group].append(row)
+        heapq.heappush(lightest, (tokens + lengths[row], rows + 1, group))
     return [sorted(group) for group in groups if group]
 
 
 def token_budget_count(lengths: list[int], max_tokens: int) -> int:
     """How many micro-batches `lengths` need under a budget of `max_tokens` real tokens each: ceil(total / budget),
-    more while a group of several rows is over it (a lone row over it is its own micro-batch), at most one per row."""
+    more while groups of several rows are over it (a lone row over it is its own micro-batch), at most one per row."""
     count = max(1, math.ceil(sum(lengths) / max_tokens))
-    while count < len(lengths) and any(
-            len(group) > 1 and sum(lengths[r] for r in group) > max_tokens for group in balanced_groups(lengths, count)):
-        count += 1
+    while count < len(lengths):
+        over = sum(len(group) > 1 and sum(lengths[r] for r in group) > max_tokens for group in balanced_groups(lengths, count))
+        if not over:
+            break
+        count += over
     return min(count, max(1, len(lengths)))
 
 
