@@ -146,8 +146,8 @@ class ActorConfig(Node):
     ppo_micro_batch_size_per_gpu: int | None = _f(None, "Trajectories per forward/backward; gradients accumulate up to a mini-batch. Null: the whole mini-batch.")
     use_dynamic_bsz: bool = _f(False, "Form the update's micro-batches by a token budget (ppo_max_token_len_per_gpu) instead of "
                                "ppo_micro_batch_size_per_gpu rows: ceil(real tokens / budget) groups of balanced token totals, "
-                               "the same count on every rank; the gradient is the same. The rollout's and the reference's "
-                               "log_prob_use_dynamic_bsz are separate keys.")
+                               "the same count on every rank; the gradient is the same. The old-log-prob, reference and critic "
+                               "passes follow it unless their own keys are set (as in verl).")
     ppo_max_token_len_per_gpu: int = _f(16384, "Real (attended) prompt + response tokens per update micro-batch on one rank "
                                         "when use_dynamic_bsz; a longer trajectory gets a micro-batch of its own.")
     grad_clip: float = _f(1.0, "Clip the global gradient norm to this (the pre-clip norm is logged as actor/grad_norm).")
@@ -180,9 +180,10 @@ class RefConfig(Node):
     strategy: str = _f("fsdp", "Backend of the reference model: fsdp2 (fsdp is the same), sharded like the actor when there is more than one rank.")
     log_prob_micro_batch_size: int | None = _f(None, "Deprecated verl global micro-batch; use log_prob_micro_batch_size_per_gpu.")
     log_prob_micro_batch_size_per_gpu: int | None = _f(None, "Trajectories per reference forward; null: rollout.log_prob_micro_batch_size_per_gpu.")
-    log_prob_use_dynamic_bsz: bool = _f(False, "Form the reference pass's micro-batches by log_prob_max_token_len_per_gpu "
-                                        "tokens instead of log_prob_micro_batch_size_per_gpu rows (as actor.use_dynamic_bsz).")
-    log_prob_max_token_len_per_gpu: int = _f(16384, "Real tokens per reference micro-batch on one rank when log_prob_use_dynamic_bsz.")
+    log_prob_use_dynamic_bsz: bool | None = _f(None, "Form the reference pass's micro-batches by log_prob_max_token_len_per_gpu "
+                                               "tokens instead of log_prob_micro_batch_size_per_gpu rows; null: actor.use_dynamic_bsz.")
+    log_prob_max_token_len_per_gpu: int | None = _f(None, "Real tokens per reference micro-batch on one rank when "
+                                                    "log_prob_use_dynamic_bsz; null: actor.ppo_max_token_len_per_gpu.")
     fsdp_config: FSDPConfig = _sub(FSDPConfig, "FSDP settings of the reference.")
     ulysses_sequence_parallel_size: int = _f(1, "Sequence parallel size (only 1 in this version).")
 
@@ -237,9 +238,10 @@ class RolloutConfig(Node):
         "train/inference mismatch of a bf16 engine beside an fp32 trainer (algorithm.rollout_correction).")
     log_prob_micro_batch_size: int | None = _f(None, "Deprecated verl global micro-batch; use log_prob_micro_batch_size_per_gpu.")
     log_prob_micro_batch_size_per_gpu: int | None = _f(None, "Trajectories per forward when recomputing log-probs; null: all at once.")
-    log_prob_use_dynamic_bsz: bool = _f(False, "Form the old-log-prob pass's micro-batches by log_prob_max_token_len_per_gpu "
-                                        "tokens instead of log_prob_micro_batch_size_per_gpu rows (as actor.use_dynamic_bsz).")
-    log_prob_max_token_len_per_gpu: int = _f(16384, "Real tokens per old-log-prob micro-batch on one rank when log_prob_use_dynamic_bsz.")
+    log_prob_use_dynamic_bsz: bool | None = _f(None, "Form the old-log-prob pass's micro-batches by log_prob_max_token_len_per_gpu "
+                                               "tokens instead of log_prob_micro_batch_size_per_gpu rows; null: actor.use_dynamic_bsz.")
+    log_prob_max_token_len_per_gpu: int | None = _f(None, "Real tokens per old-log-prob micro-batch on one rank when "
+                                                    "log_prob_use_dynamic_bsz; null: actor.ppo_max_token_len_per_gpu.")
     micro_batch_size_per_gpu: int | None = _f(None, "hf engine: prompts generated together; null: all at once.")
     gpu_memory_utilization: float = _f(0.5, "vLLM/SGLang: fraction of GPU memory for the engine's weights and KV cache "
                                        "(SGLang's mem_fraction_static); the actor trains in the rest.")
@@ -358,9 +360,11 @@ class RewardModelConfig(Node):
     micro_batch_size_per_gpu: int | None = _f(None, "Responses per reward model forward (judge: per generation call); null: all at once.")
     max_length: int | None = _f(None, "Longest reward model input in tokens when it is rebuilt (another tokenizer or chat "
                                 "template: the end is cut) or is a judge prompt (the start is cut); null: no limit.")
-    use_dynamic_bsz: bool = _f(False, "Form the sequence classifier's micro-batches by forward_max_token_len_per_gpu tokens "
-                               "instead of micro_batch_size_per_gpu rows (the judge generates in micro_batch_size_per_gpu batches).")
-    forward_max_token_len_per_gpu: int = _f(32768, "Real tokens of the reward model's inputs per micro-batch when use_dynamic_bsz.")
+    use_dynamic_bsz: bool | None = _f(None, "Form the sequence classifier's micro-batches by forward_max_token_len_per_gpu tokens "
+                                      "instead of micro_batch_size_per_gpu rows (the judge generates in micro_batch_size_per_gpu "
+                                      "batches); null: critic.use_dynamic_bsz.")
+    forward_max_token_len_per_gpu: int | None = _f(None, "Real tokens of the reward model's inputs per micro-batch when "
+                                                   "use_dynamic_bsz; null: critic.forward_max_token_len_per_gpu.")
     strategy: str = _f("fsdp", "Backend of the reward model: fsdp or fsdp2 (single process: plain PyTorch).")
 
 
@@ -394,10 +398,12 @@ class CriticConfig(Node):
     ppo_micro_batch_size_per_gpu: int | None = _f(None, "Trajectories per critic forward/backward; null: the whole mini-batch.")
     forward_micro_batch_size: int | None = _f(None, "Deprecated verl global micro-batch; use forward_micro_batch_size_per_gpu.")
     forward_micro_batch_size_per_gpu: int | None = _f(None, "Trajectories per forward when computing values; null: ppo_micro_batch_size_per_gpu.")
-    use_dynamic_bsz: bool = _f(False, "Form the critic's micro-batches by a token budget (ppo_max_token_len_per_gpu for the "
-                               "update, forward_max_token_len_per_gpu for values) instead of rows (as actor.use_dynamic_bsz).")
+    use_dynamic_bsz: bool | None = _f(None, "Form the critic's micro-batches by a token budget (ppo_max_token_len_per_gpu for "
+                                      "the update, forward_max_token_len_per_gpu for values) instead of rows; null: "
+                                      "actor.use_dynamic_bsz.")
     ppo_max_token_len_per_gpu: int = _f(32768, "Real tokens per critic update micro-batch on one rank when use_dynamic_bsz.")
-    forward_max_token_len_per_gpu: int = _f(32768, "Real tokens per value-pass micro-batch on one rank when use_dynamic_bsz.")
+    forward_max_token_len_per_gpu: int | None = _f(None, "Real tokens per value-pass micro-batch on one rank when "
+                                                   "use_dynamic_bsz; null: ppo_max_token_len_per_gpu.")
     ppo_epochs: int | None = _f(None, "Passes over the batch per step; null: actor.ppo_epochs.")
     shuffle: bool | None = _f(None, "Shuffle trajectories between mini-batches; null: actor.shuffle.")
     grad_clip: float = _f(1.0, "Clip the critic's gradient norm to this (the pre-clip norm is logged as critic/grad_norm).")

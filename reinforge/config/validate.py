@@ -54,6 +54,7 @@ def finalize(config: Config, quickstart: bool = False) -> None:
     if data.gen_batch_size is None:
         data.gen_batch_size = data.train_batch_size
     _finalize_critic(config)
+    _finalize_token_budgets(config)
     if trainer.default_local_dir is None:
         trainer.default_local_dir = f"checkpoints/{trainer.project_name}/{trainer.experiment_name}"
     import torch
@@ -97,6 +98,25 @@ def _finalize_reward_model(config: Config) -> None:
         rm.micro_batch_size_per_gpu = rm.micro_batch_size
     if rm.enable:  # a reward model with another chat template, and the judge, rebuild the conversation from the messages
         config.data.return_raw_chat = True
+
+
+def _finalize_token_budgets(config: Config) -> None:
+    """verl's defaults of the token-budget keys: the old-log-prob, reference and critic passes follow
+    actor.use_dynamic_bsz (the log-prob passes its budget too), the reward model follows the critic."""
+    arr, critic, rm = config.actor_rollout_ref, config.critic, config.reward_model
+    for section in (arr.rollout, arr.ref):
+        if section.log_prob_use_dynamic_bsz is None:
+            section.log_prob_use_dynamic_bsz = arr.actor.use_dynamic_bsz
+        if section.log_prob_max_token_len_per_gpu is None:
+            section.log_prob_max_token_len_per_gpu = arr.actor.ppo_max_token_len_per_gpu
+    if critic.use_dynamic_bsz is None:
+        critic.use_dynamic_bsz = arr.actor.use_dynamic_bsz
+    if critic.forward_max_token_len_per_gpu is None:
+        critic.forward_max_token_len_per_gpu = critic.ppo_max_token_len_per_gpu
+    if rm.use_dynamic_bsz is None:
+        rm.use_dynamic_bsz = critic.use_dynamic_bsz
+    if rm.forward_max_token_len_per_gpu is None:
+        rm.forward_max_token_len_per_gpu = critic.forward_max_token_len_per_gpu
 
 
 def _finalize_critic(config: Config) -> None:
