@@ -12,11 +12,12 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM
 
+from reinforge.algorithm import full_kl_from_logits, log_probs_from_logits
 from reinforge.batch import Batch
 from reinforge.config.schema import ActorConfig, CriticConfig
 from reinforge.training import actor as actor_module
 from reinforge.training import critic as critic_module
-from reinforge.training.actor import Actor, response_log_probs
+from reinforge.training.actor import Actor, response_log_probs, response_logits
 from reinforge.training.critic import Critic, response_values
 from reinforge.training.minibatch import (
     FORWARD_KEYS,
@@ -91,6 +92,22 @@ def test_trimmed_log_probs_equal_the_whole_batch_forward(model):
         assert torch.allclose(log_probs, want_lp * attends, atol=1e-5), (size, budget)
         assert torch.allclose(entropy, want_ent * attends, atol=1e-5), (size, budget)
         assert (log_probs[~attends] == 0).all()
+
+
+def test_reference_log_probs_and_full_kl_equal_the_whole_batch_forward(model):
+    batch = varied_batch(model.config.vocab_size)
+    ref = copy.deepcopy(model)
+    with torch.no_grad():
+        for p in ref.parameters():
+            p.add_(torch.randn_like(p) * 0.01)
+        attends = batch["attention_mask"][:, PROMPT:].bool()
+        ref_logits = response_logits(ref, batch)
+        want_lp = log_probs_from_logits(ref_logits, batch["responses"], 0.7)[0] * attends
+        want_kl = full_kl_from_logits(response_logits(model, batch), ref_logits, 0.7) * attends
+    assert want_kl[attends].abs().min() > 0
+    for size, budget in ((2, None), (None, 12)):
+        log_probs, kl = Actor(model, ActorConfig()).compute_ref_log_prob_and_full_kl(batch, ref, 0.7, size, budget)
+        assert torch.allclose(log_probs, want_lp, atol=1e-5) and torch.allclose(kl, want_kl, atol=1e-6), (size, budget)
 
 
 def test_token_budget_count_is_the_ceiling_of_tokens_over_budget(model):
