@@ -85,7 +85,7 @@ class ModelConfig(Node):
     custom_chat_template: str | None = _f(None, "A Jinja chat template that replaces the tokenizer's.")
     trust_remote_code: bool = _f(False, "Allow model code from the model folder.")
     enable_gradient_checkpointing: bool = _f(True, "Recompute activations in the backward pass to save memory.")
-    use_remove_padding: bool = _f(False, "verl: pack sequences without padding. Accepted; padded batches are used in this version.")
+    use_remove_padding: bool = _f(False, "verl: pack sequences without padding (needs varlen attention). Accepted; padded micro-batches, trimmed to the columns their rows use, in this version.")
     override_config: dict = _f({}, "Values that override the model's config.json (e.g. attention_dropout).")
     external_lib: str | None = _f(None, "A module to import before loading the model (registers custom architectures).")
     use_shm: bool = _f(False, "Accepted for verl compatibility (copy the model to shared memory); no effect here.")
@@ -144,8 +144,12 @@ class ActorConfig(Node):
     ppo_mini_batch_size: int = _f(256, "Prompts per optimizer step (multiplied by rollout.n trajectories).")
     ppo_micro_batch_size: int | None = _f(None, "Deprecated verl global micro-batch; use ppo_micro_batch_size_per_gpu.")
     ppo_micro_batch_size_per_gpu: int | None = _f(None, "Trajectories per forward/backward; gradients accumulate up to a mini-batch. Null: the whole mini-batch.")
-    use_dynamic_bsz: bool = _f(False, "verl: token-budget micro-batches. Accepted; fixed-size micro-batches in this version.")
-    ppo_max_token_len_per_gpu: int = _f(16384, "Token budget per micro-batch when use_dynamic_bsz (not in this version).")
+    use_dynamic_bsz: bool = _f(False, "Form the update's micro-batches by a token budget (ppo_max_token_len_per_gpu) instead of "
+                               "ppo_micro_batch_size_per_gpu rows: ceil(real tokens / budget) groups of balanced token totals, "
+                               "the same count on every rank; the gradient is the same. The old-log-prob, reference and critic "
+                               "passes follow it unless their own keys are set (as in verl).")
+    ppo_max_token_len_per_gpu: int = _f(16384, "Real (attended) prompt + response tokens per update micro-batch on one rank "
+                                        "when use_dynamic_bsz; a longer trajectory gets a micro-batch of its own.")
     grad_clip: float = _f(1.0, "Clip the global gradient norm to this (the pre-clip norm is logged as actor/grad_norm).")
     clip_ratio: float = _f(0.2, "PPO clip epsilon; default for clip_ratio_low and clip_ratio_high.")
     clip_ratio_low: float | None = _f(None, "Lower clip epsilon (ratio >= 1 - low); null: clip_ratio.")
@@ -176,8 +180,10 @@ class RefConfig(Node):
     strategy: str = _f("fsdp", "Backend of the reference model: fsdp2 (fsdp is the same), sharded like the actor when there is more than one rank.")
     log_prob_micro_batch_size: int | None = _f(None, "Deprecated verl global micro-batch; use log_prob_micro_batch_size_per_gpu.")
     log_prob_micro_batch_size_per_gpu: int | None = _f(None, "Trajectories per reference forward; null: rollout.log_prob_micro_batch_size_per_gpu.")
-    log_prob_use_dynamic_bsz: bool = _f(False, "Token-budget micro-batches (not in this version).")
-    log_prob_max_token_len_per_gpu: int = _f(16384, "Token budget per micro-batch (not in this version).")
+    log_prob_use_dynamic_bsz: bool | None = _f(None, "Form the reference pass's micro-batches by log_prob_max_token_len_per_gpu "
+                                               "tokens instead of log_prob_micro_batch_size_per_gpu rows; null: actor.use_dynamic_bsz.")
+    log_prob_max_token_len_per_gpu: int | None = _f(None, "Real tokens per reference micro-batch on one rank when "
+                                                    "log_prob_use_dynamic_bsz; null: actor.ppo_max_token_len_per_gpu.")
     fsdp_config: FSDPConfig = _sub(FSDPConfig, "FSDP settings of the reference.")
     ulysses_sequence_parallel_size: int = _f(1, "Sequence parallel size (only 1 in this version).")
 
@@ -232,8 +238,10 @@ class RolloutConfig(Node):
         "train/inference mismatch of a bf16 engine beside an fp32 trainer (algorithm.rollout_correction).")
     log_prob_micro_batch_size: int | None = _f(None, "Deprecated verl global micro-batch; use log_prob_micro_batch_size_per_gpu.")
     log_prob_micro_batch_size_per_gpu: int | None = _f(None, "Trajectories per forward when recomputing log-probs; null: all at once.")
-    log_prob_use_dynamic_bsz: bool = _f(False, "Token-budget micro-batches (not in this version).")
-    log_prob_max_token_len_per_gpu: int = _f(16384, "Token budget per micro-batch (not in this version).")
+    log_prob_use_dynamic_bsz: bool | None = _f(None, "Form the old-log-prob pass's micro-batches by log_prob_max_token_len_per_gpu "
+                                               "tokens instead of log_prob_micro_batch_size_per_gpu rows; null: actor.use_dynamic_bsz.")
+    log_prob_max_token_len_per_gpu: int | None = _f(None, "Real tokens per old-log-prob micro-batch on one rank when "
+                                                    "log_prob_use_dynamic_bsz; null: actor.ppo_max_token_len_per_gpu.")
     micro_batch_size_per_gpu: int | None = _f(None, "hf engine: prompts generated together; null: all at once.")
     gpu_memory_utilization: float = _f(0.5, "vLLM/SGLang: fraction of GPU memory for the engine's weights and KV cache "
                                        "(SGLang's mem_fraction_static); the actor trains in the rest.")
@@ -298,7 +306,7 @@ class RewardModelModelConfig(Node):
     external_lib: str | None = _f(None, "A module to import before loading the reward model (registers custom architectures).")
     trust_remote_code: bool = _f(False, "Allow model and tokenizer code from the reward model's folder.")
     override_config: dict = _f({}, "Values that override the reward model's config.json (e.g. pad_token_id).")
-    use_remove_padding: bool = _f(False, "verl: pack sequences without padding. Accepted; padded batches are used in this version.")
+    use_remove_padding: bool = _f(False, "verl: pack sequences without padding (needs varlen attention). Accepted; padded micro-batches, trimmed to the columns their rows use, in this version.")
     use_shm: bool = _f(False, "Accepted for verl compatibility (copy the model to shared memory); no effect here.")
     fsdp_config: FSDPConfig = _sub(FSDPConfig, "FSDP settings of the reward model (model_dtype acts in one process).")
 
@@ -352,8 +360,11 @@ class RewardModelConfig(Node):
     micro_batch_size_per_gpu: int | None = _f(None, "Responses per reward model forward (judge: per generation call); null: all at once.")
     max_length: int | None = _f(None, "Longest reward model input in tokens when it is rebuilt (another tokenizer or chat "
                                 "template: the end is cut) or is a judge prompt (the start is cut); null: no limit.")
-    use_dynamic_bsz: bool = _f(False, "Token-budget micro-batches (not in this version).")
-    forward_max_token_len_per_gpu: int = _f(32768, "Token budget per micro-batch when use_dynamic_bsz (not in this version).")
+    use_dynamic_bsz: bool | None = _f(None, "Form the sequence classifier's micro-batches by forward_max_token_len_per_gpu tokens "
+                                      "instead of micro_batch_size_per_gpu rows (the judge generates in micro_batch_size_per_gpu "
+                                      "batches); null: critic.use_dynamic_bsz.")
+    forward_max_token_len_per_gpu: int | None = _f(None, "Real tokens of the reward model's inputs per micro-batch when "
+                                                   "use_dynamic_bsz; null: critic.forward_max_token_len_per_gpu.")
     strategy: str = _f("fsdp", "Backend of the reward model: fsdp or fsdp2 (single process: plain PyTorch).")
 
 
@@ -367,7 +378,7 @@ class CriticModelConfig(Node):
     external_lib: str | None = _f(None, "A module to import before loading the value model.")
     trust_remote_code: bool = _f(False, "Allow model code from the value model's folder.")
     enable_gradient_checkpointing: bool = _f(True, "Recompute activations in the critic's backward pass to save memory.")
-    use_remove_padding: bool = _f(False, "verl: pack sequences without padding. Accepted; padded batches are used in this version.")
+    use_remove_padding: bool = _f(False, "verl: pack sequences without padding (needs varlen attention). Accepted; padded micro-batches, trimmed to the columns their rows use, in this version.")
     fsdp_config: FSDPConfig = _sub(FSDPConfig, "FSDP settings of the critic.")
 
 
@@ -387,9 +398,12 @@ class CriticConfig(Node):
     ppo_micro_batch_size_per_gpu: int | None = _f(None, "Trajectories per critic forward/backward; null: the whole mini-batch.")
     forward_micro_batch_size: int | None = _f(None, "Deprecated verl global micro-batch; use forward_micro_batch_size_per_gpu.")
     forward_micro_batch_size_per_gpu: int | None = _f(None, "Trajectories per forward when computing values; null: ppo_micro_batch_size_per_gpu.")
-    use_dynamic_bsz: bool = _f(False, "Token-budget micro-batches (not in this version).")
-    ppo_max_token_len_per_gpu: int = _f(32768, "Token budget per micro-batch (not in this version).")
-    forward_max_token_len_per_gpu: int = _f(32768, "Token budget per forward micro-batch (not in this version).")
+    use_dynamic_bsz: bool | None = _f(None, "Form the critic's micro-batches by a token budget (ppo_max_token_len_per_gpu for "
+                                      "the update, forward_max_token_len_per_gpu for values) instead of rows; null: "
+                                      "actor.use_dynamic_bsz.")
+    ppo_max_token_len_per_gpu: int = _f(32768, "Real tokens per critic update micro-batch on one rank when use_dynamic_bsz.")
+    forward_max_token_len_per_gpu: int | None = _f(None, "Real tokens per value-pass micro-batch on one rank when "
+                                                   "use_dynamic_bsz; null: ppo_max_token_len_per_gpu.")
     ppo_epochs: int | None = _f(None, "Passes over the batch per step; null: actor.ppo_epochs.")
     shuffle: bool | None = _f(None, "Shuffle trajectories between mini-batches; null: actor.shuffle.")
     grad_clip: float = _f(1.0, "Clip the critic's gradient norm to this (the pre-clip norm is logged as critic/grad_norm).")

@@ -11,37 +11,27 @@ _ENGINE_ONLY = (
 )
 
 _ALWAYS_INERT = {
-    "actor_rollout_ref.model.use_remove_padding": "padded batches are used in this version",
+    "actor_rollout_ref.model.use_remove_padding": "padded micro-batches are used in this version (packing needs varlen attention)",
     "actor_rollout_ref.model.use_shm": "the model is read from its folder",
-    "actor_rollout_ref.actor.use_dynamic_bsz": "fixed-size micro-batches are used in this version",
-    "actor_rollout_ref.actor.ppo_max_token_len_per_gpu": "fixed-size micro-batches are used in this version",
     "actor_rollout_ref.actor.use_torch_compile": "no torch.compile in this version",
-    "actor_rollout_ref.rollout.log_prob_use_dynamic_bsz": "fixed-size micro-batches are used in this version",
-    "actor_rollout_ref.rollout.log_prob_max_token_len_per_gpu": "fixed-size micro-batches are used in this version",
-    "actor_rollout_ref.ref.log_prob_use_dynamic_bsz": "fixed-size micro-batches are used in this version",
-    "actor_rollout_ref.ref.log_prob_max_token_len_per_gpu": "fixed-size micro-batches are used in this version",
     "actor_rollout_ref.hybrid_engine": "actor, rollout and reference always share one worker",
     "data.dataloader_num_workers": "prompts are prepared in-process",
     "actor_rollout_ref.rollout.agent.num_workers": "every row's agent loop runs in one asyncio event loop of the rollout worker",
     "data.return_raw_input_ids": "prompts are tokenized once by the model's tokenizer",
     "trainer.default_hdfs_dir": "no HDFS copy",
-    "critic.use_dynamic_bsz": "fixed-size micro-batches are used in this version",
-    "critic.ppo_max_token_len_per_gpu": "fixed-size micro-batches are used in this version",
-    "critic.forward_max_token_len_per_gpu": "fixed-size micro-batches are used in this version",
-    "critic.model.use_remove_padding": "padded batches are used in this version",
+    "critic.model.use_remove_padding": "padded micro-batches are used in this version (packing needs varlen attention)",
     "critic.model.tokenizer_path": "the critic reads the actor's token ids",
     "trainer.del_local_ckpt_after_load": "checkpoints are kept after resuming",
     "actor_rollout_ref.rollout.calculate_log_probs": "every engine always returns rollout_log_probs",
     "actor_rollout_ref.rollout.prompt_length": "prompts are limited by data.max_prompt_length",
-    "reward_model.model.use_remove_padding": "padded batches are used in this version",
+    "reward_model.model.use_remove_padding": "padded micro-batches are used in this version (packing needs varlen attention)",
     "reward_model.model.use_shm": "the model is read from its folder",
-    "reward_model.use_dynamic_bsz": "fixed-size micro-batches are used in this version",
-    "reward_model.forward_max_token_len_per_gpu": "fixed-size micro-batches are used in this version",
 }
 
 
 _CRITIC_KEYS = ("trainer.critic_warmup", "trainer.max_critic_ckpt_to_keep")
-_REWARD_MODEL_KEYS = ("model", "judge", "micro_batch_size", "micro_batch_size_per_gpu", "max_length", "strategy")
+_REWARD_MODEL_KEYS = ("model", "judge", "micro_batch_size", "micro_batch_size_per_gpu", "max_length", "strategy",
+                      "use_dynamic_bsz", "forward_max_token_len_per_gpu")
 
 
 def _reward_model_reason(config: Config, key: str) -> str | None:
@@ -51,6 +41,8 @@ def _reward_model_reason(config: Config, key: str) -> str | None:
         return None
     if parts[1] in _REWARD_MODEL_KEYS and not rm.enable:
         return "no reward model in this run (reward_model.enable=true adds one)"
+    if parts[1] in ("use_dynamic_bsz", "forward_max_token_len_per_gpu") and rm.judge.enable:
+        return "the judge generates in reward_model.micro_batch_size_per_gpu batches; token budgets are for the sequence classifier"
     if parts[1] == "judge" and parts[-1] != "enable" and not rm.judge.enable:
         return "used by a generative judge only (reward_model.judge.enable=true)"
     if parts[1] == "sandbox_fusion" and config.custom_reward_function.path:
@@ -59,6 +51,37 @@ def _reward_model_reason(config: Config, key: str) -> str | None:
         return "used only with reward_model.sandbox_fusion.url; without it code runs in the local sandbox"
     if parts[1] in ("reward_manager", "reward_kwargs") and rm.enable and not config.custom_reward_function.path:
         return "the reward model's score is the whole reward when no custom_reward_function.path is set"
+    return None
+
+
+_TOKEN_BUDGETS = {  # section: (its switch, its token budgets, the row counts the switch replaces)
+    "actor_rollout_ref.actor": ("use_dynamic_bsz", ("ppo_max_token_len_per_gpu",),
+                                ("ppo_micro_batch_size", "ppo_micro_batch_size_per_gpu")),
+    "actor_rollout_ref.rollout": ("log_prob_use_dynamic_bsz", ("log_prob_max_token_len_per_gpu",),
+                                  ("log_prob_micro_batch_size", "log_prob_micro_batch_size_per_gpu")),
+    "actor_rollout_ref.ref": ("log_prob_use_dynamic_bsz", ("log_prob_max_token_len_per_gpu",),
+                              ("log_prob_micro_batch_size", "log_prob_micro_batch_size_per_gpu")),
+    "critic": ("use_dynamic_bsz", ("ppo_max_token_len_per_gpu", "forward_max_token_len_per_gpu"),
+               ("ppo_micro_batch_size", "ppo_micro_batch_size_per_gpu", "forward_micro_batch_size",
+                "forward_micro_batch_size_per_gpu")),
+    "reward_model": ("use_dynamic_bsz", ("forward_max_token_len_per_gpu",), ("micro_batch_size", "micro_batch_size_per_gpu")),
+}
+
+
+def _token_budget_reason(config: Config, key: str) -> str | None:
+    """Why a token budget (its switch off) or a micro-batch row count (its switch on) does nothing, if it does not."""
+    section, _, name = key.rpartition(".")
+    if section not in _TOKEN_BUDGETS:
+        return None
+    switch, budgets, row_counts = _TOKEN_BUDGETS[section]
+    node = config
+    for part in section.split("."):
+        node = getattr(node, part)
+    if name in budgets and not getattr(node, switch):
+        return f"a token budget acts only with {section}.{switch}=true"
+    judge = section == "reward_model" and config.reward_model.judge.enable
+    if name in row_counts and getattr(node, switch) and not judge:
+        return f"{section}.{switch}=true forms micro-batches by token budget instead"
     return None
 
 
@@ -100,6 +123,8 @@ def unused_settings(config: Config, user_keys: list[str]) -> list[str]:
         parts = key.split(".")
         if reason is None and not config.critic.enable and (parts[0] == "critic" or key in _CRITIC_KEYS):
             reason = "no critic in this run (the advantage estimator does not use values; critic.enable=true adds one)"
+        elif reason is None and _token_budget_reason(config, key):
+            reason = _token_budget_reason(config, key)
         elif reason is None and key == "critic.enable" and config.critic.enable and not needs_critic(config.algorithm.adv_estimator):
             reason = (f"the critic is trained, but algorithm.adv_estimator={config.algorithm.adv_estimator} does not use its "
                       "values (gae does)")

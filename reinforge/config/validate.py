@@ -54,6 +54,7 @@ def finalize(config: Config, quickstart: bool = False) -> None:
     if data.gen_batch_size is None:
         data.gen_batch_size = data.train_batch_size
     _finalize_critic(config)
+    _finalize_token_budgets(config)
     if trainer.default_local_dir is None:
         trainer.default_local_dir = f"checkpoints/{trainer.project_name}/{trainer.experiment_name}"
     import torch
@@ -97,6 +98,25 @@ def _finalize_reward_model(config: Config) -> None:
         rm.micro_batch_size_per_gpu = rm.micro_batch_size
     if rm.enable:  # a reward model with another chat template, and the judge, rebuild the conversation from the messages
         config.data.return_raw_chat = True
+
+
+def _finalize_token_budgets(config: Config) -> None:
+    """verl's defaults of the token-budget keys: the old-log-prob, reference and critic passes follow
+    actor.use_dynamic_bsz (the log-prob passes its budget too), the reward model follows the critic."""
+    arr, critic, rm = config.actor_rollout_ref, config.critic, config.reward_model
+    for section in (arr.rollout, arr.ref):
+        if section.log_prob_use_dynamic_bsz is None:
+            section.log_prob_use_dynamic_bsz = arr.actor.use_dynamic_bsz
+        if section.log_prob_max_token_len_per_gpu is None:
+            section.log_prob_max_token_len_per_gpu = arr.actor.ppo_max_token_len_per_gpu
+    if critic.use_dynamic_bsz is None:
+        critic.use_dynamic_bsz = arr.actor.use_dynamic_bsz
+    if critic.forward_max_token_len_per_gpu is None:
+        critic.forward_max_token_len_per_gpu = critic.ppo_max_token_len_per_gpu
+    if rm.use_dynamic_bsz is None:
+        rm.use_dynamic_bsz = critic.use_dynamic_bsz
+    if rm.forward_max_token_len_per_gpu is None:
+        rm.forward_max_token_len_per_gpu = critic.forward_max_token_len_per_gpu
 
 
 def _finalize_critic(config: Config) -> None:
@@ -234,6 +254,12 @@ def _check(config: Config) -> None:
         ("critic.ppo_mini_batch_size", config.critic.ppo_mini_batch_size),
         ("critic.ppo_micro_batch_size_per_gpu", config.critic.ppo_micro_batch_size_per_gpu),
         ("critic.forward_micro_batch_size_per_gpu", config.critic.forward_micro_batch_size_per_gpu),
+        ("actor_rollout_ref.actor.ppo_max_token_len_per_gpu", actor.ppo_max_token_len_per_gpu),
+        ("actor_rollout_ref.rollout.log_prob_max_token_len_per_gpu", rollout.log_prob_max_token_len_per_gpu),
+        ("actor_rollout_ref.ref.log_prob_max_token_len_per_gpu", arr.ref.log_prob_max_token_len_per_gpu),
+        ("critic.ppo_max_token_len_per_gpu", config.critic.ppo_max_token_len_per_gpu),
+        ("critic.forward_max_token_len_per_gpu", config.critic.forward_max_token_len_per_gpu),
+        ("reward_model.forward_max_token_len_per_gpu", config.reward_model.forward_max_token_len_per_gpu),
         ("critic.ppo_epochs", config.critic.ppo_epochs),
         ("critic.optim.lr", config.critic.optim.lr),
         ("critic.grad_clip", config.critic.grad_clip),
@@ -391,6 +417,11 @@ def batch_arithmetic(config: Config) -> dict[str, int | bool]:
     mini = actor.ppo_mini_batch_size * rollout.n
     micro = actor.ppo_micro_batch_size_per_gpu or mini // ranks
     mini_batches = data.train_batch_size // actor.ppo_mini_batch_size
+    if actor.use_dynamic_bsz:  # micro-batches formed per step from the rows' lengths: only their budget is known
+        micro_batching = {"max_tokens_per_micro_batch": actor.ppo_max_token_len_per_gpu}
+    else:
+        micro_batching = {"trajectories_per_micro_batch": micro, "gradient_accumulation": mini // ranks // micro,
+                          "max_tokens_per_micro_batch": micro * (data.max_prompt_length + rollout.response_length)}
     return {
         "prompts_per_step": data.train_batch_size,
         "trajectories_per_step": data.train_batch_size * rollout.n,
@@ -399,8 +430,6 @@ def batch_arithmetic(config: Config) -> dict[str, int | bool]:
         "trajectories_per_rank_mini_batch": mini // ranks,
         "mini_batches_per_epoch": mini_batches,
         "optimizer_steps_per_step": mini_batches * actor.ppo_epochs,
-        "trajectories_per_micro_batch": micro,
-        "gradient_accumulation": mini // ranks // micro,
-        "max_tokens_per_micro_batch": micro * (data.max_prompt_length + rollout.response_length),
+        **micro_batching,
         "on_policy_single_update": mini_batches * actor.ppo_epochs == 1,
     }

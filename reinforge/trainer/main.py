@@ -27,7 +27,8 @@ ARITHMETIC_NOTES = {
     "optimizer_steps_per_step": "mini-batches x actor.ppo_epochs",
     "trajectories_per_micro_batch": "actor.ppo_micro_batch_size_per_gpu (null: the rank's whole share)",
     "gradient_accumulation": "micro-batches per optimizer step on each rank",
-    "max_tokens_per_micro_batch": "micro-batch x (max_prompt_length + response_length)",
+    "max_tokens_per_micro_batch": "micro-batch x (max_prompt_length + response_length); "
+                                  "use_dynamic_bsz: actor.ppo_max_token_len_per_gpu real tokens",
     "on_policy_single_update": "true: old log-probs come from the update's own forward pass",
 }
 

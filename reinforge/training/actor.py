@@ -3,7 +3,8 @@
 `Actor` knows nothing of generation, rewards or advantages' origin. It takes a Batch of
 trajectories with `advantages` (and, when a KL loss is on, `ref_log_prob`) and runs
 `ppo_epochs` passes of mini-batches (`ppo_mini_batch_size` prompts x rollout.n trajectories),
-each split into micro-batches whose gradients accumulate. Before a mini-batch, its totals
+each split into micro-batches (of rows, or with `use_dynamic_bsz` of a token budget, each trimmed
+of its all-padding columns: `minibatch.py`) whose gradients accumulate. Before a mini-batch, its totals
 (tokens, sequences) are set as `config.global_batch_info`; every loss term aggregates with them
 (`agg_loss(..., **global_batch_info)`), so a micro-batch's loss is its exact share of the
 mini-batch's and the accumulated gradient is the same whatever the micro-batch size.
@@ -38,12 +39,15 @@ from reinforge.config.schema import ActorConfig
 from reinforge.distributed.process_group import all_reduce_dict, gather_rows, world_size
 from reinforge.training.minibatch import (
     FORWARD_KEYS,
+    Trimmed,
     backward_if_finite,
     clip_and_step,
     eval_mode,
-    forward_micro_batches,
+    forward_in_micro_batches,
     global_batch_info,
+    micro_batch_rows,
     run_epochs,
+    trim_padding,
 )
 
 
@@ -74,35 +78,32 @@ class Actor:
 
     @torch.no_grad()
     def compute_log_prob(self, batch: Batch, temperature: float, micro_batch_size: int | None,
-                         with_entropy: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """Log-probs (and entropy) for every row, in micro-batches, without gradients."""
-        micros, real = forward_micro_batches(batch, micro_batch_size)
+                         with_entropy: bool = False, max_tokens: int | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Log-probs (and entropy) for every row, in micro-batches (`max_tokens`: token-budget ones), without
+        gradients; 0 where the attention mask is."""
         with eval_mode(self.model):
-            pieces = [response_log_probs(self.model, micro.select(FORWARD_KEYS).to(self.device), temperature, with_entropy)
-                      for micro in micros][:real]
-        log_probs = torch.cat([p[0] for p in pieces]).cpu()
-        entropy = torch.cat([p[1] for p in pieces]).cpu() if with_entropy else None
-        return log_probs, entropy
+            return forward_in_micro_batches(batch, micro_batch_size, max_tokens, self.device,
+                                            lambda micro: response_log_probs(self.model, micro, temperature, with_entropy))
 
     @torch.no_grad()
     def compute_ref_log_prob_and_full_kl(self, batch: Batch, ref_model: torch.nn.Module, temperature: float,
-                                         micro_batch_size: int | None) -> tuple[torch.Tensor, torch.Tensor]:
+                                         micro_batch_size: int | None,
+                                         max_tokens: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """The reference's log-probs and the exact per-token KL(this policy || reference), from one forward of each."""
-        log_probs, kls = [], []
-        micros, real = forward_micro_batches(batch, micro_batch_size)
+        def forward(micro: Batch) -> tuple[torch.Tensor, torch.Tensor]:
+            ref_logits = response_logits(ref_model, micro)
+            log_probs, _ = log_probs_from_logits(ref_logits, micro["responses"], temperature, with_entropy=False)
+            return log_probs, full_kl_from_logits(response_logits(self.model, micro), ref_logits, temperature)
+
         with eval_mode(self.model):
-            for micro in micros:
-                micro = micro.select(FORWARD_KEYS).to(self.device)
-                ref_logits = response_logits(ref_model, micro)
-                log_probs.append(log_probs_from_logits(ref_logits, micro["responses"], temperature, with_entropy=False)[0].cpu())
-                kls.append(full_kl_from_logits(response_logits(self.model, micro), ref_logits, temperature).cpu())
-        return torch.cat(log_probs[:real]), torch.cat(kls[:real])
+            return forward_in_micro_batches(batch, micro_batch_size, max_tokens, self.device, forward)
 
     def update_policy(self, batch: Batch, temperature: float, rollout_n: int) -> dict[str, float]:
         """Run the PPO epochs over `batch`; returns verl's actor/* metrics averaged over optimizer steps."""
         cfg = self.config
         mini_size = cfg.ppo_mini_batch_size * rollout_n // world_size()  # this rank's share of each mini-batch
         micro_size = cfg.ppo_micro_batch_size_per_gpu or mini_size
+        max_tokens = cfg.ppo_max_token_len_per_gpu if cfg.use_dynamic_bsz else None
         on_policy = cfg.ppo_epochs == 1 and len(batch) <= mini_size and "old_log_probs" not in batch
         keys = [*FORWARD_KEYS, "response_mask", "advantages"]
         keys += [k for k in ("old_log_probs", "ref_log_prob", "rollout_log_probs", "rollout_is_weights") if k in batch]
@@ -111,9 +112,9 @@ class Actor:
         if cfg.use_kl_loss and cfg.kl_loss_type == "full" and self.ref_model is None:
             raise ValueError("kl_loss_type=full needs the reference model in the actor")
         return run_epochs(batch, keys, mini_size, cfg.ppo_epochs, cfg.shuffle, "actor",
-                          lambda mini: self._optimizer_step(mini, micro_size, temperature, on_policy))
+                          lambda mini: self._optimizer_step(mini, micro_size, max_tokens, temperature, on_policy))
 
-    def _optimizer_step(self, mini: Batch, micro_size: int, temperature: float,
+    def _optimizer_step(self, mini: Batch, micro_size: int, max_tokens: int | None, temperature: float,
                         on_policy: bool) -> tuple[dict[str, float], bool]:
         cfg = self.config
         info = global_batch_info(mini["response_mask"], cfg.loss_scale_factor)
@@ -126,12 +127,13 @@ class Actor:
         self.optimizer.zero_grad(set_to_none=True)
         loss_finite = True
         measured = []  # on-policy: (old, rollout, mask) of each micro-batch, for the train/inference mismatch metrics
-        for micro in mini.split(micro_size):
-            micro = micro.to(self.device)
+        for rows in micro_batch_rows(mini, micro_size, max_tokens):
+            micro = mini.index(rows).to(self.device)
             mask = micro["response_mask"].float()
             share = float(mask.sum()) / max(info["batch_num_tokens"], 1)  # ratio-type metrics are token means
-            logits = response_logits(self.model, micro)
-            log_prob, entropy = log_probs_from_logits(logits, micro["responses"], temperature)
+            trimmed = trim_padding(micro)
+            logits = response_logits(self.model, trimmed.batch)  # (rows, kept response columns, vocab)
+            log_prob, entropy = map(trimmed.widen, log_probs_from_logits(logits, trimmed.batch["responses"], temperature))
             old_log_prob = log_prob.detach() if on_policy else micro["old_log_probs"]
             if on_policy and "rollout_log_probs" in micro:
                 measured.append((old_log_prob.cpu(), micro["rollout_log_probs"].cpu(), mask.cpu()))
@@ -139,7 +141,7 @@ class Actor:
             entropy_term = agg_loss(entropy if cfg.entropy_coeff else entropy.detach(), mask, cfg.loss_agg_mode, **info)
             loss = pg_loss - cfg.entropy_coeff * entropy_term
             if cfg.use_kl_loss:
-                kl_term = agg_loss(self._kl(micro, logits, log_prob, temperature), mask, cfg.loss_agg_mode, **info)
+                kl_term = agg_loss(self._kl(micro, trimmed, logits, log_prob, temperature), mask, cfg.loss_agg_mode, **info)
                 loss = loss + cfg.kl_loss_coef * kl_term
                 add("actor/kl_loss", kl_term.item() / info["dp_size"])
             loss_finite &= backward_if_finite(loss)
@@ -168,10 +170,11 @@ class Actor:
             response_mask=mask, loss_agg_mode=cfg.loss_agg_mode, config=cfg, rollout_is_weights=micro.get("rollout_is_weights"),
         )
 
-    def _kl(self, micro: Batch, logits: torch.Tensor, log_prob: torch.Tensor, temperature: float) -> torch.Tensor:
-        """Per-token KL(actor || reference) of the kind `kl_loss_type` names."""
+    def _kl(self, micro: Batch, trimmed: Trimmed, logits: torch.Tensor, log_prob: torch.Tensor,
+            temperature: float) -> torch.Tensor:
+        """Per-token KL(actor || reference) of the kind `kl_loss_type` names, at full response width."""
         if self.config.kl_loss_type != "full":
             return kl_penalty(log_prob, micro["ref_log_prob"], self.config.kl_loss_type)
         with torch.no_grad():
-            ref_logits = response_logits(self.ref_model, micro)
-        return full_kl_from_logits(logits, ref_logits, temperature)
+            ref_logits = response_logits(self.ref_model, trimmed.batch)
+        return trimmed.widen(full_kl_from_logits(logits, ref_logits, temperature))

@@ -3,7 +3,8 @@
 `values[:, t]` estimates the return from the state before response token t (the logit at the
 position that predicts token t), as in verl. The update runs the actor's machinery
 (`minibatch.py`): `ppo_epochs` passes of mini-batches (`critic.ppo_mini_batch_size` prompts x
-rollout.n trajectories) split into micro-batches whose gradients accumulate, each micro-batch's
+rollout.n trajectories) split into micro-batches (rows or a token budget, trimmed of all-padding
+columns) whose gradients accumulate, each micro-batch's
 loss normalised by the mini-batch's totals, so micro-batching does not change the gradient. On several
 data-parallel ranks the totals and metrics are global, as in the actor.
 """
@@ -21,9 +22,11 @@ from reinforge.training.minibatch import (
     backward_if_finite,
     clip_and_step,
     eval_mode,
-    forward_micro_batches,
+    forward_in_micro_batches,
     global_batch_info,
+    micro_batch_rows,
     run_epochs,
+    trim_padding,
 )
 
 
@@ -45,10 +48,11 @@ class Critic:
     @torch.no_grad()
     def compute_values(self, batch: Batch) -> torch.Tensor:
         """Values for every row, in forward micro-batches, without gradients; 0 on masked positions."""
-        micros, real = forward_micro_batches(batch, self.config.forward_micro_batch_size_per_gpu)
+        cfg = self.config
+        max_tokens = cfg.forward_max_token_len_per_gpu if cfg.use_dynamic_bsz else None
         with eval_mode(self.model):
-            values = torch.cat([response_values(self.model, micro.select(FORWARD_KEYS).to(self.device)).cpu()
-                                for micro in micros][:real])
+            values, = forward_in_micro_batches(batch, cfg.forward_micro_batch_size_per_gpu, max_tokens, self.device,
+                                               lambda micro: (response_values(self.model, micro),))
         return values * batch["response_mask"]
 
     def update_critic(self, batch: Batch, rollout_n: int) -> dict[str, float]:
@@ -56,20 +60,22 @@ class Critic:
         cfg = self.config
         mini_size = cfg.ppo_mini_batch_size * rollout_n // world_size()  # this rank's share of each mini-batch
         micro_size = cfg.ppo_micro_batch_size_per_gpu or mini_size
+        max_tokens = cfg.ppo_max_token_len_per_gpu if cfg.use_dynamic_bsz else None
         return run_epochs(batch, [*FORWARD_KEYS, "response_mask", "values", "returns"], mini_size, cfg.ppo_epochs,
-                          cfg.shuffle, "critic", lambda mini: self._optimizer_step(mini, micro_size))
+                          cfg.shuffle, "critic", lambda mini: self._optimizer_step(mini, micro_size, max_tokens))
 
-    def _optimizer_step(self, mini: Batch, micro_size: int) -> tuple[dict[str, float], bool]:
+    def _optimizer_step(self, mini: Batch, micro_size: int, max_tokens: int | None) -> tuple[dict[str, float], bool]:
         cfg = self.config
         info = global_batch_info(mini["response_mask"], cfg.loss_scale_factor)
         metrics = {"critic/vf_loss": 0.0, "critic/vf_clipfrac": 0.0, "critic/vpred_mean": 0.0}
         self.optimizer.zero_grad(set_to_none=True)
         loss_finite = True
-        for micro in mini.split(micro_size):
-            micro = micro.to(self.device)
+        for rows in micro_batch_rows(mini, micro_size, max_tokens):
+            micro = mini.index(rows).to(self.device)
             mask = micro["response_mask"].float()
             share = float(mask.sum()) / max(info["batch_num_tokens"], 1)
-            vpreds = response_values(self.model, micro)
+            trimmed = trim_padding(micro)
+            vpreds = trimmed.widen(response_values(self.model, trimmed.batch))
             vf_loss, vf_clipfrac = compute_value_loss(vpreds, micro["returns"], micro["values"], mask, cfg.cliprange_value,
                                                       cfg.loss_agg_mode, **info)
             loss_finite &= backward_if_finite(vf_loss)

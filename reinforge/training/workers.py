@@ -119,7 +119,9 @@ class ActorRolloutRefWorker:
     def compute_log_prob(self, batch: Batch) -> Batch:
         """old_log_probs of the current policy (no gradient; entropy is measured in the update's own pass)."""
         rollout = self.config.actor_rollout_ref.rollout
-        log_probs, _ = self.actor.compute_log_prob(batch, rollout.temperature, rollout.log_prob_micro_batch_size_per_gpu)
+        max_tokens = rollout.log_prob_max_token_len_per_gpu if rollout.log_prob_use_dynamic_bsz else None
+        log_probs, _ = self.actor.compute_log_prob(batch, rollout.temperature, rollout.log_prob_micro_batch_size_per_gpu,
+                                                   max_tokens=max_tokens)
         return Batch({"old_log_probs": log_probs})
 
     @register(Dispatch.DP)
@@ -127,10 +129,12 @@ class ActorRolloutRefWorker:
         """ref_log_prob; with algorithm.kl_penalty=full in the reward also `full_kl`, the exact per-token KL(actor || ref)."""
         cfg, algo = self.config.actor_rollout_ref, self.config.algorithm
         micro = cfg.ref.log_prob_micro_batch_size_per_gpu
+        max_tokens = cfg.ref.log_prob_max_token_len_per_gpu if cfg.ref.log_prob_use_dynamic_bsz else None
         if algo.use_kl_in_reward and algo.kl_penalty == "full":
-            log_probs, full_kl = self.actor.compute_ref_log_prob_and_full_kl(batch, self.ref.model, cfg.rollout.temperature, micro)
+            log_probs, full_kl = self.actor.compute_ref_log_prob_and_full_kl(batch, self.ref.model, cfg.rollout.temperature,
+                                                                             micro, max_tokens)
             return Batch({"ref_log_prob": log_probs, "full_kl": full_kl})
-        log_probs, _ = self.ref.compute_log_prob(batch, cfg.rollout.temperature, micro)
+        log_probs, _ = self.ref.compute_log_prob(batch, cfg.rollout.temperature, micro, max_tokens=max_tokens)
         return Batch({"ref_log_prob": log_probs})
 
     @register(Dispatch.DP)

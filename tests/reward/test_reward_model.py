@@ -130,12 +130,19 @@ def test_score_equals_a_direct_forward_and_lands_on_the_last_response_token(tiny
     assert len({round(v, 4) for v in rm_scores.sum(-1).tolist()}) > 2  # a real model, not a constant
 
 
-def test_micro_batches_give_the_scores_of_one_batch(tiny_model_path, tokenizer, same_tokenizer_rm, other_tokenizer_rm):
+def test_micro_batches_and_token_budgets_give_the_scores_of_one_batch(tiny_model_path, tokenizer, same_tokenizer_rm,
+                                                                      other_tokenizer_rm):
     batch = make_batch(tokenizer)
     for rm_path in (same_tokenizer_rm, other_tokenizer_rm):
-        whole = worker_for(rm_config(tiny_model_path, rm_path)).compute_rm_score(batch)["rm_scores"]
-        micro = worker_for(rm_config(tiny_model_path, rm_path, "reward_model.micro_batch_size_per_gpu=1"))
-        assert torch.allclose(micro.compute_rm_score(batch)["rm_scores"], whole, atol=1e-6)
+        whole_worker = worker_for(rm_config(tiny_model_path, rm_path))
+        whole = whole_worker.compute_rm_score(batch)["rm_scores"]
+        lengths = whole_worker.classifier_inputs(batch).attention_mask.sum(-1)
+        budget = int(lengths.max())  # several micro-batches of balanced token totals, each trimmed to its columns
+        assert lengths.sum() > 2 * budget
+        for extra in (["reward_model.micro_batch_size_per_gpu=1"],
+                      ["reward_model.use_dynamic_bsz=true", f"reward_model.forward_max_token_len_per_gpu={budget}"]):
+            micro = worker_for(rm_config(tiny_model_path, rm_path, *extra))
+            assert torch.allclose(micro.compute_rm_score(batch)["rm_scores"], whole, atol=1e-5), extra
 
 
 def test_another_tokenizer_reads_the_conversation_in_its_own_chat_template(tiny_model_path, tokenizer, other_tokenizer,

@@ -17,9 +17,11 @@ from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_
 
 from reinforge.batch import Batch
 from reinforge.config import load_config
+from reinforge.training.minibatch import micro_batch_rows, token_budget_count
 from reinforge.training.workers import ActorRolloutRefWorker, CriticWorker
 
 STEPS = 3
+MINI_BATCH_PER_RANK = 2  # ppo_mini_batch_size 2 x rollout.n 2 over 2 ranks
 
 
 def full_state_dict(model: torch.nn.Module) -> dict[str, torch.Tensor]:
@@ -88,6 +90,34 @@ def faults(actor: ActorRolloutRefWorker, batch: Batch, rank: int) -> dict:
             "nan_unchanged": all(torch.equal(before[key], after[key]) for key in before)}
 
 
+def dynamic_bsz(actor: ActorRolloutRefWorker, batch: Batch, rank: int, budget: int = 8) -> dict:
+    """Token-budget micro-batches when the ranks' token totals differ, after `train`: rank 1's rows cut to 2 real
+    tokens, so that under `budget` tokens rank 0 needs 2 micro-batches per mini-batch and rank 1 needs 1. Both must
+    run 2 (or the collectives would hang), and give the log-probs and the gradient of fixed micro-batches."""
+    batch = batch.index(slice(None))
+    if rank == 1:
+        prompt = batch["input_ids"].shape[1] - batch["responses"].shape[1]
+        attention = torch.zeros_like(batch["attention_mask"])
+        attention[:, prompt - 1:prompt + 1] = 1
+        batch["attention_mask"], batch["response_mask"] = attention, attention[:, prompt:]
+        batch["position_ids"] = (attention.cumsum(-1) - 1).clamp(min=0)
+        batch["advantages"] = batch["advantages"] * batch["response_mask"]
+    policy, mini = actor.actor, batch.index(slice(0, MINI_BATCH_PER_RANK))
+    lengths = mini["attention_mask"].sum(-1).tolist()
+    out = {"natural": token_budget_count(lengths, budget), "used": len(micro_batch_rows(mini, None, budget))}
+    fixed, _ = policy.compute_log_prob(batch, 1.0, 1)
+    dynamic, _ = policy.compute_log_prob(batch, 1.0, None, max_tokens=budget)
+    out["log_probs_match"] = torch.allclose(dynamic, fixed, atol=1e-5)
+    for group in policy.optimizer.param_groups:
+        group["lr"] = 0.0  # the parameters stay, so both updates start from the same ones
+    grad_norms = []
+    for dynamic_on in (False, True):
+        policy.config.use_dynamic_bsz, policy.config.ppo_max_token_len_per_gpu = dynamic_on, budget
+        grad_norms.append(policy.update_policy(batch, temperature=1.0, rollout_n=2)["actor/grad_norm"])
+    out["grad_norms"] = grad_norms
+    return out
+
+
 if __name__ == "__main__":
     import os
 
@@ -95,5 +125,6 @@ if __name__ == "__main__":
     rank, world_size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     chunk = torch.load(batch_file, weights_only=False).chunk(world_size)[rank]
     result = train(model_path, chunk, world_size)
+    result["dynamic_bsz"] = dynamic_bsz(result["workers"][0], chunk, rank)
     result["faults"] = faults(result.pop("workers")[0], chunk, rank)
     torch.save(result, f"{out_dir}/rank{rank}.pt")

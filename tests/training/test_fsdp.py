@@ -6,7 +6,9 @@ rank holds half of each of the 2 mini-batches; this process runs the same steps 
 on the whole batch. Reference and old log-probs, values, every actor and critic metric of 3 updates
 and the final parameters must agree within fp32 tolerance, and the engine's copy of the policy
 must equal the sharded actor after update_weights. Then (fsdp_ranks.faults) a rank with fewer rows
-for a forward pass, and a NaN loss on one rank only, must neither hang nor go wrong.
+for a forward pass, and a NaN loss on one rank only, must neither hang nor go wrong, and
+(fsdp_ranks.dynamic_bsz) token-budget micro-batches on ranks whose token totals need different
+counts run the same count and give the fixed micro-batches' log-probs and gradient norm.
 """
 
 from __future__ import annotations
@@ -87,3 +89,9 @@ def test_two_ranks_train_like_one_process(tiny_model_path, trajectories, tmp_pat
     assert all(r["engine_equals_actor"] for r in ranks)
     for r in ranks:
         assert r["faults"] == {"uneven_matches": True, "nan_skipped": 2.0, "nan_unchanged": True}
+    dynamic = [r["dynamic_bsz"] for r in ranks]
+    assert [d["natural"] for d in dynamic] == [2, 1] and [d["used"] for d in dynamic] == [2, 2]
+    assert all(d["log_probs_match"] for d in dynamic)
+    fixed_norm, dynamic_norm = dynamic[0]["grad_norms"]
+    assert dynamic[1]["grad_norms"] == dynamic[0]["grad_norms"] and fixed_norm > 0
+    assert math.isclose(dynamic_norm, fixed_norm, rel_tol=1e-4), (dynamic_norm, fixed_norm)

@@ -26,6 +26,7 @@ import torch
 
 from reinforge.batch import Batch
 from reinforge.reward.models.rows import chat_messages, response_texts
+from reinforge.training.minibatch import balanced_groups, token_budget_count, used_columns
 
 
 @dataclass
@@ -74,15 +75,27 @@ def right_padded(rows: list[list[int]], pad_id: int) -> tuple[torch.Tensor, torc
 
 
 @torch.no_grad()
-def sequence_scores(model: torch.nn.Module, inputs: ClassifierInputs, micro_batch_size: int | None = None) -> torch.Tensor:
-    """The model's score of each row, (batch,) float32 on CPU, `micro_batch_size` rows per forward (None: all)."""
+def sequence_scores(model: torch.nn.Module, inputs: ClassifierInputs, micro_batch_size: int | None = None,
+                    max_tokens: int | None = None) -> torch.Tensor:
+    """The model's score of each row, (batch,) float32 on CPU, `micro_batch_size` rows per forward (None: all), or
+    with `max_tokens` (reward_model.use_dynamic_bsz) token-budget micro-batches.
+
+    Each forward reads only the columns some row of its micro-batch uses: the others are padding in every row,
+    which no token attends to and the score (at the last token that is not the pad id) never lands on."""
     device = next(model.parameters()).device
     rows = inputs.input_ids.shape[0]
-    size = micro_batch_size or rows or 1
-    scores = []
-    for start in range(0, rows, size):
-        part = slice(start, start + size)
-        logits = model(input_ids=inputs.input_ids[part].to(device), attention_mask=inputs.attention_mask[part].to(device),
-                       position_ids=inputs.position_ids[part].to(device), use_cache=False).logits  # (micro, 1)
-        scores.append(logits[:, 0].float().cpu())
-    return torch.cat(scores) if scores else torch.zeros(0)
+    if max_tokens is None:
+        size = micro_batch_size or rows or 1
+        groups = [torch.arange(start, min(start + size, rows)) for start in range(0, rows, size)]
+    else:
+        lengths = inputs.attention_mask.sum(-1).tolist()
+        groups = [torch.tensor(group) for group in balanced_groups(lengths, token_budget_count(lengths, max_tokens))]
+    scores = torch.zeros(rows)
+    for group in groups:
+        start, end = used_columns(inputs.attention_mask[group])
+        cols = slice(start, max(end, start + 1))
+        logits = model(input_ids=inputs.input_ids[group, cols].to(device),
+                       attention_mask=inputs.attention_mask[group, cols].to(device),
+                       position_ids=inputs.position_ids[group, cols].to(device), use_cache=False).logits  # (micro, 1)
+        scores[group] = logits[:, 0].float().cpu()
+    return scores

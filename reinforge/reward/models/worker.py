@@ -14,7 +14,8 @@
 `compute_rm_score(batch)` returns `rm_scores` (batch, response_len): the score of each row on its
 last valid response token (verl's name and layout), plus per-row flags `rm_truncated` and, for the
 judge, `judge_parse_failed`, which `RewardModelScorer` counts. Micro-batches of
-`reward_model.micro_batch_size_per_gpu` rows give the same scores as one batch. The first call
+`reward_model.micro_batch_size_per_gpu` rows, or token-budget ones (`reward_model.use_dynamic_bsz`), give the
+same scores as one batch. The first call
 prints the first rebuilt input (or judge exchange) once, to show what the reward model reads.
 """
 
@@ -77,7 +78,9 @@ class RewardModelWorker:
         inputs = self.classifier_inputs(batch)
         if inputs.texts:
             self._show_once(f"the reward model reads conversations in its own chat template; the first: {inputs.texts[0]!r}")
-        scores = sequence_scores(self.model, inputs, self.config.reward_model.micro_batch_size_per_gpu)
+        rm = self.config.reward_model
+        scores = sequence_scores(self.model, inputs, rm.micro_batch_size_per_gpu,
+                                 rm.forward_max_token_len_per_gpu if rm.use_dynamic_bsz else None)
         return Batch({"rm_scores": on_last_response_token(scores, batch)}, {"rm_truncated": inputs.truncated})
 
     def classifier_inputs(self, batch: Batch) -> ClassifierInputs:
