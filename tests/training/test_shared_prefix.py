@@ -2,7 +2,8 @@
 
 The reference is always the plain forward (share_prompt=False) of the same model on the same rows:
 log-probs, entropy, the gradient of a whole actor update (GRPO-style, with a KL loss), under
-gradient checkpointing (where the update must fall back) and on 2 FSDP2 ranks against 1 process.
+gradient checkpointing (where the update must fall back) and on 2 FSDP2 ranks against 1 process;
+and the config switch reaching the workers' actor and reference.
 """
 
 from __future__ import annotations
@@ -18,9 +19,11 @@ import torch
 from transformers import AutoModelForCausalLM
 
 from reinforge.batch import Batch
+from reinforge.config import load_config
 from reinforge.config.schema import ActorConfig
 from reinforge.training.actor import Actor, response_log_probs
 from reinforge.training.shared_prefix import prompt_owners, shared_prompt_logits
+from reinforge.training.workers import ActorRolloutRefWorker
 from tests.training.shared_prefix_ranks import UNEVEN_ROWS, grouped_batch, update_gradients
 from tests.training.test_fsdp import free_port
 
@@ -150,3 +153,12 @@ def test_two_fsdp_ranks_sharing_give_the_one_process_gradient(tiny_model_path, t
         for rows, rank in zip(UNEVEN_ROWS, ranks, strict=True):
             want, _ = response_log_probs(model.eval(), batch.index(rows), 1.0, share_prompt=False)
             assert torch.allclose(rank["uneven_log_probs"], want, atol=1e-5, rtol=0)
+
+
+@pytest.mark.parametrize("setting", ["true", "false"])
+def test_config_switch_reaches_the_actor_and_the_reference(tiny_model_path, setting):
+    config, _ = load_config([f"actor_rollout_ref.model.path={tiny_model_path}", "trainer.device=cpu",
+                             f"actor_rollout_ref.model.share_prompt_forward={setting}"])
+    worker = ActorRolloutRefWorker(config)
+    worker.init_model(1)
+    assert worker.actor.share_prompt == worker.ref.share_prompt == (setting == "true")
