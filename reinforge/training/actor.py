@@ -52,7 +52,7 @@ def response_logits(model: torch.nn.Module, batch: Batch, share_prompt: bool = T
     """Logits that predict each response token, (batch, response_len, vocab).
 
     With `share_prompt` (actor_rollout_ref.model.share_prompt_forward), a prompt that repeats in the batch is
-    computed once (`shared_prefix.py`; the same numbers), where the model allows it."""
+    computed once (`shared_prefix.py`; the same numbers) where it repeats and the model allows it."""
     width = batch["responses"].shape[1]
     if share_prompt:
         shared = shared_prompt_logits(model, batch["input_ids"], batch["attention_mask"], batch["position_ids"], width)

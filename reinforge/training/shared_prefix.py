@@ -3,22 +3,29 @@
 GRPO samples every prompt `rollout.n` times, so a micro-batch of the update holds groups of rows
 whose prompt columns (the first `input_ids` width - `responses` width columns of `input_ids`,
 `attention_mask` and `position_ids`) are identical. The plain forward recomputes each prompt in
-every row of its group. Here the model runs once on the distinct prompts with a KV cache, the
-cache's rows are copied to the rows that share them (`index_select`, which back-propagates: the
-copies' gradients add up in the one prompt computation), and the response columns run on top of it
-with the whole attention mask. The logit that predicts response token 0 is the prompt's
+every row of its group. Here the model runs once on the distinct prompts, keeping their keys and
+values; those are copied to the rows that share them (`index_select`, which back-propagates: the
+copies' gradients add up in the one prompt computation), and the response columns run on top of
+them with the whole attention mask. The logit that predicts response token 0 is the prompt's
 last-position logit; the others come from response positions 0..R-2. The numbers are the plain
 forward's, up to float rounding (tests/training/test_shared_prefix.py); the work saved is the
-prompt part of every row but one per group (22% of the update's tokens with the benchmark's
+prompt part of every row but one per group (24% of the update's tokens with the benchmark's
 22-token prompts and 64-token responses, n=8).
 
-The plain forward is kept where sharing cannot work or gains nothing:
+The keys and values go through transformers' cache interface with two cache layers of our own,
+both safe to run through twice, because gradient checkpointing recomputes each layer in the
+backward pass: the prompt's layer keeps the last keys it was given (the recomputation gives the
+same), and the responses' layer returns the prompt's keys followed by the new ones without storing
+anything. transformers drops the cache inside a checkpointed layer unless the layer says it can
+keep it (`_can_checkpoint_with_cache`), which these two passes say for the layers while they run.
+A model that does not pass the cache it is given to its attention (a custom architecture) would
+compute the responses without their prompt: that is detected, and named, after the response pass.
+
+The plain forward is kept where sharing gains nothing or is not known to be exact:
 - no prompt repeats within the micro-batch (micro-batches of one row, prompts all different), or
   the responses are one token wide;
-- the model is training with gradient checkpointing: transformers drops the KV cache inside a
-  checkpointed layer (`GradientCheckpointingLayer` sets `past_key_values=None`), so the response
-  pass would not see the prompt; forward-only passes (eval mode) still share;
-- position_ids other than (batch, length) (multimodal rope).
+- sliding-window attention layers (only full attention is checked), position_ids other than
+  (batch, length) (multimodal rope).
 
 On several data-parallel ranks (FSDP2) the two forwards of the sharded model before one backward
 give the one-process gradients (tests/training/test_shared_prefix.py runs 2 gloo ranks). Each
@@ -28,9 +35,40 @@ when it can on every rank.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+
 import torch
+from transformers.cache_utils import Cache, DynamicLayer
+from transformers.modeling_layers import GradientCheckpointingLayer
 
 from reinforge.distributed.process_group import all_reduce
+from reinforge.errors import ModelError
+
+
+class PromptLayer(DynamicLayer):
+    """A prompt pass's keys and values, returned as given and kept; a recomputation overwrites them with the same."""
+
+    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs) -> tuple[torch.Tensor, torch.Tensor]:
+        if not self.is_initialized:
+            self.lazy_initialization(key_states, value_states)
+        self.keys, self.values = key_states, value_states
+        return key_states, value_states
+
+
+class ResponseLayer(DynamicLayer):
+    """The prompt's keys and values (one copy per row), read by the response pass and never extended."""
+
+    def __init__(self, keys: torch.Tensor, values: torch.Tensor):
+        super().__init__()
+        self.lazy_initialization(keys, values)
+        self.keys, self.values = keys, values
+
+        self.read = False
+
+    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs) -> tuple[torch.Tensor, torch.Tensor]:
+        self.read = True
+        return torch.cat([self.keys, key_states], -2), torch.cat([self.values, value_states], -2)
 
 
 def prompt_owners(input_ids: torch.Tensor, attention_mask: torch.Tensor, position_ids: torch.Tensor,
@@ -47,11 +85,25 @@ def prompt_owners(input_ids: torch.Tensor, attention_mask: torch.Tensor, positio
 
 
 def can_share(model: torch.nn.Module, position_ids: torch.Tensor) -> bool:
-    """Whether the cache-based forward computes what the plain one does for this model (see the module docstring)."""
-    if position_ids.dim() != 2:
-        return False
-    checkpointing = any(getattr(module, "gradient_checkpointing", False) for module in model.modules())
-    return not (model.training and checkpointing)
+    """Whether the shared forward is known to compute what the plain one does for this model (module docstring)."""
+    config = model.config
+    layer_types = getattr(config, "layer_types", None)
+    full_attention = set(layer_types) == {"full_attention"} if layer_types else getattr(config, "sliding_window", None) is None
+    return full_attention and position_ids.dim() == 2
+
+
+@contextmanager
+def cache_through_checkpointing(model: torch.nn.Module) -> Iterator[None]:
+    """Checkpointed layers of `model` keep the cache they are given (our layers are safe to run through twice)."""
+    layers = [module for module in model.modules()
+              if isinstance(module, GradientCheckpointingLayer) and "_can_checkpoint_with_cache" not in vars(module)]
+    for layer in layers:
+        layer._can_checkpoint_with_cache = True
+    try:
+        yield
+    finally:
+        for layer in layers:
+            del layer._can_checkpoint_with_cache  # back to the class's value
 
 
 def shared_prompt_logits(model: torch.nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor,
@@ -65,10 +117,16 @@ def shared_prompt_logits(model: torch.nn.Module, input_ids: torch.Tensor, attent
     if not all_reduce([float(groups is not None)], "min")[0]:  # every rank runs as many forwards of a sharded model
         return None
     first, owner = groups
-    out = model(input_ids=input_ids[first, :prompt_len], attention_mask=attention_mask[first, :prompt_len],
-                position_ids=position_ids[first, :prompt_len], use_cache=True, logits_to_keep=1)
-    cache = out.past_key_values
-    cache.reorder_cache(owner)  # each row's copy of its prompt's keys and values, still in the autograd graph
-    rest = model(input_ids=input_ids[:, prompt_len:-1], attention_mask=attention_mask[:, :-1],
-                 position_ids=position_ids[:, prompt_len:-1], past_key_values=cache, use_cache=True).logits
-    return torch.cat([out.logits[owner], rest], 1)  # the prompt's last position predicts response token 0
+    prompt_cache = Cache(layer_class_to_replicate=PromptLayer)
+    with cache_through_checkpointing(model):
+        last = model(input_ids=input_ids[first, :prompt_len], attention_mask=attention_mask[first, :prompt_len],
+                     position_ids=position_ids[first, :prompt_len], past_key_values=prompt_cache, use_cache=True,
+                     logits_to_keep=1).logits
+        rows_cache = Cache(layers=[ResponseLayer(layer.keys[owner], layer.values[owner]) for layer in prompt_cache.layers])
+        rest = model(input_ids=input_ids[:, prompt_len:-1], attention_mask=attention_mask[:, :-1],
+                     position_ids=position_ids[:, prompt_len:-1], past_key_values=rows_cache, use_cache=True).logits
+    if not rows_cache.layers or not all(layer.read for layer in rows_cache.layers):
+        raise ModelError(f"{type(model).__name__} does not read the prompt's keys and values from the cache it is "
+                         "given, so its responses cannot be computed on a shared prompt; set "
+                         "actor_rollout_ref.model.share_prompt_forward=false")
+    return torch.cat([last[owner], rest], 1)  # the prompt's last position predicts response token 0

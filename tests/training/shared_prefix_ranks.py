@@ -2,7 +2,8 @@
 
 `update_gradients(model_path, batch, share_prompt)` runs one actor update with SGD at lr 0 and returns the whole
 gradient (gathered from the FSDP2 shards) and the log-probs of the update's forward pass. As a script, each rank
-joins the process group from RANK/WORLD_SIZE/MASTER_*, shards the model, trains on its half of `grouped_batch`
+joins the process group from RANK/WORLD_SIZE/MASTER_*, shards the model (with gradient checkpointing, as the
+actor's default), trains on its half of `grouped_batch`
 with prompt sharing (and says whether it shared), then computes log-probs of a batch in which only rank 0 has a repeated prompt (the ranks must
 agree to run the plain forward, or their collectives would fall out of step), and saves both to <out>/rank<r>.pt.
 """
@@ -53,7 +54,9 @@ if __name__ == "__main__":
     model_path, out_dir = sys.argv[1:]
     init_distributed("cpu")
     rank = int(os.environ["RANK"])
-    model = shard_model(AutoModelForCausalLM.from_pretrained(model_path).train(), FSDPConfig(), "cpu")
+    model = AutoModelForCausalLM.from_pretrained(model_path).train()
+    model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
+    model = shard_model(model, FSDPConfig(), "cpu")
     batch = grouped_batch(model.config.vocab_size)
     mine = batch.chunk(world_size())[rank]
     with torch.no_grad():

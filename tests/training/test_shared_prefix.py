@@ -2,7 +2,7 @@
 
 The reference is always the plain forward (share_prompt=False) of the same model on the same rows:
 log-probs, entropy, the gradient of a whole actor update (GRPO-style, with a KL loss), under
-gradient checkpointing (where the update must fall back) and on 2 FSDP2 ranks against 1 process;
+gradient checkpointing, and on 2 FSDP2 ranks (with checkpointing) against 1 process;
 and the config switch reaching the workers' actor and reference.
 """
 
@@ -21,8 +21,9 @@ from transformers import AutoModelForCausalLM
 from reinforge.batch import Batch
 from reinforge.config import load_config
 from reinforge.config.schema import ActorConfig
+from reinforge.errors import ModelError
 from reinforge.training.actor import Actor, response_log_probs
-from reinforge.training.shared_prefix import prompt_owners, shared_prompt_logits
+from reinforge.training.shared_prefix import PromptLayer, prompt_owners, shared_prompt_logits
 from reinforge.training.workers import ActorRolloutRefWorker
 from tests.training.shared_prefix_ranks import UNEVEN_ROWS, grouped_batch, update_gradients
 from tests.training.test_fsdp import free_port
@@ -103,7 +104,7 @@ def actor_update_gradient(base: torch.nn.Module, batch: Batch, share_prompt: boo
                       grad_clip=1e9, use_kl_loss=True, kl_loss_coef=0.1, **config)
     ref = copy.deepcopy(base).eval().requires_grad_(False)
     actor = Actor(model, cfg, torch.optim.SGD(model.parameters(), lr=0.0), ref_model=ref, share_prompt=share_prompt)
-    assert shares(model, batch) != checkpointing  # with share_prompt the update shares unless it checkpoints
+    assert shares(model, batch)
     actor.update_policy(batch, temperature=1.0, rollout_n=1)
     return flat_gradient(model)
 
@@ -117,16 +118,38 @@ def test_update_gradient_is_the_plain_forwards(tiny_model_path, kl_loss_type):
     assert_relatively_close(actor_update_gradient(base, batch, share_prompt=True, kl_loss_type=kl_loss_type), plain)
 
 
-def test_gradient_checkpointing_update_falls_back_to_the_plain_forward(tiny_model_path):
-    """transformers drops the KV cache inside checkpointed layers, so a training forward must not share (the
-    response pass would then not see the prompt); a forward-only pass (eval mode) still shares."""
+def test_update_under_gradient_checkpointing_is_the_plain_forwards(tiny_model_path, monkeypatch):
+    """Checkpointed layers run again in the backward pass, through the same cache: the prompt's keys must not be
+    stored twice, nor the responses' appended to them (the replays are counted, so the test sees them happen)."""
     base = AutoModelForCausalLM.from_pretrained(tiny_model_path)
     batch = grouped_trajectories(base.config.vocab_size, seed=2)
     plain = actor_update_gradient(base, batch, share_prompt=False)
-    assert_relatively_close(actor_update_gradient(base, batch, share_prompt=True, checkpointing=True), plain)
-    model = copy.deepcopy(base).eval()
-    model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
-    assert shares(model, batch)
+    calls = []
+    update = PromptLayer.update
+    monkeypatch.setattr(PromptLayer, "update", lambda layer, *args, **kwargs: calls.append(1) or update(layer, *args, **kwargs))
+    shared = actor_update_gradient(base, batch, share_prompt=True, checkpointing=True)
+    layers = base.config.num_hidden_layers
+    assert len(calls) == 3 * layers  # `shares`' forward, the update's forward, its replay in the backward pass
+    assert_relatively_close(shared, plain)
+
+
+class ForgetsTheCache(torch.nn.Module):
+    """A model whose forward does not pass the cache it is given on (as a custom architecture might)."""
+
+    def __init__(self, model: torch.nn.Module):
+        super().__init__()
+        self.model, self.config = model, model.config
+
+    def forward(self, past_key_values=None, **kwargs):
+        return self.model(**kwargs)
+
+
+def test_a_model_that_ignores_the_cache_is_named_not_silently_wrong(tiny_model_path):
+    model = ForgetsTheCache(AutoModelForCausalLM.from_pretrained(tiny_model_path)).eval()
+    batch = grouped_trajectories(model.config.vocab_size)
+    with pytest.raises(ModelError, match="ForgetsTheCache .*share_prompt_forward=false"), torch.no_grad():
+        response_log_probs(model, batch, 1.0)
+    response_log_probs(model, batch, 1.0, share_prompt=False)  # the switch is the way out
 
 
 def test_two_fsdp_ranks_sharing_give_the_one_process_gradient(tiny_model_path, tmp_path):
