@@ -1,6 +1,6 @@
 """The actor update with a group's prompt computed once (actor_rollout_ref.model.share_prompt_forward) vs per row.
 
-    python benchmarks/shared_prompt_forward.py [--repeats 7]
+    python benchmarks/shared_prompt_forward.py [--repeats 7] [--gradient-checkpointing]
 
 One GRPO update (forward, loss, backward; SGD at lr 0, so the weights stay the same) of
 grpo_step_vs_trl.py's small model shape on 8 prompts x 8 samples, prompts of 22 tokens, responses of
@@ -53,9 +53,12 @@ def timed_update(actor: Actor, batch: Batch) -> tuple[float, float, torch.Tensor
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=7)
+    parser.add_argument("--gradient-checkpointing", action="store_true", help="recompute activations in the backward")
     args = parser.parse_args()
     path = ensure_tiny_model(SMALL)
     model = AutoModelForCausalLM.from_pretrained(path).train()
+    if args.gradient_checkpointing:
+        model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
     batch = grpo_batch(AutoConfig.from_pretrained(path).vocab_size)
     cfg = ActorConfig(ppo_mini_batch_size=PROMPTS, clip_ratio_low=0.2, clip_ratio_high=0.2, grad_clip=1e30)
     actors = {share: Actor(model, cfg, torch.optim.SGD(model.parameters(), lr=0.0), share_prompt=share)
@@ -70,7 +73,8 @@ def main() -> None:
             times[share].append((cpu, wall))
     rows, length = batch["input_ids"].shape
     tokens = {False: rows * length, True: PROMPTS * PROMPT_LEN + rows * (RESPONSE_LEN - 1)}
-    print(f"torch threads {torch.get_num_threads()}, {args.repeats} alternating repeats, medians")
+    print(f"torch threads {torch.get_num_threads()}, gradient checkpointing {args.gradient_checkpointing}, "
+          f"{args.repeats} alternating repeats, medians")
     for share in (False, True):
         cpu = statistics.median(c for c, _ in times[share])
         wall = statistics.median(w for _, w in times[share])

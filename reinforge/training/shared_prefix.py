@@ -4,7 +4,7 @@ GRPO samples every prompt `rollout.n` times, so a micro-batch of the update hold
 whose prompt columns (the first `input_ids` width - `responses` width columns of `input_ids`,
 `attention_mask` and `position_ids`) are identical. The plain forward recomputes each prompt in
 every row of its group. Here the model runs once on the distinct prompts, keeping their keys and
-values; those are copied to the rows that share them (`index_select`, which back-propagates: the
+values; those are copied to the rows that share them (by indexing, which back-propagates: the
 copies' gradients add up in the one prompt computation), and the response columns run on top of
 them with the whole attention mask. The logit that predicts response token 0 is the prompt's
 last-position logit; the others come from response positions 0..R-2. The numbers are the plain
@@ -18,8 +18,10 @@ backward pass: the prompt's layer keeps the last keys it was given (the recomput
 same), and the responses' layer returns the prompt's keys followed by the new ones without storing
 anything. transformers drops the cache inside a checkpointed layer unless the layer says it can
 keep it (`_can_checkpoint_with_cache`), which these two passes say for the layers while they run.
+Both passes hand the model their cache with `use_cache=False` (no cache of its own to return),
+which is also what transformers turns `use_cache` into under checkpointing: one behaviour either way.
 A model that does not pass the cache it is given to its attention (a custom architecture) would
-compute the responses without their prompt: that is detected, and named, after the response pass.
+compute the responses without their prompt: that is detected after each pass, and named.
 
 The plain forward is kept where sharing gains nothing or is not known to be exact:
 - no prompt repeats within the micro-batch (micro-batches of one row, prompts all different), or
@@ -57,18 +59,20 @@ class PromptLayer(DynamicLayer):
 
 
 class ResponseLayer(DynamicLayer):
-    """The prompt's keys and values (one copy per row), read by the response pass and never extended."""
+    """The distinct prompts' keys and values, read by the response pass (row i's prompt is `owner[i]`), never extended.
 
-    def __init__(self, keys: torch.Tensor, values: torch.Tensor):
+    The rows' copies are made inside the layer's forward, so under gradient checkpointing only the distinct
+    prompts' keys are held for the backward pass, not one copy per row."""
+
+    def __init__(self, keys: torch.Tensor, values: torch.Tensor, owner: torch.Tensor):
         super().__init__()
         self.lazy_initialization(keys, values)
-        self.keys, self.values = keys, values
-
+        self.keys, self.values, self.owner = keys, values, owner
         self.read = False
 
     def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs) -> tuple[torch.Tensor, torch.Tensor]:
         self.read = True
-        return torch.cat([self.keys, key_states], -2), torch.cat([self.values, value_states], -2)
+        return torch.cat([self.keys[self.owner], key_states], -2), torch.cat([self.values[self.owner], value_states], -2)
 
 
 def prompt_owners(input_ids: torch.Tensor, attention_mask: torch.Tensor, position_ids: torch.Tensor,
@@ -120,13 +124,18 @@ def shared_prompt_logits(model: torch.nn.Module, input_ids: torch.Tensor, attent
     prompt_cache = Cache(layer_class_to_replicate=PromptLayer)
     with cache_through_checkpointing(model):
         last = model(input_ids=input_ids[first, :prompt_len], attention_mask=attention_mask[first, :prompt_len],
-                     position_ids=position_ids[first, :prompt_len], past_key_values=prompt_cache, use_cache=True,
+                     position_ids=position_ids[first, :prompt_len], past_key_values=prompt_cache, use_cache=False,
                      logits_to_keep=1).logits
-        rows_cache = Cache(layers=[ResponseLayer(layer.keys[owner], layer.values[owner]) for layer in prompt_cache.layers])
+        check_cache_used(model, bool(prompt_cache.layers))
+        rows_cache = Cache(layers=[ResponseLayer(layer.keys, layer.values, owner) for layer in prompt_cache.layers])
         rest = model(input_ids=input_ids[:, prompt_len:-1], attention_mask=attention_mask[:, :-1],
-                     position_ids=position_ids[:, prompt_len:-1], past_key_values=rows_cache, use_cache=True).logits
-    if not rows_cache.layers or not all(layer.read for layer in rows_cache.layers):
-        raise ModelError(f"{type(model).__name__} does not read the prompt's keys and values from the cache it is "
-                         "given, so its responses cannot be computed on a shared prompt; set "
-                         "actor_rollout_ref.model.share_prompt_forward=false")
+                     position_ids=position_ids[:, prompt_len:-1], past_key_values=rows_cache, use_cache=False).logits
+        check_cache_used(model, all(layer.read for layer in rows_cache.layers))
     return torch.cat([last[owner], rest], 1)  # the prompt's last position predicts response token 0
+
+
+def check_cache_used(model: torch.nn.Module, used: bool) -> None:
+    """ModelError unless `model` used the cache it was given (else the responses would not see their prompt)."""
+    if not used:
+        raise ModelError(f"{type(model).__name__} does not pass the cache it is given to its attention layers, so its "
+                         "responses cannot be computed on a shared prompt; set actor_rollout_ref.model.share_prompt_forward=false")
