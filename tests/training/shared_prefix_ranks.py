@@ -1,11 +1,11 @@
 """One rank of the FSDP2 check in test_shared_prefix.py (run as a script by each spawned rank).
 
-`update_gradients(model_path, batch, share_prompt)` runs one actor update with SGD at lr 0 and returns the whole
-gradient (gathered from the FSDP2 shards) and the log-probs of the update's forward pass. As a script, each rank
-joins the process group from RANK/WORLD_SIZE/MASTER_*, shards the model (with gradient checkpointing, as the
-actor's default), trains on its half of `grouped_batch`
-with prompt sharing (and says whether it shared), then computes log-probs of a batch in which only rank 0 has a repeated prompt (the ranks must
-agree to run the plain forward, or their collectives would fall out of step), and saves both to <out>/rank<r>.pt.
+`update_gradients(model, batch, share_prompt)` runs one actor update with SGD at lr 0 and returns the whole
+gradient (gathered from the FSDP2 shards) and the actor. As a script, each rank joins the process group from
+RANK/WORLD_SIZE/MASTER_*, shards the model (with gradient checkpointing, the actor's default), trains on its half
+of `grouped_batch` with prompt sharing (and records whether it shared), then computes log-probs of rows in which
+only rank 0's prompt repeats (the ranks must agree on the plain forward, or their collectives would fall out of
+step), and saves all that to <out>/rank<r>.pt.
 """
 
 from __future__ import annotations
