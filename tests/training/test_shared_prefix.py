@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from transformers import AutoModelForCausalLM
+from transformers import AutoModelForCausalLM, Qwen2Config, Qwen2ForCausalLM
 
 from reinforge.batch import Batch
 from reinforge.config import load_config
@@ -131,6 +131,16 @@ def test_update_under_gradient_checkpointing_is_the_plain_forwards(tiny_model_pa
     layers = base.config.num_hidden_layers
     assert len(calls) == 3 * layers  # `shares`' forward, the update's forward, its replay in the backward pass
     assert_relatively_close(shared, plain)
+
+
+def test_sliding_window_models_keep_the_plain_forward():
+    """Only full attention is checked against the plain forward; a model with sliding-window layers does not share."""
+    sizes = {"vocab_size": 64, "hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2,
+             "num_attention_heads": 4, "num_key_value_heads": 2}
+    batch = grouped_trajectories(sizes["vocab_size"])
+    sliding = Qwen2Config(**sizes, use_sliding_window=True, sliding_window=4, max_window_layers=1)
+    assert not shares(Qwen2ForCausalLM(sliding).eval(), batch)
+    assert shares(Qwen2ForCausalLM(Qwen2Config(**sizes)).eval(), batch)  # the same model with full attention does
 
 
 class ForgetsTheCache(torch.nn.Module):
