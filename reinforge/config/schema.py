@@ -85,6 +85,10 @@ class ModelConfig(Node):
     custom_chat_template: str | None = _f(None, "A Jinja chat template that replaces the tokenizer's.")
     trust_remote_code: bool = _f(False, "Allow model code from the model folder.")
     enable_gradient_checkpointing: bool = _f(True, "Recompute activations in the backward pass to save memory.")
+    share_prompt_forward: bool = _f(True, "Compute a prompt that repeats within a micro-batch (GRPO's rollout.n samples) once "
+                                          "in the actor's and the reference's forward passes, the same numbers for less work "
+                                          "(training/shared_prefix.py; also with enable_gradient_checkpointing). Models with "
+                                          "sliding-window attention layers keep the plain forward. false: every row computes its prompt.")
     use_remove_padding: bool = _f(False, "verl: pack sequences without padding (needs varlen attention). Accepted; padded micro-batches, trimmed to the columns their rows use, in this version.")
     override_config: dict = _f({}, "Values that override the model's config.json (e.g. attention_dropout).")
     external_lib: str | None = _f(None, "A module to import before loading the model (registers custom architectures).")

@@ -49,11 +49,19 @@ from reinforge.training.minibatch import (
     run_epochs,
     trim_padding,
 )
+from reinforge.training.shared_prefix import shared_prompt_logits
 
 
-def response_logits(model: torch.nn.Module, batch: Batch) -> torch.Tensor:
-    """Logits that predict each response token, (batch, response_len, vocab)."""
+def response_logits(model: torch.nn.Module, batch: Batch, share_prompt: bool = True) -> torch.Tensor:
+    """Logits that predict each response token, (batch, response_len, vocab).
+
+    With `share_prompt` (actor_rollout_ref.model.share_prompt_forward), a prompt that repeats in the batch is
+    computed once (`shared_prefix.py`; the same numbers) where it repeats and the model allows it."""
     width = batch["responses"].shape[1]
+    if share_prompt:
+        shared = shared_prompt_logits(model, batch["input_ids"], batch["attention_mask"], batch["position_ids"], width)
+        if shared is not None:
+            return shared
     length = batch["input_ids"].shape[1]
     keep = torch.arange(length - width - 1, length - 1, device=batch["input_ids"].device)  # position t predicts token t + 1
     out = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
@@ -61,18 +69,20 @@ def response_logits(model: torch.nn.Module, batch: Batch) -> torch.Tensor:
     return out.logits
 
 
-def response_log_probs(model: torch.nn.Module, batch: Batch, temperature: float,
-                       with_entropy: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
+def response_log_probs(model: torch.nn.Module, batch: Batch, temperature: float, with_entropy: bool = False,
+                       share_prompt: bool = True) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Log-prob (and entropy) of each response token, (batch, response_len), under logits / temperature."""
-    return log_probs_from_logits(response_logits(model, batch), batch["responses"], temperature, with_entropy)
+    return log_probs_from_logits(response_logits(model, batch, share_prompt), batch["responses"], temperature, with_entropy)
 
 
 class Actor:
     def __init__(self, model: torch.nn.Module, config: ActorConfig, optimizer: torch.optim.Optimizer | None = None,
                  ref_model: torch.nn.Module | None = None, rollout_correction: RolloutCorrectionConfig | None = None,
-                 device: str | None = None):
-        """`device`: where inputs go; by default the parameters' (FSDP's CPU offload keeps them on the CPU)."""
+                 device: str | None = None, share_prompt: bool = True):
+        """`device`: where inputs go; by default the parameters' (FSDP's CPU offload keeps them on the CPU).
+        `share_prompt`: compute a prompt that repeats in a micro-batch once (actor_rollout_ref.model.share_prompt_forward)."""
         self.model, self.config, self.optimizer, self.ref_model = model, config, optimizer, ref_model
+        self.share_prompt = share_prompt
         self.rollout_correction = rollout_correction  # algorithm.rollout_correction; its bypass_mode changes the loss
         self.device = torch.device(device) if device else next(model.parameters()).device
 
@@ -83,7 +93,8 @@ class Actor:
         gradients; 0 where the attention mask is."""
         with eval_mode(self.model):
             return forward_in_micro_batches(batch, micro_batch_size, max_tokens, self.device,
-                                            lambda micro: response_log_probs(self.model, micro, temperature, with_entropy))
+                                            lambda micro: response_log_probs(self.model, micro, temperature, with_entropy,
+                                                                               self.share_prompt))
 
     @torch.no_grad()
     def compute_ref_log_prob_and_full_kl(self, batch: Batch, ref_model: torch.nn.Module, temperature: float,
@@ -91,9 +102,9 @@ class Actor:
                                          max_tokens: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """The reference's log-probs and the exact per-token KL(this policy || reference), from one forward of each."""
         def forward(micro: Batch) -> tuple[torch.Tensor, torch.Tensor]:
-            ref_logits = response_logits(ref_model, micro)
+            ref_logits = response_logits(ref_model, micro, self.share_prompt)
             log_probs, _ = log_probs_from_logits(ref_logits, micro["responses"], temperature, with_entropy=False)
-            return log_probs, full_kl_from_logits(response_logits(self.model, micro), ref_logits, temperature)
+            return log_probs, full_kl_from_logits(response_logits(self.model, micro, self.share_prompt), ref_logits, temperature)
 
         with eval_mode(self.model):
             return forward_in_micro_batches(batch, micro_batch_size, max_tokens, self.device, forward)
@@ -132,7 +143,7 @@ class Actor:
             mask = micro["response_mask"].float()
             share = float(mask.sum()) / max(info["batch_num_tokens"], 1)  # ratio-type metrics are token means
             trimmed = trim_padding(micro)
-            logits = response_logits(self.model, trimmed.batch)  # (rows, kept response columns, vocab)
+            logits = response_logits(self.model, trimmed.batch, self.share_prompt)  # (rows, kept response columns, vocab)
             log_prob, entropy = map(trimmed.widen, log_probs_from_logits(logits, trimmed.batch["responses"], temperature))
             old_log_prob = log_prob.detach() if on_policy else micro["old_log_probs"]
             if on_policy and "rollout_log_probs" in micro:
@@ -176,5 +187,5 @@ class Actor:
         if self.config.kl_loss_type != "full":
             return kl_penalty(log_prob, micro["ref_log_prob"], self.config.kl_loss_type)
         with torch.no_grad():
-            ref_logits = response_logits(self.ref_model, trimmed.batch)
+            ref_logits = response_logits(self.ref_model, trimmed.batch, self.share_prompt)
         return trimmed.widen(full_kl_from_logits(logits, ref_logits, temperature))

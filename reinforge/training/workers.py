@@ -77,7 +77,7 @@ class ActorRolloutRefWorker:
             total = cfg.actor.optim.total_training_steps
             self.scheduler = make_scheduler(optimizer, cfg.actor.optim, total if total > 0 else total_training_steps)
             self.actor = Actor(model, cfg.actor, optimizer, rollout_correction=self.config.algorithm.rollout_correction,
-                               device=self.device)
+                               device=self.device, share_prompt=cfg.model.share_prompt_forward)
             self.agents = None
             if cfg.rollout.multi_turn.enable:  # imported here: single-turn runs never load the agent machinery
                 from reinforge.inference.agent import AgentRunner
@@ -86,7 +86,8 @@ class ActorRolloutRefWorker:
                                           self.config.data.apply_chat_template_kwargs)
         if self.has_ref:
             ref = load_causal_lm(self.config, self.device, trainable=False, dtype=cfg.ref.fsdp_config.model_dtype)
-            self.ref = Actor(shard_model(ref, cfg.ref.fsdp_config, self.device), cfg.actor, device=self.device)
+            self.ref = Actor(shard_model(ref, cfg.ref.fsdp_config, self.device), cfg.actor, device=self.device,
+                             share_prompt=cfg.model.share_prompt_forward)
             if self.has_actor and cfg.actor.kl_loss_type == "full":
                 self.actor.ref_model = self.ref.model  # the exact KL needs the reference's whole distribution
 
