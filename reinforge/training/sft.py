@@ -72,7 +72,11 @@ def ensure_finetuned(base: Path, target: Path, examples: Examples, steps: int, *
     try:
         model.save_pretrained(tmp, safe_serialization=True)
         tokenizer.save_pretrained(tmp)
-        os.replace(tmp, target)
+        try:
+            os.replace(tmp, target)
+        except OSError:  # another process built it first (two first runs at once); its copy is the same
+            if not (target / "config.json").exists():
+                raise
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return target
