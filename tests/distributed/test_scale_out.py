@@ -50,7 +50,10 @@ def runs(tiny_model_path, tmp_path_factory) -> dict[str, Path]:
         f"custom_reward_function.path={reward}", "data.max_samples=32", "data.max_val_samples=3", "data.train_batch_size=4",
         "data.max_prompt_length=48", "data.max_response_length=6", "actor_rollout_ref.rollout.n=2",
         "actor_rollout_ref.actor.ppo_mini_batch_size=2", "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=1",
-        "actor_rollout_ref.actor.optim.lr=1e-3", "actor_rollout_ref.actor.use_kl_loss=true",
+        # Adam divides by sqrt(v) + eps: with the default 1e-8 an entry whose gradient is near zero turns the rounding
+        # differences of two summation orders (ranks vs micro-batches) into updates up to ~1e-2 x lr; 1e-6 keeps them
+        # under 1e-4 x lr, so the comparison below measures the training, not the optimizer's division by ~0
+        "actor_rollout_ref.actor.optim.lr=1e-3", "actor_rollout_ref.actor.optim.eps=1e-6", "actor_rollout_ref.actor.use_kl_loss=true",
         "actor_rollout_ref.actor.kl_loss_coef=0.1", "actor_rollout_ref.model.enable_gradient_checkpointing=false",
         "algorithm.adv_estimator=grpo", "trainer.total_training_steps=3", "trainer.val_before_train=false",
         "trainer.test_freq=3", "trainer.save_freq=1", "trainer.device=cpu", "trainer.logger=[console]",
