@@ -41,15 +41,19 @@ SETTINGS = {
     "data.train_batch_size": 16,
     "algorithm.adv_estimator": "grpo",
     "actor_rollout_ref.rollout.n": 8,
+    # The copier starts nearly deterministic (entropy ~0.01 per token): at temperature 1 a prompt's 8 samples rarely
+    # differ, GRPO sees no contrast, and runs stall between 0.25 and 0.65 depending on the seed and on float rounding.
+    # At 2.0 they explore; 12 runs (8 seeds, with and without the shared prompt forward) reached 0.60-0.92 by step 400.
+    "actor_rollout_ref.rollout.temperature": 2.0,
     "actor_rollout_ref.actor.optim.lr": 1e-3,
     "actor_rollout_ref.actor.ppo_mini_batch_size": 16,
     "actor_rollout_ref.actor.use_kl_loss": True,
     "actor_rollout_ref.actor.kl_loss_coef": 0.001,
     "actor_rollout_ref.actor.kl_loss_type": "low_var_kl",
     "trainer.total_epochs": 100,
-    "trainer.total_training_steps": 800,
+    "trainer.total_training_steps": 400,
     "trainer.test_freq": 100,
-    "trainer.save_freq": 800,
+    "trainer.save_freq": 400,
     "trainer.project_name": "reinforge",
     "trainer.experiment_name": "quickstart",
 }
