@@ -30,6 +30,15 @@ def test_misspelt_key_fails_before_loading_with_a_suggestion():
     assert "Traceback" not in result.stderr
 
 
+def test_help_and_a_misspelt_key_answer_without_importing_torch():
+    """Importing torch takes 1.5 s here; `--help` and the commonest mistake should not wait for it."""
+    probe = ("import sys\nfrom reinforge.cli import main\ntry:\n    main(sys.argv[1:])\nexcept SystemExit:\n    pass\n"
+             "print('torch imported' if 'torch' in sys.modules else 'no torch')")
+    for args in (["--help"], ["train", "actor_rollout_ref.actor.optim.lrr=1e-6"]):
+        result = subprocess.run([sys.executable, "-c", probe, *args], capture_output=True, text=True, cwd=ROOT, timeout=120)
+        assert result.stdout.strip().splitlines()[-1] == "no torch", (args, result.stdout[-500:], result.stderr[-500:])
+
+
 def test_missing_data_file_names_the_file(tiny_model_path, tmp_path):
     missing = tmp_path / "nope.parquet"
     result = reinforge("train", "algorithm.adv_estimator=grpo", f"actor_rollout_ref.model.path={tiny_model_path}",

@@ -33,8 +33,6 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-import torch
-
 from reinforge.config.schema import TrainerConfig
 from reinforge.errors import CheckpointError, ConfigError
 
@@ -46,6 +44,8 @@ DISK_FULL = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG})
 def save_torch(obj: object, path: Path) -> None:
     """torch.save through a Python file object: a full disk then raises OSError with its errno in the exception chain
     (given a path, torch writes from native code and fails with a RuntimeError that names no cause)."""
+    import torch  # here, not at the top: the CLI imports this module for its stop handling, before it knows it needs torch
+
     with open(path, "wb") as file:
         torch.save(obj, file)
 
