@@ -72,7 +72,7 @@ def main() -> None:
             cpu, wall, _ = timed_update(actors[share], batch)
             times[share].append((cpu, wall))
     rows, length = batch["input_ids"].shape
-    tokens = {False: rows * length, True: PROMPTS * PROMPT_LEN + rows * (RESPONSE_LEN - 1)}
+    tokens = {False: rows * length, True: PROMPTS * (PROMPT_LEN - 1) + rows * RESPONSE_LEN}
     print(f"torch threads {torch.get_num_threads()}, gradient checkpointing {args.gradient_checkpointing}, "
           f"{args.repeats} alternating repeats, medians")
     for share in (False, True):

@@ -25,10 +25,12 @@ row at its limit leaves the batch); requests of different sampling parameters do
 
 from __future__ import annotations
 
+import inspect
 import sys
 
 import torch
 from tqdm import tqdm
+from transformers.cache_utils import DynamicCache
 
 from reinforge.distributed.process_group import full_tensor
 from reinforge.inference.engine import GenerationOutput, InferenceEngine, SamplingParams
@@ -49,6 +51,12 @@ def filter_logits(logits: torch.Tensor, top_k: int, top_p: float) -> torch.Tenso
         drop = drop_sorted.scatter(-1, order, drop_sorted)
         logits = logits.masked_fill(drop, float("-inf"))
     return logits
+
+
+def cache_keyword(model: torch.nn.Module) -> str:
+    """The keyword `model.forward` takes its KV cache under: `cache` from transformers 5.24 on (which warns about
+    the old name, to be removed in 5.40), `past_key_values` before it and in models that kept that name."""
+    return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
 
 
 class RowDraws:
@@ -122,7 +130,8 @@ class HFEngine(InferenceEngine):
         stopped = torch.zeros(batch, dtype=torch.bool, device=device)
         rows = torch.arange(batch, device=device)  # the rows still decoding, as indices into the batch
         draws = None if params.greedy else RowDraws.of(seeds, params.max_tokens, device)
-        logits, past = self._prefill(prompts, input_ids, attention_mask, position_ids)
+        cache_arg = cache_keyword(self.model)
+        logits, past = self._prefill(prompts, input_ids, attention_mask, position_ids, cache_arg)
         step_positions = position_ids
         for t in range(params.max_tokens):
             next_ids, next_log_probs = self._sample(logits.float(), params, draws, rows, t)
@@ -150,7 +159,7 @@ class HFEngine(InferenceEngine):
             attention_mask = torch.cat([attention_mask, attention_mask.new_ones((len(rows), 1))], 1)
             step_positions = step_positions[:, -1:] + 1
             logits = self.model(input_ids=next_ids[:, None], attention_mask=attention_mask, position_ids=step_positions,
-                                past_key_values=past, use_cache=True, logits_to_keep=1).logits[:, -1, :]
+                                use_cache=True, logits_to_keep=1, **{cache_arg: past}).logits[:, -1, :]
 
         results = []
         for row in range(batch):
@@ -163,8 +172,9 @@ class HFEngine(InferenceEngine):
         return results
 
     def _prefill(self, prompts: list[list[int]], input_ids: torch.Tensor, attention_mask: torch.Tensor,
-                 position_ids: torch.Tensor) -> tuple[torch.Tensor, object]:
-        """The prompts' forward pass: last-position logits (batch, vocab) and the KV cache.
+                 position_ids: torch.Tensor, cache_arg: str) -> tuple[torch.Tensor, DynamicCache]:
+        """The prompts' forward pass: last-position logits (batch, vocab) and the KV cache (the one the model would
+        make for itself, given to it: its name in the output changed with the keyword).
 
         A prompt that occurs in several rows (GRPO's n samples of one prompt) is computed once and its
         cache rows copied, so the prefill costs one row per distinct prompt."""
@@ -180,9 +190,9 @@ class HFEngine(InferenceEngine):
         take = torch.tensor(first_rows, device=input_ids.device) if len(first_rows) < len(prompts) else None
         if take is not None:
             input_ids, attention_mask, position_ids = input_ids[take], attention_mask[take], position_ids[take]
-        out = self.model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
-                         use_cache=True, logits_to_keep=1)
-        logits, past = out.logits[:, -1, :], out.past_key_values
+        past = DynamicCache(config=self.model.config)
+        logits = self.model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
+                            use_cache=True, logits_to_keep=1, **{cache_arg: past}).logits[:, -1, :]
         if take is not None:
             expand = torch.tensor(owner, device=logits.device)
             logits = logits[expand]

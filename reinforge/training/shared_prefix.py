@@ -3,13 +3,14 @@
 GRPO samples every prompt `rollout.n` times, so a micro-batch of the update holds groups of rows
 whose prompt columns (the first `input_ids` width - `responses` width columns of `input_ids`,
 `attention_mask` and `position_ids`) are identical. The plain forward recomputes each prompt in
-every row of its group. Here the model runs once on the distinct prompts, keeping their keys and
-values; those are copied to the rows that share them (by indexing, which back-propagates: the
-copies' gradients add up in the one prompt computation), and the response columns run on top of
-them with the whole attention mask. The logit that predicts response token 0 is the prompt's
-last-position logit; the others come from response positions 0..R-2. The numbers are the plain
-forward's, up to float rounding (tests/training/test_shared_prefix.py); the work saved is the
-prompt part of every row but one per group (24% of the update's tokens with the benchmark's
+every row of its group. Here the model runs once on the distinct prompts but their last token,
+keeping their keys and values; those are copied to the rows that share them (by indexing, which
+back-propagates: the copies' gradients add up in the one prompt computation), and each row's last
+prompt token and its responses run on top of them with the whole attention mask. That second pass
+gives the logits of every response position in one tensor, as the plain forward does (no copy of
+the vocabulary-sized logits to join two passes). The numbers are the plain forward's, up to float
+rounding (tests/training/test_shared_prefix.py); the work saved is the prompt part of every row
+but one per group, less one token per row (22.5% of the update's tokens with the benchmark's
 22-token prompts and 64-token responses, n=8).
 
 The keys and values go through transformers' cache interface with two cache layers of our own,
@@ -25,9 +26,10 @@ compute the responses without their prompt: that is detected after each pass, an
 
 The plain forward is kept where sharing gains nothing or is not known to be exact:
 - no prompt repeats within the micro-batch (micro-batches of one row, prompts all different), or
-  the responses are one token wide;
+  the prompts are one token wide (nothing before their last token to share);
 - sliding-window attention layers (only full attention is checked), position_ids other than
-  (batch, length) (multimodal rope).
+  (batch, length) (multimodal rope);
+- gradient checkpointing with transformers 4.x, whose checkpointed layers drop any cache.
 
 On several data-parallel ranks (FSDP2) the two forwards of the sharded model before one backward
 give the one-process gradients (tests/training/test_shared_prefix.py runs 2 gloo ranks). Each
@@ -46,15 +48,20 @@ from transformers.modeling_layers import GradientCheckpointingLayer
 
 from reinforge.distributed.process_group import all_reduce
 from reinforge.errors import ModelError
+from reinforge.inference.hf import cache_keyword
+
+
+def hold(layer: DynamicLayer, keys: torch.Tensor, values: torch.Tensor) -> None:
+    """`layer` holds these keys and values (set directly: `lazy_initialization` changed its arguments in transformers 5)."""
+    layer.dtype, layer.device, layer.is_initialized = keys.dtype, keys.device, True
+    layer.keys, layer.values = keys, values
 
 
 class PromptLayer(DynamicLayer):
     """A prompt pass's keys and values, returned as given and kept; a recomputation overwrites them with the same."""
 
     def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs) -> tuple[torch.Tensor, torch.Tensor]:
-        if not self.is_initialized:
-            self.lazy_initialization(key_states, value_states)
-        self.keys, self.values = key_states, value_states
+        hold(self, key_states, value_states)
         return key_states, value_states
 
 
@@ -66,9 +73,8 @@ class ResponseLayer(DynamicLayer):
 
     def __init__(self, keys: torch.Tensor, values: torch.Tensor, owner: torch.Tensor):
         super().__init__()
-        self.lazy_initialization(keys, values)
-        self.keys, self.values, self.owner = keys, values, owner
-        self.read = False
+        hold(self, keys, values)
+        self.owner, self.read = owner, False
 
     def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs) -> tuple[torch.Tensor, torch.Tensor]:
         self.read = True
@@ -77,8 +83,8 @@ class ResponseLayer(DynamicLayer):
 
 def prompt_owners(input_ids: torch.Tensor, attention_mask: torch.Tensor, position_ids: torch.Tensor,
                   prompt_len: int) -> tuple[torch.Tensor, torch.Tensor] | None:
-    """For rows whose first `prompt_len` columns repeat: (the first row of each distinct prompt (k,), the index of
-    each row's prompt among those (batch,)); None when every prompt is different."""
+    """For rows whose first `prompt_len` columns repeat: (the first row of each distinct prefix (k,), the index of
+    each row's prefix among those (batch,)); None when every prefix is different."""
     columns = [t[:, :prompt_len].to(input_ids.dtype) for t in (input_ids, attention_mask, position_ids)]
     distinct, owner = torch.unique(torch.cat(columns, 1), dim=0, return_inverse=True)
     if len(distinct) == len(input_ids):
@@ -93,7 +99,11 @@ def can_share(model: torch.nn.Module, position_ids: torch.Tensor) -> bool:
     config = model.config
     layer_types = getattr(config, "layer_types", None)
     full_attention = set(layer_types) == {"full_attention"} if layer_types else getattr(config, "sliding_window", None) is None
-    return full_attention and position_ids.dim() == 2
+    checkpointing = model.training and any(getattr(module, "gradient_checkpointing", False) for module in model.modules()
+                                           if isinstance(module, GradientCheckpointingLayer))
+    # before transformers 5, a checkpointed layer always drops the cache it is given
+    cache_survives = not checkpointing or hasattr(GradientCheckpointingLayer, "_can_checkpoint_with_cache")
+    return full_attention and position_ids.dim() == 2 and cache_survives
 
 
 @contextmanager
@@ -114,24 +124,42 @@ def shared_prompt_logits(model: torch.nn.Module, input_ids: torch.Tensor, attent
                          position_ids: torch.Tensor, response_len: int) -> torch.Tensor | None:
     """The logits that predict each response token, (batch, response_len, vocab), with each distinct prompt of the
     batch computed once; None where the plain forward should run instead (on any rank: see the module docstring)."""
-    prompt_len = input_ids.shape[1] - response_len
+    shared_len = input_ids.shape[1] - response_len - 1  # the prompt but its last token, whose logit predicts response 0
     groups = None
-    if response_len > 1 and can_share(model, position_ids):
-        groups = prompt_owners(input_ids, attention_mask, position_ids, prompt_len)
+    if shared_len > 0 and can_share(model, position_ids):
+        groups = prompt_owners(input_ids, attention_mask, position_ids, shared_len)
     if not all_reduce([float(groups is not None)], "min")[0]:  # every rank runs as many forwards of a sharded model
         return None
     first, owner = groups
+    cache_arg = cache_keyword(model)
     prompt_cache = Cache(layer_class_to_replicate=PromptLayer)
     with cache_through_checkpointing(model):
-        last = model(input_ids=input_ids[first, :prompt_len], attention_mask=attention_mask[first, :prompt_len],
-                     position_ids=position_ids[first, :prompt_len], past_key_values=prompt_cache, use_cache=False,
-                     logits_to_keep=1).logits
+        prompt_out = model(input_ids=input_ids[first, :shared_len], attention_mask=attention_mask[first, :shared_len],
+                           position_ids=position_ids[first, :shared_len], use_cache=False, logits_to_keep=1,
+                           **{cache_arg: prompt_cache}).logits
         check_cache_used(model, bool(prompt_cache.layers))
         rows_cache = Cache(layers=[ResponseLayer(layer.keys, layer.values, owner) for layer in prompt_cache.layers])
-        rest = model(input_ids=input_ids[:, prompt_len:-1], attention_mask=attention_mask[:, :-1],
-                     position_ids=position_ids[:, prompt_len:-1], past_key_values=rows_cache, use_cache=False).logits
+        logits = model(input_ids=input_ids[:, shared_len:-1], attention_mask=attention_mask[:, :-1],
+                       position_ids=position_ids[:, shared_len:-1], use_cache=False, **{cache_arg: rows_cache}).logits
         check_cache_used(model, all(layer.read for layer in rows_cache.layers))
-    return torch.cat([last[owner], rest], 1)  # the prompt's last position predicts response token 0
+    return JoinedTo.apply(logits, prompt_out) if torch.is_grad_enabled() and prompt_out.requires_grad else logits
+
+
+class JoinedTo(torch.autograd.Function):
+    """`logits` unchanged, with the prompt pass's output joined to the autograd graph by a zero gradient.
+
+    The prompt pass's gradient reaches it through the keys and values, not through its output; FSDP2 gathers a
+    sharded layer's weights before its backward only when the output of that forward gets a gradient, so the
+    prompt pass's (k, 1, vocab) output gets a zero one."""
+
+    @staticmethod
+    def forward(ctx, logits: torch.Tensor, prompt_out: torch.Tensor) -> torch.Tensor:
+        ctx.prompt_shape = prompt_out.shape
+        return logits.view_as(logits)
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return grad, grad.new_zeros(ctx.prompt_shape)
 
 
 def check_cache_used(model: torch.nn.Module, used: bool) -> None:

@@ -17,18 +17,23 @@ from pathlib import Path
 import pytest
 import torch
 from transformers import AutoModelForCausalLM, Qwen2Config, Qwen2ForCausalLM
+from transformers.modeling_layers import GradientCheckpointingLayer
 
 from reinforge.batch import Batch
 from reinforge.config import load_config
 from reinforge.config.schema import ActorConfig
 from reinforge.errors import ModelError
 from reinforge.training.actor import Actor, response_log_probs
-from reinforge.training.shared_prefix import PromptLayer, prompt_owners, shared_prompt_logits
+from reinforge.training.model import prepare_model
+from reinforge.training.shared_prefix import PromptLayer, can_share, prompt_owners, shared_prompt_logits
 from reinforge.training.workers import ActorRolloutRefWorker
 from tests.training.shared_prefix_ranks import UNEVEN_ROWS, grouped_batch, update_gradients
 from tests.training.test_fsdp import free_port
 
 HERE = Path(__file__).parent
+CACHE_UNDER_CHECKPOINTING = pytest.mark.skipif(
+    not hasattr(GradientCheckpointingLayer, "_can_checkpoint_with_cache"),
+    reason="transformers 4.x drops the cache in checkpointed layers: sharing falls back to the plain forward there")
 PROMPT, RESPONSE = 7, 5
 GROUPS = ((7, 3), (4, 3), (2, 2), (5, 1))  # (prompt tokens, samples): left-padded groups and one unique prompt
 
@@ -118,6 +123,7 @@ def test_update_gradient_is_the_plain_forwards(tiny_model_path, kl_loss_type):
     assert_relatively_close(actor_update_gradient(base, batch, share_prompt=True, kl_loss_type=kl_loss_type), plain)
 
 
+@CACHE_UNDER_CHECKPOINTING
 def test_update_under_gradient_checkpointing_is_the_plain_forwards(tiny_model_path, monkeypatch):
     """Checkpointed layers run again in the backward pass, through the same cache: the prompt's keys must not be
     stored twice, nor the responses' appended to them (the replays are counted, so the test sees them happen)."""
@@ -131,6 +137,18 @@ def test_update_under_gradient_checkpointing_is_the_plain_forwards(tiny_model_pa
     layers = base.config.num_hidden_layers
     assert len(calls) == 3 * layers  # `shares`' forward, the update's forward, its replay in the backward pass
     assert_relatively_close(shared, plain)
+
+
+def test_checkpointed_training_keeps_the_plain_forward_where_checkpointed_layers_drop_the_cache(tiny_model_path, monkeypatch):
+    """transformers 4.x has no way for a checkpointed layer to keep its cache (on 5.x simulated by removing it)."""
+    model = prepare_model(AutoModelForCausalLM.from_pretrained(tiny_model_path), "cpu", trainable=True,
+                          gradient_checkpointing=True)
+    positions = torch.zeros(2, 3, dtype=torch.long)
+    if hasattr(GradientCheckpointingLayer, "_can_checkpoint_with_cache"):
+        assert can_share(model, positions)
+        monkeypatch.delattr(GradientCheckpointingLayer, "_can_checkpoint_with_cache")
+    assert not can_share(model, positions)
+    assert can_share(model.eval(), positions)  # forward-only passes do not checkpoint
 
 
 def test_sliding_window_models_keep_the_plain_forward():
@@ -162,6 +180,7 @@ def test_a_model_that_ignores_the_cache_is_named_not_silently_wrong(tiny_model_p
     response_log_probs(model, batch, 1.0, share_prompt=False)  # the switch is the way out
 
 
+@CACHE_UNDER_CHECKPOINTING
 def test_two_fsdp_ranks_sharing_give_the_one_process_gradient(tiny_model_path, tmp_path):
     """Each rank holds one group; its two forwards of the sharded model before one backward must give the
     gradient of the plain forward on the whole batch in one process."""
