@@ -7,7 +7,6 @@ the mean negative log-prob of the answer's tokens and the EOS after them, comput
 
 from __future__ import annotations
 
-import os
 import random
 import shutil
 import tempfile
@@ -22,6 +21,7 @@ from reinforge.environment.dataset import collate_prompts
 from reinforge.inference.engine import GenerationOutput
 from reinforge.inference.rollout import trajectories
 from reinforge.training.actor import response_log_probs
+from reinforge.training.tiny_model import move_into_place
 
 Examples = Callable[[random.Random, int], list[tuple[str, str]]]
 
@@ -72,11 +72,7 @@ def ensure_finetuned(base: Path, target: Path, examples: Examples, steps: int, *
     try:
         model.save_pretrained(tmp, safe_serialization=True)
         tokenizer.save_pretrained(tmp)
-        try:
-            os.replace(tmp, target)
-        except OSError:  # another process built it first (two first runs at once); its copy is the same
-            if not (target / "config.json").exists():
-                raise
+        move_into_place(tmp, target)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return target

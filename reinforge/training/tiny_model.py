@@ -186,11 +186,17 @@ def ensure_tiny_model(spec: TinyModelSpec | None = None, root: Path | None = Non
         tokenizer.save_pretrained(tmp)
         model.save_pretrained(tmp, safe_serialization=True)
         (tmp / "reinforge_tiny_spec.txt").write_text(repr(asdict(spec)) + "\n")
-        try:
-            os.replace(tmp, target)
-        except OSError:  # another process finished first; its copy is identical
-            if not (target / "config.json").exists():
-                raise
+        move_into_place(tmp, target)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return target
+
+
+def move_into_place(tmp: Path, target: Path) -> None:
+    """Rename the finished model folder `tmp` to `target`, unless another process (two first runs at once) already
+    put its copy there: the builds are deterministic, so that copy is the same and `tmp` is left to be removed."""
+    try:
+        os.replace(tmp, target)
+    except OSError:
+        if not (target / "config.json").exists():
+            raise

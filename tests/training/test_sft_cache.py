@@ -6,7 +6,7 @@ import subprocess
 import sys
 
 BUILD = """
-import random, sys
+import sys
 from pathlib import Path
 from reinforge.environment.tasks import pretraining_examples
 from reinforge.training.sft import ensure_finetuned
