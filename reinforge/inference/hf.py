@@ -208,15 +208,22 @@ class HFEngine(InferenceEngine):
         scaled = logits / params.temperature
         log_dist = torch.log_softmax(scaled, -1)
         probs = torch.softmax(filter_logits(scaled, params.top_k, params.top_p), -1)
+        # one uniform number per row, inverted through the row's CDF (torch.multinomial draws one exponential number
+        # per vocabulary entry on CPU: 41 ms per step for 64 rows of a 32k vocabulary, against 1 ms)
         if draws is None:
-            next_ids = torch.multinomial(probs, 1, generator=self.generator).squeeze(-1)
+            u = self._uniforms(len(rows), probs.device)
         else:
-            next_ids = sample_inverse_cdf(probs, draws.values[rows, t])
+            u = draws.values[rows, t]
             if draws.unseeded is not None:  # requests without a seed in the same batch: the engine's generator
                 own = draws.unseeded[rows]
                 if bool(own.any()):
-                    next_ids[own] = torch.multinomial(probs[own], 1, generator=self.generator).squeeze(-1)
+                    u = u.clone()
+                    u[own] = self._uniforms(int(own.sum()), probs.device)
+        next_ids = sample_inverse_cdf(probs, u)
         return next_ids, log_dist.gather(-1, next_ids[:, None]).squeeze(-1)
+
+    def _uniforms(self, count: int, device: torch.device) -> torch.Tensor:
+        return torch.rand(count, generator=self.generator, dtype=torch.float64, device=device)
 
     def update_weights(self, named_tensors) -> None:
         """Copy the actor's weights into the engine's own module (cast to its dtype); nothing when the engine

@@ -97,7 +97,7 @@ def test_finished_rows_leave_the_batch(tiny_model_path, tokenizer):
     decoded_rows = []
     model.model.register_forward_pre_hook(lambda module, args, kwargs: decoded_rows.append(kwargs["input_ids"].shape[0]),
                                           with_kwargs=True)
-    engine = HFEngine(model, tokenizer.pad_token_id, [tokenizer.eos_token_id], seed=1)
+    engine = HFEngine(model, tokenizer.pad_token_id, [tokenizer.eos_token_id], seed=0)
     batch = prompts_batch(tokenizer, ["1 2 3", "the answer is", "4 5 6 7", "words and more words", "9", "apples cost 3"])
     out = generate_sequences(engine, batch, SamplingParams(max_tokens=12, stop_token_ids=(stop,)), tokenizer.pad_token_id)
     ends = out["response_mask"].sum(-1).tolist()
@@ -201,9 +201,11 @@ FIXED = torch.log(torch.tensor([0.4, 0.25, 0.15, 0.1, 0.06, 0.04]))  # the logit
     # top-k 4 keeps 0.4/0.9, 0.25/0.9, 0.15/0.9, 0.1/0.9; the mass before them is 0, .444, .722, .889: top-p 0.75 keeps 3
     (1.0, 4, 0.75, [0.5, 0.3125, 0.1875, 0, 0, 0]),
 ])
-def test_seeded_sampling_draws_from_the_filtered_distribution(tiny_model_path, tokenizer, temperature, top_k, top_p, expected):
-    """Over many seeds, the first token's frequencies match the distribution (chi-square, 0.1% level); filtered
-    tokens never occur."""
+@pytest.mark.parametrize("seeded", [True, False])
+def test_sampling_draws_from_the_filtered_distribution(tiny_model_path, tokenizer, temperature, top_k, top_p, expected,
+                                                       seeded):
+    """Over many rows (each with its own seed, or all from the engine's generator), the first token's frequencies
+    match the distribution (chi-square, 0.1% level); filtered tokens never occur."""
     model = load(tiny_model_path)
 
     def fixed_logits(module, inputs, output):
@@ -215,7 +217,7 @@ def test_seeded_sampling_draws_from_the_filtered_distribution(tiny_model_path, t
     engine = HFEngine(model, tokenizer.pad_token_id, [tokenizer.eos_token_id])
     draws = 20000
     outputs = engine.generate_batch([[5, 6, 7]] * draws, SamplingParams(max_tokens=1, temperature=temperature, top_k=top_k,
-                                                                         top_p=top_p), seeds=list(range(draws)))
+                                                                         top_p=top_p), seeds=list(range(draws)) if seeded else None)
     counts = torch.bincount(torch.tensor([o.token_ids[0] for o in outputs]), minlength=model.config.vocab_size)
     assert counts[:10].sum() == 0 and counts[16:].sum() == 0
     assert abs(sum(expected) - 1) < 1e-4
