@@ -9,6 +9,7 @@ The schedule advances once per training step (not per mini-batch), as verl's doe
 from __future__ import annotations
 
 import math
+import warnings
 
 import torch
 
@@ -43,3 +44,12 @@ def lr_factor(step: int, optim: OptimConfig, total_steps: int) -> float:
 
 def make_scheduler(optimizer: torch.optim.Optimizer, optim: OptimConfig, total_steps: int) -> torch.optim.lr_scheduler.LambdaLR:
     return torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: lr_factor(step, optim, total_steps))
+
+
+def advance_schedule(scheduler: torch.optim.lr_scheduler.LRScheduler) -> None:
+    """One training step of the schedule, whether or not the optimizer stepped: a step skipped for a non-finite
+    gradient still counts (the schedule follows the training step, as verl's does). torch warns about a scheduler
+    stepped before its optimizer, which here is that skip, reported in `*/nonfinite_skipped`: not repeated."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=r"Detected call of `lr_scheduler\.step\(\)` before `optimizer\.step\(\)`")
+        scheduler.step()

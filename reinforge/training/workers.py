@@ -33,7 +33,7 @@ from reinforge.training.checkpoint_io import full_model_state, load_training_sta
 from reinforge.training.critic import Critic
 from reinforge.training.fsdp import offload_optimizer, shard_model
 from reinforge.training.model import load_causal_lm, load_tokenizer, load_value_model
-from reinforge.training.optim import make_optimizer, make_scheduler
+from reinforge.training.optim import advance_schedule, make_optimizer, make_scheduler
 from reinforge.training.perf import compute_memory_metrics, device_peak_flops, mfu, training_flops
 
 
@@ -149,7 +149,7 @@ class ActorRolloutRefWorker:
         metrics.update(update_perf_metrics("actor", self.actor.model, batch, time.perf_counter() - start,
                                            cfg.actor.ppo_epochs, self.config.trainer))
         metrics["actor/lr"] = self.scheduler.get_last_lr()[0]
-        self.scheduler.step()
+        advance_schedule(self.scheduler)
         return Batch(meta_info={"metrics": metrics})
 
     @register(Dispatch.ALL)
@@ -237,7 +237,7 @@ class CriticWorker:
         metrics.update(update_perf_metrics("critic", self.critic.model, batch, time.perf_counter() - start,
                                            self.config.critic.ppo_epochs, self.config.trainer))
         metrics["critic/lr"] = self.scheduler.get_last_lr()[0]
-        self.scheduler.step()
+        advance_schedule(self.scheduler)
         return Batch(meta_info={"metrics": metrics})
 
     @register(Dispatch.ALL)
