@@ -184,7 +184,11 @@ def trl_trainer(model_path: str, train_file: str, run_dir: str, max_steps: int, 
 
 
 def run_trl(conn, model_path: str, train_file: str, run_dir: str, max_steps: int) -> None:
-    """TRL's own training loop, held at the start of each step until the parent says go."""
+    """TRL's own training loop, held at the start of each step until the parent says go.
+
+    A step's figures go to the parent from the start of the next step, once TRL has done its per-step logging
+    and waits, and the loop runs one step more than is timed, so that TRL does not end its loop (or log)
+    while the parent has reinforge take a step."""
     from transformers import TrainerCallback
 
     clock = Clock()
@@ -192,6 +196,8 @@ def run_trl(conn, model_path: str, train_file: str, run_dir: str, max_steps: int
 
     class StepGate(TrainerCallback):
         def on_step_begin(self, args, st, control, **kwargs):
+            if "figures" in state:
+                conn.send(state.pop("figures"))
             if conn.recv() != "step":
                 raise SystemExit(0)
             clock.reset()
@@ -203,11 +209,11 @@ def run_trl(conn, model_path: str, train_file: str, run_dir: str, max_steps: int
             memory = state["memory"]
             memory.__exit__()
             step, generate, forward = end - state["start"], clock.spent["generate"], clock.spent["forward"]
-            conn.send({"step": step, "cpu": cpu, "generate": generate, "forward": forward,
-                       "backward_optimizer": end - clock.ends["loss"], "tokens": state["tokens"],
-                       "step_memory_mb": memory.peak - memory.start, "peak_rss_mb": process_peak_mb()})
+            state["figures"] = {"step": step, "cpu": cpu, "generate": generate, "forward": forward,
+                                "backward_optimizer": end - clock.ends["loss"], "tokens": state["tokens"],
+                                "step_memory_mb": memory.peak - memory.start, "peak_rss_mb": process_peak_mb()}
 
-    trainer = trl_trainer(model_path, train_file, run_dir, max_steps, [StepGate()])
+    trainer = trl_trainer(model_path, train_file, run_dir, max_steps + 1, [StepGate()])
     generate_one_turn = trainer._generate_single_turn
 
     def counted(*args, **kwargs):
@@ -222,12 +228,10 @@ def run_trl(conn, model_path: str, train_file: str, run_dir: str, max_steps: int
     trainer.train()
 
 
-def run_reinforge(conn, model_path: str, train_file: str, run_dir: str, max_steps: int) -> None:
+def run_reinforge(conn, model_path: str, train_file: str, run_dir: str) -> None:
     runner = ReinforgeRunner(model_path, train_file, run_dir)
     conn.send({"ready": True})
-    for _ in range(max_steps):
-        if conn.recv() != "step":
-            return
+    while conn.recv() == "step":  # and waits for "stop" after the last: its exit overlaps no timed step of TRL's
         conn.send(runner.step())
 
 
@@ -243,6 +247,8 @@ def child(target: str, thread_policy: str | None, conn, *args) -> None:
     hf_logging.disable_progress_bar()
     try:
         {"reinforge": run_reinforge, "trl": run_trl, "gradcheck": gradient_check}[target](conn, *args)
+    except SystemExit:  # told to stop
+        raise
     except BaseException as exc:  # the parent reports it
         conn.send({"error": f"{type(exc).__name__}: {exc}"})
         raise
@@ -348,7 +354,8 @@ def compare(size: str, steps: int, warmup: int, thread_policy: str | None) -> di
         total = steps + warmup
         runners = {}
         for name in ("reinforge", "trl"):
-            runners[name] = run_child(ctx, name, thread_policy, str(model_path), str(train_file), f"{tmp}/{name}", total)
+            steps_arg = (total,) if name == "trl" else ()  # reinforge steps until told to stop
+            runners[name] = run_child(ctx, name, thread_policy, str(model_path), str(train_file), f"{tmp}/{name}", *steps_arg)
         for name, (_, conn) in runners.items():
             receive(conn, name)
         results = {name: [] for name in runners}
@@ -365,10 +372,7 @@ def compare(size: str, steps: int, warmup: int, thread_policy: str | None) -> di
             print(f"  step {index + 1}/{total}{' (warm-up)' if index < warmup else ''}: " + ", ".join(
                 f"{name} {(results[name][-1]['step'] if index >= warmup else float('nan')):.2f}s" for name in runners), flush=True)
         for process, conn in runners.values():
-            try:
-                conn.send("stop")
-            except (BrokenPipeError, OSError):  # TRL's loop already ended after its last step
-                pass
+            conn.send("stop")
             process.join(timeout=30)
             if process.is_alive():
                 process.terminate()
