@@ -213,11 +213,10 @@ class HFEngine(InferenceEngine):
         if draws is None:
             u = self._uniforms(len(rows), probs.device)
         else:
-            u = draws.values[rows, t]
+            u = draws.values[rows, t]  # a copy (indexed by a tensor)
             if draws.unseeded is not None:  # requests without a seed in the same batch: the engine's generator
                 own = draws.unseeded[rows]
                 if bool(own.any()):
-                    u = u.clone()
                     u[own] = self._uniforms(int(own.sum()), probs.device)
         next_ids = sample_inverse_cdf(probs, u)
         return next_ids, log_dist.gather(-1, next_ids[:, None]).squeeze(-1)
