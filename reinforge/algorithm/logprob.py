@@ -29,22 +29,28 @@ def compute_entropy(logits: torch.Tensor) -> torch.Tensor:
 
 
 class _LogProbEntropy(torch.autograd.Function):
+    """A pass over a chunk of the logits costs about as much as the next, so each chunk takes few: forward the
+    maximum, the shifted z, its exp, their sum and one dot product; backward log p, its exp, and for the
+    entropy two in-place passes, then one product written into the gradient."""
+
     @staticmethod
     def forward(ctx, logits: torch.Tensor, tokens: torch.Tensor, temperature: float):
         rows, vocab = logits.shape
         dtype = torch.promote_types(logits.dtype, torch.float32)  # fp32 math for bf16 logits; fp64 stays fp64
+        scale = 1.0 / temperature
         log_probs = torch.empty(rows, dtype=dtype, device=logits.device)
         entropy = torch.empty(rows, dtype=dtype, device=logits.device)
         shift = torch.empty(rows, dtype=dtype, device=logits.device)
         log_norm = torch.empty(rows, dtype=dtype, device=logits.device)  # logsumexp of the shifted logits
         for start, end in _chunks(rows, vocab, logits.is_cuda):
-            z = logits[start:end].to(dtype) / temperature
-            top = z.max(-1, keepdim=True).values
-            z = z - top  # max 0: the entropy's two terms stay small, no cancellation for large logits
-            lse = torch.logsumexp(z, dim=-1)
-            probs = torch.exp(z - lse.unsqueeze(-1))
+            chunk = logits[start:end].to(dtype)
+            top = chunk.amax(-1, keepdim=True) * scale  # the row maximum of logits / T (T > 0)
+            z = torch.add(-top, chunk, alpha=scale)  # logits / T - max, in one pass: max 0, so the entropy's
+            weights = z.exp()                       # two terms stay small, no cancellation for large logits
+            total = weights.sum(-1)
+            lse = total.log()
             shift[start:end], log_norm[start:end] = top.squeeze(-1), lse
-            entropy[start:end] = lse - (probs * z).sum(-1)
+            entropy[start:end] = lse - torch.linalg.vecdot(weights, z) / total  # H = lse - E_p[z]
             log_probs[start:end] = z.gather(-1, tokens[start:end].unsqueeze(-1)).squeeze(-1) - lse
         ctx.save_for_backward(logits, tokens, shift, log_norm, entropy)
         ctx.set_materialize_grads(False)  # an unused output's gradient arrives as None, not zeros
@@ -53,22 +59,30 @@ class _LogProbEntropy(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad_log_probs: torch.Tensor | None, grad_entropy: torch.Tensor | None):
+        if grad_log_probs is None and grad_entropy is None:
+            return None, None, None
         logits, tokens, shift, log_norm, entropy = ctx.saved_tensors
         rows, vocab = logits.shape
+        scale = 1.0 / ctx.temperature
+        offset = shift + log_norm  # log p = logits / T - offset
         grad_logits = torch.empty_like(logits)
         for start, end in _chunks(rows, vocab, logits.is_cuda):
-            z = logits[start:end].to(shift.dtype) / ctx.temperature - shift[start:end].unsqueeze(-1)
-            lse = log_norm[start:end].unsqueeze(-1)
-            probs = torch.exp(z - lse)
-            grad = torch.zeros_like(z)
-            if grad_log_probs is not None:
-                g = grad_log_probs[start:end].unsqueeze(-1)
-                grad -= probs * g
-                grad.scatter_add_(-1, tokens[start:end].unsqueeze(-1), g)
-            if grad_entropy is not None:
-                mean_z = lse - entropy[start:end].unsqueeze(-1)  # E_p[z]
-                grad -= probs * (z - mean_z) * grad_entropy[start:end].unsqueeze(-1)
-            grad_logits[start:end] = (grad / ctx.temperature).to(logits.dtype)
+            log_p = torch.add(-offset[start:end].unsqueeze(-1), logits[start:end].to(offset.dtype), alpha=scale)
+            probs = log_p.exp()
+            g = None if grad_log_probs is None else grad_log_probs[start:end].unsqueeze(-1)
+            # dz = (onehot(y) - p) g - p (z - E_p[z]) g_H, with z - E_p[z] = log p + H; all / T for the logits
+            if grad_entropy is None:
+                weight = g * -scale
+            else:
+                g_h = grad_entropy[start:end].unsqueeze(-1)
+                bias = g_h * entropy[start:end].unsqueeze(-1) + (0.0 if g is None else g)
+                weight = log_p.mul_(g_h * -scale).add_(bias * -scale)
+            out = grad_logits[start:end] if grad_logits.dtype == probs.dtype else log_p
+            torch.mul(probs, weight, out=out)
+            if g is not None:
+                out.scatter_add_(-1, tokens[start:end].unsqueeze(-1), g * scale)
+            if out is log_p:  # bf16 logits: the gradient in fp32, then rounded once
+                grad_logits[start:end] = out.to(logits.dtype)
         return grad_logits, None, None
 
 
