@@ -37,10 +37,6 @@ def trl_function():
     return trl
 
 
-def reinforge(logits, tokens, temperature):
-    return log_probs_from_logits(logits, tokens, temperature)
-
-
 def case_inputs(rows: int, vocab: int):
     generator = torch.Generator().manual_seed(0)
     logits = (torch.randn(rows, vocab, generator=generator) * 2).requires_grad_()
@@ -49,7 +45,7 @@ def case_inputs(rows: int, vocab: int):
 
 def fresh_process_memory(conn, key: str, rows: int, vocab: int, temperature: float, threads: int) -> None:
     torch.set_num_threads(threads)
-    fn = reinforge if key == "reinforge" else trl_function()
+    fn = log_probs_from_logits if key == "reinforge" else trl_function()
     conn.send(one_pass(fn, *case_inputs(rows, vocab), temperature)["memory_mb"])
 
 
@@ -71,7 +67,8 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2)
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
-    impls = {"reinforge": reinforge, "TRL": trl_function()}
+    impls = {"reinforge": log_probs_from_logits, "TRL": trl_function()}
+    spawn = mp.get_context("spawn")
     print(f"torch {torch.__version__}, {args.threads} threads; forward and backward of log-probs and entropy, fp32")
     print(f"{'case':40s} {'':10s} {'forward s':>10s} {'backward s':>11s} {'memory MB':>10s}")
     for name, rows, vocab, temperature in CASES:
@@ -91,9 +88,8 @@ def main() -> None:
         label = f"{name} ({rows} x {vocab}, T={temperature})"
         for key, rows_ in runs.items():
             med = {field: statistics.median(r[field] for r in rows_) for field in ("forward", "backward")}
-            receiver, sender = mp.get_context("spawn").Pipe(duplex=False)
-            child = mp.get_context("spawn").Process(target=fresh_process_memory,
-                                                    args=(sender, key, rows, vocab, temperature, args.threads))
+            receiver, sender = spawn.Pipe(duplex=False)
+            child = spawn.Process(target=fresh_process_memory, args=(sender, key, rows, vocab, temperature, args.threads))
             child.start()
             sender.close()  # the child's end only: its failure ends the receive
             memory = receiver.recv()
