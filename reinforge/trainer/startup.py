@@ -25,7 +25,7 @@ def seconds_since_process_start() -> float | None:
         return None
 
 
-PROCESS_PHASE = "python and config"  # the first phase of `reinforge train`: interpreter, first imports, config
+PROCESS_PHASE = "python, config and torch"  # the first phase of `reinforge train`: interpreter, config (its checks load torch)
 
 
 class StartupClock:
