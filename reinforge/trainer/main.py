@@ -60,6 +60,7 @@ def run(config: Config, user_keys: list[str], startup: StartupClock | None = Non
     """Train as configured; returns the final validation metrics.
 
     `startup` times the start (reinforge/trainer/startup.py); its breakdown is printed when the first step begins."""
+    import transformers.modeling_utils  # noqa: F401  (model loading's imports, ~1 s, timed as "imports", not in the phase that first uses them)
     from omegaconf import OmegaConf
 
     from reinforge.distributed import open_worker_pool
@@ -71,8 +72,6 @@ def run(config: Config, user_keys: list[str], startup: StartupClock | None = Non
     from reinforge.trainer.checkpoint import resume_folder
     from reinforge.trainer.ppo_trainer import RLTrainer
     from reinforge.training.model import load_tokenizer
-
-    import transformers.modeling_utils  # noqa: F401  (model loading's imports, ~1 s, timed as "imports", not as the first phase to use them)
 
     started = time.perf_counter()
     startup = startup or StartupClock(from_process_start=False)  # called as a library: time from here
