@@ -103,32 +103,60 @@ def log_probs_from_logits(logits: torch.Tensor, tokens: torch.Tensor, temperatur
 class _FullKL(torch.autograd.Function):
     """Exact KL(softmax(z) || softmax(z_ref)) per row, z = logits / T, with the same chunked recompute.
 
-    d KL / dz = p * (log p - log q - KL); the reference is a constant.
+    d KL / dz = p * (log p - log q - KL); the reference is a constant. log p - log q is taken as
+    (logits - ref_logits) / T less a row constant, so a policy near its reference keeps the difference's
+    precision. Each chunk takes few passes, as in `_LogProbEntropy`: forward each side's maximum, shifted z,
+    exp and sum, the difference and one dot product; backward log p, its exp, the difference, one pass to
+    scale it and one product written into the gradient.
     """
+
+    @staticmethod
+    def _shifted(logits: torch.Tensor, dtype: torch.dtype, scale: float) -> tuple[torch.Tensor, torch.Tensor]:
+        """z = logits / T minus its row maximum (so exp(z) <= 1), and that maximum."""
+        chunk = logits.to(dtype)
+        top = chunk.amax(-1, keepdim=True) * scale
+        return torch.add(-top, chunk, alpha=scale), top.squeeze(-1)
 
     @staticmethod
     def forward(ctx, logits: torch.Tensor, ref_logits: torch.Tensor, temperature: float):
         rows, vocab = logits.shape
         dtype = torch.promote_types(logits.dtype, torch.float32)
+        scale = 1.0 / temperature
         kl = torch.empty(rows, dtype=dtype, device=logits.device)
+        offset = torch.empty(rows, dtype=dtype, device=logits.device)  # log p = logits / T - offset
+        gap = torch.empty(rows, dtype=dtype, device=logits.device)  # log p - log q = (logits - ref_logits) / T - gap
         for start, end in _chunks(rows, vocab, logits.is_cuda):
-            log_p = torch.log_softmax(logits[start:end].to(dtype) / temperature, -1)
-            log_q = torch.log_softmax(ref_logits[start:end].to(dtype) / temperature, -1)
-            kl[start:end] = (log_p.exp() * (log_p - log_q)).sum(-1)
-        ctx.save_for_backward(logits, ref_logits, kl)
+            z, top = _FullKL._shifted(logits[start:end], dtype, scale)
+            z_ref, top_ref = _FullKL._shifted(ref_logits[start:end], dtype, scale)
+            weights = z.exp()
+            total = weights.sum(-1)
+            lse, lse_ref = total.log(), z_ref.exp_().sum(-1).log()
+            wide = torch.promote_types(dtype, torch.float64)  # the row constants' difference without cancellation
+            gap[start:end] = ((top.to(wide) - top_ref.to(wide)) + (lse.to(wide) - lse_ref.to(wide))).to(dtype)
+            offset[start:end] = top + lse
+            diff = torch.sub(logits[start:end].to(dtype), ref_logits[start:end].to(dtype), out=z)
+            kl[start:end] = torch.linalg.vecdot(weights, diff) * (scale / total) - gap[start:end]  # E_p[log p - log q]
+        ctx.save_for_backward(logits, ref_logits, offset, gap, kl)
         ctx.temperature = temperature
         return kl
 
     @staticmethod
     def backward(ctx, grad_kl: torch.Tensor):
-        logits, ref_logits, kl = ctx.saved_tensors
+        logits, ref_logits, offset, gap, kl = ctx.saved_tensors
         rows, vocab = logits.shape
+        scale = 1.0 / ctx.temperature
         grad_logits = torch.empty_like(logits)
         for start, end in _chunks(rows, vocab, logits.is_cuda):
-            log_p = torch.log_softmax(logits[start:end].to(kl.dtype) / ctx.temperature, -1)
-            log_q = torch.log_softmax(ref_logits[start:end].to(kl.dtype) / ctx.temperature, -1)
-            grad = log_p.exp() * (log_p - log_q - kl[start:end].unsqueeze(-1)) * grad_kl[start:end].unsqueeze(-1)
-            grad_logits[start:end] = (grad / ctx.temperature).to(logits.dtype)
+            chunk = logits[start:end].to(kl.dtype)
+            probs = torch.add(-offset[start:end].unsqueeze(-1), chunk, alpha=scale).exp_()
+            g = (grad_kl[start:end] * scale).unsqueeze(-1)  # the incoming gradient, / T for the logits
+            # (log p - log q - KL) * g = (logits - ref_logits) * (g / T) - (gap + KL) * g
+            diff = torch.sub(chunk, ref_logits[start:end].to(kl.dtype))
+            torch.addcmul(-(gap[start:end] + kl[start:end]).unsqueeze(-1) * g, diff, g * scale, out=diff)
+            out = grad_logits[start:end] if grad_logits.dtype == probs.dtype else diff
+            torch.mul(probs, diff, out=out)
+            if out is diff:  # bf16 logits: the gradient in fp32, then rounded once
+                grad_logits[start:end] = out.to(logits.dtype)
         return grad_logits, None, None
 
 
