@@ -131,8 +131,8 @@ class _FullKL(torch.autograd.Function):
             weights = z.exp()
             total = weights.sum(-1)
             lse, lse_ref = total.log(), z_ref.exp_().sum(-1).log()
-            wide = torch.promote_types(dtype, torch.float64)  # the row constants' difference without cancellation
-            gap[start:end] = ((top.to(wide) - top_ref.to(wide)) + (lse.to(wide) - lse_ref.to(wide))).to(dtype)
+            # the row constants' difference in fp64: no cancellation when the policy is near its reference
+            gap[start:end] = ((top.double() - top_ref.double()) + (lse.double() - lse_ref.double())).to(dtype)
             offset[start:end] = top + lse
             diff = torch.sub(logits[start:end].to(dtype), ref_logits[start:end].to(dtype), out=z)
             kl[start:end] = torch.linalg.vecdot(weights, diff) * (scale / total) - gap[start:end]  # E_p[log p - log q]
