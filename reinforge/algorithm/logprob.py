@@ -22,6 +22,14 @@ def _chunks(rows: int, vocab: int, on_gpu: bool):
         yield start, min(start + size, rows)
 
 
+def _shifted(logits: torch.Tensor, dtype: torch.dtype, scale: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """z = logits / T minus its row maximum, in one pass (z <= 0, so exp(z) <= 1 and sums of z exp(z) have
+    no cancellation for large logits), and that maximum per row."""
+    chunk = logits.to(dtype)
+    top = chunk.amax(-1, keepdim=True) * scale  # T > 0
+    return torch.add(-top, chunk, alpha=scale), top.squeeze(-1)
+
+
 def compute_entropy(logits: torch.Tensor) -> torch.Tensor:
     """Entropy of softmax(logits) over the last dim (a plain, differentiable reference implementation)."""
     log_probs = torch.log_softmax(logits, dim=-1)
@@ -43,13 +51,11 @@ class _LogProbEntropy(torch.autograd.Function):
         shift = torch.empty(rows, dtype=dtype, device=logits.device)
         log_norm = torch.empty(rows, dtype=dtype, device=logits.device)  # logsumexp of the shifted logits
         for start, end in _chunks(rows, vocab, logits.is_cuda):
-            chunk = logits[start:end].to(dtype)
-            top = chunk.amax(-1, keepdim=True) * scale  # the row maximum of logits / T (T > 0)
-            z = torch.add(-top, chunk, alpha=scale)  # logits / T - max, in one pass: max 0, so the entropy's
-            weights = z.exp()                       # two terms stay small, no cancellation for large logits
+            z, shift[start:end] = _shifted(logits[start:end], dtype, scale)
+            weights = z.exp()
             total = weights.sum(-1)
             lse = total.log()
-            shift[start:end], log_norm[start:end] = top.squeeze(-1), lse
+            log_norm[start:end] = lse
             entropy[start:end] = lse - torch.linalg.vecdot(weights, z) / total  # H = lse - E_p[z]
             log_probs[start:end] = z.gather(-1, tokens[start:end].unsqueeze(-1)).squeeze(-1) - lse
         ctx.save_for_backward(logits, tokens, shift, log_norm, entropy)
@@ -111,13 +117,6 @@ class _FullKL(torch.autograd.Function):
     """
 
     @staticmethod
-    def _shifted(logits: torch.Tensor, dtype: torch.dtype, scale: float) -> tuple[torch.Tensor, torch.Tensor]:
-        """z = logits / T minus its row maximum (so exp(z) <= 1), and that maximum."""
-        chunk = logits.to(dtype)
-        top = chunk.amax(-1, keepdim=True) * scale
-        return torch.add(-top, chunk, alpha=scale), top.squeeze(-1)
-
-    @staticmethod
     def forward(ctx, logits: torch.Tensor, ref_logits: torch.Tensor, temperature: float):
         rows, vocab = logits.shape
         dtype = torch.promote_types(logits.dtype, torch.float32)
@@ -126,8 +125,8 @@ class _FullKL(torch.autograd.Function):
         offset = torch.empty(rows, dtype=dtype, device=logits.device)  # log p = logits / T - offset
         gap = torch.empty(rows, dtype=dtype, device=logits.device)  # log p - log q = (logits - ref_logits) / T - gap
         for start, end in _chunks(rows, vocab, logits.is_cuda):
-            z, top = _FullKL._shifted(logits[start:end], dtype, scale)
-            z_ref, top_ref = _FullKL._shifted(ref_logits[start:end], dtype, scale)
+            z, top = _shifted(logits[start:end], dtype, scale)
+            z_ref, top_ref = _shifted(ref_logits[start:end], dtype, scale)
             weights = z.exp()
             total = weights.sum(-1)
             lse, lse_ref = total.log(), z_ref.exp_().sum(-1).log()
