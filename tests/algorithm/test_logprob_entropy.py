@@ -170,8 +170,8 @@ def test_full_kl_gradient_stays_precise_near_the_reference(dtype, temperature):
 
     g = torch.Generator().manual_seed(11)
     ref_logits = (torch.randn(64, 32768, generator=g) * 3).to(dtype)
-    logits = (ref_logits.float() + torch.randn(64, 32768, generator=g) * 1e-3).to(dtype) if dtype == torch.float32 else \
-        (ref_logits.float() + torch.randn(64, 32768, generator=g) * 0.05).to(dtype)  # bf16 cannot hold a 1e-3 change
+    change = 1e-3 if dtype == torch.float32 else 0.05  # bf16 cannot hold a 1e-3 change
+    logits = (ref_logits.float() + torch.randn(64, 32768, generator=g) * change).to(dtype)
     weights = torch.randn(64, generator=g, dtype=torch.float64)
     ours_in = logits.clone().requires_grad_(True)
     ours = full_kl_from_logits(ours_in, ref_logits, temperature)
