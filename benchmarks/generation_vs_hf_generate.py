@@ -1,13 +1,15 @@
 """reinforge's hf engine against calling `model.generate` directly, on the same batch and model.
 
-    python benchmarks/generation_vs_hf_generate.py [--model small|medium] [--repeats 5]
+    python benchmarks/generation_vs_hf_generate.py [--model small|medium] [--repeats 5] [--new-tokens 64]
 
 Same model (the small benchmark model of grpo_step_vs_trl.py by default), the same 64 prompts,
-the same sampling (temperature 1, top-k and top-p off), at most 64 new tokens, in one process,
-alternating the two, medians reported. Two cases:
+the same sampling (temperature 1, top-k and top-p off), at most 64 new tokens (`--new-tokens`), in
+one process, alternating the two, medians reported. Two cases:
 
 - equal lengths: EOS cannot end a response (the engine's `ignore_eos`, generate's `min_new_tokens`),
-  so both produce exactly 64 x 64 tokens: the engine's overhead over `generate`.
+  so both produce exactly 64 x `--new-tokens` tokens: the engine's overhead over `generate`. With longer
+  responses (`--new-tokens 512`) it also shows the cost of `generate`'s cache growing by
+  concatenation, which the engine's preallocated cache does not pay.
 - varying lengths: a bias on the EOS logit makes responses end after about 15 tokens on average
   (geometric lengths, as sampling gives), so most rows finish long before the longest one.
   `generate` keeps computing finished rows as padding; the engine drops them from the batch.
@@ -23,7 +25,7 @@ import time
 
 import reinforge  # noqa: F401  (before torch: its CPU thread settings apply to both sides alike)
 
-ROWS, NEW_TOKENS, EOS_BIAS = 64, 64, 3.0
+ROWS, EOS_BIAS = 64, 3.0
 
 
 def main() -> None:
@@ -40,7 +42,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", choices=list(SIZES), default="small")
     parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--new-tokens", type=int, default=64, help="the response length (equal lengths) or its limit")
     args = parser.parse_args()
+    new_tokens = args.new_tokens
     hf_logging.set_verbosity_error()
     hf_logging.disable_progress_bar()
 
@@ -66,12 +70,12 @@ def main() -> None:
     engine = HFEngine(model, tokenizer.pad_token_id, [eos], seed=0)
 
     def run_engine(equal: bool) -> int:
-        outputs = engine.generate_batch(prompts, SamplingParams(max_tokens=NEW_TOKENS, temperature=1.0, top_k=-1, top_p=1.0,
+        outputs = engine.generate_batch(prompts, SamplingParams(max_tokens=new_tokens, temperature=1.0, top_k=-1, top_p=1.0,
                                                                 ignore_eos=equal))
         return sum(len(o.token_ids) for o in outputs)
 
     def run_generate(equal: bool) -> int:
-        config = GenerationConfig(max_new_tokens=NEW_TOKENS, min_new_tokens=NEW_TOKENS if equal else 0, do_sample=True,
+        config = GenerationConfig(max_new_tokens=new_tokens, min_new_tokens=new_tokens if equal else 0, do_sample=True,
                                   temperature=1.0, top_k=0, top_p=1.0, pad_token_id=tokenizer.pad_token_id, eos_token_id=eos)
         with torch.no_grad():
             out = model.generate(input_ids=input_ids, attention_mask=attention_mask, generation_config=config)[:, width:]
@@ -80,7 +84,7 @@ def main() -> None:
 
     load = os.getloadavg()
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY')}; "
-          f"{args.model} model; {ROWS} prompts x up to {NEW_TOKENS} tokens; load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")
+          f"{args.model} model; {ROWS} prompts x up to {new_tokens} tokens; load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")
     print(f"{'case':<16}{'':<18}{'median s':>9}{'CPU s':>8}{'tokens':>8}{'tok/s':>8}")
     for case, equal in (("equal lengths", True), ("varying lengths", False)):
         bias["on"] = not equal
