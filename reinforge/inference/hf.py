@@ -2,8 +2,8 @@
 
 It decodes with a KV cache, one token per step for every row still decoding: a row that emits a
 stop token leaves the batch (its cache rows are dropped), so short responses stop costing compute
-while long ones finish. The cache has room for the whole response from the start (`kv_cache.py`), so
-a step writes its token in place instead of copying the cache. A prompt repeated in several rows (GRPO's n samples) is prefilled once and
+while long ones finish. The cache keeps room ahead (`kv_cache.py`), so a step writes its token in
+place instead of copying the cache. A prompt repeated in several rows (GRPO's n samples) is prefilled once and
 its cache rows copied.
 
 Sampling is by row: a request with a seed (`SamplingParams.seed`, or `seeds` per prompt) draws the
@@ -35,7 +35,7 @@ from transformers.cache_utils import DynamicCache
 
 from reinforge.distributed.process_group import full_tensor
 from reinforge.inference.engine import GenerationOutput, InferenceEngine, SamplingParams
-from reinforge.inference.kv_cache import preallocated_cache
+from reinforge.inference.kv_cache import growing_cache
 from reinforge.inference.seeds import sample_inverse_cdf, uniforms
 
 PROGRESS_DELAY_S = 2.0  # the generation bar appears only for rollouts that take longer than this
@@ -174,10 +174,10 @@ class HFEngine(InferenceEngine):
         return results
 
     def _prefill(self, prompts: list[list[int]], input_ids: torch.Tensor, attention_mask: torch.Tensor,
-                 position_ids: torch.Tensor, cache_arg: str, capacity: int) -> tuple[torch.Tensor, DynamicCache]:
+                 position_ids: torch.Tensor, cache_arg: str, limit: int) -> tuple[torch.Tensor, DynamicCache]:
         """The prompts' forward pass: last-position logits (batch, vocab) and the KV cache (the one the model would
-        make for itself, its full-attention layers preallocated for `capacity` positions: `kv_cache.py`; given to
-        the model because its name in the output changed with the keyword).
+        make for itself, its full-attention layers growing in place up to `limit` positions: `kv_cache.py`; given
+        to the model because its name in the output changed with the keyword).
 
         A prompt that occurs in several rows (GRPO's n samples of one prompt) is computed once and its
         cache rows copied, so the prefill costs one row per distinct prompt."""
@@ -193,7 +193,7 @@ class HFEngine(InferenceEngine):
         take = torch.tensor(first_rows, device=input_ids.device) if len(first_rows) < len(prompts) else None
         if take is not None:
             input_ids, attention_mask, position_ids = input_ids[take], attention_mask[take], position_ids[take]
-        past = preallocated_cache(self.model.config, capacity)
+        past = growing_cache(self.model.config, limit)
         logits = self.model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
                             use_cache=True, logits_to_keep=1, **{cache_arg: past}).logits[:, -1, :]
         if take is not None:

@@ -1,11 +1,14 @@
-"""A KV cache with room for the whole generation, for the `hf` engine.
+"""A KV cache that grows in place, for the `hf` engine.
 
 transformers' `DynamicCache` grows each layer's keys and values by `torch.cat` at every decoding
 step, which copies the whole cache once per token: quadratic in the response length. Here each
-full-attention layer keeps buffers sized for prompt + response, a step writes its token in place,
-and the model attends to a view of the filled part. The attention sees the same numbers, so the
-tokens and log-probs are the same; 512-token responses of the 4M-parameter benchmark model decode
-27% faster (benchmarks/README.md).
+full-attention layer keeps its keys and values in buffers with room reserved ahead, as a Python
+list does: a step writes its token in place and the model attends to a view of the filled part; a
+full buffer grows by half its length (never past the prompt + response length the engine gives),
+so the copies add up to about twice the final length instead of its square, and the room held in
+reserve is at most half of what is filled. The attention sees the same numbers, so the tokens and
+log-probs are the same; 512-token responses of the 4M-parameter benchmark model decode 13-28% faster
+(benchmarks/README.md).
 """
 
 from __future__ import annotations
@@ -14,14 +17,15 @@ import torch
 from transformers.cache_utils import DynamicCache, DynamicLayer
 
 
-class PreallocatedLayer(DynamicLayer):
-    """A `DynamicLayer` whose `keys` and `values` are views of the first `length` positions of buffers holding
-    `capacity` positions. Whatever replaces `keys` with another tensor (transformers' own methods: offload,
-    repeat, reset) is copied into fresh buffers at the next update; past the capacity the buffers double."""
+class GrowingLayer(DynamicLayer):
+    """A `DynamicLayer` whose `keys` and `values` are views of the filled positions of larger buffers. A full
+    buffer is replaced by one half as long again, up to `limit` positions (past it, only as long as needed).
+    Whatever replaces `keys` with another tensor (transformers' own methods: offload, repeat, reset) is copied
+    into fresh buffers at the next update."""
 
-    def __init__(self, capacity: int):
+    def __init__(self, limit: int):
         super().__init__()
-        self.capacity = capacity
+        self.limit = limit
         self.key_buffer: torch.Tensor | None = None
         self.value_buffer: torch.Tensor | None = None
 
@@ -45,14 +49,21 @@ class PreallocatedLayer(DynamicLayer):
     def _rebuffer(self, key_states: torch.Tensor, value_states: torch.Tensor, new: int) -> None:
         has_entries = self.is_initialized and isinstance(self.keys, torch.Tensor) and self.keys.numel() > 0
         length = self.keys.shape[-2] if has_entries else 0
-        capacity = self.capacity if length + new <= self.capacity else 2 * (length + new)
-        batch, _, _, _ = key_states.shape
-        self.key_buffer = key_states.new_empty((batch, key_states.shape[1], capacity, key_states.shape[-1]))
-        self.value_buffer = value_states.new_empty((batch, value_states.shape[1], capacity, value_states.shape[-1]))
-        if has_entries:
-            self.key_buffer[:, :, :length] = self.keys
-            self.value_buffer[:, :, :length] = self.values
+        needed = length + new
+        capacity = max(needed, min(self.limit, needed + needed // 2))
         self.dtype, self.device, self.is_initialized = key_states.dtype, key_states.device, True
+        if has_entries:
+            self._fill(self.keys, self.values, capacity)
+        else:
+            self._fill(key_states[:, :, :0], value_states[:, :, :0], capacity)
+
+    def _fill(self, keys: torch.Tensor, values: torch.Tensor, capacity: int) -> None:
+        """New buffers of `capacity` positions holding `keys` and `values` at their start."""
+        length = keys.shape[-2]
+        self.key_buffer = keys.new_empty((*keys.shape[:2], capacity, keys.shape[-1]))
+        self.value_buffer = values.new_empty((*values.shape[:2], capacity, values.shape[-1]))
+        self.key_buffer[:, :, :length] = keys
+        self.value_buffer[:, :, :length] = values
         self._view(length)
 
     def _view(self, length: int) -> None:
@@ -62,21 +73,17 @@ class PreallocatedLayer(DynamicLayer):
         self.batch_select_indices(beam_idx)
 
     def batch_select_indices(self, indices: torch.Tensor) -> None:
-        """Keep (or repeat) the rows `indices`: the filled positions are copied into buffers of full capacity."""
+        """Keep (or repeat) the rows `indices`: their filled positions are copied into buffers of the same length."""
         if self.get_seq_length() == 0:
             return
-        length, indices = self.keys.shape[-2], indices.to(self.keys.device)
-        keys, values = self.keys.index_select(0, indices), self.values.index_select(0, indices)
-        self.key_buffer = keys.new_empty((len(indices), keys.shape[1], self.key_buffer.shape[-2], keys.shape[-1]))
-        self.value_buffer = values.new_empty((len(indices), values.shape[1], self.value_buffer.shape[-2], values.shape[-1]))
-        self.key_buffer[:, :, :length] = keys
-        self.value_buffer[:, :, :length] = values
-        self._view(length)
+        capacity = self.key_buffer.shape[-2] if self._room_for(0) else self.keys.shape[-2]
+        indices = indices.to(self.keys.device)
+        self._fill(self.keys.index_select(0, indices), self.values.index_select(0, indices), capacity)
 
 
-def preallocated_cache(config, capacity: int) -> DynamicCache:
-    """The cache the model would make for itself (`DynamicCache(config=...)`), its full-attention layers
-    preallocated for `capacity` positions; sliding-window and other layer kinds are left as they are."""
+def growing_cache(config, limit: int) -> DynamicCache:
+    """The cache the model would make for itself (`DynamicCache(config=...)`), its full-attention layers growing in
+    place up to `limit` positions (prompt + response); sliding-window and other layer kinds are left as they are."""
     cache = DynamicCache(config=config)
-    cache.layers = [PreallocatedLayer(capacity) if type(layer) is DynamicLayer else layer for layer in cache.layers]
+    cache.layers = [GrowingLayer(limit) if type(layer) is DynamicLayer else layer for layer in cache.layers]
     return cache

@@ -4,7 +4,7 @@ from transformers.cache_utils import DynamicCache, DynamicLayer
 
 import reinforge.inference.hf as hf
 from reinforge.inference import HFEngine, SamplingParams
-from reinforge.inference.kv_cache import PreallocatedLayer
+from reinforge.inference.kv_cache import GrowingLayer
 
 
 def kv(rows, positions, generator):
@@ -12,11 +12,12 @@ def kv(rows, positions, generator):
     return torch.randn(shape, generator=generator), torch.randn(shape, generator=generator)
 
 
-def test_the_preallocated_layer_holds_what_concatenation_holds():
+def test_the_growing_layer_holds_what_concatenation_holds():
     """Every operation the engine and transformers apply to a layer leaves the same keys and values as
-    transformers' concatenating `DynamicLayer`; within its capacity a step writes into the same buffer."""
+    transformers' concatenating `DynamicLayer`; a step writes into the same buffer while it has room, and a
+    full buffer grows by half its length up to the limit, past it only as needed."""
     generator = torch.Generator().manual_seed(0)
-    ours, reference = PreallocatedLayer(capacity=9), DynamicLayer()
+    ours, reference = GrowingLayer(limit=9), DynamicLayer()
 
     def same(step):
         assert torch.equal(ours.keys, reference.keys) and torch.equal(ours.values, reference.values), step
@@ -29,6 +30,7 @@ def test_the_preallocated_layer_holds_what_concatenation_holds():
         same(step)
 
     update(3, 5, "prefill")
+    assert ours.key_buffer.shape[-2] == 7  # 5 filled, room for half as many again
     buffer = ours.keys.data_ptr()
     update(3, 1, "one step")
     assert ours.keys.data_ptr() == buffer  # written in place, no copy of the cache
@@ -42,16 +44,18 @@ def test_the_preallocated_layer_holds_what_concatenation_holds():
     ours.crop(-2)
     reference.crop(-2)
     same("cropped")
-    for step in range(5):  # 6, 7, 8 and 9 positions fit; the 10th doubles the buffers (to 20)
+    lengths = []
+    for step in range(5):  # from 5 positions to 10
         update(3, 1, f"step {step} after the crop")
-    assert ours.key_buffer.shape[-2] == 20
+        lengths.append(ours.key_buffer.shape[-2])
+    assert lengths == [7, 7, 9, 9, 10]  # 8 positions: room for 12 but the limit is 9; the 10th: as needed
     ours.batch_repeat_interleave(2)  # transformers' own method replaces the tensors: the next update re-buffers
     reference.batch_repeat_interleave(2)
     update(6, 1, "after transformers replaced the tensors")
 
 
-def test_the_engine_samples_the_same_as_with_a_growing_cache(tiny_model_path, tokenizer, monkeypatch):
-    """Generation with the preallocated cache gives the tokens, log-probs and finish reasons the concatenating
+def test_the_engine_samples_the_same_as_with_a_concatenating_cache(tiny_model_path, tokenizer, monkeypatch):
+    """Generation with the growing cache gives the tokens, log-probs and finish reasons transformers' concatenating
     cache gives, with rows leaving the batch early, repeated prompts and micro-batches."""
     torch.manual_seed(0)
     model = AutoModelForCausalLM.from_pretrained(tiny_model_path).eval()
@@ -64,16 +68,16 @@ def test_the_engine_samples_the_same_as_with_a_growing_cache(tiny_model_path, to
     params = SamplingParams(max_tokens=20, temperature=1.0, stop_token_ids=(stop,))
     seeds = list(range(100, 100 + len(prompts)))
 
-    updates, update = [], PreallocatedLayer.update
-    monkeypatch.setattr(PreallocatedLayer, "update", lambda self, *a, **k: updates.append(1) or update(self, *a, **k))
-    preallocated = engine.generate_batch(prompts, params, seeds=seeds)
-    assert updates  # the engine decoded with the preallocated layers
-    monkeypatch.setattr(hf, "preallocated_cache", lambda config, capacity: DynamicCache(config=config))
+    updates, update = [], GrowingLayer.update
+    monkeypatch.setattr(GrowingLayer, "update", lambda self, *a, **k: updates.append(1) or update(self, *a, **k))
     growing = engine.generate_batch(prompts, params, seeds=seeds)
+    assert updates  # the engine decoded with the growing layers
+    monkeypatch.setattr(hf, "growing_cache", lambda config, limit: DynamicCache(config=config))
+    concatenating = engine.generate_batch(prompts, params, seeds=seeds)
 
-    ends = [len(o.token_ids) for o in preallocated]
+    ends = [len(o.token_ids) for o in growing]
     assert len(set(ends)) >= 3 and min(ends) < 20, ends
-    for ours, reference in zip(preallocated, growing, strict=True):
+    for ours, reference in zip(growing, concatenating, strict=True):
         assert ours.token_ids == reference.token_ids and ours.finish_reason == reference.finish_reason
         assert torch.allclose(torch.tensor(ours.log_probs), torch.tensor(reference.log_probs), atol=1e-6)
 
