@@ -3,8 +3,8 @@
 It decodes with a KV cache, one token per step for every row still decoding: a row that emits a
 stop token leaves the batch (its cache rows are dropped), so short responses stop costing compute
 while long ones finish. The cache keeps room ahead (`kv_cache.py`), so a step writes its token in
-place instead of copying the cache. A prompt repeated in several rows (GRPO's n samples) is prefilled once and
-its cache rows copied.
+place instead of copying the cache. A prompt repeated in several rows (GRPO's n samples) is
+prefilled once and its cache rows copied.
 
 Sampling is by row: a request with a seed (`SamplingParams.seed`, or `seeds` per prompt) draws the
 token at position t by inverting the CDF of its filtered distribution at a uniform number hashed
