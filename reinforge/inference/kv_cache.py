@@ -52,10 +52,8 @@ class GrowingLayer(DynamicLayer):
         needed = length + new
         capacity = max(needed, min(self.limit, needed + needed // 2))
         self.dtype, self.device, self.is_initialized = key_states.dtype, key_states.device, True
-        if has_entries:
-            self._fill(self.keys, self.values, capacity)
-        else:
-            self._fill(key_states[:, :, :0], value_states[:, :, :0], capacity)
+        filled = (self.keys, self.values) if has_entries else (key_states[:, :, :0], value_states[:, :, :0])
+        self._fill(*filled, capacity)
 
     def _fill(self, keys: torch.Tensor, values: torch.Tensor, capacity: int) -> None:
         """New buffers of `capacity` positions holding `keys` and `values` at their start."""
