@@ -6,6 +6,13 @@ but that are plainly a path (`data.train_files=~/x.parquet`) are taken as string
 
 The schema is strict: a key that is not in it fails before anything loads, with the closest
 valid key suggested. Keys under free-form dicts (`reward_kwargs`, `engine_kwargs`, ...) are open.
+
+A YAML file may start the way verl's custom configs do, `hydra: {searchpath: [...]}` and
+`defaults: [ppo_trainer, _self_]`: the schema's defaults are verl's base trainer config, so such a
+file loads as if those lines were absent (`_from_yaml`). Hydra settings that only say where Hydra
+looks for configs or writes its own outputs and logs are ignored (`searchpath` silently, the others
+listed as settings without effect); a defaults entry or Hydra setting that would change the config
+or the job is refused with the file and the entry named.
 """
 
 from __future__ import annotations
@@ -229,7 +236,59 @@ def _build(cls: type, tree: dict, prefix: str = "") -> Any:
     return cls(**kwargs)
 
 
-def _from_yaml(path: str) -> list[Override]:
+BASE_CONFIG = "ppo_trainer"  # verl's base trainer config (verl/trainer/config/ppo_trainer.yaml): the schema's defaults
+# Hydra settings that change no config key and not how the job runs: where Hydra writes its outputs and logs, and how much
+# it logs. hydra.searchpath (where Hydra looks for ppo_trainer) is ignored without a note: reinforge's base is built in.
+HYDRA_OUTPUT_SETTINGS = ("run", "sweep", "output_subdir", "job_logging", "hydra_logging", "verbose")
+
+
+def _hydra_settings(file: Path, settings: Any) -> list[str]:
+    """The `hydra:` section of a config file: the settings ignored (to be listed as without effect); others refused."""
+    if not isinstance(settings, dict):
+        raise ConfigError(f"{file}: 'hydra' must be a mapping of Hydra settings, e.g. hydra: {{searchpath: [...]}}")
+    ignored = []
+    for name, value in settings.items():
+        job_name_only = name == "job" and isinstance(value, dict) and set(value) <= {"name", "chdir"} and not value.get("chdir")
+        if name == "searchpath":
+            continue
+        if name in HYDRA_OUTPUT_SETTINGS or job_name_only:
+            ignored.append(f"hydra.{name}")
+            continue
+        raise ConfigError(f"{file}: hydra.{name} cannot be honoured: reinforge does not run through Hydra, and this setting "
+                          "would change how the job runs; remove it (hydra.searchpath, "
+                          f"{', '.join(HYDRA_OUTPUT_SETTINGS)} and job.name are ignored)")
+    return ignored
+
+
+def _defaults_list(file: Path, entries: Any) -> list[str]:
+    """A verl-style `defaults:` list: `ppo_trainer` then `_self_` is the schema's defaults under the file, which is what
+    reinforge builds anyway; Hydra's own logging groups change no key (returned, to be listed as without effect)."""
+    if not isinstance(entries, list):
+        raise ConfigError(f"{file}: 'defaults' must be a list (Hydra's defaults list), e.g. defaults: [{BASE_CONFIG}, _self_]")
+    names, ignored = [], []
+    for entry in entries:
+        if entry in (BASE_CONFIG, "_self_"):
+            names.append(entry)
+            continue
+        if isinstance(entry, dict) and len(entry) == 1:
+            (group, choice), = entry.items()
+            if str(group).removeprefix("override ").strip().startswith("hydra/"):  # e.g. override hydra/job_logging: disabled
+                ignored.append(str(group).removeprefix("override ").strip())
+                continue
+            entry = f"{group}: {choice}"
+        raise ConfigError(
+            f"{file}: the defaults entry {str(entry)!r} cannot be loaded: reinforge builds verl's base trainer config "
+            f"({BASE_CONFIG}) and nothing else, not verl's config groups or other trainer configs. Remove the entry and set "
+            "the keys it stands for in the file itself")
+    if "_self_" in names and BASE_CONFIG in names[names.index("_self_"):]:
+        raise ConfigError(f"{file}: the defaults list puts _self_ before {BASE_CONFIG}, so in verl {BASE_CONFIG}'s values "
+                          f"would override this file's own; reinforge applies the file over the base config. Put _self_ "
+                          f"last: defaults: [{BASE_CONFIG}, _self_]")
+    return ignored
+
+
+def _from_yaml(path: str) -> tuple[list[Override], list[str]]:
+    """The keys a config file sets, and the Hydra settings in it that are ignored (`hydra.run`, ...)."""
     from omegaconf import OmegaConf
 
     file = Path(path).expanduser()
@@ -241,6 +300,9 @@ def _from_yaml(path: str) -> list[Override]:
         raise ConfigError(f"cannot read config file {file}: {exc}") from None
     if not isinstance(loaded, dict):
         raise ConfigError(f"config file {file} must hold a mapping of keys")
+    ignored = _hydra_settings(file, loaded.pop("hydra")) if "hydra" in loaded else []
+    if "defaults" in loaded:
+        ignored += _defaults_list(file, loaded.pop("defaults"))
 
     overrides = []
 
@@ -253,7 +315,7 @@ def _from_yaml(path: str) -> list[Override]:
                 overrides.append(Override(full, value, "set", f"{file}: {full}"))
 
     walk(loaded, "")
-    return overrides
+    return overrides, ignored
 
 
 def _is_group(key: str) -> bool:
@@ -263,14 +325,16 @@ def _is_group(key: str) -> bool:
 def load_config(args: list[str] | None = None, config_file: str | None = None) -> tuple[Config, list[str]]:
     """Resolve defaults, the quickstart preset, a YAML file and overrides into a `Config`.
 
-    Returns the config and the keys the user set (for the report of settings without effect).
+    Returns the config and the keys the user set, with the file's ignored Hydra settings (for the report of settings
+    without effect).
     """
     from omegaconf import OmegaConf
     from omegaconf.errors import OmegaConfBaseException
 
     from reinforge.config.validate import finalize
 
-    overrides = (_from_yaml(config_file) if config_file else []) + parse_overrides(list(args or []))
+    file_overrides, ignored = _from_yaml(config_file) if config_file else ([], [])
+    overrides = file_overrides + parse_overrides(list(args or []))
     user_keys = [o.key for o in overrides]
     tree = dataclasses.asdict(Config())
     if quickstart.applies(user_keys):
@@ -284,7 +348,7 @@ def load_config(args: list[str] | None = None, config_file: str | None = None) -
         raise ConfigError(f"cannot resolve an interpolation in the config: {exc}") from None
     config = _build(Config, resolved)
     finalize(config, quickstart.applies(user_keys))
-    return config, user_keys
+    return config, ignored + user_keys
 
 
 def to_dict(config: Config) -> dict:

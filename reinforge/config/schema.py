@@ -65,6 +65,9 @@ class DataConfig(Node):
     return_raw_input_ids: bool = _f(False, "Accepted for verl compatibility; prompts are always re-tokenized by the one tokenizer.")
     return_full_prompt: bool = _f(False, "Keep the prompt text after the chat template as `full_prompts`.")
     dataloader_num_workers: int = _f(8, "Accepted for verl compatibility; prompts are prepared in-process.")
+    filter_overlong_prompts_workers: int = _f(1, "Accepted for verl compatibility (processes that measure prompts for "
+                                              "filter_overlong_prompts); prompts are measured in-process.")
+    use_shm: bool = _f(False, "Accepted for verl compatibility (copy the data files to shared memory); no effect here.")
     tokenizer: str | None = _f(None, "Tokenizer path when it differs from the model's.")
     trust_remote_code: bool = _f(False, "Allow a tokenizer with custom code.")
     custom_cls: ClassRef = _sub(ClassRef, "A user Dataset class (a torch Dataset taking data_files, tokenizer, config).")
@@ -74,8 +77,10 @@ class DataConfig(Node):
         "section) whose generate(dataset) returns new training rows after every step; the training set grows (docs/data.md).",
     )
     apply_chat_template_kwargs: dict = _f({}, "Extra keyword arguments for tokenizer.apply_chat_template (e.g. enable_thinking).")
-    max_samples: int = _f(-1, "Use at most this many training rows (-1: all).")
-    max_val_samples: int = _f(-1, "Use at most this many validation rows (-1: all).")
+    max_samples: int = _f(-1, "Use at most this many training rows, the first ones (-1: all). verl's name: train_max_samples.")
+    max_val_samples: int = _f(-1, "Use at most this many validation rows, the first ones (-1: all). verl's name: val_max_samples.")
+    train_max_samples: int | None = _f(None, "verl's name of max_samples; when set it is max_samples.")
+    val_max_samples: int | None = _f(None, "verl's name of max_val_samples; when set it is max_val_samples.")
 
 
 # ------------------------------------------------------------------------------------ model/actor
@@ -93,6 +98,10 @@ class ModelConfig(Node):
     override_config: dict = _f({}, "Values that override the model's config.json (e.g. attention_dropout).")
     external_lib: str | None = _f(None, "A module to import before loading the model (registers custom architectures).")
     use_shm: bool = _f(False, "Accepted for verl compatibility (copy the model to shared memory); no effect here.")
+    use_fused_kernels: bool = _f(False, "Accepted for verl compatibility (fused log-prob and entropy kernels); no effect here.")
+    use_liger: bool = _f(False, "Accepted for verl compatibility (Liger kernels); no effect here.")
+    enable_activation_offload: bool = _f(False, "Accepted for verl compatibility (offload activations to the CPU); no "
+                                                "effect here (enable_gradient_checkpointing saves activation memory).")
 
 
 @dataclass
@@ -121,6 +130,8 @@ class FSDPConfig(Node):
     wrap_policy: dict = _f({}, "FSDP wrap policy; this version wraps every decoder layer (the model's _no_split_modules).")
     mixed_precision: dict = _f({}, "FSDP2 (more than one rank, CUDA) mixed precision, verl's keys: param_dtype (compute dtype, bf16), reduce_dtype (gradient reduction, fp32), buffer_dtype (accepted; buffers keep model_dtype). Empty: compute in model_dtype.")
     model_dtype: str = _f("fp32", "Parameter dtype of the model: fp32 or bf16 (float32/bfloat16 also accepted).")
+    forward_prefetch: bool = _f(False, "Accepted for verl compatibility (prefetch the next layer's parameters in the "
+                                       "forward pass); FSDP2's own prefetching is used here.")
 
 
 @dataclass
@@ -140,13 +151,16 @@ class CheckpointContents(Node):
                                                                   "huggingface/ (gathered from every rank; `reinforge merge` writes them later).")
     load_contents: list = _f(["model", "optimizer", "extra"], "What resuming loads, from a checkpoint saved by any "
                                                                   "number of ranks (resharded to this run's).")
+    async_save: bool = _f(False, "Accepted for verl compatibility (save checkpoints in the background); checkpoints are "
+                                 "saved before the next step starts.")
 
 
 @dataclass
 class ActorConfig(Node):
     strategy: str = _f("fsdp", "Training backend: fsdp2 (fsdp is the same): FSDP2 over the ranks when there are more than one, a plain module on one rank (the same maths).")
     ppo_mini_batch_size: int = _f(256, "Prompts per optimizer step (multiplied by rollout.n trajectories).")
-    ppo_micro_batch_size: int | None = _f(None, "Deprecated verl global micro-batch; use ppo_micro_batch_size_per_gpu.")
+    ppo_micro_batch_size: int | None = _f(None, "verl's deprecated global micro-batch: rows over all data-parallel ranks, "
+                                          "divided by their number (rounded down) into its _per_gpu key; not together with it.")
     ppo_micro_batch_size_per_gpu: int | None = _f(None, "Trajectories per forward/backward; gradients accumulate up to a mini-batch. Null: the whole mini-batch.")
     use_dynamic_bsz: bool = _f(False, "Form the update's micro-batches by a token budget (ppo_max_token_len_per_gpu) instead of "
                                "ppo_micro_batch_size_per_gpu rows: ceil(real tokens / budget) groups of balanced token totals, "
@@ -177,12 +191,17 @@ class ActorConfig(Node):
     fsdp_config: FSDPConfig = _sub(FSDPConfig, "FSDP settings.")
     checkpoint: CheckpointContents = _sub(CheckpointContents, "Checkpoint contents.")
     ulysses_sequence_parallel_size: int = _f(1, "Sequence parallel size (only 1 in this version).")
+    entropy_from_logits_with_chunking: bool = _f(False, "Accepted for verl compatibility (entropy over chunks of the logits to "
+                                                        "save memory); no effect here.")
+    entropy_checkpointing: bool = _f(False, "Accepted for verl compatibility (recompute the entropy in the backward pass); "
+                                            "no effect here.")
 
 
 @dataclass
 class RefConfig(Node):
     strategy: str = _f("fsdp", "Backend of the reference model: fsdp2 (fsdp is the same), sharded like the actor when there is more than one rank.")
-    log_prob_micro_batch_size: int | None = _f(None, "Deprecated verl global micro-batch; use log_prob_micro_batch_size_per_gpu.")
+    log_prob_micro_batch_size: int | None = _f(None, "verl's deprecated global micro-batch: rows over all data-parallel ranks, "
+                                               "divided by their number (rounded down) into its _per_gpu key; not together with it.")
     log_prob_micro_batch_size_per_gpu: int | None = _f(None, "Trajectories per reference forward; null: rollout.log_prob_micro_batch_size_per_gpu.")
     log_prob_use_dynamic_bsz: bool | None = _f(None, "Form the reference pass's micro-batches by log_prob_max_token_len_per_gpu "
                                                "tokens instead of log_prob_micro_batch_size_per_gpu rows; null: actor.use_dynamic_bsz.")
@@ -240,7 +259,8 @@ class RolloutConfig(Node):
         "engine generates with the actor's own module (vLLM/SGLang take null as bfloat16). Another dtype than the actor's: "
         "the hf engine generates from a copy of the policy in it, refreshed after every update, which is the "
         "train/inference mismatch of a bf16 engine beside an fp32 trainer (algorithm.rollout_correction).")
-    log_prob_micro_batch_size: int | None = _f(None, "Deprecated verl global micro-batch; use log_prob_micro_batch_size_per_gpu.")
+    log_prob_micro_batch_size: int | None = _f(None, "verl's deprecated global micro-batch: rows over all data-parallel ranks, "
+                                               "divided by their number (rounded down) into its _per_gpu key; not together with it.")
     log_prob_micro_batch_size_per_gpu: int | None = _f(None, "Trajectories per forward when recomputing log-probs; null: all at once.")
     log_prob_use_dynamic_bsz: bool | None = _f(None, "Form the old-log-prob pass's micro-batches by log_prob_max_token_len_per_gpu "
                                                "tokens instead of log_prob_micro_batch_size_per_gpu rows; null: actor.use_dynamic_bsz.")
@@ -259,6 +279,9 @@ class RolloutConfig(Node):
     load_format: str = _f("dummy", "vLLM/SGLang: how the engine loads its first weights; dummy (random) is enough, since the "
                           "actor's weights are pushed before the first generation.")
     enable_chunked_prefill: bool = _f(True, "vLLM chunked prefill (SGLang: false sets chunked_prefill_size=-1).")
+    enable_prefix_caching: bool = _f(True, "Accepted for verl compatibility; not passed to the engine: vLLM and SGLang keep "
+                                     "their own default (on). engine_kwargs.vllm.enable_prefix_caching (SGLang: "
+                                     "engine_kwargs.sglang.disable_radix_cache) sets it.")
     disable_log_stats: bool = _f(True, "vLLM statistics logging; SGLang: log_level error.")
     update_weights_bucket_megabytes: int = _f(512, "vLLM/SGLang: the actor's weights are pushed to the engine in buckets of at "
                                               "most this many MiB (cast to rollout.dtype), so the push needs no second full copy.")
@@ -274,6 +297,8 @@ class RolloutConfig(Node):
 @dataclass
 class ActorRolloutRefConfig(Node):
     hybrid_engine: bool = _f(True, "Actor, rollout and reference share one worker (the only layout).")
+    nccl_timeout: int = _f(600, "Accepted for verl compatibility (seconds before a collective times out); collectives use "
+                                "torch.distributed's default, and trainer.hang_dump_s reports calls that hang.")
     model: ModelConfig = _sub(ModelConfig, "The policy model.")
     actor: ActorConfig = _sub(ActorConfig, "The policy update.")
     ref: RefConfig = _sub(RefConfig, "The frozen reference policy (used when a KL term is on).")
@@ -360,7 +385,8 @@ class RewardModelConfig(Node):
     model: RewardModelModelConfig = _sub(RewardModelModelConfig, "The reward model.")
     judge: JudgeConfig = _sub(JudgeConfig, "A generative judge instead of a sequence classifier (reinforge; verl leaves "
                               "generative reward models to the custom reward function).")
-    micro_batch_size: int | None = _f(None, "Deprecated verl global micro-batch; use micro_batch_size_per_gpu.")
+    micro_batch_size: int | None = _f(None, "verl's deprecated global micro-batch: rows over all data-parallel ranks, "
+                                      "divided by their number (rounded down) into its _per_gpu key; not together with it.")
     micro_batch_size_per_gpu: int | None = _f(None, "Responses per reward model forward (judge: per generation call); null: all at once.")
     max_length: int | None = _f(None, "Longest reward model input in tokens when it is rebuilt (another tokenizer or chat "
                                 "template: the end is cut) or is a judge prompt (the start is cut); null: no limit.")
@@ -382,6 +408,7 @@ class CriticModelConfig(Node):
     external_lib: str | None = _f(None, "A module to import before loading the value model.")
     trust_remote_code: bool = _f(False, "Allow model code from the value model's folder.")
     enable_gradient_checkpointing: bool = _f(True, "Recompute activations in the critic's backward pass to save memory.")
+    enable_activation_offload: bool = _f(False, "Accepted for verl compatibility (offload activations to the CPU); no effect here.")
     use_remove_padding: bool = _f(False, "verl: pack sequences without padding (needs varlen attention). Accepted; padded micro-batches, trimmed to the columns their rows use, in this version.")
     fsdp_config: FSDPConfig = _sub(FSDPConfig, "FSDP settings of the critic.")
 
@@ -394,13 +421,17 @@ class CriticOptimConfig(OptimConfig):
 @dataclass
 class CriticConfig(Node):
     enable: bool | None = _f(None, "Train a critic; null: when the advantage estimator uses values (gae).")
+    rollout_n: int | None = _f(None, "verl: responses per prompt in the critic's mini-batches; always "
+                                     "actor_rollout_ref.rollout.n here (another value is an error).")
     strategy: str = _f("fsdp", "Training backend of the critic: fsdp2 (fsdp is the same): FSDP2 over the ranks when there are more than one, a plain module on one rank.")
     model: CriticModelConfig = _sub(CriticModelConfig, "The value model.")
     optim: CriticOptimConfig = _sub(CriticOptimConfig, "The critic's optimizer and learning-rate schedule.")
     ppo_mini_batch_size: int | None = _f(None, "Prompts per critic optimizer step (times rollout.n); null: actor.ppo_mini_batch_size.")
-    ppo_micro_batch_size: int | None = _f(None, "Deprecated verl global micro-batch; use ppo_micro_batch_size_per_gpu.")
+    ppo_micro_batch_size: int | None = _f(None, "verl's deprecated global micro-batch: rows over all data-parallel ranks, "
+                                          "divided by their number (rounded down) into its _per_gpu key; not together with it.")
     ppo_micro_batch_size_per_gpu: int | None = _f(None, "Trajectories per critic forward/backward; null: the whole mini-batch.")
-    forward_micro_batch_size: int | None = _f(None, "Deprecated verl global micro-batch; use forward_micro_batch_size_per_gpu.")
+    forward_micro_batch_size: int | None = _f(None, "verl's deprecated global micro-batch: rows over all data-parallel ranks, "
+                                              "divided by their number (rounded down) into its _per_gpu key; not together with it.")
     forward_micro_batch_size_per_gpu: int | None = _f(None, "Trajectories per forward when computing values; null: ppo_micro_batch_size_per_gpu.")
     use_dynamic_bsz: bool | None = _f(None, "Form the critic's micro-batches by a token budget (ppo_max_token_len_per_gpu for "
                                       "the update, forward_max_token_len_per_gpu for values) instead of rows; null: "
@@ -459,6 +490,10 @@ class TrainerConfig(Node):
     balance_batch: bool = _f(True, "Balance tokens across data-parallel ranks: of every world-size rows, the longest "
                                    "goes to the rank with the fewest tokens so far (each rank still gets its share of "
                                    "every mini-batch); no effect with one rank.")
+    use_legacy_worker_impl: str = _f("auto", "Accepted for verl compatibility (which of verl's two worker implementations); "
+                                             "reinforge has one.")
+    ray_wait_register_center_timeout: int = _f(300, "Accepted for verl compatibility (seconds Ray workers wait for verl's "
+                                                    "register center); there is none here.")
     hang_dump_s: float = _f(600, "reinforge only: when a call to the Ray workers runs this many seconds, every rank still "
                                  "in it dumps its Python stacks into the log and the driver names the ranks that have "
                                  "not answered (repeated each period; 0: never).")

@@ -26,7 +26,25 @@ _ALWAYS_INERT = {
     "actor_rollout_ref.rollout.prompt_length": "prompts are limited by data.max_prompt_length",
     "reward_model.model.use_remove_padding": "padded micro-batches are used in this version (packing needs varlen attention)",
     "reward_model.model.use_shm": "the model is read from its folder",
+    "actor_rollout_ref.model.use_fused_kernels": "no fused kernels in this version: log-probs and entropy come from the logits",
+    "actor_rollout_ref.model.use_liger": "no Liger kernels in this version",
+    "actor_rollout_ref.model.enable_activation_offload": "activations stay on the device (enable_gradient_checkpointing saves their memory)",
+    "critic.model.enable_activation_offload": "activations stay on the device (enable_gradient_checkpointing saves their memory)",
+    "actor_rollout_ref.actor.entropy_from_logits_with_chunking": "the entropy is computed from each micro-batch's logits at once",
+    "actor_rollout_ref.actor.entropy_checkpointing": "the entropy is not recomputed in the backward pass in this version",
+    "actor_rollout_ref.actor.checkpoint.async_save": "checkpoints are saved before the next step starts",
+    "critic.checkpoint.async_save": "checkpoints are saved before the next step starts",
+    "actor_rollout_ref.rollout.enable_prefix_caching": "not passed to the engine: vLLM and SGLang keep their own default (on); "
+                                                       "set it with engine_kwargs.vllm.enable_prefix_caching "
+                                                       "(engine_kwargs.sglang.disable_radix_cache)",
+    "actor_rollout_ref.nccl_timeout": "collectives use torch.distributed's default timeout; trainer.hang_dump_s reports calls that hang",
+    "data.filter_overlong_prompts_workers": "prompts are measured in-process",
+    "data.use_shm": "the data files are read from their paths",
+    "trainer.use_legacy_worker_impl": "reinforge has one worker implementation",
+    "trainer.ray_wait_register_center_timeout": "no register center: Ray workers start in placement groups",
+    "critic.rollout_n": "the critic's mini-batches always hold ppo_mini_batch_size x actor_rollout_ref.rollout.n trajectories",
 }
+HYDRA_REASON = "Hydra's own setting (its outputs and logs); it changes no config key, and reinforge does not run through Hydra"
 
 
 _CRITIC_KEYS = ("trainer.critic_warmup", "trainer.max_critic_ckpt_to_keep")
@@ -94,6 +112,8 @@ def _fsdp_reason(config: Config, section: str, setting: str) -> str | None:
 
     if setting == "model_dtype":
         return None
+    if setting == "forward_prefetch":
+        return "FSDP2's own prefetching is used in this version"
     if setting in ("fsdp_size", "wrap_policy"):
         return "FSDP2 shards over all ranks with one unit per decoder layer in this version"
     if section == "reward_model":
@@ -120,6 +140,8 @@ def unused_settings(config: Config, user_keys: list[str]) -> list[str]:
     lines = []
     for key in dict.fromkeys(user_keys):
         reason = next((r for prefix, r in _ALWAYS_INERT.items() if key == prefix or key.startswith(prefix + ".")), None)
+        if key.startswith(("hydra.", "hydra/")):  # from a config file's hydra section or defaults list (config/loading.py)
+            reason = HYDRA_REASON
         parts = key.split(".")
         if reason is None and not config.critic.enable and (parts[0] == "critic" or key in _CRITIC_KEYS):
             reason = "no critic in this run (the advantage estimator does not use values; critic.enable=true adds one)"

@@ -2,7 +2,11 @@
 
 Every check names the key and says what is allowed. The arithmetic follows verl's units:
 `train_batch_size` and `ppo_mini_batch_size` count prompts, each sampled `rollout.n` times;
-`*_micro_batch_size_per_gpu` counts trajectories on one data-parallel rank.
+`*_micro_batch_size_per_gpu` counts trajectories on one data-parallel rank, and verl's deprecated
+global `*_micro_batch_size` counts them over all ranks (divided by their number, as verl's workers do).
+
+A key that stands for another (verl's older or newer name, a default that follows another key) is
+checked under its own name before its value is copied, so an error names the key the user set.
 """
 
 from __future__ import annotations
@@ -14,6 +18,13 @@ from reinforge.errors import ConfigError
 
 STRATEGIES = ("fsdp", "fsdp2")  # the same thing: FSDP2 over several ranks, a plain module on one
 DTYPE_NAMES = ("fp32", "bf16", "float32", "bfloat16")
+LR_SCHEDULES = ("constant", "cosine")
+# verl's deprecated global micro-batch keys (section, key); each has a `<key>_per_gpu` that replaced it
+GLOBAL_MICRO_BATCHES = (
+    ("actor_rollout_ref.actor", "ppo_micro_batch_size"), ("actor_rollout_ref.rollout", "log_prob_micro_batch_size"),
+    ("actor_rollout_ref.ref", "log_prob_micro_batch_size"), ("critic", "ppo_micro_batch_size"),
+    ("critic", "forward_micro_batch_size"), ("reward_model", "micro_batch_size"),
+)
 
 
 def _choice(key: str, value: object, allowed: tuple | list) -> None:
@@ -31,26 +42,24 @@ def _positive(key: str, value: float | int | None, allow_zero: bool = False) -> 
 def finalize(config: Config, quickstart: bool = False) -> None:
     """Resolve null defaults that derive from other keys, then validate everything."""
     data, arr, trainer = config.data, config.actor_rollout_ref, config.trainer
-    actor, rollout, ref, optim = arr.actor, arr.rollout, arr.ref, arr.actor.optim
+    actor, rollout, optim = arr.actor, arr.rollout, arr.actor.optim
 
     if rollout.response_length is None:
         rollout.response_length = data.max_response_length
     if rollout.prompt_length is None:
         rollout.prompt_length = data.max_prompt_length
+    _positive("actor_rollout_ref.actor.clip_ratio", actor.clip_ratio, allow_zero=True)
     if actor.clip_ratio_low is None:
         actor.clip_ratio_low = actor.clip_ratio
     if actor.clip_ratio_high is None:
         actor.clip_ratio_high = actor.clip_ratio
     if optim.warmup_style is not None:
+        _choice("actor_rollout_ref.actor.optim.warmup_style", optim.warmup_style, LR_SCHEDULES)
         optim.lr_scheduler_type = optim.warmup_style
     if optim.clip_grad is not None:
+        _positive("actor_rollout_ref.actor.optim.clip_grad", optim.clip_grad, allow_zero=True)
         actor.grad_clip = optim.clip_grad
-    if actor.ppo_micro_batch_size_per_gpu is None and actor.ppo_micro_batch_size is not None:
-        actor.ppo_micro_batch_size_per_gpu = actor.ppo_micro_batch_size
-    if rollout.log_prob_micro_batch_size_per_gpu is None and rollout.log_prob_micro_batch_size is not None:
-        rollout.log_prob_micro_batch_size_per_gpu = rollout.log_prob_micro_batch_size
-    if ref.log_prob_micro_batch_size_per_gpu is None:
-        ref.log_prob_micro_batch_size_per_gpu = ref.log_prob_micro_batch_size or rollout.log_prob_micro_batch_size_per_gpu
+    _finalize_sample_limits(config)
     if data.gen_batch_size is None:
         data.gen_batch_size = data.train_batch_size
     _finalize_critic(config)
@@ -60,6 +69,7 @@ def finalize(config: Config, quickstart: bool = False) -> None:
     import torch
 
     _finalize_devices(config, torch.cuda.device_count())
+    _finalize_micro_batches(config)
     legacy = config.reward_model.custom_reward_function
     if config.custom_reward_function.path is None and legacy is not None and legacy.path is not None:
         config.custom_reward_function = legacy
@@ -91,11 +101,56 @@ def _finalize_devices(config: Config, visible_gpus: int) -> None:
                           f"visible GPU(s); set trainer.n_gpus_per_node={visible_gpus} or fewer (or null: all)")
 
 
+def _finalize_sample_limits(config: Config) -> None:
+    """verl's data.train_max_samples / val_max_samples are data.max_samples / max_val_samples."""
+    data = config.data
+    for verl_name, name in (("train_max_samples", "max_samples"), ("val_max_samples", "max_val_samples")):
+        value, own = getattr(data, verl_name), getattr(data, name)
+        if value is None:
+            continue
+        if own != -1 and own != value:
+            raise ConfigError(f"data.{verl_name}={value} and data.{name}={own} are the same setting (verl's name and "
+                              f"reinforge's); set one")
+        setattr(data, name, value)
+
+
+def _finalize_micro_batches(config: Config) -> None:
+    """verl's deprecated global micro-batch sizes become their `_per_gpu` keys: divided by the data-parallel ranks and
+    rounded down, as verl's workers do; both keys set is an error, as in verl (which checks the critic's and the reward
+    model's only when they are on; off, their keys are reported as without effect). Then the per-rank defaults that
+    follow another pass: the reference's the old-log-prob pass's, the critic's value pass its update's."""
+    from reinforge.distributed.process_group import world_size_of
+
+    ranks, trainer = world_size_of(config), config.trainer
+    in_use = {"critic": config.critic.enable, "reward_model": config.reward_model.enable}
+    for section_key, name in GLOBAL_MICRO_BATCHES:
+        section = config
+        for part in section_key.split("."):
+            section = getattr(section, part)
+        total, per_gpu = getattr(section, name), getattr(section, f"{name}_per_gpu")
+        key = f"{section_key}.{name}"
+        if total is None or not in_use.get(section_key, True):
+            continue
+        if per_gpu is not None:
+            raise ConfigError(f"{key}={total} and {key}_per_gpu={per_gpu} are both set; {key} is verl's deprecated global "
+                              f"micro-batch (over all data-parallel ranks), which verl refuses beside {name}_per_gpu: "
+                              f"remove {key}")
+        _positive(key, total)
+        if total < ranks:
+            raise ConfigError(f"{key}={total} is verl's deprecated global micro-batch, split over the {ranks} data-parallel "
+                              f"ranks (trainer.nnodes={trainer.nnodes} x trainer.n_gpus_per_node={trainer.n_gpus_per_node}): "
+                              f"less than one trajectory per rank; set {key}_per_gpu (per rank) instead")
+        setattr(section, f"{name}_per_gpu", total // ranks)
+    ref, rollout, critic = config.actor_rollout_ref.ref, config.actor_rollout_ref.rollout, config.critic
+    if ref.log_prob_micro_batch_size_per_gpu is None:
+        ref.log_prob_micro_batch_size_per_gpu = rollout.log_prob_micro_batch_size_per_gpu
+    if critic.forward_micro_batch_size_per_gpu is None:
+        critic.forward_micro_batch_size_per_gpu = critic.ppo_micro_batch_size_per_gpu
+
+
 def _finalize_reward_model(config: Config) -> None:
-    """The reward model's micro-batch from verl's deprecated global key; the chat messages kept for it."""
+    """The chat messages kept for a reward model."""
     rm = config.reward_model
-    if rm.micro_batch_size_per_gpu is None:
-        rm.micro_batch_size_per_gpu = rm.micro_batch_size
     if rm.enable:  # a reward model with another chat template, and the judge, rebuild the conversation from the messages
         config.data.return_raw_chat = True
 
@@ -132,18 +187,21 @@ def _finalize_critic(config: Config) -> None:
     elif uses_values and not critic.enable:
         raise ConfigError(f"algorithm.adv_estimator={config.algorithm.adv_estimator} needs a critic's values; "
                           "remove critic.enable=false")
+    rollout_n = config.actor_rollout_ref.rollout.n
+    if critic.rollout_n is not None and critic.rollout_n != rollout_n:
+        raise ConfigError(f"critic.rollout_n={critic.rollout_n} differs from actor_rollout_ref.rollout.n={rollout_n}; the "
+                          "critic trains on the rollout's trajectories, so its mini-batches hold ppo_mini_batch_size x "
+                          "actor_rollout_ref.rollout.n of them: remove critic.rollout_n")
     for key in ("ppo_mini_batch_size", "ppo_epochs", "shuffle", "loss_agg_mode", "loss_scale_factor"):
         if getattr(critic, key) is None:
             setattr(critic, key, getattr(actor, key))
-    if critic.ppo_micro_batch_size_per_gpu is None:
-        critic.ppo_micro_batch_size_per_gpu = critic.ppo_micro_batch_size
-    if critic.forward_micro_batch_size_per_gpu is None:
-        critic.forward_micro_batch_size_per_gpu = critic.forward_micro_batch_size or critic.ppo_micro_batch_size_per_gpu
     if critic.model.path is None:
         critic.model.path = config.actor_rollout_ref.model.path
     if critic.optim.warmup_style is not None:
+        _choice("critic.optim.warmup_style", critic.optim.warmup_style, LR_SCHEDULES)
         critic.optim.lr_scheduler_type = critic.optim.warmup_style
     if critic.optim.clip_grad is not None:
+        _positive("critic.optim.clip_grad", critic.optim.clip_grad)
         critic.grad_clip = critic.optim.clip_grad
 
 
@@ -191,7 +249,7 @@ def _check(config: Config) -> None:
         _choice(key, strategy, STRATEGIES)
     _choice("actor_rollout_ref.actor.loss_agg_mode", actor.loss_agg_mode, LOSS_AGG_MODES)
     _choice("actor_rollout_ref.actor.kl_loss_type", actor.kl_loss_type, KL_PENALTIES)
-    _choice("actor_rollout_ref.actor.optim.lr_scheduler_type", optim.lr_scheduler_type, ("constant", "cosine"))
+    _choice("actor_rollout_ref.actor.optim.lr_scheduler_type", optim.lr_scheduler_type, LR_SCHEDULES)
     _choice("actor_rollout_ref.actor.policy_loss.loss_mode", actor.policy_loss.loss_mode, policy_loss_names())
     for key, fsdp_config in (("actor_rollout_ref.actor.fsdp_config", actor.fsdp_config),
                              ("actor_rollout_ref.ref.fsdp_config", arr.ref.fsdp_config),
@@ -220,7 +278,7 @@ def _check(config: Config) -> None:
 
     trainer.logger = logger_names(trainer.logger)  # verl also takes a bare string: trainer.logger=console
     check_loggers(trainer.logger)
-    _choice("critic.optim.lr_scheduler_type", config.critic.optim.lr_scheduler_type, ("constant", "cosine"))
+    _choice("critic.optim.lr_scheduler_type", config.critic.optim.lr_scheduler_type, LR_SCHEDULES)
     _choice("critic.loss_agg_mode", config.critic.loss_agg_mode, LOSS_AGG_MODES)
     _choice("algorithm.filter_groups.filter_type", algo.filter_groups.filter_type, ("same_value", "band_pass"))
     if algo.filter_groups.metric == "seq_final_reward":
@@ -340,8 +398,10 @@ def _check(config: Config) -> None:
         micro = section.ppo_micro_batch_size_per_gpu
         if micro is not None and (mini // ranks) % micro:
             per_rank = f" ({mini // ranks} on each of {ranks} ranks)" if ranks > 1 else ""
+            given = (f"{role}.ppo_micro_batch_size={section.ppo_micro_batch_size} ({micro} per rank over {ranks} ranks)"
+                     if section.ppo_micro_batch_size is not None else f"{role}.ppo_micro_batch_size_per_gpu={micro}")
             raise ConfigError(
-                f"{role}.ppo_micro_batch_size_per_gpu={micro} does not divide the mini-batch of "
+                f"{given} does not divide the mini-batch of "
                 f"{mini} trajectories{per_rank} (ppo_mini_batch_size={section.ppo_mini_batch_size} x rollout.n={rollout.n})"
             )
     if algo.filter_groups.enable and rollout.n < 2:
