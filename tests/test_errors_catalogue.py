@@ -78,6 +78,8 @@ def make_workspace(folder: Path, model: Path, other_model: Path) -> None:
     write_jsonl(folder / "long.jsonl", [{**row, "prompt": [{"role": "user", "content": "word " * 300}]} for row in prompts])
     write_jsonl(folder / "no_prompt.jsonl", [{**{k: v for k, v in row.items() if k != "prompt"}, "question": "x"} for row in prompts])
     write_jsonl(folder / "my_task.jsonl", [{**row, "data_source": "my/task"} for row in prompts])
+    write_jsonl(folder / "no_source.jsonl", [{k: v for k, v in row.items() if k != "data_source"} for row in prompts])
+    write_jsonl(folder / "no_reward_model.jsonl", [{k: v for k, v in row.items() if k != "reward_model"} for row in prompts])
     (folder / "no_rows.jsonl").write_text("")
     (folder / "corrupt.parquet").write_bytes(b"this is not a parquet file")
     (folder / "empty.parquet").write_bytes(b"")
@@ -105,6 +107,9 @@ def make_workspace(folder: Path, model: Path, other_model: Path) -> None:
     small = AutoModelForCausalLM.from_pretrained(other_model)  # a checkpoint of another shape than the run's model
     save_training_state(str(folder / "small_run" / "global_step_1" / "actor"), ["model", "optimizer", "extra"], small,
                         torch.optim.AdamW(small.parameters()), {})
+    for run in ("half_run/global_step_1", "small_run/global_step_1"):  # the rest of a checkpoint: only the actor's files are wrong
+        (folder / run / "data.pt").write_bytes(b"")
+        (folder / run / "trainer_state.json").write_text("{}")
 
 
 def command_line(case: Case, index: int, model: Path) -> tuple[list[str], dict[str, str]]:

@@ -1,7 +1,8 @@
 """ENVIRONMENT: where prompts come from and how responses are scored.
 
-Change this file for another task: point `DATA` at your verl-schema parquet/JSONL files and,
-if their data_source has no built-in scorer, pass your own `compute_score` to `Env`.
+Change this file for another task: replace `write_task_files()` in `Env.__init__` with the paths
+of your verl-schema parquet/JSONL files and, if their data_source has no built-in scorer, pass
+your own `compute_score` to `Env`.
 """
 
 from __future__ import annotations

@@ -145,16 +145,19 @@ class RLDataset(Dataset):
         processor: multimodal processor; not supported by this class (use `data.custom_cls`).
         max_samples: keep only the first N rows of the concatenated files (before filtering); <= 0: all.
 
-    Only the prompt column is required. A row without `reward_model` gets `{}` and one without
-    `data_source` gets "unknown", so data scored by a custom reward function need not have them.
+    Only the prompt column is required to load. A row without `reward_model` gets `{}` and one
+    without `data_source` gets "unknown": a reward model needs neither, a reward function needs
+    `reward_model.ground_truth` (`check_reward_columns`, before training) and a `data_source` only
+    to pick a built-in scorer.
 
     Each item is a dict: `input_ids` (1-D LongTensor, unpadded), `attention_mask` (ones),
     `data_source`, `reward_model`, `extra_info` (always with `index`), `index`, `ability` (when
     any row has the column, None in rows without it, so that items of mixed files collate),
-    `agent_name` (likewise: the agent loop of a multi-turn rollout, docs/agents.md),
-    `raw_prompt` (the messages, when `return_raw_chat`) and `full_prompts` (the rendered text
-    before truncation, when `return_full_prompt`). `index` is the row's `extra_info.index`, else
-    its row number in the concatenated files. `append_rows` adds rows later (data generation).
+    `agent_name` (likewise: the agent loop of a multi-turn rollout, docs/agents.md), the column
+    `data.reward_fn_key` names (when it is another), `raw_prompt` (the messages, when
+    `return_raw_chat`) and `full_prompts` (the rendered text before truncation, when
+    `return_full_prompt`). `index` is the row's `extra_info.index`, else its row number in the
+    concatenated files. `append_rows` adds rows later (data generation).
 
     Attributes:
         num_filtered: rows dropped by `filter_overlong_prompts` (0 when off).
@@ -188,16 +191,28 @@ class RLDataset(Dataset):
         rows, origins = self._read(max_samples)
         self._add_rows(rows, origins, where=", ".join(self.files), keep_none_ok=False)
 
-    def data_sources(self) -> set[str]:
-        """The distinct `data_source` values of the loaded rows ("unknown" where it is missing or empty, as in the items)."""
-        return {str(row.get("data_source") or "unknown") for row in self._rows}
-
-    def data_source_files(self) -> dict[str, list[str]]:
-        """For each `data_source`, the files (in the order given) whose rows carry it."""
+    def data_source_files(self, key: str = "data_source") -> dict[str, list[str]]:
+        """For each distinct value of column `key` (data.reward_fn_key: what picks the scorer), the files (in the
+        order given) whose rows carry it; a missing or empty `data_source` is "unknown", as in the items."""
         files: dict[str, dict[str, None]] = {}
         for row, (file, _) in zip(self._rows, self._origins, strict=True):
-            files.setdefault(str(row.get("data_source") or "unknown"), {})[file] = None
+            files.setdefault(str(row.get(key) or "unknown"), {})[file] = None
         return {source: list(names) for source, names in files.items()}
+
+    def check_reward_columns(self, key: str = "data_source") -> None:
+        """DataError naming the file and row of the first row a reward function cannot be called for: no value in
+        column `key` (data.reward_fn_key, when not `data_source`, which may be missing) or no `reward_model` dict
+        with a `ground_truth` (what the reward managers pass as ground_truth, as verl's do)."""
+        for row, (file, number) in zip(self._rows, self._origins, strict=True):
+            if key != "data_source" and row.get(key) is None:
+                raise DataError(f"{file}: row {number}: no value in column {key!r}, which data.reward_fn_key={key!r} "
+                                "names as the column that picks each row's reward function")
+            reward_model = row.get("reward_model")
+            if not isinstance(reward_model, dict) or "ground_truth" not in reward_model:
+                what = ("there is no such column" if reward_model is None
+                        else f"it holds {_preview(reward_model)}, without a 'ground_truth' key")
+                raise DataError(f"{file}: row {number}, column 'reward_model': {what}. The reward function is called with "
+                                "the row's reward_model.ground_truth (verl's schema: {'style': 'rule', 'ground_truth': ...})")
 
     def append_rows(self, rows: list[dict[str, Any]], where: str) -> int:
         """Add rows in the schema of the data files (a data generator's output); returns how many were kept.
@@ -309,6 +324,9 @@ class RLDataset(Dataset):
             "extra_info": extra_info,
             "index": extra_info["index"],
         }
+        key = getattr(self.config, "reward_fn_key", "data_source")
+        if key not in item:  # another column picks the reward function (data.reward_fn_key)
+            item[key] = row.get(key)
         if self._has_ability:  # every item has the same keys, so rows of mixed files collate together
             item["ability"] = row.get("ability")
         if self._has_agent_name:

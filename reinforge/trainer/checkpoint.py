@@ -10,9 +10,11 @@ A checkpoint is written into a hidden temporary folder and renamed into place; o
 tracker file replaced (also by rename). A process killed at any moment (SIGKILL included) leaves
 the previous checkpoint and a tracker that points at a complete one. Saving a step that already
 exists (after resuming from an earlier one) first moves the old copy aside; resuming puts it back
-if the crash came in between. Retention renames a folder to a hidden name before deleting it, so
-a step folder is never seen half deleted. What a killed save leaves behind (hidden `.tmp`, `.old`
-and `.deleting` folders) is cleaned up by the next save and when resuming (`clean_stale`).
+if the crash came in between. Retention (trainer.max_actor_ckpt_to_keep, max_critic_ckpt_to_keep)
+deletes only folders of steps below the one just saved, never that one nor a higher step (another
+run's, when a fresh run saves into the same folder). It renames a folder to a hidden name before
+deleting it, so a step folder is never seen half deleted. What a killed save leaves behind (hidden
+`.tmp`, `.old` and `.deleting` folders) is cleaned up by the next save and when resuming (`clean_stale`).
 
 A disk that is full (ENOSPC, EDQUOT, or EFBIG: a file over the size limit; also when torch wraps
 it in a RuntimeError, which is why checkpoint files are written with `save_torch`) skips the save: the
@@ -98,8 +100,9 @@ def save_checkpoint(run_dir: Path, step: int, write: Callable[[Path], None], kee
                     keep_critic: int | None = None) -> Path | None:
     """Call `write(folder)` into a temporary folder, publish it as global_step_<step>, update the tracker.
 
-    Then only the newest `keep` step folders stay (max_actor_ckpt_to_keep), and only the newest
-    `keep_critic` of them keep their critic/ (max_critic_ckpt_to_keep); None or 0 keeps all.
+    Then retention deletes the oldest step folders below `step` until `keep` are left counting this one
+    (max_actor_ckpt_to_keep), and the critic/ of all but the newest `keep_critic` (max_critic_ckpt_to_keep);
+    None or 0 keeps all. Folders of higher steps (another run's, in the same folder) are left alone.
     Returns the published folder, or None when the disk was full (see the module docstring).
     """
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -126,12 +129,12 @@ def save_checkpoint(run_dir: Path, step: int, write: Callable[[Path], None], kee
             raise
         return _save_failed(run_dir, step, os_error)
     shutil.rmtree(old, ignore_errors=True)
-    steps = sorted(int(m.group(1)) for p in run_dir.iterdir() if (m := STEP_FOLDER.match(p.name)))
+    older = sorted(s for p in run_dir.iterdir() if (m := STEP_FOLDER.match(p.name)) and (s := int(m.group(1))) < step)
     if keep:
-        for old_step in steps[:-keep]:
+        for old_step in older[:max(0, len(older) - keep + 1)]:
             _delete(run_dir / f"global_step_{old_step}")
     if keep_critic:
-        for old_step in steps[:-keep_critic]:
+        for old_step in older[:max(0, len(older) - keep_critic + 1)]:
             _delete(run_dir / f"global_step_{old_step}" / "critic")
     return final
 
@@ -172,6 +175,22 @@ def resume_folder(trainer: TrainerConfig) -> Path | None:
             f"{tracker} names step {text!r} but {folder} does not exist; fix the file or start fresh with trainer.resume_mode=disable"
         )
     return folder
+
+
+def check_resume_folder(folder: Path, critic: bool) -> None:
+    """Before anything loads: ConfigError naming what `folder` lacks of what resuming needs (the critic's only with `critic`)."""
+    missing = [f"{name}/" for name in (["actor", "critic"] if critic else ["actor"]) if not (folder / name).is_dir()]
+    missing += [name for name in ("data.pt", "trainer_state.json") if not (folder / name).is_file()]
+    if not missing:
+        return
+    if "trainer_state.json" in missing and (folder / "actor" / "fsdp_config.json").is_file():  # verl writes that file, reinforge not
+        what = ("it is a verl checkpoint (actor/fsdp_config.json, no trainer_state.json), not a reinforge one; "
+                "reinforge resumes only its own checkpoints")
+    else:
+        what = "it has no " + ", ".join(f"{name} (this run trains a critic)" if name == "critic/" else name for name in missing)
+    raise ConfigError(f"{folder} is not a checkpoint this run can load: {what}. Resume another global_step_<N> folder that "
+                      "reinforge saved (trainer.resume_mode=resume_path trainer.resume_from_path=<folder>), or start fresh "
+                      "with trainer.resume_mode=disable")
 
 
 def step_of(folder: Path) -> int:

@@ -120,8 +120,7 @@ def run(config: Config, user_keys: list[str], startup: StartupClock | None = Non
     reward_fn = None  # a reward model alone needs no manager and no scorer (docs/rewards.md)
     if not rm.enable or config.custom_reward_function.path:
         compute_score = get_compute_score(config)
-        if config.custom_reward_function.path is None:
-            _check_scorers(data, train_set, val_loader.dataset if val_loader else None)
+        _check_reward_data(data, not config.custom_reward_function.path, train_set, val_loader.dataset if val_loader else None)
         # one manager for training and validation: a failing reward function's traceback is shown once per run
         reward_fn = make_reward_manager(rm.reward_manager, tokenizer, compute_score, reward_fn_key=data.reward_fn_key,
                                         **rm.reward_kwargs)
@@ -209,18 +208,23 @@ def run_summary(config: Config, run_dir: Path) -> list[str]:
     return ["reinforge: run summary", *lines]
 
 
-def _check_scorers(data, *datasets) -> None:
-    """Fail before any model work when a data_source has no built-in scorer (and no custom function is set)."""
+def _check_reward_data(data, built_in: bool, *datasets) -> None:
+    """Fail before any model work when a row cannot be scored: no data.reward_fn_key value or ground truth
+    (`RLDataset.check_reward_columns`), or, with the built-in scorers (`built_in`), a data_source without one."""
     from reinforge.errors import RewardError
     from reinforge.reward import find_scorer
 
+    key = data.reward_fn_key
     for dataset, files in zip(datasets, (data.train_files, data.val_files), strict=True):
-        files_of = getattr(dataset, "data_source_files", dict)()  # name the file a data_source comes from, when known
-        for source in sorted(getattr(dataset, "data_sources", set)()):
+        if not hasattr(dataset, "check_reward_columns"):  # a user's Dataset class: its rows are checked when scored
+            continue
+        dataset.check_reward_columns(key)
+        for source, source_files in sorted(dataset.data_source_files(key).items()) if built_in else ():
             try:
                 find_scorer(source)
             except RewardError as exc:
-                raise RewardError(f"{', '.join(files_of.get(source, [])) or files}: {exc}") from None
+                note = "rows without a data_source, or with an empty one, count as 'unknown': " if source == "unknown" else ""
+                raise RewardError(f"{', '.join(source_files) or files}: {note}{exc}") from None
 
 
 def mean_val_reward(metrics: dict[str, float]) -> float:

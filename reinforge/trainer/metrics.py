@@ -17,6 +17,7 @@ from contextlib import contextmanager
 import torch
 
 from reinforge.batch import Batch
+from reinforge.trainer.val_metrics import NUMBER_TYPES
 
 
 @contextmanager
@@ -34,9 +35,9 @@ def _stats(prefix: str, values: torch.Tensor) -> dict[str, float]:
     return {f"{prefix}/mean": values.mean().item(), f"{prefix}/max": values.max().item(), f"{prefix}/min": values.min().item()}
 
 
-def compute_data_metrics(batch: Batch, max_response_length: int) -> dict[str, float]:
-    """critic/score, critic/rewards, critic/advantages, critic/returns, response_length, prompt_length; with a
-    critic also critic/values and critic/vf_explained_var."""
+def compute_data_metrics(batch: Batch, max_response_length: int, max_prompt_length: int) -> dict[str, float]:
+    """critic/score, critic/rewards, critic/advantages, critic/returns, response_length, prompt_length (each with
+    clip_ratio: the share at its limit); with a critic also critic/values and critic/vf_explained_var."""
     response_mask = batch["response_mask"].bool()
     prompt_length = batch["attention_mask"][:, : batch["prompts"].shape[1]].sum(-1).float()
     response_length = response_mask.sum(-1).float()
@@ -50,6 +51,7 @@ def compute_data_metrics(batch: Batch, max_response_length: int) -> dict[str, fl
         **_stats("response_length", response_length),
         "response_length/clip_ratio": (response_length >= max_response_length).float().mean().item(),
         **_stats("prompt_length", prompt_length),
+        "prompt_length/clip_ratio": (prompt_length >= max_prompt_length).float().mean().item(),
     }
     if "__num_turns__" in batch:
         metrics.update(agent_metrics(batch))
@@ -105,7 +107,7 @@ def extra_info_metrics(extra_info: dict[str, list]) -> dict[str, float]:
     """reward/<key>/mean for each numeric extra key a reward function returned (besides score)."""
     metrics = {}
     for key, values in extra_info.items():
-        numbers = [float(v) for v in values if isinstance(v, (int, float))]
+        numbers = [float(v) for v in values if isinstance(v, NUMBER_TYPES)]
         if key != "score" and numbers:
             metrics[f"reward/{key}/mean"] = sum(numbers) / len(numbers)
     return metrics

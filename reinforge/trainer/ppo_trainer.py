@@ -60,7 +60,7 @@ from reinforge.errors import ConfigError, RewardError, TrainingError
 from reinforge.inference.rollout import AGENT_INPUT_KEYS, PROMPT_KEYS, SEED_KEY, concat_trajectories, rollout_inputs
 from reinforge.inference.seeds import TRAIN, row_seeds
 from reinforge.report.rollouts import keep_recent_rollouts
-from reinforge.trainer.checkpoint import resume_folder, save_checkpoint, save_torch, step_of
+from reinforge.trainer.checkpoint import check_resume_folder, resume_folder, save_checkpoint, save_torch, step_of
 from reinforge.trainer.generations import EXTRA, generation_records, reward_extra_info, write_generations
 from reinforge.trainer.metrics import (
     compute_data_metrics,
@@ -145,7 +145,7 @@ class RLTrainer:
                     metrics.update(wg.update_actor(batch).meta_info["metrics"])
                 with timer("update_weights", timing):  # hf shares them; vllm/sglang get them when the next rollout wakes the engine
                     wg.update_weights()
-        metrics.update(compute_data_metrics(batch, cfg.actor_rollout_ref.rollout.response_length))
+        metrics.update(compute_data_metrics(batch, cfg.actor_rollout_ref.rollout.response_length, cfg.data.max_prompt_length))
         metrics.update(extra_info_metrics(reward_extra_info(batch)))
         metrics.update(compute_timing_metrics(batch, timing))
         metrics.update(compute_throughput_metrics(batch, timing["step"], wg.world_size))
@@ -394,11 +394,9 @@ class RLTrainer:
         folder = resume_folder(self.config.trainer)
         if folder is None:
             return
+        check_resume_folder(folder, critic=self.critic_wg is not None)
         self.actor_rollout_wg.load_checkpoint(str(folder / "actor"))
         if self.critic_wg is not None:
-            if not (folder / "critic").is_dir():
-                raise ConfigError(f"{folder} has no critic/ checkpoint but this run trains a critic; resume a run that had "
-                                  "one, or start fresh with trainer.resume_mode=disable")
             self.critic_wg.load_checkpoint(str(folder / "critic"))
         self.train_loader.load_state_dict(torch.load(folder / "data.pt"))
         state = json.loads((folder / "trainer_state.json").read_text())

@@ -42,6 +42,7 @@ VOTE_KEY = "pred"
 CHUNK_ELEMENTS = 1 << 22  # largest (prompts, draws, N) array built at once
 CORE_PREFIXES = ("mean", "maj", "best")
 
+NUMBER_TYPES = (bool, int, float, np.number, np.bool_)  # the reward_extra_info values that are averaged into metrics
 Metrics = dict[str, dict[str, dict[str, float]]]  # data source -> variable -> metric name -> value
 
 
@@ -171,7 +172,7 @@ def _as_numbers(values: Sequence[Any]) -> np.ndarray | None:
     """float64 values (bools 0/1, None 0), or None when a value is neither a number nor None, or all are None."""
     if not any(v is not None for v in values):
         return None
-    if not all(v is None or isinstance(v, (bool, int, float, np.number, np.bool_)) for v in values):
+    if not all(v is None or isinstance(v, NUMBER_TYPES) for v in values):
         return None
     return np.array([0.0 if v is None else float(v) for v in values], dtype=np.float64)
 

@@ -8,10 +8,14 @@ and, as in verl, the numeric keys of the reward's extra information: `score` and
 of dict results; `score` differs from `reward` where the reward adds to it, e.g. DAPO's overlong
 penalty or a reward model's score). `trainer.log_val_generations` prints that many samples and hands
 them to the trackers (a table in wandb and mlflow, text in tensorboard and swanlab);
-`trainer.validation_data_dir` writes every sample as JSONL.
+`trainer.validation_data_dir` writes every sample as JSONL. Responses whose reward function failed
+(scored 0) are counted in `val-aux/reward/errors` and `val-aux/reward/timeouts` when there are any,
+with a warning when every response failed.
 """
 
 from __future__ import annotations
+
+import sys
 
 from reinforge.batch import Batch
 from reinforge.config.schema import Config
@@ -31,6 +35,7 @@ def validate(config: Config, wg: WorkerGroup, reward_fn, val_loader, tokenizer, 
     uids: list[int] = []  # the validation prompt each response answers
     extras: list[dict] = []  # per response: the reward's extra information (`score`, the keys of dict results, ...)
     rewards: list[float] = []
+    failed = {"reward/errors": 0, "reward/timeouts": 0}  # responses whose reward function failed (scored 0)
     samples = []
     # decoded only as far as they are used: all of them for validation_data_dir, else the log_val_generations shown
     wanted = None if config.trainer.validation_data_dir else config.trainer.log_val_generations
@@ -46,6 +51,8 @@ def validate(config: Config, wg: WorkerGroup, reward_fn, val_loader, tokenizer, 
         uids += [first_uid + row // n for row in range(len(scores))]
         extras += [{k: values[row] for k, values in extra_info.items()} for row in range(len(scores))]
         rewards += scores
+        for name in failed:
+            failed[name] += scored.get("reward_metrics", {}).get(name, 0)
         if wanted is None or len(samples) < wanted:
             samples += generation_records(batch, scores, tokenizer, step, extra_info)
 
@@ -54,7 +61,15 @@ def validate(config: Config, wg: WorkerGroup, reward_fn, val_loader, tokenizer, 
         names = []
     infos = {"reward": rewards, **{name: [extra.get(name) for extra in extras] for name in names}}
     _report_samples(config, samples, step, tracking)
-    return validation_metric_dict(process_validation_metrics(sources, uids, infos))
+    metrics = validation_metric_dict(process_validation_metrics(sources, uids, infos))
+    if any(failed.values()):
+        metrics.update({f"val-aux/{name}": count for name, count in failed.items()})
+        if sum(failed.values()) == len(rewards):
+            summary = getattr(reward_fn, "failure_summary", None)
+            print(f"reinforge: warning: validation @ step {step}: the reward function failed on all {len(rewards)} responses "
+                  f"({failed['reward/errors']} errors, {failed['reward/timeouts']} timeouts), so the validation reward is 0"
+                  + (f"; it is {summary()}" if summary else ""), file=sys.stderr, flush=True)
+    return metrics
 
 
 def _report_samples(config: Config, samples: list[dict], step: int, tracking: Tracking | None) -> None:

@@ -82,8 +82,9 @@ class ActorRolloutRefWorker:
             if cfg.rollout.multi_turn.enable:  # imported here: single-turn runs never load the agent machinery
                 from reinforge.inference.agent import AgentRunner
 
-                self.agents = AgentRunner(self.tokenizer, cfg.rollout.multi_turn, cfg.rollout.agent,
-                                          self.config.data.apply_chat_template_kwargs)
+                data = self.config.data
+                self.agents = AgentRunner(self.tokenizer, cfg.rollout.multi_turn, cfg.rollout.agent, data.apply_chat_template_kwargs,
+                                          data.max_prompt_length, data.truncation)
         if self.has_ref:
             ref = load_causal_lm(self.config, self.device, trainable=False, dtype=cfg.ref.fsdp_config.model_dtype)
             self.ref = Actor(shard_model(ref, cfg.ref.fsdp_config, self.device), cfg.actor, device=self.device,

@@ -10,7 +10,7 @@ from reinforge.config.schema import DataConfig
 from reinforge.environment.dataloader import PromptLoader
 from reinforge.environment.dataset import RLDataset, collate_fn
 from reinforge.errors import DataError, RewardError
-from reinforge.trainer.main import _check_scorers
+from reinforge.trainer.main import _check_reward_data
 
 
 def _rows_of(make_rows, source: str, n: int, start: int) -> list[dict]:
@@ -53,13 +53,13 @@ def test_a_data_source_without_a_scorer_is_reported_with_its_file(mixed, tokeniz
     config = DataConfig(train_files=[str(first), str(second)])
     dataset = RLDataset(config.train_files, tokenizer, data_config())
     with pytest.raises(RewardError, match=rf"^{re.escape(str(second))}: no reward function for data_source 'lab/puzzles'"):
-        _check_scorers(config, dataset, None)
+        _check_reward_data(config, True, dataset, None)
 
 
 def test_max_samples_that_leaves_a_file_out_says_so(mixed, tokenizer, data_config, capsys):
     first, second = mixed
     dataset = RLDataset([str(first), str(second)], tokenizer, data_config(), max_samples=3)
-    assert dataset.data_sources() == {"openai/gsm8k"}
+    assert dataset.data_source_files() == {"openai/gsm8k": [str(first)]}
     assert f"no rows come from {second}" in capsys.readouterr().err
 
 
@@ -73,3 +73,39 @@ def test_files_with_and_without_an_ability_column_collate_together(mixed, tmp_pa
     dataset = RLDataset([str(first), str(plain)], tokenizer, data_config())
     batch = collate_fn(tokenizer.pad_token_id)([dataset[i] for i in range(len(dataset))])
     assert batch["ability"] == ["digits", "digits", "digits", None, None]
+
+
+def test_reward_fn_key_names_the_column_that_picks_the_scorer(mixed, tmp_path, tokenizer, make_rows, write_rows):
+    first, _ = mixed
+    rows = _rows_of(make_rows, "lab/puzzles", 2, 3)
+    for row in rows:
+        row["task"] = "openai/gsm8k"  # data_source has no scorer; the column reward_fn_key names does
+    second = write_rows(tmp_path / "keyed.jsonl", rows)
+    config = DataConfig(train_files=[str(second)], reward_fn_key="task")
+    dataset = RLDataset(config.train_files, tokenizer, config)
+    _check_reward_data(config, True, dataset, None)  # passes: 'task' is scored by the gsm8k scorer
+    assert dataset.data_source_files("task") == {"openai/gsm8k": [str(second)]}
+    assert [dataset[i]["task"] for i in range(2)] == ["openai/gsm8k", "openai/gsm8k"]  # the items carry it to the reward
+    with pytest.raises(RewardError, match=rf"^{re.escape(str(second))}: no reward function for data_source 'lab/puzzles'"):
+        _check_reward_data(DataConfig(train_files=[str(second)]), True, dataset, None)
+    config = DataConfig(train_files=[str(first), str(second)], reward_fn_key="task")
+    with pytest.raises(DataError, match=rf"^{re.escape(str(first))}: row 0: no value in column 'task', which "
+                                        "data.reward_fn_key='task' names"):
+        _check_reward_data(config, False, RLDataset(config.train_files, tokenizer, config), None)
+
+
+@pytest.mark.parametrize("reward_model", [None, {"style": "rule"}], ids=["no column", "no ground_truth"])
+def test_rows_without_a_ground_truth_are_named_before_training(mixed, tmp_path, tokenizer, make_rows, write_rows,
+                                                               reward_model):
+    first, _ = mixed
+    rows = _rows_of(make_rows, "lab/puzzles", 3, 3)
+    if reward_model is None:
+        del rows[1]["reward_model"]
+    else:
+        rows[1]["reward_model"] = reward_model
+    bad = write_rows(tmp_path / "bad.jsonl", rows)
+    config = DataConfig(train_files=[str(first), str(bad)])
+    dataset = RLDataset(config.train_files, tokenizer, config)
+    what = "there is no such column" if reward_model is None else "it holds dict {'style': 'rule'}, without a 'ground_truth' key"
+    with pytest.raises(DataError, match=rf"^{re.escape(str(bad))}: row 1, column 'reward_model': {re.escape(what)}\. "):
+        _check_reward_data(config, False, dataset, None)  # a custom reward function is called with the ground truth too

@@ -185,6 +185,30 @@ def test_prompt_is_rendered_with_the_tool_schemas_when_the_template_shows_them(t
     assert out["input_ids"].shape[1] == out["prompts"].shape[1] + 100
 
 
+@pytest.mark.parametrize("truncation", ["error", "left", "right"])
+def test_a_prompt_rendered_with_tools_keeps_to_max_prompt_length(tok, tmp_path, truncation):
+    tok.chat_template = TOOLS_TEMPLATE
+    messages = [{"role": "user", "content": "add 2 3"}]
+    prompts = prompts_batch(tok, [messages])
+    plain = prompts["input_ids"][0].tolist()
+    with_tools = tok(tok.apply_chat_template(messages, tools=[{"type": "function", "function": {"name": "calculator"}}],
+                                             add_generation_prompt=True, tokenize=False), add_special_tokens=False)["input_ids"]
+    limit = len(plain) + 2  # the dataset's prompt fits, the one with the tools does not
+    assert len(with_tools) > limit
+    kept = {"left": with_tools[-limit:], "right": with_tools[:limit]}.get(truncation)
+    turn = tok("#### 5", add_special_tokens=False)["input_ids"] + [tok.eos_token_id]
+    engine = ScriptedEngine([(kept or with_tools, [turn])])
+    runner = AgentRunner(tok, MultiTurnConfig(enable=True, tool_config_path=tools_yaml(tmp_path)), max_prompt_length=limit,
+                         truncation=truncation)
+    if truncation == "error":
+        with pytest.raises(DataError, match=rf"row extra_info.index=0: the prompt is {len(with_tools)} tokens with the tool "
+                                            rf"schemas of .*tools.yaml \({len(plain)} without\), over data.max_prompt_length={limit}"):
+            runner.generate_sequences(engine, prompts, SamplingParams(max_tokens=20), tok.pad_token_id)
+        return
+    out = runner.generate_sequences(engine, prompts, SamplingParams(max_tokens=20), tok.pad_token_id)
+    assert engine.batches[0] == [kept] and row_ids(out, 0)[0] == kept
+
+
 def test_budget_cuts_the_conversation_and_rows_are_batched_together(tok, tmp_path):
     rows = [[{"role": "user", "content": f"add {a} 3"}] for a in range(3)]
     prompts = prompts_batch(tok, rows)

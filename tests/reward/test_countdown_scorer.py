@@ -2,7 +2,7 @@
 
 import pytest
 
-from reinforge.reward.scorers.countdown import compute_score, evaluate_equation, extract_solution
+from reinforge.reward.scorers.countdown import compute_score, evaluate_equation, extract_solution, uses_numbers_exactly
 
 TRUTH = {"target": 24, "numbers": [2, 3, 4]}
 
@@ -56,3 +56,11 @@ def test_evaluator_has_no_builtins():
     assert evaluate_equation("__import__('os')") is None
     assert evaluate_equation("(1 + 2) * 3") == 9.0
     assert evaluate_equation("-3 + 5") == 2.0
+
+
+def test_answers_too_deep_or_too_long_to_evaluate_get_the_format_score():
+    truth = {"target": 24, "numbers": [2, 3, 4]}
+    assert compute_score("<answer>" + "-" * 5000 + "2*3*4</answer>", truth) == 0.1  # RecursionError when parsed
+    assert compute_score("<answer>" + "(" * 300 + "2*3*4" + ")" * 300 + "</answer>", truth) == 0.1
+    assert compute_score("<answer>2*3*4+" + "9" * 5000 + "</answer>", truth) == 0.1  # past int()'s 4300 digits
+    assert uses_numbers_exactly("(02 + 3) * 4", [2, 3, 4])  # numbers compare as numbers

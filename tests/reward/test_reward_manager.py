@@ -2,7 +2,9 @@
 
 import asyncio
 import math
+import sys
 
+import numpy as np
 import pytest
 import torch
 
@@ -167,7 +169,28 @@ def test_failing_async_rows_are_isolated(tokenizer, capsys):
     assert "RuntimeError: async bug" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("bad", [None, "1.0", {"acc": 1.0}, {"score": "high"}, math.nan, math.inf, [1.0]])
+@pytest.mark.parametrize("exit_code", [0, 3])
+@pytest.mark.parametrize("is_async", [False, True], ids=["sync", "async"])
+def test_sys_exit_in_the_reward_function_fails_its_row_only(tokenizer, capsys, exit_code, is_async):
+    def exits(extra_info):
+        if extra_info is None:  # the second row
+            sys.exit(exit_code)
+        return 1.0
+
+    async def async_score(data_source, solution_str, ground_truth, extra_info=None):
+        return exits(extra_info)
+
+    def score(data_source, solution_str, ground_truth, extra_info=None):
+        return exits(extra_info)
+
+    manager = make_reward_manager("naive", tokenizer, async_score if is_async else score)
+    result = manager(make_batch(tokenizer, GSM8K_ROWS), return_dict=True)
+    assert result["reward_extra_info"]["score"] == [1.0, 0.0, 1.0]
+    assert result["reward_metrics"]["reward/errors"] == 1
+    assert f"SystemExit: {exit_code}" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("bad", [None, "1.0", {"acc": 1.0}, {"score": "high"}, math.nan, math.inf, [1.0], 10**400])
 def test_non_scores_are_errors(tokenizer, capsys, bad):
     result = make_reward_manager("naive", tokenizer, lambda **kw: bad)(make_batch(tokenizer, GSM8K_ROWS[:1]), True)
     assert result["reward_metrics"]["reward/errors"] == 1
@@ -175,7 +198,8 @@ def test_non_scores_are_errors(tokenizer, capsys, bad):
     assert "the reward function returned" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("good", [True, 1, 0.5, torch.tensor(0.5), {"score": 1}])
+@pytest.mark.parametrize("good", [True, 1, 0.5, torch.tensor(0.5), {"score": 1}, np.bool_(True), np.float32(0.25),
+                                  np.int64(2), np.array(0.75), {"score": np.True_}])
 def test_accepted_score_types(tokenizer, good):
     rewards = make_reward_manager("naive", tokenizer, lambda **kw: good)(make_batch(tokenizer, GSM8K_ROWS[:1]))
     assert rewards.sum().item() == float(good["score"] if isinstance(good, dict) else good)

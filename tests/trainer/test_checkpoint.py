@@ -1,10 +1,12 @@
 import errno
+import json
+import re
 
 import pytest
 
 from reinforge.config.schema import TrainerConfig
 from reinforge.errors import CheckpointError, ConfigError
-from reinforge.trainer.checkpoint import TRACKER, resume_folder, save_checkpoint
+from reinforge.trainer.checkpoint import TRACKER, check_resume_folder, resume_folder, save_checkpoint
 
 
 def write_marker(folder):
@@ -72,6 +74,74 @@ def test_retention_keeps_the_newest_actor_and_critic_checkpoints(tmp_path):
     assert [(tmp_path / f"global_step_{s}" / "critic").is_dir() for s in (3, 4, 5)] == [False, True, True]
     assert all((tmp_path / f"global_step_{s}" / "actor" / "state.txt").is_file() for s in (3, 4, 5))
     assert not list(tmp_path.rglob(".*"))  # nothing hidden left half deleted
+
+
+def test_retention_never_deletes_the_new_checkpoint_nor_higher_steps(tmp_path):
+    def actor_and_critic(folder):
+        for role in ("actor", "critic"):
+            write_marker(folder / role)
+
+    for step in (2, 4):  # an earlier run's checkpoints
+        save_checkpoint(tmp_path, step, actor_and_critic)
+    # a fresh run in the same folder (resume_mode=disable) saves step 1: it stays, and so do the other run's steps 2 and 4
+    assert save_checkpoint(tmp_path, 1, actor_and_critic, keep=2, keep_critic=1) == tmp_path / "global_step_1"
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([TRACKER, "global_step_1", "global_step_2", "global_step_4"])
+    assert all((tmp_path / f"global_step_{s}" / "critic").is_dir() for s in (1, 2, 4))
+    assert resume_folder(TrainerConfig(default_local_dir=str(tmp_path))) == tmp_path / "global_step_1"
+    # older steps are still pruned down to `keep` with the new one, whichever run saved them
+    save_checkpoint(tmp_path, 3, actor_and_critic, keep=2, keep_critic=1)
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([TRACKER, "global_step_2", "global_step_3", "global_step_4"])
+    assert [(tmp_path / f"global_step_{s}" / "critic").is_dir() for s in (2, 3, 4)] == [False, True, True]
+
+
+def resumable(folder, *leave_out):
+    """A step folder as reinforge saves it (file contents aside), without the names in `leave_out`."""
+    for name in ("actor", "critic"):
+        if name not in leave_out:
+            write_marker(folder / name)
+    for name in ("data.pt", "trainer_state.json"):
+        if name not in leave_out:
+            (folder / name).write_text("{}")
+    return folder
+
+
+ADVICE = r"trainer.resume_mode=resume_path trainer.resume_from_path=.*or start fresh with trainer.resume_mode=disable"
+
+
+def test_a_resume_folder_missing_files_gets_a_message_naming_them(tmp_path):
+    check_resume_folder(resumable(tmp_path / "global_step_1"), critic=True)
+    check_resume_folder(resumable(tmp_path / "global_step_2", "critic"), critic=False)
+    cases = [(["trainer_state.json"], "trainer_state.json"), (["data.pt"], "data.pt"), (["actor", "data.pt"], "actor/, data.pt"),
+             (["critic"], r"critic/ \(this run trains a critic\)")]
+    for step, (leave_out, named) in enumerate(cases, start=3):
+        folder = resumable(tmp_path / f"global_step_{step}", *leave_out)
+        with pytest.raises(ConfigError, match=rf"^{re.escape(str(folder))} is not a checkpoint this run can load: it has no "
+                                              rf"{named}\. .*{ADVICE}"):
+            check_resume_folder(folder, critic=True)
+    empty = tmp_path / "global_step_9"
+    empty.mkdir()
+    with pytest.raises(ConfigError, match="it has no actor/, data.pt, trainer_state.json. "):
+        check_resume_folder(empty, critic=False)
+
+
+def test_a_verl_checkpoint_is_named_as_one(tmp_path):
+    folder = resumable(tmp_path / "global_step_5", "trainer_state.json")  # verl's step folder: no trainer_state.json,
+    (folder / "actor" / "fsdp_config.json").write_text(json.dumps({"FSDP_version": 2, "world_size": 1}))  # this in actor/
+    with pytest.raises(ConfigError, match=rf"{re.escape(str(folder))} is not a checkpoint this run can load: it is a verl checkpoint .*"
+                                          rf"reinforge resumes only its own checkpoints.*{ADVICE}"):
+        check_resume_folder(folder, critic=False)
+
+
+def test_resuming_a_checkpoint_with_a_file_deleted_stops_with_a_clear_message(run_steps, tmp_path):
+    run_dir = tmp_path / "run"
+    run_steps("trainer.save_freq=2", run_dir=run_dir)
+    for deleted in ("trainer_state.json", "data.pt"):
+        file = run_dir / "global_step_2" / deleted
+        kept = file.read_bytes()
+        file.unlink()
+        with pytest.raises(ConfigError, match=rf"global_step_2 is not a checkpoint this run can load: it has no {deleted}\. "):
+            run_steps("trainer.total_training_steps=3", run_dir=run_dir)
+        file.write_bytes(kept)
 
 
 def test_what_a_killed_save_leaves_is_cleaned_up(tmp_path):

@@ -145,3 +145,28 @@ def test_without_a_peak_a_cpu_run_logs_no_mfu(run_steps, tmp_path, capsys):
     # without trainer.rollout_data_dir the summary names the samples kept for the report, if the run kept any
     kept = tmp_path / "run" / "rollouts"
     assert (f"rollouts     {kept}" in out) == kept.is_dir()
+
+
+def test_numeric_reward_extra_info_is_averaged_numpy_values_included():
+    import numpy as np
+
+    from reinforge.trainer.metrics import extra_info_metrics
+
+    metrics = extra_info_metrics({"score": [1.0, 0.0, 1.0], "acc": [np.True_, np.False_, True], "n": [np.int64(3), 1, None],
+                                  "err": [np.float32(0.5), 0.25, 0.0], "pred": ["7", "8", "9"]})
+    assert metrics == {"reward/acc/mean": 2 / 3, "reward/n/mean": 2.0, "reward/err/mean": 0.25}
+
+
+def test_length_clip_ratios_are_the_shares_at_the_limits():
+    from reinforge.trainer.metrics import compute_data_metrics
+
+    prompt_mask = torch.tensor([[0, 0, 1], [0, 1, 1], [1, 1, 1], [1, 1, 1]])  # prompts of 1, 2, 3, 3 tokens (left-padded)
+    response_mask = torch.tensor([[1, 1], [1, 0], [1, 1], [0, 0]])
+    zeros = torch.zeros(4, 2)
+    batch = Batch.from_dict({"prompts": torch.zeros(4, 3, dtype=torch.long), "attention_mask": torch.cat([prompt_mask, response_mask], 1),
+                             "response_mask": response_mask, "token_level_scores": zeros, "token_level_rewards": zeros,
+                             "advantages": zeros, "returns": zeros})
+    metrics = compute_data_metrics(batch, max_response_length=2, max_prompt_length=3)
+    assert metrics["prompt_length/clip_ratio"] == 0.5 and metrics["prompt_length/mean"] == 2.25
+    assert metrics["response_length/clip_ratio"] == 0.5
+    assert compute_data_metrics(batch, max_response_length=2, max_prompt_length=4)["prompt_length/clip_ratio"] == 0.0

@@ -41,6 +41,8 @@ class AgentContext:
     tools: dict = field(default_factory=dict)  # name -> BaseTool
     interactions: dict = field(default_factory=dict)  # name -> BaseInteraction
     chat_template_kwargs: dict = field(default_factory=dict)  # data.apply_chat_template_kwargs
+    max_prompt_length: int | None = None  # data.max_prompt_length and data.truncation, for a prompt rendered with tools
+    truncation: str = "error"
 
 
 @dataclass

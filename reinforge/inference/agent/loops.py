@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import time
 
+from reinforge.environment.dataset import truncate as truncate_ids
 from reinforge.environment.envs import make_env
 from reinforge.errors import DataError
 from reinforge.inference.agent.base import AgentLoopBase, AgentOutput, AgentRow, Conversation, register_agent_loop
@@ -77,14 +78,27 @@ class ToolAgentLoop(AgentLoopBase):
                            user_turns=conv.user_turns)
 
     def _prompt_with_tools(self, row: AgentRow, schemas: list[dict] | None) -> list[int]:
-        """The prompt rendered with the tool schemas (`tools=`), when the chat template shows them; else the row's ids."""
+        """The prompt rendered with the tool schemas (`tools=`), when the chat template shows them; else the row's ids.
+
+        The longer prompt keeps to data.max_prompt_length as the dataset's do: cut on the data.truncation side,
+        or a DataError under truncation=error."""
         if not schemas or row.messages is None:
             return row.prompt_ids
         tok, kwargs = self.ctx.tokenizer, self.ctx.chat_template_kwargs
         with_tools = tok.apply_chat_template(row.messages, tools=schemas, add_generation_prompt=True, tokenize=False, **kwargs)
         if with_tools == tok.apply_chat_template(row.messages, add_generation_prompt=True, tokenize=False, **kwargs):
             return row.prompt_ids  # the template ignores tools: keep the dataset's ids exactly
-        return tok(with_tools, add_special_tokens=False)["input_ids"]
+        ids = tok(with_tools, add_special_tokens=False)["input_ids"]
+        limit, mode = self.ctx.max_prompt_length, self.ctx.truncation
+        if limit is None or len(ids) <= limit:
+            return ids
+        if mode == "error":
+            raise DataError(
+                f"row extra_info.index={row.extra_info.get('index')}: the prompt is {len(ids)} tokens with the tool schemas "
+                f"of {self.ctx.multi_turn.tool_config_path} ({len(row.prompt_ids)} without), over data.max_prompt_length="
+                f"{limit}. Raise data.max_prompt_length, or set data.truncation to left, right or middle"
+            )
+        return truncate_ids(ids, limit, mode)
 
     async def _start_interaction(self, row: AgentRow):
         kwargs = dict(row.extra_info.get("interaction_kwargs") or {})

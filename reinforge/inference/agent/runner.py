@@ -52,11 +52,13 @@ def load_agent_loops(path: str | Path) -> None:
 
 
 class AgentRunner:
-    def __init__(self, tokenizer, multi_turn, agent=None, chat_template_kwargs: dict | None = None):
+    def __init__(self, tokenizer, multi_turn, agent=None, chat_template_kwargs: dict | None = None,
+                 max_prompt_length: int | None = None, truncation: str = "error"):
         if multi_turn.format != "hermes":
             raise ConfigError(f"actor_rollout_ref.rollout.multi_turn.format={multi_turn.format!r}: only hermes tool calls are supported")
         self.tokenizer, self.multi_turn = tokenizer, multi_turn
         self.chat_template_kwargs = dict(chat_template_kwargs or {})
+        self.prompt_limit = (max_prompt_length, truncation)  # data.max_prompt_length, data.truncation
         self.tools = load_tools(multi_turn.tool_config_path) if multi_turn.tool_config_path else {}
         self.interactions = load_interactions(multi_turn.interaction_config_path) if multi_turn.interaction_config_path else {}
         if agent is not None and agent.agent_loop_config_path:
@@ -78,7 +80,8 @@ class AgentRunner:
         return batch
 
     async def _run_all(self, engine: InferenceEngine, prompts: Batch, params: SamplingParams) -> list[AgentOutput]:
-        ctx = AgentContext(engine, self.tokenizer, params, self.multi_turn, self.tools, self.interactions, self.chat_template_kwargs)
+        ctx = AgentContext(engine, self.tokenizer, params, self.multi_turn, self.tools, self.interactions, self.chat_template_kwargs,
+                           *self.prompt_limit)
         ids = prompt_token_lists(prompts["input_ids"], prompts["attention_mask"])
         rows = len(ids)
         names = list(prompts["agent_name"]) if "agent_name" in prompts else [None] * rows

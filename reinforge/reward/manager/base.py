@@ -246,7 +246,7 @@ class RewardManager:
             if isinstance(result, ScoreTimeout):
                 metrics["reward/timeouts"] += 1
                 failure = self._report("timeout", result, sample)
-            elif isinstance(result, (Exception, asyncio.CancelledError)):  # user code fails only its own row
+            elif isinstance(result, (Exception, asyncio.CancelledError, SystemExit)):  # user code fails only its own row
                 metrics["reward/errors"] += 1
                 failure = self._report("error", result, sample)
             else:
@@ -376,15 +376,20 @@ def _parse_result(result: Any) -> tuple[float, dict[str, Any]]:
             raise ScoreFunctionError(f"the reward function returned a dict without a 'score' key: {result!r}")
         score = result["score"]
         extra = {key: value for key, value in result.items() if key != "score"}
-    if isinstance(score, (np.ndarray, torch.Tensor)) and score.ndim == 0:
+    if isinstance(score, (np.ndarray, np.generic, torch.Tensor)) and score.ndim == 0:  # np.bool_ too
         score = score.item()
     if not isinstance(score, numbers.Real):
         raise ScoreFunctionError(
             f"the reward function returned {type(score).__name__} {score!r}; expected a number or a dict with 'score'"
         )
-    if not math.isfinite(float(score)):
+    try:
+        value = float(score)
+    except OverflowError:  # an int past float's range
+        raise ScoreFunctionError(f"the reward function returned an int of {int(score).bit_length()} bits, too large "
+                                 "for a float score") from None
+    if not math.isfinite(value):
         raise ScoreFunctionError(f"the reward function returned a non-finite score {score!r}")
-    return float(score), extra
+    return value, extra
 
 
 def _one_line(error: BaseException) -> str:

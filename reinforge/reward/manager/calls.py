@@ -9,7 +9,9 @@
   limit; one that swallows its cancellation keeps the call waiting.
 
 Both return one entry per call: the function's result, or the exception that replaces it
-(`ScoreTimeout` for a call past its time limit). Deciding what is a valid score is the manager's job.
+(`ScoreTimeout` for a call past its time limit). `sys.exit()` in the function fails its call like an
+exception (its `SystemExit` is returned), so it cannot end the run. Deciding what is a valid score is
+the manager's job.
 """
 
 from __future__ import annotations
@@ -51,7 +53,7 @@ def call_inline(fn: Callable[..., Any], calls: list[dict[str, Any]]) -> list[Any
     for kwargs in calls:
         try:
             results.append(fn(**kwargs))
-        except Exception as error:  # user code fails only its own call
+        except (Exception, SystemExit) as error:  # user code fails only its own call
             results.append(error)
     return results
 
@@ -60,12 +62,15 @@ def call_coroutines(fn: Callable[..., Any], calls: list[dict[str, Any]], max_con
                     timeout_s: float | None) -> list[Any]:
     """Await `fn(**kwargs)` for every call, `max_concurrency` at a time, each cancelled after `timeout_s` (None: no limit)."""
 
+    async def call(kwargs: dict[str, Any]) -> Any:
+        try:
+            return await fn(**kwargs)
+        except SystemExit as error:  # asyncio would re-raise it out of the event loop
+            return error
+
     async def one(semaphore: asyncio.Semaphore, kwargs: dict[str, Any]) -> Any:
         async with semaphore:
-            try:
-                task = asyncio.ensure_future(fn(**kwargs))
-            except Exception as error:
-                return error
+            task = asyncio.ensure_future(call(kwargs))
             done, _ = await asyncio.wait({task}, timeout=timeout_s)
             if not done:
                 task.cancel()

@@ -48,8 +48,8 @@ def extract_solution(solution_str: str) -> str | None:
 
 def uses_numbers_exactly(equation: str, numbers: list[int]) -> bool:
     """Whether the integers written in `equation` are exactly `numbers` (as a multiset)."""
-    written = [int(n) for n in re.findall(r"\d+", equation)]
-    return sorted(written) == sorted(int(n) for n in numbers)
+    written = [n.lstrip("0") or "0" for n in re.findall(r"\d+", equation)]  # as text: int() refuses 4300+ digits
+    return sorted(written) == sorted(str(int(n)) for n in numbers)
 
 
 def evaluate_equation(equation: str) -> float | None:
@@ -59,7 +59,7 @@ def evaluate_equation(equation: str) -> float | None:
     try:
         tree = ast.parse(equation, mode="eval")
         return float(_evaluate(tree.body))
-    except (SyntaxError, ValueError, ZeroDivisionError, OverflowError):
+    except (SyntaxError, ValueError, ZeroDivisionError, OverflowError, RecursionError, MemoryError):  # deep nesting too
         return None
 
 
