@@ -23,7 +23,7 @@ def test_readme_custom_dataset_and_reward_train(tiny_model_path, tmp_path):
     run_dir = tmp_path / "run"
     config, keys = load_config([
         "algorithm.adv_estimator=grpo", f"actor_rollout_ref.model.path={tiny_model_path}",
-        f"data.train_files={tmp_path / 'unused.parquet'}", f"data.custom_cls.path={tmp_path / 'my_dataset.py'}",
+        f"data.custom_cls.path={tmp_path / 'my_dataset.py'}",  # no data.train_files: the class reads none
         "data.custom_cls.name=PalindromeTask", f"custom_reward_function.path={tmp_path / 'my_reward.py'}",
         "data.train_batch_size=4", "actor_rollout_ref.actor.ppo_mini_batch_size=4", "actor_rollout_ref.rollout.n=2",
         "data.max_response_length=4", "trainer.total_training_steps=1", f"trainer.default_local_dir={run_dir}",

@@ -7,7 +7,7 @@ error messages read it from there.
 from __future__ import annotations
 
 import copy
-from dataclasses import field
+from dataclasses import field, fields
 from typing import Any
 
 
@@ -23,7 +23,16 @@ def _sub(cls: type, doc: str) -> Any:
 
 
 class Node:
-    """Base of the config dataclasses: `get(key, default)` as on verl's configs (ported code calls it)."""
+    """Base of the config dataclasses: read like verl's OmegaConf configs, which ported code (a user's Dataset
+    class, sampler or reward manager) does: `config.key`, `config.get(key, default)`, `config[key]`, `key in config`."""
 
     def get(self, key: str, default: Any = None) -> Any:
         return getattr(self, key, default)
+
+    def __getitem__(self, key: str) -> Any:
+        if key not in self:
+            raise KeyError(key)
+        return getattr(self, key)
+
+    def __contains__(self, key: object) -> bool:
+        return isinstance(key, str) and key in {f.name for f in fields(self)}

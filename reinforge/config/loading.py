@@ -2,7 +2,8 @@
 
 Overrides use Hydra's grammar as verl users type it: `a.b=c`, `+a.b=c` (add), `++a.b=c`,
 `~a.b` (delete: back to the default), lists `'[x,y]'`, `null`. Values that Hydra's parser rejects
-but that are plainly a path (`data.train_files=~/x.parquet`) are taken as strings.
+but that are plainly a path (`data.train_files=~/x.parquet`) are taken as strings, and a
+bracketed list of them (`'[~/a.parquet,~/b.parquet]'`) as a list of strings.
 
 The schema is strict: a key that is not in it fails before anything loads, with the closest
 valid key suggested. Keys under free-form dicts (`reward_kwargs`, `engine_kwargs`, ...) are open.
@@ -59,6 +60,8 @@ def parse_overrides(args: list[str]) -> list[Override]:
                     "(Hydra's override grammar, as verl uses)"
                 ) from None
             prefix, key, value = match.groups()
+            if value is not None and value.startswith("[") and value.endswith("]"):  # a list of such values: [~/a,~/b]
+                value = [item.strip() for item in value[1:-1].split(",") if item.strip()]
             kind = {"": "set", "+": "add", "++": "add", "~": "delete"}[prefix]
             result.append(Override(key, value, kind, arg))
             continue

@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 
 from reinforge.environment.dataset import RLDataset, load_user_class
-from reinforge.errors import DataError
+from reinforge.errors import DataError, UserError
 
 
 class AbstractDataGenerator(ABC):
@@ -67,7 +67,13 @@ class DynamicGenDataset(RLDataset):
         """Append the rows the generator returns now; returns how many were kept (overlong ones may be dropped)."""
         self._rounds += 1
         where = f"data.datagen ({type(self.data_generator).__name__}.generate, round {self._rounds})"
-        rows = _plain_rows(self.data_generator.generate(self), where)
+        try:
+            generated = self.data_generator.generate(self)
+        except UserError:
+            raise
+        except Exception as err:  # the user's generator failed
+            raise DataError(f"{where} failed: {type(err).__name__}: {err}") from err
+        rows = _plain_rows(generated, where)
         kept = self.append_rows(rows, where)
         self.generated_rows += rows
         return kept

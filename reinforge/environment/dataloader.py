@@ -35,7 +35,7 @@ from typing import Any
 
 import torch
 
-from reinforge.errors import ConfigError, DataError
+from reinforge.errors import ConfigError, DataError, UserError
 
 
 class PromptLoader:
@@ -63,6 +63,13 @@ class PromptLoader:
                 f"The dataset has {rows} rows but {batch_key} is {batch_size}, so not one full batch can be "
                 f"made. Lower {batch_key} or use more data."
             )
+        if sampler is not None and drop_last and len(sampler) < batch_size:
+            raise DataError(
+                f"The sampler (data.sampler) yields {len(sampler)} dataset indices per epoch but {batch_key} is "
+                f"{batch_size}, so not one full batch can be made. Lower {batch_key} or make the sampler yield more."
+            )
+        if rows:
+            _probe(dataset, collate_fn)
         self.dataset = dataset
         self.batch_size = batch_size
         self.collate_fn = collate_fn
@@ -169,3 +176,14 @@ class PromptLoader:
         self._epoch_size = state.get("epoch_size")
         self._indices = None
         self._skip_finished_epoch()
+
+
+def _probe(dataset: Any, collate_fn: Callable[[list[Any]], Any]) -> None:
+    """Collate the first item alone, so that a Dataset whose items cannot be batched fails before any model loads."""
+    try:
+        collate_fn([dataset[0]])
+    except UserError:
+        raise
+    except Exception as err:  # a user's Dataset class
+        raise DataError(f"item 0 of the dataset ({type(dataset).__name__}) cannot be read and batched: "
+                        f"{type(err).__name__}: {err}") from err

@@ -32,7 +32,7 @@ import pyarrow.parquet as pq
 import torch
 from torch.utils.data import Dataset
 
-from reinforge.errors import ConfigError, DataError, ModelError
+from reinforge.errors import ConfigError, DataError, ModelError, UserError
 from reinforge.user_code import import_user_module
 
 TRUNCATION_MODES = ("error", "left", "right", "middle")
@@ -367,6 +367,10 @@ def collate_prompts(items: list[dict[str, Any]], pad_token_id: int) -> dict[str,
 
 
 def _unpadded_ids(item: dict[str, Any], i: int) -> torch.Tensor:
+    if not isinstance(item, dict) or "input_ids" not in item:
+        keys = sorted(item) if isinstance(item, dict) else _preview(item)
+        raise DataError(f"Dataset item {i} has no input_ids ({keys}); a Dataset's items are dicts with the prompt's "
+                        "token ids as input_ids (1-D), and data_source, reward_model, extra_info for the reward.")
     ids = torch.as_tensor(item["input_ids"], dtype=torch.long)
     if ids.dim() != 1:
         raise DataError(f"Dataset item {i}: input_ids must be 1-D (one prompt), got shape {tuple(ids.shape)}.")
@@ -404,7 +408,20 @@ def create_rl_dataset(data_files: str | Path | Sequence[str | Path], data_config
     kwargs = {"data_files": data_files, "tokenizer": tokenizer, "config": data_config, "processor": processor}
     if _accepts(cls, "max_samples"):
         kwargs["max_samples"] = max_samples
-    return cls(**kwargs)
+    if not custom.path:
+        return cls(**kwargs)
+    where = f"data.custom_cls: {custom.name}"
+    try:
+        inspect.signature(cls).bind(**kwargs)
+    except TypeError as err:
+        raise DataError(f"{where} must accept the keyword arguments data_files, tokenizer, config and processor (as verl "
+                        f"calls it): {err}") from None
+    try:
+        return cls(**kwargs)
+    except UserError:
+        raise
+    except Exception as err:  # the user's constructor failed
+        raise DataError(f"{where}(data_files={data_files!r}, ...) failed: {type(err).__name__}: {err}") from err
 
 
 def _accepts(cls: type, name: str) -> bool:

@@ -3,8 +3,8 @@
 A run folder is one with a `metrics.jsonl` (written by every `reinforge train`); anything else is a
 `UserError` that names the folder. Records that carry `timing_s/step` are training steps; validation
 metrics (`val-core/...`, `val-aux/...`) are read from whichever record holds them. Samples come from
-`trainer.rollout_data_dir` when the run set it (read from config.yaml, relative paths taken from the
-current folder as the trainer did), else from `<run_dir>/rollouts/`, where the trainer keeps the best
+`trainer.rollout_data_dir` when the run set it (read from config.yaml, where the trainer writes it as
+an absolute path; a relative one, from older runs, is taken from the current folder), else from `<run_dir>/rollouts/`, where the trainer keeps the best
 and worst responses of its latest steps (`rollouts.py`).
 """
 

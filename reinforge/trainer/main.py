@@ -73,7 +73,6 @@ def run(config: Config, user_keys: list[str], startup: StartupClock | None = Non
     from reinforge.trainer.ppo_trainer import RLTrainer
     from reinforge.training.model import load_tokenizer
 
-    started = time.perf_counter()
     startup = startup or StartupClock(from_process_start=False)  # called as a library: time from here
     startup.mark("imports")
     _quiet_transformers()
@@ -84,14 +83,20 @@ def run(config: Config, user_keys: list[str], startup: StartupClock | None = Non
         quickstart.prepare(config)
     for line in unused_settings(config, user_keys):
         print(f"reinforge: note: {line}", flush=True)
+    for key in ("rollout_data_dir", "validation_data_dir"):  # absolute in config.yaml, which `reinforge report` reads
+        if getattr(config.trainer, key):
+            setattr(config.trainer, key, str(Path(getattr(config.trainer, key)).expanduser().resolve()))
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / "config.yaml").write_text(OmegaConf.to_yaml(OmegaConf.create(to_dict(config))))
     _seed_everything(config.trainer.seed)
     startup.mark("run folder" + (" and quickstart files" if quickstart.applies(user_keys) else ""))
 
-    if not config.data.train_files:
+    if not config.data.train_files and not config.data.custom_cls.path:  # a user's Dataset class may not read files
         raise ConfigError("data.train_files is not set; set it to a data file (.parquet, .json, .jsonl) or a list of them "
                           "(`reinforge data --help` writes GSM8K, MATH or Countdown files)")
+    if not config.actor_rollout_ref.model.path:
+        raise ConfigError("actor_rollout_ref.model.path is not set; set it to a Hugging Face model folder (or a model name "
+                          "on the Hub, when this machine can reach it)")
     if config.trainer.resume_mode == "resume_path":
         resume_folder(config.trainer)  # a resume_from_path that is no global_step_<N> folder fails before any loading
     data = config.data
@@ -137,9 +142,9 @@ def run(config: Config, user_keys: list[str], startup: StartupClock | None = Non
         startup.mark("models")
         trainer = RLTrainer(config, actor_rollout_wg, reward_fn, train_loader, val_loader, tokenizer, total_steps, critic_wg)
         _report_first_step(trainer, startup)
-        print(f"reinforge: {len(train_set)} training prompts, {total_steps} steps; ready in {time.perf_counter() - started:.1f}s", flush=True)
+        print(f"reinforge: {len(train_set)} training prompts, {total_steps} steps; ready in {startup.elapsed():.1f}s", flush=True)
         metrics = trainer.fit()
-    print(f"reinforge: done in {time.perf_counter() - started:.1f}s", flush=True)
+    print(f"reinforge: done in {startup.elapsed():.1f}s", flush=True)  # from process start, as the breakdown
     print("\n".join(run_summary(config, run_dir)), flush=True)
     if len(trainer.val_history) > 1:
         (first_step, first), (last_step, last) = trainer.val_history[0], trainer.val_history[-1]

@@ -30,8 +30,8 @@ def merge_checkpoint(folder: str, out: str) -> Path:
     hf_dir = path / "huggingface"
     if not (hf_dir / "config.json").is_file():
         raise ConfigError(f"{path} is not a reinforge checkpoint folder: it has no huggingface/config.json. {ADVICE}")
-    if out_dir.resolve() == path.resolve():
-        raise ConfigError(f"the output folder {out} is the checkpoint folder itself; name another one")
+    if out_dir.resolve() in (path.resolve(), hf_dir.resolve()):
+        raise ConfigError(f"the output folder {out} is the checkpoint folder itself or its huggingface/; name another one")
     state = read_full_model_state(path, ADVICE)
     config = AutoConfig.from_pretrained(hf_dir)
     model_class = AutoModelForCausalLM

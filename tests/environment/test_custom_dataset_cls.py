@@ -32,6 +32,21 @@ SOURCE = """
 
     class NotADataset:
         pass
+
+
+    class Raises(WithMaxSamples):
+        def __init__(self, data_files, tokenizer, config, processor=None):
+            open(data_files)  # a path that is not there
+
+
+    class OldSignature(WithMaxSamples):
+        def __init__(self, data_files, tokenizer):
+            pass
+
+
+    class NoInputIds(WithMaxSamples):
+        def __getitem__(self, i):
+            return {"prompt": "text"}
 """
 
 
@@ -83,7 +98,8 @@ def test_missing_class_lists_the_classes_defined(custom_file, tokenizer, data_co
     with pytest.raises(DataError) as err:
         create_rl_dataset("x.parquet", _config(data_config, custom_file, name), tokenizer)
     assert problem in str(err.value)
-    assert "the classes it defines are: NotADataset, WithMaxSamples, WithoutMaxSamples." in str(err.value)
+    assert ("the classes it defines are: NoInputIds, NotADataset, OldSignature, Raises, WithMaxSamples, "
+            "WithoutMaxSamples.") in str(err.value)
 
 
 def test_missing_file(tmp_path, tokenizer, data_config):
@@ -101,3 +117,22 @@ def test_file_that_fails_to_import(tmp_path, tokenizer, data_config):
     path.write_text("import torch\nraise RuntimeError('boom')\n")
     with pytest.raises(DataError, match=r"importing .*broken\.py failed: line 2: raise RuntimeError\('boom'\) -> RuntimeError: boom"):
         create_rl_dataset("x.parquet", _config(data_config, path, "X"), tokenizer)
+
+
+@pytest.mark.parametrize(("name", "message"), [
+    ("Raises", r"data.custom_cls: Raises\(data_files='missing.parquet', ...\) failed: FileNotFoundError: .*missing.parquet"),
+    ("OldSignature", r"data.custom_cls: OldSignature must accept the keyword arguments data_files, tokenizer, config and "
+                     r"processor \(as verl calls it\): got an unexpected keyword argument 'config'"),
+])
+def test_a_class_that_fails_to_build_is_named(custom_file, tokenizer, data_config, name, message):
+    with pytest.raises(DataError, match=message):
+        create_rl_dataset("missing.parquet", _config(data_config, custom_file, name), tokenizer)
+
+
+def test_items_without_input_ids_fail_when_the_loader_is_made(custom_file, tokenizer, data_config):
+    from reinforge.environment.dataloader import PromptLoader
+    from reinforge.environment.dataset import collate_fn
+
+    dataset = create_rl_dataset("x", _config(data_config, custom_file, "NoInputIds"), tokenizer)
+    with pytest.raises(DataError, match=r"Dataset item 0 has no input_ids \(\['prompt'\]\)"):
+        PromptLoader(dataset, 1, collate_fn(tokenizer.pad_token_id), shuffle=False, seed=0)

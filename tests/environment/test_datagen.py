@@ -43,6 +43,11 @@ class NotJson(AbstractDataGenerator):
         return [{"prompt": "hi", "extra_info": {"when": object()}}]
 
 
+class Raises(AbstractDataGenerator):
+    def generate(self, dataset):
+        raise RuntimeError("the generator's model is not loaded")
+
+
 class NotAGenerator:
     pass
 """
@@ -120,6 +125,7 @@ def test_a_grown_dataset_resumes_with_its_rows_and_serves_what_an_uninterrupted_
 @pytest.mark.parametrize(("name", "message"), [
     ("NoPrompt", r"data.datagen \(NoPrompt.generate, round 1\): row 0, column 'prompt': a prompt must be a string"),
     ("NotJson", r"data.datagen \(NotJson.generate, round 1\): the rows must be JSON-serialisable"),
+    ("Raises", r"data.datagen \(Raises.generate, round 1\) failed: RuntimeError: the generator's model is not loaded"),
 ])
 def test_bad_generated_rows_name_the_generator_and_the_row(build, name, message):
     dataset = build(name)

@@ -242,3 +242,10 @@ def test_no_sampler_configured_means_the_loader_order():
 def test_sampler_errors_name_the_key_and_say_what_to_do(sampler_file, path, name, message):
     with pytest.raises(DataError, match=message):
         create_rl_sampler(_config(sampler_file if path else None, name), list(range(3)))
+
+
+def test_a_sampler_that_yields_less_than_one_batch_is_refused(sampler_file):
+    sampler = create_rl_sampler(_config(sampler_file, "EvenFirst"), list(range(3)))
+    with pytest.raises(DataError, match=r"The sampler \(data.sampler\) yields 3 dataset indices per epoch but "
+                                        r"data.train_batch_size is 4, so not one full batch can be made"):
+        PromptLoader(list(range(5)), 4, _dicts, shuffle=True, seed=0, sampler=sampler)

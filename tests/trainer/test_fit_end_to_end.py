@@ -120,3 +120,20 @@ def test_metrics_file_restarts_with_the_run(tiny_model_path, task_files, tmp_pat
                                          "trainer.val_before_train=false", "trainer.total_training_steps=2"))
     run(config, keys)
     assert [r["step"] for r in records(run_dir)] == [1, 2]  # a fresh run does not append to an old one
+
+
+def test_relative_dump_folders_are_written_absolute_so_the_report_finds_them_from_anywhere(tiny_model_path, task_files,
+                                                                                            tmp_path, monkeypatch):
+    from reinforge.report.runs import load_run
+
+    monkeypatch.chdir(tmp_path)
+    run_dir = tmp_path / "runs" / "rel"
+    config, keys = load_config(overrides(tiny_model_path, task_files, run_dir, "trainer.total_training_steps=1",
+                                         "trainer.rollout_data_dir=dumps/roll", "trainer.validation_data_dir=dumps/val"))
+    run(config, keys)
+    saved = (run_dir / "config.yaml").read_text()
+    assert f"rollout_data_dir: {tmp_path / 'dumps' / 'roll'}\n" in saved
+    assert f"validation_data_dir: {tmp_path / 'dumps' / 'val'}\n" in saved
+    assert (tmp_path / "dumps" / "roll" / "1.jsonl").is_file()
+    monkeypatch.chdir(tmp_path / "runs")  # the report is read from elsewhere
+    assert load_run(run_dir).samples

@@ -26,3 +26,16 @@ def test_merge_of_a_critic_writes_its_value_model(tiny_model_path, tmp_path):
     ids = torch.tensor([[5, 17, 42, 9]])
     critic.eval()
     assert torch.equal(merged(ids).logits, critic(ids).logits)  # the values
+
+
+def test_merging_into_the_checkpoint_itself_is_refused_and_changes_nothing(tiny_model_path, tmp_path, capsys):
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_path)
+    actor = tmp_path / "actor"
+    save_training_state(str(actor), ["model"], model, torch.optim.AdamW(model.parameters()), {})
+    before = {p.relative_to(actor): p.read_bytes() for p in actor.rglob("*") if p.is_file()}
+    for out in (actor, actor / "huggingface"):
+        assert cli_main(["merge", str(actor), str(out)]) == 2
+        assert "is the checkpoint folder itself or its huggingface/" in capsys.readouterr().err
+    assert {p.relative_to(actor): p.read_bytes() for p in actor.rglob("*") if p.is_file()} == before
