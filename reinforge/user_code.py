@@ -1,4 +1,4 @@
-"""Import the user's Python code named in the config: a reward function, a Dataset class, algorithms.
+"""Import the user's Python code named in the config (a reward function, a Dataset class, algorithms), and call it.
 
 `import_user_module(path, key, error)` takes a Python file or an importable module name. A file
 is imported under a unique module name (two files both called `reward.py` do not collide),
@@ -6,6 +6,11 @@ with its own folder on `sys.path` while it runs so that it can import its siblin
 the same file again returns the module already loaded. Every failure raises `error` (a
 `UserError` kind) naming the config key, the file, and for an exception inside the file the
 line it came from.
+
+`check_keywords(cls, kwargs, where, error)` says, before the call, that a user's class cannot be
+built as verl builds it; `user_call(where, error)` wraps a call into user code, so that an exception
+it raises becomes `error` "<where> failed: <type>: <message>" (the traceback kept as its cause,
+shown with --debug) while reinforge's own `UserError`s pass through.
 """
 
 from __future__ import annotations
@@ -13,10 +18,14 @@ from __future__ import annotations
 import hashlib
 import importlib
 import importlib.util
+import inspect
 import sys
 import traceback
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 from reinforge.errors import UserError
 
@@ -68,3 +77,24 @@ def _describe(err: BaseException, path: Path) -> str:
     if frames:
         return f"line {frames[-1].lineno}: {(frames[-1].line or '').strip()} -> {message}"
     return message
+
+
+def check_keywords(cls: type, kwargs: dict[str, Any], where: str, error: type[UserError]) -> None:
+    """`error` when the user's class `cls` (named by `where`) cannot be called with these keyword arguments."""
+    try:
+        inspect.signature(cls).bind(**kwargs)
+    except TypeError as err:
+        *first, last = kwargs
+        names = f"{', '.join(first)} and {last}" if first else last
+        raise error(f"{where} must accept the keyword arguments {names} (as verl calls it): {err}") from None
+
+
+@contextmanager
+def user_call(where: str, error: type[UserError]) -> Iterator[None]:
+    """Run a call into the user's code: an exception it raises becomes `error` naming `where`."""
+    try:
+        yield
+    except UserError:
+        raise
+    except Exception as err:
+        raise error(f"{where} failed: {type(err).__name__}: {err}") from err

@@ -7,6 +7,7 @@ error messages read it from there.
 from __future__ import annotations
 
 import copy
+import functools
 from dataclasses import field, fields
 from typing import Any
 
@@ -36,3 +37,8 @@ class Node:
 
     def __contains__(self, key: object) -> bool:
         return isinstance(key, str) and key in {f.name for f in fields(self)}
+
+
+def node_at(root: Any, path: str) -> Any:
+    """The config section at the dotted `path` under `root`: node_at(config, "actor_rollout_ref.actor")."""
+    return functools.reduce(getattr, path.split("."), root)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from reinforge.config.fields import node_at
 from reinforge.config.schema import Config
 
 _ENGINE_ONLY = (
@@ -92,9 +93,7 @@ def _token_budget_reason(config: Config, key: str) -> str | None:
     if section not in _TOKEN_BUDGETS:
         return None
     switch, budgets, row_counts = _TOKEN_BUDGETS[section]
-    node = config
-    for part in section.split("."):
-        node = getattr(node, part)
+    node = node_at(config, section)
     if name in budgets and not getattr(node, switch):
         return f"a token budget acts only with {section}.{switch}=true"
     judge = section == "reward_model" and config.reward_model.judge.enable

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from reinforge.config.fields import node_at
 from reinforge.config.schema import Config
 from reinforge.errors import ConfigError
 
@@ -124,9 +125,7 @@ def _finalize_micro_batches(config: Config) -> None:
     ranks, trainer = world_size_of(config), config.trainer
     in_use = {"critic": config.critic.enable, "reward_model": config.reward_model.enable}
     for section_key, name in GLOBAL_MICRO_BATCHES:
-        section = config
-        for part in section_key.split("."):
-            section = getattr(section, part)
+        section = node_at(config, section_key)
         total, per_gpu = getattr(section, name), getattr(section, f"{name}_per_gpu")
         key = f"{section_key}.{name}"
         if total is None or not in_use.get(section_key, True):

@@ -29,7 +29,8 @@ from typing import Any
 import numpy as np
 
 from reinforge.environment.dataset import RLDataset, load_user_class
-from reinforge.errors import DataError, UserError
+from reinforge.errors import DataError
+from reinforge.user_code import user_call
 
 
 class AbstractDataGenerator(ABC):
@@ -67,12 +68,8 @@ class DynamicGenDataset(RLDataset):
         """Append the rows the generator returns now; returns how many were kept (overlong ones may be dropped)."""
         self._rounds += 1
         where = f"data.datagen ({type(self.data_generator).__name__}.generate, round {self._rounds})"
-        try:
+        with user_call(where, DataError):
             generated = self.data_generator.generate(self)
-        except UserError:
-            raise
-        except Exception as err:  # the user's generator failed
-            raise DataError(f"{where} failed: {type(err).__name__}: {err}") from err
         rows = _plain_rows(generated, where)
         kept = self.append_rows(rows, where)
         self.generated_rows += rows

@@ -35,7 +35,8 @@ from typing import Any
 
 import torch
 
-from reinforge.errors import ConfigError, DataError, UserError
+from reinforge.errors import ConfigError, DataError
+from reinforge.user_code import user_call
 
 
 class PromptLoader:
@@ -180,10 +181,5 @@ class PromptLoader:
 
 def _probe(dataset: Any, collate_fn: Callable[[list[Any]], Any]) -> None:
     """Collate the first item alone, so that a Dataset whose items cannot be batched fails before any model loads."""
-    try:
+    with user_call(f"reading and batching item 0 of the dataset ({type(dataset).__name__})", DataError):
         collate_fn([dataset[0]])
-    except UserError:
-        raise
-    except Exception as err:  # a user's Dataset class
-        raise DataError(f"item 0 of the dataset ({type(dataset).__name__}) cannot be read and batched: "
-                        f"{type(err).__name__}: {err}") from err

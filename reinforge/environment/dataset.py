@@ -32,8 +32,8 @@ import pyarrow.parquet as pq
 import torch
 from torch.utils.data import Dataset
 
-from reinforge.errors import ConfigError, DataError, ModelError, UserError
-from reinforge.user_code import import_user_module
+from reinforge.errors import ConfigError, DataError, ModelError
+from reinforge.user_code import check_keywords, import_user_module, user_call
 
 TRUNCATION_MODES = ("error", "left", "right", "middle")
 FORMATS = (".parquet", ".json", ".jsonl")
@@ -411,17 +411,9 @@ def create_rl_dataset(data_files: str | Path | Sequence[str | Path], data_config
     if not custom.path:
         return cls(**kwargs)
     where = f"data.custom_cls: {custom.name}"
-    try:
-        inspect.signature(cls).bind(**kwargs)
-    except TypeError as err:
-        raise DataError(f"{where} must accept the keyword arguments data_files, tokenizer, config and processor (as verl "
-                        f"calls it): {err}") from None
-    try:
+    check_keywords(cls, kwargs, where, DataError)
+    with user_call(f"{where}(data_files={data_files!r}, ...)", DataError):
         return cls(**kwargs)
-    except UserError:
-        raise
-    except Exception as err:  # the user's constructor failed
-        raise DataError(f"{where}(data_files={data_files!r}, ...) failed: {type(err).__name__}: {err}") from err
 
 
 def _accepts(cls: type, name: str) -> bool:

@@ -23,7 +23,6 @@ Built in: `LearnabilitySampler`, a curriculum that draws prompts the model somet
 
 from __future__ import annotations
 
-import inspect
 from abc import abstractmethod
 from collections import defaultdict, deque
 from collections.abc import Iterator, Sized
@@ -34,6 +33,7 @@ from torch.utils.data import Sampler
 
 from reinforge.environment.dataset import load_user_class
 from reinforge.errors import DataError
+from reinforge.user_code import check_keywords, user_call
 
 
 class AbstractSampler(Sampler[int]):
@@ -145,14 +145,10 @@ def create_rl_sampler(data_config: Any, dataset: Sized) -> Sampler | None:
         return None
     cls = load_user_class(ref.class_path, ref.class_name, "data.sampler.class_path", "data.sampler.class_name")
     where = f"data.sampler: {ref.class_name}"
-    try:
-        inspect.signature(cls).bind(data_source=dataset, data_config=data_config)
-    except TypeError as err:
-        raise DataError(f"{where} must accept the keyword arguments data_source and data_config (as verl calls it): {err}") from None
-    try:
-        sampler = cls(data_source=dataset, data_config=data_config)
-    except Exception as err:  # the user's constructor failed
-        raise DataError(f"{where}(data_source=..., data_config=...) failed: {type(err).__name__}: {err}") from err
+    kwargs = {"data_source": dataset, "data_config": data_config}
+    check_keywords(cls, kwargs, where, DataError)
+    with user_call(f"{where}(data_source=..., data_config=...)", DataError):
+        sampler = cls(**kwargs)
     missing = [name for name in ("__iter__", "__len__") if not callable(getattr(sampler, name, None))]
     if missing:
         raise DataError(f"{where} has no {' or '.join(missing)}; a sampler yields the dataset indices of an epoch and "

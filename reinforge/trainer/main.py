@@ -224,7 +224,9 @@ def _check_reward_data(data, built_in: bool, *datasets) -> None:
         if not hasattr(dataset, "check_reward_columns"):  # a user's Dataset class: its rows are checked when scored
             continue
         dataset.check_reward_columns(key)
-        for source, source_files in sorted(dataset.data_source_files(key).items()) if built_in else ():
+        if not built_in:  # a custom reward function takes every data_source
+            continue
+        for source, source_files in sorted(dataset.data_source_files(key).items()):
             try:
                 find_scorer(source)
             except RewardError as exc:
