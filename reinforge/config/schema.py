@@ -108,6 +108,15 @@ class ModelConfig(Node):
     use_liger: bool = _f(False, "Accepted for verl compatibility (Liger kernels); no effect here.")
     enable_activation_offload: bool = _f(False, "Accepted for verl compatibility (offload activations to the CPU); no "
                                                 "effect here (enable_gradient_checkpointing saves activation memory).")
+    lora_rank: int = _f(0, "LoRA: > 0 trains rank-r adapters on target_modules instead of every weight (peft, extra "
+                        "reinforge[lora]; training/lora.py); the reference is the policy with its adapters off. 0: full fine-tuning.")
+    lora_alpha: float = _f(16, "LoRA: the adapters' output is scaled by lora_alpha / lora_rank.")
+    target_modules: str | list = _f("all-linear", "LoRA: the linear layers that get adapters: all-linear (every linear "
+                                    "layer but the output head), or names such as [q_proj, v_proj] (peft's target_modules).")
+    exclude_modules: str | list | None = _f(None, "LoRA: layers to leave without adapters (peft's exclude_modules).")
+    lora_adapter_path: str | None = _f(None, "LoRA: start from this peft adapter folder (adapter_config.json, "
+                                       "adapter_model.safetensors, e.g. a checkpoint's huggingface/lora_adapter); its own "
+                                       "rank and targets apply, lora_rank and target_modules are not used.")
 
 
 @dataclass
@@ -301,6 +310,8 @@ class RolloutConfig(Node):
     enforce_eager: bool = _f(True, "vLLM: no CUDA graphs; SGLang: disable_cuda_graph.")
     free_cache_engine: bool = _f(True, "vLLM/SGLang: release the engine's GPU memory while the actor trains (vLLM sleep mode "
                                  "level 1, SGLang's memory saver) and take it back before generating.")
+    layered_summon: bool = _f(False, "Accepted for verl compatibility (LoRA: gather the FSDP shards layer by layer for "
+                              "the engine); weights are always pushed in buckets here (update_weights_bucket_megabytes).")
     load_format: str = _f("dummy", "vLLM/SGLang: how the engine loads its first weights; dummy (random) is enough, since the "
                           "actor's weights are pushed before the first generation.")
     enable_chunked_prefill: bool = _f(True, "vLLM chunked prefill (SGLang: false sets chunked_prefill_size=-1).")
@@ -435,6 +446,11 @@ class CriticModelConfig(Node):
     enable_gradient_checkpointing: bool = _f(True, "Recompute activations in the critic's backward pass to save memory.")
     enable_activation_offload: bool = _f(False, "Accepted for verl compatibility (offload activations to the CPU); no effect here.")
     use_remove_padding: bool = _f(False, "verl: pack sequences without padding (needs varlen attention). Accepted; padded micro-batches, trimmed to the columns their rows use, in this version.")
+    lora_rank: int = _f(0, "LoRA: > 0 trains rank-r adapters on the value model's target_modules and its value head, "
+                        "instead of every weight (peft, extra reinforge[lora]). 0: full fine-tuning.")
+    lora_alpha: float = _f(16, "LoRA: the adapters' output is scaled by lora_alpha / lora_rank.")
+    target_modules: str | list = _f("all-linear", "LoRA: the backbone's linear layers that get adapters: all-linear, or "
+                                    "names such as [q_proj, v_proj].")
     fsdp_config: FSDPConfig = _sub(FSDPConfig, "FSDP settings of the critic.")
 
 

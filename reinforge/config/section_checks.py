@@ -6,6 +6,8 @@ allowed.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from reinforge.config.schema import Config
 from reinforge.errors import ConfigError
 
@@ -118,3 +120,20 @@ def check_reward_model(config: Config) -> None:
     positive("reward_model.max_length", rm.max_length)
     if rm.judge.enable:
         check_judge_config(rm.judge)
+
+
+def check_lora(config: Config) -> None:
+    """LoRA settings of the actor and the critic: a rank >= 0, alpha > 0, an adapter folder that exists, peft installed."""
+    import importlib.util
+
+    for section, model_cfg in (("actor_rollout_ref.model", config.actor_rollout_ref.model), ("critic.model", config.critic.model)):
+        positive(f"{section}.lora_rank", model_cfg.lora_rank, allow_zero=True)
+        positive(f"{section}.lora_alpha", model_cfg.lora_alpha)
+        adapter = model_cfg.get("lora_adapter_path")
+        if adapter and not (Path(adapter).expanduser() / "adapter_config.json").is_file():
+            raise ConfigError(f"{section}.lora_adapter_path={adapter}: no adapter_config.json there; name a peft adapter folder "
+                              "(a checkpoint's huggingface/lora_adapter, or one saved with save_pretrained)")
+        in_use = section == "actor_rollout_ref.model" or config.critic.enable
+        if in_use and (model_cfg.lora_rank > 0 or adapter) and importlib.util.find_spec("peft") is None:
+            raise ConfigError(f"{section}.lora_rank asks for LoRA adapters, which need the peft package: "
+                              "pip install 'reinforge[lora]'")

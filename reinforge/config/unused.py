@@ -52,7 +52,24 @@ _ALWAYS_INERT = {
     "trainer.use_legacy_worker_impl": "reinforge has one worker implementation",
     "trainer.ray_wait_register_center_timeout": "no register center: Ray workers start in placement groups",
     "critic.rollout_n": "the critic's mini-batches always hold ppo_mini_batch_size x actor_rollout_ref.rollout.n trajectories",
+    "actor_rollout_ref.rollout.layered_summon": "an engine with its own weights always gets them in buckets "
+                                                "(rollout.update_weights_bucket_megabytes), LoRA adapters merged",
 }
+_LORA_SETTINGS = ("lora_alpha", "target_modules", "exclude_modules")
+
+
+def _lora_reason(config: Config, key: str) -> str | None:
+    """Why a LoRA setting of the actor's or the critic's model does nothing, if it does not."""
+    section, _, name = key.rpartition(".")
+    if section not in ("actor_rollout_ref.model", "critic.model") or name not in (*_LORA_SETTINGS, "lora_rank"):
+        return None
+    model_cfg = node_at(config, section)
+    if name != "lora_rank" and not (model_cfg.lora_rank > 0 or model_cfg.get("lora_adapter_path")):
+        return f"LoRA is off ({section}.lora_rank=0)"
+    if model_cfg.get("lora_adapter_path"):
+        return f"{section}.lora_adapter_path is set: the adapter's own adapter_config.json gives its rank and layers"
+    return None
+
 HYDRA_REASON = "Hydra's own setting (its outputs and logs); it changes no config key, and reinforge does not run through Hydra"
 
 
@@ -180,7 +197,8 @@ def unused_settings(config: Config, user_keys: list[str]) -> list[str]:
         elif reason is None and (parts[0] == "ray_kwargs" or key == "trainer.hang_dump_s") and not _uses_ray(config):
             reason = "one rank (trainer.nnodes x trainer.n_gpus_per_node) and no Ray address: this run works in-process, without Ray"
         elif reason is None:
-            reason = _reward_model_reason(config, key) or _algorithm_reason(config, key) or _multi_turn_reason(config, key)
+            reason = (_reward_model_reason(config, key) or _algorithm_reason(config, key) or _multi_turn_reason(config, key)
+                      or _lora_reason(config, key))
         if reason:
             lines.append(f"{key}: {reason}")
     return lines

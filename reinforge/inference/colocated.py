@@ -53,14 +53,20 @@ class ModuleWeights:
     def __init__(self, module: torch.nn.Module):
         self.module = module
 
+    def tensors(self) -> Iterator[tuple[str, torch.Tensor, bool]]:
+        """(name, tensor, owned): the module's own tensors (owned), or in a subclass also tensors computed for this
+        iteration (training/lora.py's merged weights), which cannot be tied to others."""
+        return ((name, tensor, True) for name, tensor in self.module.state_dict().items())
+
     def __iter__(self) -> Iterator[tuple[str, torch.Tensor]]:
         seen: set[tuple[int, tuple[int, ...]]] = set()
-        for name, tensor in self.module.state_dict().items():
-            local = tensor.to_local() if hasattr(tensor, "to_local") else tensor
-            key = (local.data_ptr(), tuple(tensor.shape))
-            if local.numel() and key in seen:
-                continue
-            seen.add(key)
+        for name, tensor, owned in self.tensors():
+            if owned:  # a computed tensor's memory may be reused by the next one: only the module's own can be tied
+                local = tensor.to_local() if hasattr(tensor, "to_local") else tensor
+                key = (local.data_ptr(), tuple(tensor.shape))
+                if local.numel() and key in seen:
+                    continue
+                seen.add(key)
             yield hf_weight_name(name), tensor
 
 

@@ -146,6 +146,7 @@ def load_training_state(folder: str, contents: list, model: torch.nn.Module, opt
     if "model" in contents:
         check_same_architecture(path, model)
         state = read_full(path, "model", saved_ranks, device)
+        check_same_adapters(path, state, model, "critic.model" if key == "critic" else "actor_rollout_ref.model")
         if ranks == 1:
             model.load_state_dict(state)
         else:
@@ -168,6 +169,29 @@ def load_training_state(folder: str, contents: list, model: torch.nn.Module, opt
         own = rank() if saved_ranks == ranks else 0
         return torch.load(path / file_name("extra_state", saved_ranks, own), weights_only=False)
     return None
+
+
+def check_same_adapters(path: Path, state: dict, model: torch.nn.Module, section: str) -> None:
+    """ConfigError when the checkpoint's LoRA adapters (training/lora.py) are not the ones `model` has: none against
+    some, or another rank or other layers; torch would list missing and unexpected keys."""
+    def adapters(names_shapes) -> dict[str, int]:  # adapted layer -> rank
+        return {name.split(".lora_A.")[0]: shape[0] for name, shape in names_shapes if ".lora_A." in name}
+
+    saved = adapters((name, tuple(tensor.shape)) for name, tensor in state.items())
+    current = adapters((name, tuple(tensor.shape)) for name, tensor in model.state_dict().items())
+    if saved == current:
+        return
+    fresh = "or start fresh with trainer.resume_mode=disable (or another trainer.default_local_dir)"
+    if not saved:
+        raise ConfigError(f"the checkpoint {path} was saved without LoRA adapters and this run adds them ({section}.lora_rank="
+                          f"{next(iter(current.values()))}): resume it with {section}.lora_rank=0, {fresh}")
+    if not current:
+        raise ConfigError(f"the checkpoint {path} was saved with LoRA adapters of rank {next(iter(saved.values()))} and this "
+                          f"run has none: resume it with {section}.lora_rank={next(iter(saved.values()))} and the same "
+                          f"target_modules, {fresh}")
+    raise ConfigError(f"the checkpoint {path} holds LoRA adapters of rank {sorted(set(saved.values()))} on {len(saved)} "
+                      f"layers and this run's are of rank {sorted(set(current.values()))} on {len(current)}: resume it with "
+                      f"the {section}.lora_rank and target_modules it was saved with, {fresh}")
 
 
 def check_same_optimizer(path: Path, state: dict, optimizer: torch.optim.Optimizer, key: str) -> None:

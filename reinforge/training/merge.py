@@ -7,7 +7,8 @@ generation config and tokenizer files that the checkpoint keeps in `huggingface/
 an `AutoModelForCausalLM`; a critic (its state has the value head `score.weight`) an
 `AutoModelForTokenClassification` with one label, which exists for architectures transformers has a
 token-classification class for; a critic built as a causal LM with our own value head
-(`CausalLMWithValueHead`, training/model.py) has no Hugging Face class to write and is refused.
+(`CausalLMWithValueHead`, training/model.py) has no Hugging Face class to write and is refused. A
+model trained with LoRA adapters is written merged (W + scale B A, training/lora.py).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from pathlib import Path
 
 from reinforge.errors import ConfigError
 from reinforge.training.checkpoint_io import read_full_model_state, write_hf_model
+from reinforge.training.lora import merge_lora_state, saved_scaling
 
 ADVICE = "Name a worker folder of a saved step, e.g. checkpoints/<project>/<experiment>/global_step_<N>/actor"
 WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin", "config.json")
@@ -40,6 +42,8 @@ def merge_checkpoint(folder: str, out: str) -> Path:
             raise ConfigError(f"{path} holds a value model made of a {config.model_type} causal LM and reinforge's own "
                               "value head; transformers has no class for it, so merge cannot write it")
         model_class = AutoModelForTokenClassification
+    if any(".lora_A." in name for name in state):  # LoRA adapters: the folder gets the merged weights
+        state = merge_lora_state(state, saved_scaling(hf_dir, model_class, config))
     write_hf_model(config, state, out_dir, model_class)
     for file in hf_dir.iterdir():  # the generation config and tokenizer as the run had them
         if file.is_file() and file.name not in WEIGHT_FILES and not file.name.startswith("model-"):

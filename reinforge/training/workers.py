@@ -27,11 +27,23 @@ from reinforge.batch import Batch
 from reinforge.config.schema import Config, TrainerConfig
 from reinforge.distributed import Dispatch, register
 from reinforge.distributed.process_group import init_distributed, rank, world_size
-from reinforge.inference import ModuleWeights, SamplingParams, generate_sequences, make_engine
+from reinforge.inference import SamplingParams, generate_sequences, make_engine
 from reinforge.training.actor import Actor
 from reinforge.training.checkpoint_io import full_model_state, load_training_state, save_training_state, write_hf_model
 from reinforge.training.critic import Critic
 from reinforge.training.fsdp import offload_optimizer, shard_model
+from reinforge.training.lora import (
+    ADAPTER_DIR,
+    WithoutAdapters,
+    adapter_state,
+    add_lora,
+    engine_weights,
+    has_lora,
+    lora_enabled,
+    lora_scaling,
+    merge_lora_state,
+    save_adapter,
+)
 from reinforge.training.model import load_causal_lm, load_tokenizer, load_value_model
 from reinforge.training.optim import advance_schedule, apply_settings, group_settings, make_optimizer, make_scheduler
 from reinforge.training.perf import compute_memory_metrics, device_peak_flops, mfu, training_flops
@@ -72,6 +84,9 @@ class ActorRolloutRefWorker:
             # other ranks'), which update_weights keeps equal to the actor
             self.engine = make_engine(self.config, model, self.tokenizer, own_copy=world_size() > 1)
             self.engine.sleep()  # vllm/sglang with free_cache_engine: no KV cache held until the first rollout
+            if lora_enabled(cfg.model):  # adapters added in place: an engine sharing the module uses them, a copy gets them merged
+                model = add_lora(model, cfg.model, "actor_rollout_ref.model")
+                self.engine.update_weights(engine_weights(model))
             model = shard_model(model, cfg.actor.fsdp_config, self.device)
             optimizer = make_optimizer(model.parameters(), cfg.actor.optim)
             total = cfg.actor.optim.total_training_steps
@@ -85,12 +100,15 @@ class ActorRolloutRefWorker:
                 data = self.config.data
                 self.agents = AgentRunner(self.tokenizer, cfg.rollout.multi_turn, cfg.rollout.agent, data.apply_chat_template_kwargs,
                                           data.max_prompt_length, data.truncation)
-        if self.has_ref:
+        if self.has_ref and self.has_actor and lora_enabled(cfg.model):  # verl's ref-in-actor: the policy, adapters off
+            self.ref = Actor(WithoutAdapters(self.actor.model), cfg.actor, device=self.device,
+                             share_prompt=cfg.model.share_prompt_forward)
+        elif self.has_ref:
             ref = load_causal_lm(self.config, self.device, trainable=False, dtype=cfg.ref.fsdp_config.model_dtype)
             self.ref = Actor(shard_model(ref, cfg.ref.fsdp_config, self.device), cfg.actor, device=self.device,
                              share_prompt=cfg.model.share_prompt_forward)
-            if self.has_actor and cfg.actor.kl_loss_type == "full":
-                self.actor.ref_model = self.ref.model  # the exact KL needs the reference's whole distribution
+        if self.has_ref and self.has_actor and cfg.actor.kl_loss_type == "full":
+            self.actor.ref_model = self.ref.model  # the exact KL needs the reference's whole distribution
 
     # ---- inference ----------------------------------------------------------------------------
     def sampling_params(self, validate: bool, do_sample: bool = True) -> SamplingParams:
@@ -157,7 +175,7 @@ class ActorRolloutRefWorker:
     def update_weights(self) -> None:
         """Give the engine the updated weights: vllm/sglang push them in buckets at their next wake; the hf engine
         copies them into its own copy of the policy when it has one (rollout.dtype), else shares the actor's module."""
-        self.engine.update_weights(ModuleWeights(self.actor.model))
+        self.engine.update_weights(engine_weights(self.actor.model))
 
     # ---- checkpoints --------------------------------------------------------------------------
     @register(Dispatch.ALL)
@@ -172,9 +190,14 @@ class ActorRolloutRefWorker:
                                    {"lr_scheduler": self.scheduler.state_dict(), "rng": self._rng_state()})
         model, hf_dir = self.actor.model, path / "huggingface"
         weights = full_model_state(model) if "hf_model" in contents else None  # a collective with several ranks
+        adapter = adapter_state(model) if has_lora(model) else None  # a collective too
         if rank() != 0:
             return
+        if adapter is not None:
+            save_adapter(model, adapter, hf_dir / ADAPTER_DIR)
         if weights is not None:
+            if adapter is not None:  # the Hugging Face model is the merged one
+                weights = merge_lora_state(weights, lora_scaling(model))
             write_hf_model(model.config, weights, hf_dir, AutoModelForCausalLM)
         if model.generation_config is not None:
             model.generation_config.save_pretrained(hf_dir)
@@ -221,6 +244,8 @@ class CriticWorker:
         cfg = self.config.critic
         init_distributed(self.device)
         model = load_value_model(self.config, self.device, dtype=cfg.model.fsdp_config.model_dtype)
+        if lora_enabled(cfg.model):
+            model = add_lora(model, cfg.model, "critic.model")
         model = shard_model(model, cfg.model.fsdp_config, self.device)
         optimizer = make_optimizer(model.parameters(), cfg.optim)
         total = cfg.optim.total_training_steps
@@ -247,8 +272,12 @@ class CriticWorker:
 
     @register(Dispatch.ALL)
     def save_checkpoint(self, folder: str) -> None:
-        save_training_state(folder, self.config.critic.checkpoint.save_contents, self.critic.model, self.critic.optimizer,
-                            {"lr_scheduler": self.scheduler.state_dict()})
+        model = self.critic.model
+        path = save_training_state(folder, self.config.critic.checkpoint.save_contents, model, self.critic.optimizer,
+                                   {"lr_scheduler": self.scheduler.state_dict()})
+        adapter = adapter_state(model) if has_lora(model) else None  # a collective with several ranks
+        if adapter is not None and rank() == 0:
+            save_adapter(model, adapter, path / "huggingface" / ADAPTER_DIR)
 
     @register(Dispatch.ALL)
     def load_checkpoint(self, folder: str) -> list[str]:

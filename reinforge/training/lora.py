@@ -1,0 +1,234 @@
+"""LoRA adapters on the actor and the critic (verl's `model.lora_rank`, `lora_alpha`, `target_modules`,
+`exclude_modules`, `lora_adapter_path`), with peft (`pip install 'reinforge[lora]'`).
+
+`add_lora` puts peft's LoRA layers into the model's linear layers in place (`inject_adapter_in_model`):
+the model keeps its class and its forward, and only the adapters' A and B matrices train (a critic's
+value head trains too). Each adapted layer computes W x + (alpha / r) B A x; B starts at zero, so the
+policy starts as the model it was loaded from (or as the adapter `lora_adapter_path` names).
+
+- The reference policy is the actor with its adapters switched off for the pass (`WithoutAdapters`),
+  as verl's ref-in-actor: no second copy of the model.
+- Engines that hold their own weights (vLLM, SGLang, an hf copy in another dtype or on several
+  ranks) and Hugging Face folders get the merged weights, W + (alpha / r) B A under W's own name
+  (`merged_weights`, `merge_lora_state`), so they see a plain model.
+- Checkpoints keep the base and adapter weights as the model holds them (an exact resume), and
+  `huggingface/lora_adapter/` in peft's layout (`adapter_config.json`, `adapter_model.safetensors`),
+  which `PeftModel.from_pretrained` or `lora_adapter_path` loads.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import torch
+
+from reinforge.distributed.process_group import full_tensor
+from reinforge.errors import ConfigError
+from reinforge.inference.colocated import ModuleWeights
+
+ADAPTER_DIR = "lora_adapter"  # under a checkpoint's huggingface/ folder
+ADAPTER_NAME = "default"
+BASE = ".base_layer."  # peft's name of the wrapped layer inside an adapted one
+SAVED_PREFIX = "base_model.model."  # peft's prefix of the keys in adapter_model.safetensors
+
+
+def lora_enabled(model_cfg) -> bool:
+    return model_cfg.get("lora_rank", 0) > 0 or bool(model_cfg.get("lora_adapter_path"))
+
+
+def _peft(key: str):
+    try:
+        import peft
+    except ImportError as exc:
+        raise ConfigError(f"{key} asks for LoRA adapters, which need the peft package: pip install 'reinforge[lora]'") from exc
+    return peft
+
+
+def add_lora(model: torch.nn.Module, model_cfg, key: str) -> torch.nn.Module:
+    """`model` with LoRA adapters in its linear layers (the `model_cfg` section at config key `key`), only the adapters
+    trainable. A model with a value head (`score`) gets them in its backbone and keeps its head trainable."""
+    peft = _peft(f"{key}.lora_rank")
+    target = lora_target(model)
+    adapter_path = model_cfg.get("lora_adapter_path")
+    if adapter_path:
+        lora_config, weights = read_adapter(adapter_path, f"{key}.lora_adapter_path")
+    else:
+        modules = model_cfg.target_modules
+        lora_config = peft.LoraConfig(r=model_cfg.lora_rank, lora_alpha=model_cfg.lora_alpha, lora_dropout=0.0, bias="none",
+                                      target_modules=modules if isinstance(modules, str) else list(modules),
+                                      exclude_modules=model_cfg.get("exclude_modules"),
+                                      task_type=None if target is not model else "CAUSAL_LM")
+        lora_config.base_model_name_or_path = model_cfg.get("path")
+    lora_config.inference_mode = False
+    try:
+        peft.inject_adapter_in_model(lora_config, target, adapter_name=ADAPTER_NAME)
+    except ValueError as exc:  # peft's "Target modules ... not found in the base model"
+        raise ConfigError(f"{key}.target_modules={model_cfg.get('target_modules')!r}: {exc}") from exc
+    others = sorted({type(module).__name__ for module in adapted_layers(model)} - {"Linear"})
+    if others:
+        raise ConfigError(f"{key}.target_modules adapts layers of kind {', '.join(others)}; reinforge supports LoRA on linear "
+                          "layers only: name linear layers (e.g. all-linear, or [q_proj, v_proj])")
+    if adapter_path:
+        loaded = peft.set_peft_model_state_dict(target, weights, adapter_name=ADAPTER_NAME)
+        missing = [name for name in loaded.missing_keys if ".lora_" in name]
+        if loaded.unexpected_keys or missing:
+            raise ConfigError(f"{key}.lora_adapter_path={adapter_path}: the adapter does not fit the model "
+                              f"(unexpected {loaded.unexpected_keys[:3]}, missing {missing[:3]})")
+    return model
+
+
+def lora_target(model: torch.nn.Module) -> torch.nn.Module:
+    """Where the adapters go: a value model's backbone (its head `score` stays a plain trainable layer), else the model."""
+    return model.model if hasattr(model, "score") and hasattr(model, "model") else model
+
+
+def read_adapter(path: str, key: str):
+    """The LoraConfig and weights of a peft adapter folder (adapter_config.json, adapter_model.safetensors)."""
+    peft = _peft(key)
+    folder = Path(path).expanduser()
+    if not (folder / "adapter_config.json").is_file():
+        raise ConfigError(f"{key}={path}: no adapter_config.json there; name a peft adapter folder (a checkpoint's "
+                          f"huggingface/{ADAPTER_DIR}, or one saved with save_pretrained)")
+    try:
+        lora_config = peft.LoraConfig.from_pretrained(str(folder))
+        weights = peft.load_peft_weights(str(folder), device="cpu")
+    except Exception as exc:
+        raise ConfigError(f"{key}={path}: cannot read the adapter: {exc}") from exc
+    return lora_config, weights
+
+
+def adapted_layers(model: torch.nn.Module) -> list[torch.nn.Module]:
+    from peft.tuners.tuners_utils import BaseTunerLayer
+
+    return [module for module in model.modules() if isinstance(module, BaseTunerLayer)]
+
+
+def has_lora(model: torch.nn.Module) -> bool:
+    return any(".lora_A." in name for name, _ in model.named_parameters())
+
+
+@contextmanager
+def adapters_disabled(model: torch.nn.Module) -> Iterator[None]:
+    """`model` computing with its base weights only. peft's `enable_adapters(False)` would also turn the adapters'
+    requires_grad off, which must not happen between the policy's forward and backward (the reference's pass of an
+    exact KL runs there), so the layers' flag is set directly."""
+    layers = adapted_layers(model)
+    for layer in layers:
+        layer._disable_adapters = True
+    try:
+        yield
+    finally:
+        for layer in layers:
+            layer._disable_adapters = False
+
+
+class WithoutAdapters(torch.nn.Module):
+    """The policy with its LoRA adapters off during each forward pass: the model it was loaded from, which is the
+    reference policy of a LoRA run (verl's ref-in-actor), computed without a second copy of the weights."""
+
+    def __init__(self, policy: torch.nn.Module):
+        super().__init__()
+        self.policy = policy
+        self.config = policy.config
+
+    def forward(self, *args, cache=None, **kwargs):
+        """The policy's forward; a KV cache given as `cache` goes to it under the keyword its forward takes."""
+        from reinforge.inference.hf import cache_keyword
+
+        if cache is not None:
+            kwargs[cache_keyword(self.policy)] = cache
+        with adapters_disabled(self.policy):
+            return self.policy(*args, **kwargs)
+
+
+def lora_scaling(model: torch.nn.Module) -> dict[str, float]:
+    """The scale alpha / r of each adapted layer, by its name in `model`."""
+    from peft.tuners.lora import LoraLayer
+
+    return {name: module.scaling[ADAPTER_NAME] for name, module in model.named_modules() if isinstance(module, LoraLayer)}
+
+
+def merge_lora_state(state: dict[str, torch.Tensor], scaling: dict[str, float]) -> dict[str, torch.Tensor]:
+    """A state dict with LoRA layers as the plain model's: `X.base_layer.weight` + scale B A as `X.weight`, the base
+    layer's other tensors under `X.`, the adapters' own tensors dropped."""
+    merged = {}
+    for name, tensor in state.items():
+        if ".lora_A." in name or ".lora_B." in name:
+            continue
+        if BASE not in name:
+            merged[name] = tensor
+            continue
+        layer, rest = name.split(BASE, 1)
+        if rest == "weight":
+            a = state[f"{layer}.lora_A.{ADAPTER_NAME}.weight"]
+            b = state[f"{layer}.lora_B.{ADAPTER_NAME}.weight"]
+            tensor = tensor + (scaling[layer] * (b.float() @ a.float())).to(tensor.dtype)
+        merged[f"{layer}.{rest}"] = tensor
+    return merged
+
+
+def merged_weights(model: torch.nn.Module) -> Iterator[tuple[str, torch.Tensor, bool]]:
+    """The current weights of a model with LoRA layers under the plain model's names, as (name, tensor, owned): the
+    module's own tensors, and each adapted layer's merged weight, computed (not owned) one layer at a time from
+    gathered tensors when FSDP2 shards them (every rank must iterate)."""
+    scaling = lora_scaling(model)
+    state = model.state_dict()
+    for name, tensor in state.items():
+        if ".lora_A." in name or ".lora_B." in name:
+            continue
+        if BASE not in name:
+            yield name, tensor, True
+            continue
+        layer, rest = name.split(BASE, 1)
+        if rest != "weight":
+            yield f"{layer}.{rest}", tensor, True
+            continue
+        parts = {f"{layer}.base_layer.weight": full_tensor(tensor),
+                 f"{layer}.lora_A.{ADAPTER_NAME}.weight": full_tensor(state[f"{layer}.lora_A.{ADAPTER_NAME}.weight"]),
+                 f"{layer}.lora_B.{ADAPTER_NAME}.weight": full_tensor(state[f"{layer}.lora_B.{ADAPTER_NAME}.weight"])}
+        yield f"{layer}.weight", merge_lora_state(parts, scaling)[f"{layer}.weight"], False
+
+
+class MergedWeights(ModuleWeights):
+    """What an engine with its own weights gets of a policy with LoRA layers: `merged_weights`, read anew each time."""
+
+    def tensors(self):
+        return merged_weights(self.module)
+
+
+def engine_weights(model: torch.nn.Module) -> ModuleWeights:
+    """The policy's weights as an engine takes them: merged when it has LoRA layers."""
+    return MergedWeights(model) if has_lora(model) else ModuleWeights(model)
+
+
+def adapter_state(model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """The adapters' weights, gathered (a collective with several ranks), under peft's saved names."""
+    return {SAVED_PREFIX + name.replace(f".{ADAPTER_NAME}.", "."): full_tensor(tensor).detach().cpu()
+            for name, tensor in lora_target(model).state_dict().items() if ".lora_A." in name or ".lora_B." in name}
+
+
+def save_adapter(model: torch.nn.Module, weights: dict[str, torch.Tensor], folder: Path) -> None:
+    """`folder`/adapter_config.json and adapter_model.safetensors, peft's layout."""
+    from safetensors.torch import save_file
+
+    target = lora_target(model)
+    folder.mkdir(parents=True, exist_ok=True)
+    target.peft_config[ADAPTER_NAME].save_pretrained(str(folder))
+    save_file({name: tensor.contiguous() for name, tensor in weights.items()}, str(folder / "adapter_model.safetensors"))
+
+
+def saved_scaling(hf_dir: Path, model_class, config) -> dict[str, float]:
+    """The scale of each adapted layer of a checkpoint whose huggingface/ folder is `hf_dir`: its saved adapter config
+    applied to the model `model_class` builds from `config`, without weights."""
+    peft = _peft("the checkpoint's LoRA adapters")
+    folder = hf_dir / ADAPTER_DIR
+    if not (folder / "adapter_config.json").is_file():
+        raise ConfigError(f"{hf_dir.parent} holds LoRA adapter weights but no huggingface/{ADAPTER_DIR}/adapter_config.json "
+                          "giving their scale; it was not saved whole")
+    lora_config = peft.LoraConfig.from_pretrained(str(folder))
+    with torch.device("meta"):
+        model = model_class.from_config(config)
+    peft.inject_adapter_in_model(lora_config, lora_target(model), adapter_name=ADAPTER_NAME)
+    return lora_scaling(model)

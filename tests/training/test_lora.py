@@ -1,0 +1,120 @@
+"""LoRA adapters (training/lora.py): only the adapters train, the reference is the policy with them off,
+engines and Hugging Face folders get W + (alpha / r) B A, checkpoints resume and merge."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+
+pytest.importorskip("peft")
+
+from reinforge.config.schema import CriticModelConfig, ModelConfig  # noqa: E402
+from reinforge.errors import ConfigError  # noqa: E402
+from reinforge.training.lora import (  # noqa: E402
+    WithoutAdapters,
+    add_lora,
+    engine_weights,
+    lora_scaling,
+    merge_lora_state,
+)
+
+IDS = torch.tensor([[5, 17, 42, 9, 33, 8], [3, 3, 21, 60, 7, 12]])
+
+
+def load(path):
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(path)
+    model.eval()
+    return model
+
+
+def randomise_adapters(model, seed=0):
+    """B starts at 0 (the adapted model is the base model); a trained one is not."""
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            if ".lora_B." in name:
+                param.copy_(torch.randn(param.shape, generator=g) * 0.2)
+
+
+def test_only_the_adapters_train_and_the_policy_starts_as_the_base_model(tiny_model_path):
+    base = load(tiny_model_path)
+    model = add_lora(load(tiny_model_path), ModelConfig(lora_rank=4, lora_alpha=8), "actor_rollout_ref.model")
+    trainable = [name for name, p in model.named_parameters() if p.requires_grad]
+    assert trainable and all(".lora_A." in n or ".lora_B." in n for n in trainable)
+    # all-linear: q, k, v, o, gate, up, down of each of the 2 layers, not the output head
+    assert len(trainable) == 2 * 7 * 2 and not any("lm_head" in n for n in trainable)
+    assert set(lora_scaling(model).values()) == {8 / 4}
+    assert torch.equal(model(IDS).logits, base(IDS).logits)
+    randomise_adapters(model)
+    assert not torch.allclose(model(IDS).logits, base(IDS).logits, atol=1e-3)
+    assert torch.equal(WithoutAdapters(model)(IDS).logits, base(IDS).logits)  # the reference: the adapters off
+    assert not torch.allclose(model(IDS).logits, base(IDS).logits, atol=1e-3)  # and back on after it
+
+
+def test_target_modules_names_the_adapted_layers(tiny_model_path):
+    model = add_lora(load(tiny_model_path), ModelConfig(lora_rank=2, target_modules=["q_proj", "v_proj"]), "m")
+    assert sorted(lora_scaling(model)) == [f"model.layers.{i}.self_attn.{p}" for i in (0, 1) for p in ("q_proj", "v_proj")]
+    with pytest.raises(ConfigError, match=r"actor_rollout_ref\.model\.target_modules=\['qq_proj'\]"):
+        add_lora(load(tiny_model_path), ModelConfig(lora_rank=2, target_modules=["qq_proj"]), "actor_rollout_ref.model")
+
+
+def test_merged_weights_are_w_plus_scaled_b_a_and_compute_the_adapted_model(tiny_model_path):
+    model = add_lora(load(tiny_model_path), ModelConfig(lora_rank=4, lora_alpha=12), "m")
+    randomise_adapters(model)
+    state = model.state_dict()
+    merged = merge_lora_state(state, lora_scaling(model))
+    layer = "model.layers.1.mlp.down_proj"
+    by_hand = state[f"{layer}.base_layer.weight"] + 3.0 * state[f"{layer}.lora_B.default.weight"] @ state[f"{layer}.lora_A.default.weight"]
+    assert torch.allclose(merged[f"{layer}.weight"], by_hand, atol=1e-6)
+    plain = load(tiny_model_path)
+    assert merged.keys() == plain.state_dict().keys()
+    plain.load_state_dict(merged)
+    assert torch.allclose(plain(IDS).logits, model(IDS).logits, atol=1e-5)
+
+    # what an engine with its own copy of the plain model receives after an update: every weight once, merged
+    # (the tied output head is the input embedding), however the temporaries' memory is reused
+    copy_of_plain = copy.deepcopy(load(tiny_model_path))
+    own = copy_of_plain.state_dict()
+    names = [name for name, tensor in engine_weights(model) if own[name].copy_(tensor) is not None]
+    assert sorted(names) == sorted(set(own) - {"lm_head.weight"})
+    assert torch.allclose(copy_of_plain(IDS).logits, model(IDS).logits, atol=1e-5)
+
+
+def test_a_value_model_gets_adapters_in_its_backbone_and_keeps_its_head_trainable(tiny_model_path):
+    from transformers import AutoModelForTokenClassification
+
+    critic = AutoModelForTokenClassification.from_pretrained(tiny_model_path, num_labels=1)
+    add_lora(critic, CriticModelConfig(lora_rank=4), "critic.model")
+    trainable = sorted(name for name, p in critic.named_parameters() if p.requires_grad)
+    head = [name for name, _ in critic.score.named_parameters(prefix="score")]
+    assert head and set(head) <= set(trainable) and all(n in head or ".lora_" in n for n in trainable)
+    assert len(trainable) == len(head) + 2 * 7 * 2
+
+
+def test_a_missing_adapter_folder_or_peft_settings_are_config_errors(tmp_path):
+    from reinforge.config import load_config
+
+    with pytest.raises(ConfigError, match=r"actor_rollout_ref\.model\.lora_adapter_path=.*no adapter_config\.json"):
+        load_config([f"actor_rollout_ref.model.lora_adapter_path={tmp_path}"])
+    with pytest.raises(ConfigError, match=r"actor_rollout_ref\.model\.lora_rank=-1"):
+        load_config(["actor_rollout_ref.model.lora_rank=-1"])
+    with pytest.raises(ConfigError, match=r"critic\.model\.lora_alpha=0"):
+        load_config(["critic.model.lora_alpha=0"])
+
+
+def test_lora_settings_without_a_rank_are_reported_as_doing_nothing():
+    from reinforge.config import load_config
+    from reinforge.config.unused import unused_settings
+
+    config, keys = load_config(["actor_rollout_ref.model.lora_alpha=32", "actor_rollout_ref.model.target_modules=[q_proj]",
+                                "actor_rollout_ref.rollout.layered_summon=true"])
+    lines = unused_settings(config, keys)
+    assert "actor_rollout_ref.model.lora_alpha: LoRA is off (actor_rollout_ref.model.lora_rank=0)" in lines
+    assert any(line.startswith("actor_rollout_ref.model.target_modules: LoRA is off") for line in lines)
+    assert any(line.startswith("actor_rollout_ref.rollout.layered_summon:") for line in lines)
+    config, keys = load_config(["actor_rollout_ref.model.lora_alpha=32", "actor_rollout_ref.model.lora_rank=8"])
+    assert unused_settings(config, keys) == []
