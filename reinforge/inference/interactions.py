@@ -89,7 +89,8 @@ def response_result(result: Any) -> tuple[bool, str, float]:
     return bool(done), text, number(score, "the turn score from generate_response")
 
 
-BUILTIN_INTERACTIONS = {"gsm8k": Gsm8kInteraction}
+BUILTIN_INTERACTIONS = {"gsm8k": Gsm8kInteraction,
+                        "verl.interactions.gsm8k_interaction.Gsm8kInteraction": Gsm8kInteraction}  # as verl's YAMLs name it
 INTERFACE = ("start_interaction", "generate_response", "calculate_score", "finalize_interaction")
 
 

@@ -19,6 +19,8 @@ gradient equal the single-process one).
 
 from __future__ import annotations
 
+import warnings
+
 import torch
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, OffloadPolicy, fully_shard
@@ -56,6 +58,10 @@ def shard_model(model: torch.nn.Module, fsdp_config: FSDPConfig, device: str) ->
     `model` itself, untouched."""
     if world_size() == 1:
         return model
+    # FSDP2 warns at every forward whose output is a view (a value model's logits are), in case the caller changes it in
+    # place, which would skip the all-gather of the backward; reinforge never does (tests/distributed compares 2 ranks'
+    # gradients with 1 process's), so the warning would only repeat, twice per step and rank
+    warnings.filterwarnings("ignore", message=r"FSDP2-wrapped module .* returned a view tensor", category=UserWarning)
     mesh = init_device_mesh(device, (world_size(),))
     offload = CPUOffloadPolicy() if device == "cuda" and (fsdp_config.param_offload or fsdp_config.offload_policy) else OffloadPolicy()
     options = {"mesh": mesh, "reshard_after_forward": fsdp_config.reshard_after_forward,

@@ -157,6 +157,32 @@ def test_load_tools_from_yaml(tmp_path):
     assert asyncio.run(tools["echo"].execute("i", {"say": "hi"})) == ({"text": "hihi"}, 0.5, {})
 
 
+def test_verls_own_gsm8k_tool_and_interaction_class_names_are_the_built_ins(tmp_path):
+    from reinforge.inference.interactions import Gsm8kInteraction, load_interactions
+
+    config = tmp_path / "gsm8k_tool_config.yaml"  # verl's examples/sglang_multiturn/config/tool_config, as written there
+    for class_name in ("verl.tools.gsm8k_tool.Gsm8kTool", "verl.workers.tool.gsm8k_tool.Gsm8kTool"):
+        config.write_text(f"""tools:
+  - class_name: "{class_name}"
+    config: {{}}
+    tool_schema:
+      type: "function"
+      function:
+        name: "calc_gsm8k_reward"
+        parameters: {{type: "object", properties: {{answer: {{type: "string"}}}}, required: ["answer"]}}
+""")
+        assert isinstance(load_tools(config)["calc_gsm8k_reward"], Gsm8kTool)
+    interactions = tmp_path / "interaction_config.yaml"
+    interactions.write_text("interaction:\n  - name: gsm8k\n    class_name: verl.interactions.gsm8k_interaction.Gsm8kInteraction\n"
+                            "    config: {}\n")
+    assert isinstance(load_interactions(interactions)["gsm8k"], Gsm8kInteraction)
+    config.write_text("tools:\n  - class_name: verl.tools.search_tool.SearchTool\n")
+    with pytest.raises(ConfigError, match=r"cannot import module 'verl\.tools\.search_tool'.*verl is not a dependency of "
+                                          r"reinforge: its SearchTool needs verl installed; reinforge's built-in ones are "
+                                          r"calculator, gsm8k, python"):
+        load_tools(config)
+
+
 @pytest.mark.parametrize(("content", "message"), [
     ("tools: 3", "must hold a list under 'tools:'"),
     ("tools: [{config: {}}]", "tools[0]: each entry needs a class_name"),

@@ -132,6 +132,10 @@ def test_console_step_line_is_aligned_and_plain_off_a_terminal():
                "timing_s/step": 0.5}
     assert console.step_line(metrics, 3) == "step  3/10 | reward 0.500 | resp_len   4.0 | kl 0.0100 | entropy 1.234 | 0.50s"
     assert len(console.step_line(metrics, 3)) == len(console.step_line(metrics, 10))
+    # no reference model: the column is the update's KL to the old policy, named as such
+    del metrics["actor/kl_loss"]
+    metrics["actor/ppo_kl"] = -2e-5
+    assert "| ppo_kl -0.0000 |" in console.step_line(metrics, 3)
     console.close()
 
 

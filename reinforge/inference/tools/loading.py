@@ -2,7 +2,8 @@
 
 `class_name` is a dotted import path (`my_pkg.tools.SearchTool`, found from the current directory
 too, as under `python -m`), a Python file and class (`path/to/tools.py:SearchTool`), or a
-built-in's short name (`calculator`, `python`, `gsm8k`). `tool_schema` is the OpenAI function
+built-in's short name (`calculator`, `python`, `gsm8k`; verl's `verl.tools.gsm8k_tool.Gsm8kTool`, as
+its example YAMLs name it, is the built-in `gsm8k`). `tool_schema` is the OpenAI function
 schema; built-ins have a default one. A tool is called by its schema's `function.name`. Every
 mistake, a tool whose `__init__` raises included, raises ConfigError naming the file and the entry.
 """
@@ -20,7 +21,9 @@ from reinforge.inference.tools.base import BaseTool, schema_name
 from reinforge.inference.tools.builtin import CalculatorTool, Gsm8kTool, PythonTool
 from reinforge.user_code import class_label, import_module, import_user_module, user_call
 
-BUILTIN_TOOLS = {"calculator": CalculatorTool, "python": PythonTool, "gsm8k": Gsm8kTool}
+BUILTIN_TOOLS = {"calculator": CalculatorTool, "python": PythonTool, "gsm8k": Gsm8kTool,
+                 # verl's example YAMLs name its own class (older ones under verl.workers.tool): ours does the same
+                 "verl.tools.gsm8k_tool.Gsm8kTool": Gsm8kTool, "verl.workers.tool.gsm8k_tool.Gsm8kTool": Gsm8kTool}
 KEY = "actor_rollout_ref.rollout.multi_turn.tool_config_path"
 
 
@@ -71,7 +74,15 @@ def config_entries(path: str | Path, key: str, section: str, entry_fields: str,
         if not isinstance(entry, dict) or not isinstance(entry.get("class_name"), str):
             raise ConfigError(f"{where}: each entry needs a class_name")
         _check_mapping(where, entry, "config", "the keyword settings given to the class, e.g. {timeout_s: 5}")
-        yield where, entry, builtins.get(entry["class_name"]) or import_class(entry["class_name"], key, where)
+        name = entry["class_name"]
+        try:
+            yield where, entry, builtins.get(name) or import_class(name, key, where)
+        except ConfigError as err:
+            if not name.startswith("verl."):
+                raise
+            short = sorted(b for b in builtins if "." not in b)
+            raise ConfigError(f"{err} (verl is not a dependency of reinforge: its {name.rsplit('.', 1)[-1]} needs verl "
+                              f"installed; reinforge's built-in ones are {', '.join(short)})") from err
 
 
 def _check_mapping(where: str, entry: dict, field: str, meaning: str) -> None:

@@ -36,13 +36,15 @@ class ConsoleLogger:
             self.write(f"validation @ step {step}: " + "  ".join(f"{k} {v:.4f}" for k, v in sorted(val.items())))
 
     def step_line(self, m: dict[str, float], step: int) -> str:
-        kl = m.get("actor/kl_loss", m.get("actor/reward_kl_penalty", m.get("actor/ppo_kl", 0.0)))
+        # KL to the reference (the loss's, or the reward's penalty); without a reference, the update's KL to the old policy
+        label, kl = next(((label, m[key]) for key, label in (("actor/kl_loss", "kl"), ("actor/reward_kl_penalty", "kl"),
+                                                            ("actor/ppo_kl", "ppo_kl")) if key in m), ("kl", 0.0))
         width = len(str(self.total_steps))
         head = f"step {step:>{width}}/{self.total_steps}"
         reward = f"reward {m['critic/score/mean']:.3f}"
         if self.colour:
             head, reward = f"{BOLD}{head}{RESET}", f"{GREEN}{reward}{RESET}"
-        return (f"{head} | {reward} | resp_len {m['response_length/mean']:5.1f} | kl {kl:.4f}"
+        return (f"{head} | {reward} | resp_len {m['response_length/mean']:5.1f} | {label} {kl:.4f}"
                 f" | entropy {m.get('actor/entropy', float('nan')):.3f} | {m['timing_s/step']:.2f}s")
 
     def write(self, line: str) -> None:
