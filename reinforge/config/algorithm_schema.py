@@ -58,6 +58,12 @@ class RolloutCorrectionConfig(Node):
 
 
 @dataclass
+class PFPPOConfig(Node):
+    reweight_method: str = _f("pow", "verl's PF-PPO sample reweighting: pow, max_min or max_random; no effect here (use_pf_ppo).")
+    weight_pow: float = _f(2.0, "verl's PF-PPO: the power of the pow reweighting; no effect here (use_pf_ppo).")
+
+
+@dataclass
 class AlgorithmConfig(Node):
     adv_estimator: str = _f("gae", "Advantage estimator from the registry: gae (with a critic), grpo, grpo_passk, rloo, "
                             "reinforce_plus_plus, reinforce_plus_plus_baseline, remax, opo, gpg, or your own (docs/algorithms.md).")
@@ -67,7 +73,8 @@ class AlgorithmConfig(Node):
     use_kl_in_reward: bool = _f(False, "Subtract kl_coef * KL(actor || ref) from the token rewards (needs the reference).")
     kl_penalty: str = _f("kl", "KL estimator of the in-reward penalty: kl (k1), abs, mse (k2), low_var_kl (k3), full, or a + variant.")
     kl_ctrl: KLControlConfig = _sub(KLControlConfig, "Coefficient of the in-reward KL penalty.")
-    use_pf_ppo: bool = _f(False, "Preference-feedback PPO reweighting (not in this version).")
+    use_pf_ppo: bool = _f(False, "Preference-feedback PPO reweighting (not in this version; true is an error).")
+    pf_ppo: PFPPOConfig = _sub(PFPPOConfig, "Settings of preference-feedback PPO (use_pf_ppo); no effect here.")
     filter_groups: FilterGroupsConfig = _sub(FilterGroupsConfig, "DAPO's dynamic sampling.")
     rollout_correction: RolloutCorrectionConfig = _sub(
         RolloutCorrectionConfig, "Train/inference mismatch correction (verl's): importance weights, rejection, bypass mode.")

@@ -114,7 +114,30 @@ def field_doc(key: str) -> str:
     return {f.name: f for f in dataclasses.fields(cls)}[parts[-1]].metadata.get("doc", "")
 
 
+# verl's older names and recipes' own keys, which the closest spelling would not find: (the key's section, its last
+# part) -> what to write instead ("{section}" is the key's section; "*" matches any section)
+RENAMED = {
+    ("*", "use_rmpad"): "'{section}.use_remove_padding'",
+    ("actor_rollout_ref.actor", "use_gpg_loss"): "'actor_rollout_ref.actor.policy_loss.loss_mode=gpg'",
+    ("reward_model", "overlong_buffer"): "'+reward_model.reward_kwargs.overlong_buffer_cfg' with 'reward_model.reward_manager=dapo' (docs/rewards.md)",
+    ("reward_model.overlong_buffer", "*"): ("'+reward_model.reward_kwargs.overlong_buffer_cfg.{leaf}' with "
+                                            "'reward_model.reward_manager=dapo' (docs/rewards.md)"),
+}
+
+
+def _renamed(key: str) -> str | None:
+    """What to write instead of `key`, when it is an old verl name or a recipe's own key."""
+    section, _, leaf = key.rpartition(".")
+    for (where, name), instead in RENAMED.items():
+        if where in ("*", section) and name in ("*", leaf):
+            return instead.format(section=section, leaf=leaf)
+    return None
+
+
 def _suggest(key: str) -> str:
+    renamed = _renamed(key)
+    if renamed:
+        return f"; did you mean {renamed}?"
     keys = all_keys()
     close = difflib.get_close_matches(key, keys, n=1, cutoff=0.6)
     if not close:  # a misspelt last part under the right parent, or the right leaf under a wrong parent

@@ -1,8 +1,8 @@
 """The config schema: every key reinforge reads, its default and its meaning.
 
 Key paths and defaults follow verl's `ppo_trainer.yaml`, so a verl command line means the same
-thing here; the `algorithm.*` and `trainer.*` sections are in `algorithm_schema.py` and
-`trainer_schema.py`, the field helpers in `fields.py`. Every field carries its documentation in `metadata["doc"]`; `reinforge train
+thing here; the `algorithm.*`, `trainer.*` and `actor_rollout_ref.rollout.*` sections are in `algorithm_schema.py`,
+`trainer_schema.py` and `rollout_schema.py`, the field helpers in `fields.py`. Every field carries its documentation in `metadata["doc"]`; `reinforge train
 --dry-run` and the error messages read it from there. Keys that only matter for engines or
 strategies this run does not use are still accepted (see `config/unused.py`, which reports them).
 
@@ -17,7 +17,11 @@ from typing import Any
 
 from reinforge.config.algorithm_schema import AlgorithmConfig
 from reinforge.config.fields import Node, _f, _sub
+from reinforge.config.rollout_schema import PROFILER_DOC, MultiTurnConfig, RolloutConfig  # noqa: F401 (MultiTurnConfig: imported from here)
 from reinforge.config.trainer_schema import TrainerConfig
+
+SP_DOC = ("verl's Ulysses sequence parallelism (split each sequence over this many GPUs to save memory); accepted, any "
+          "value >= 1: sequences are not split in this version, every rank computes whole sequences (the same maths).")
 
 
 # ---------------------------------------------------------------------------------------- data
@@ -72,7 +76,10 @@ class DataConfig(Node):
     filter_overlong_prompts_workers: int = _f(1, "Accepted for verl compatibility (processes that measure prompts for "
                                               "filter_overlong_prompts); prompts are measured in-process.")
     use_shm: bool = _f(False, "Accepted for verl compatibility (copy the data files to shared memory); no effect here.")
-    tokenizer: str | None = _f(None, "Tokenizer path when it differs from the model's.")
+    return_multi_modal_inputs: bool = _f(True, "Accepted for verl compatibility (keep a row's processed images and videos in "
+                                         "the batch); no effect here: multimodal rows are refused.")
+    tokenizer: str | None = _f(None, "Tokenizer folder (or hub id) of the policy when it differs from the model's; the same "
+                               "setting as actor_rollout_ref.model.tokenizer_path (set one, or both to the same value).")
     trust_remote_code: bool = _f(False, "Allow a tokenizer with custom code.")
     custom_cls: ClassRef = _sub(ClassRef, "A user Dataset class (a torch Dataset taking data_files, tokenizer, config, processor, as verl calls it).")
     sampler: SamplerRef = _sub(SamplerRef, "A user sampler or curriculum that orders the training rows (verl's data.sampler).")
@@ -93,6 +100,10 @@ class DataConfig(Node):
 @dataclass
 class ModelConfig(Node):
     path: str | None = _f(None, "Local folder of a Hugging Face causal LM (or a hub id where a hub is reachable). Unset: the built-in tiny model.")
+    hf_config_path: str | None = _f(None, "Folder (or hub id) whose config.json describes the model, when it is not in path "
+                                    "(the weights still load from path); null: path. override_config applies on top of it.")
+    tokenizer_path: str | None = _f(None, "Folder (or hub id) of the policy's tokenizer when it is not in path; null: path "
+                                    "(or data.tokenizer, the same setting).")
     custom_chat_template: str | None = _f(None, "A Jinja chat template that replaces the tokenizer's.")
     trust_remote_code: bool = _f(False, "Allow model code from the model folder.")
     enable_gradient_checkpointing: bool = _f(True, "Recompute activations in the backward pass to save memory.")
@@ -105,6 +116,8 @@ class ModelConfig(Node):
     external_lib: str | None = _f(None, "A module to import before loading the model (registers custom architectures).")
     use_shm: bool = _f(False, "Accepted for verl compatibility (copy the model to shared memory); no effect here.")
     use_fused_kernels: bool = _f(False, "Accepted for verl compatibility (fused log-prob and entropy kernels); no effect here.")
+    fused_kernel_options: dict = _f({}, "Accepted for verl compatibility (options of the fused kernels, e.g. impl_backend); "
+                                    "no effect here.")
     use_liger: bool = _f(False, "Accepted for verl compatibility (Liger kernels); no effect here.")
     enable_activation_offload: bool = _f(False, "Accepted for verl compatibility (offload activations to the CPU); no "
                                                 "effect here (enable_gradient_checkpointing saves activation memory).")
@@ -152,6 +165,15 @@ class FSDPConfig(Node):
     model_dtype: str = _f("fp32", "Parameter dtype of the model: fp32 or bf16 (float32/bfloat16 also accepted).")
     forward_prefetch: bool = _f(False, "Accepted for verl compatibility (prefetch the next layer's parameters in the "
                                        "forward pass); FSDP2's own prefetching is used here.")
+    strategy: str = _f("fsdp", "Accepted for verl compatibility (verl's engine config: fsdp or fsdp2); the role's own "
+                               "strategy key decides, and both mean FSDP2 here.")
+    use_orig_params: bool = _f(False, "Accepted for verl compatibility (FSDP1's use_orig_params); no effect here (FSDP2).")
+    ulysses_sequence_parallel_size: int = _f(1, SP_DOC)
+    entropy_from_logits_with_chunking: bool = _f(False, "Accepted for verl compatibility (verl's engine config); no effect here.")
+    use_torch_compile: bool = _f(True, "Accepted for verl compatibility (verl's engine config); no torch.compile in this version.")
+    entropy_checkpointing: bool = _f(False, "Accepted for verl compatibility (verl's engine config); no effect here.")
+    forward_only: bool = _f(False, "Accepted for verl compatibility (verl's engine config: a model without an optimizer); "
+                                   "whether a role trains follows from the role here.")
 
 
 @dataclass
@@ -210,11 +232,15 @@ class ActorConfig(Node):
     optim: OptimConfig = _sub(OptimConfig, "Optimizer and learning-rate schedule.")
     fsdp_config: FSDPConfig = _sub(FSDPConfig, "FSDP settings.")
     checkpoint: CheckpointContents = _sub(CheckpointContents, "Checkpoint contents.")
-    ulysses_sequence_parallel_size: int = _f(1, "Sequence parallel size (only 1 in this version).")
+    ulysses_sequence_parallel_size: int = _f(1, SP_DOC)
     entropy_from_logits_with_chunking: bool = _f(False, "Accepted for verl compatibility (entropy over chunks of the logits to "
                                                         "save memory); no effect here.")
     entropy_checkpointing: bool = _f(False, "Accepted for verl compatibility (recompute the entropy in the backward pass); "
                                             "no effect here.")
+    use_fused_kernels: bool = _f(False, "Accepted for verl compatibility (verl's copy of model.use_fused_kernels); no effect here.")
+    use_remove_padding: bool = _f(False, "Accepted for verl compatibility (verl's copy of model.use_remove_padding); padded "
+                                         "micro-batches in this version.")
+    profiler: dict = _f({}, PROFILER_DOC)
 
 
 @dataclass
@@ -228,106 +254,13 @@ class RefConfig(Node):
     log_prob_max_token_len_per_gpu: int | None = _f(None, "Real tokens per reference micro-batch on one rank when "
                                                     "log_prob_use_dynamic_bsz; null: actor.ppo_max_token_len_per_gpu.")
     fsdp_config: FSDPConfig = _sub(FSDPConfig, "FSDP settings of the reference.")
-    ulysses_sequence_parallel_size: int = _f(1, "Sequence parallel size (only 1 in this version).")
-
-
-@dataclass
-class ValKwargs(Node):
-    temperature: float = _f(0.0, "Validation sampling temperature (0: greedy).")
-    top_p: float = _f(1.0, "Validation top-p.")
-    top_k: int = _f(-1, "Validation top-k (-1: off).")
-    n: int = _f(1, "Validation samples per prompt.")
-    do_sample: bool = _f(False, "Sample during validation; false: greedy.")
-
-
-@dataclass
-class MultiTurnConfig(Node):
-    enable: bool = _f(False, "Run an agent loop per row (tools, interactions, text environments; docs/agents.md) "
-                      "instead of one plain response; rows pick the loop by their agent_name column.")
-    max_assistant_turns: int | None = _f(None, "Most model turns per conversation; null: until the budget is spent.")
-    max_user_turns: int | None = _f(None, "Most rounds of tool answers and user replies per conversation (env_agent: "
-                                    "observations); null or 0: no limit (verl's).")
-    max_parallel_calls: int = _f(1, "Most tool calls run from one model turn (the first ones; they run concurrently).")
-    max_tool_response_length: int = _f(256, "Tool answers are cut to this many characters.")
-    tool_response_truncate_side: str = _f("middle", "Which part of a long tool answer is kept: left, right or middle (both ends).")
-    tool_config_path: str | None = _f(None, "Tool config YAML (tools: [{class_name, config, tool_schema}]).")
-    interaction_config_path: str | None = _f(None, "Interaction config YAML (interaction: [{name, class_name, config}]).")
-    format: str = _f("hermes", "Tool-call format: hermes (<tool_call>{json}</tool_call>).")
-    use_inference_chat_template: bool = _f(False, "Accepted for verl compatibility; no effect: the trained ids are the model's "
-                                           "own tokens (token-in/token-out, verl's false).")
-    tokenization_sanity_check_mode: str = _f("strict", "Accepted for verl compatibility; no effect: model turns keep the "
-                                             "engine's token ids, so there is no re-tokenization to check.")
-    num_repeat_rollouts: int | None = _f(None, "Accepted for verl compatibility (its SGLang rollout); no effect: rollout.n "
-                                         "sets the conversations per prompt.")
-
-
-@dataclass
-class CustomAsyncServerConfig(Node):
-    path: str | None = _f(None, "verl: file of a custom async inference server. No effect: generation runs on rollout.name's engine.")
-    name: str | None = _f(None, "verl: class name of the custom async server. No effect here.")
-
-
-@dataclass
-class AgentConfig(Node):
-    num_workers: int = _f(8, "verl: agent loop worker processes. Here every row's loop runs in one asyncio event loop.")
-    agent_loop_config_path: str | None = _f(None, "YAML list of custom agent loops: [{name, _target_: package.module.Class}].")
-    default_agent_loop: str | None = _f(None, "Agent loop of rows without agent_name; null: tool_agent.")
-    custom_async_server: CustomAsyncServerConfig = _sub(CustomAsyncServerConfig, "Accepted for verl compatibility; no effect.")
-
-
-@dataclass
-class RolloutConfig(Node):
-    name: str = _f("hf", "Generation engine: hf (transformers; CPU or GPU; shares the actor's weights), vllm or sglang (one CUDA "
-                   "GPU or more, in the training process, extras reinforge[vllm] / reinforge[sglang]; docs/engines.md).")
-    mode: str = _f("sync", "sync or async rollout (async: planned; runs sync).")
-    n: int = _f(1, "Responses sampled per prompt (the group size of GRPO).")
-    temperature: float = _f(1.0, "Sampling temperature; the actor divides logits by it when computing log-probs too.")
-    top_p: float = _f(1.0, "Nucleus sampling threshold (1: off).")
-    top_k: int = _f(-1, "Top-k sampling (-1 or 0: off).")
-    do_sample: bool = _f(True, "Sample; false: greedy.")
-    prompt_length: int | None = _f(None, "Null: data.max_prompt_length.")
-    response_length: int | None = _f(None, "Most new tokens per response; null: data.max_response_length.")
-    ignore_eos: bool = _f(False, "Keep generating past EOS up to response_length.")
-    dtype: str | None = _f(
-        None, "Engine dtype: fp32 or bf16 (float32/bfloat16). Null: the actor's (actor.fsdp_config.model_dtype), and the hf "
-        "engine generates with the actor's own module (vLLM/SGLang take null as bfloat16). Another dtype than the actor's: "
-        "the hf engine generates from a copy of the policy in it, refreshed after every update, which is the "
-        "train/inference mismatch of a bf16 engine beside an fp32 trainer (algorithm.rollout_correction).")
-    log_prob_micro_batch_size: int | None = _f(None, "verl's deprecated global micro-batch: rows over all data-parallel ranks, "
-                                               "divided by their number (rounded down) into its _per_gpu key; not together with it.")
-    log_prob_micro_batch_size_per_gpu: int | None = _f(None, "Trajectories per forward when recomputing log-probs; null: all at once.")
-    log_prob_use_dynamic_bsz: bool | None = _f(None, "Form the old-log-prob pass's micro-batches by log_prob_max_token_len_per_gpu "
-                                               "tokens instead of log_prob_micro_batch_size_per_gpu rows; null: actor.use_dynamic_bsz.")
-    log_prob_max_token_len_per_gpu: int | None = _f(None, "Real tokens per old-log-prob micro-batch on one rank when "
-                                                    "log_prob_use_dynamic_bsz; null: actor.ppo_max_token_len_per_gpu.")
-    micro_batch_size_per_gpu: int | None = _f(None, "hf engine: prompts generated together; null: all at once.")
-    gpu_memory_utilization: float = _f(0.5, "vLLM/SGLang: fraction of GPU memory for the engine's weights and KV cache "
-                                       "(SGLang's mem_fraction_static); the actor trains in the rest.")
-    tensor_model_parallel_size: int = _f(2, "vLLM/SGLang tensor parallel size (SGLang's tp_size); at most the GPUs visible, 1 on one GPU.")
-    max_num_batched_tokens: int = _f(8192, "vLLM: tokens per scheduler step; SGLang: chunked_prefill_size.")
-    max_model_len: int | None = _f(None, "vLLM/SGLang (context_length): longest sequence; null: the model's.")
-    max_num_seqs: int = _f(1024, "vLLM: concurrent sequences; SGLang: max_running_requests.")
-    enforce_eager: bool = _f(True, "vLLM: no CUDA graphs; SGLang: disable_cuda_graph.")
-    free_cache_engine: bool = _f(True, "vLLM/SGLang: release the engine's GPU memory while the actor trains (vLLM sleep mode "
-                                 "level 1, SGLang's memory saver) and take it back before generating.")
-    layered_summon: bool = _f(False, "Accepted for verl compatibility (LoRA: gather the FSDP shards layer by layer for "
-                              "the engine); weights are always pushed in buckets here (update_weights_bucket_megabytes).")
-    load_format: str = _f("dummy", "vLLM/SGLang: how the engine loads its first weights; dummy (random) is enough, since the "
-                          "actor's weights are pushed before the first generation.")
-    enable_chunked_prefill: bool = _f(True, "vLLM chunked prefill (SGLang: false sets chunked_prefill_size=-1).")
-    enable_prefix_caching: bool = _f(True, "Accepted for verl compatibility; not passed to the engine: vLLM and SGLang keep "
-                                     "their own default (on). engine_kwargs.vllm.enable_prefix_caching (SGLang: "
-                                     "engine_kwargs.sglang.disable_radix_cache) sets it.")
-    disable_log_stats: bool = _f(True, "vLLM statistics logging; SGLang: log_level error.")
-    update_weights_bucket_megabytes: int = _f(512, "vLLM/SGLang: the actor's weights are pushed to the engine in buckets of at "
-                                              "most this many MiB (cast to rollout.dtype), so the push needs no second full copy.")
-    calculate_log_probs: bool = _f(False, "Return the engine's per-token log-probs as rollout_log_probs (every engine here "
-                                   "always returns them).")
-    engine_kwargs: dict = _f({}, "Extra engine arguments by engine, as verl nests them: engine_kwargs.vllm.* go to vllm.LLM, "
-                             "engine_kwargs.sglang.* to sglang.Engine; they override the translated settings.")
-    val_kwargs: ValKwargs = _sub(ValKwargs, "Sampling for validation.")
-    multi_turn: MultiTurnConfig = _sub(MultiTurnConfig, "Multi-turn rollouts.")
-    agent: AgentConfig = _sub(AgentConfig, "Agent loops of multi-turn rollouts (docs/agents.md).")
+    ulysses_sequence_parallel_size: int = _f(1, SP_DOC)
+    use_torch_compile: bool = _f(True, "Accepted for verl compatibility; no torch.compile in this version.")
+    entropy_from_logits_with_chunking: bool = _f(False, "Accepted for verl compatibility (entropy over chunks of the logits); "
+                                                        "no effect here.")
+    entropy_checkpointing: bool = _f(False, "Accepted for verl compatibility (recompute the entropy in the backward pass); "
+                                            "no effect here.")
+    profiler: dict = _f({}, PROFILER_DOC)
 
 
 @dataclass
@@ -363,7 +296,7 @@ class RewardModelModelConfig(Node):
     path: str | None = _f(None, "The reward model's folder (Hugging Face format, with its tokenizer). Loaded as "
                           "AutoModelForSequenceClassification with one label; with judge.enable, as a causal LM judge.")
     input_tokenizer: str | None = _f(
-        None, "Tokenizer that decodes the policy's tokens for the reward model; null: the policy's own (data.tokenizer or "
+        None, "Tokenizer that decodes the policy's tokens for the reward model; null: the policy's own (data.tokenizer, model.tokenizer_path or "
         "actor_rollout_ref.model.path). When the reward model's tokenizer differs from it (vocabulary or chat template), each "
         "prompt + response is decoded, rebuilt as a chat in the reward model's chat template and re-tokenized (up to "
         "reward_model.max_length); when they are the same the reward model reads the policy's token ids as they are.",
@@ -373,6 +306,7 @@ class RewardModelModelConfig(Node):
     override_config: dict = _f({}, "Values that override the reward model's config.json (e.g. pad_token_id).")
     use_remove_padding: bool = _f(False, "verl: pack sequences without padding (needs varlen attention). Accepted; padded micro-batches, trimmed to the columns their rows use, in this version.")
     use_shm: bool = _f(False, "Accepted for verl compatibility (copy the model to shared memory); no effect here.")
+    use_fused_kernels: bool = _f(False, "Accepted for verl compatibility (fused kernels); no effect here.")
     fsdp_config: FSDPConfig = _sub(FSDPConfig, "FSDP settings of the reward model (model_dtype acts in one process).")
 
 
@@ -432,6 +366,12 @@ class RewardModelConfig(Node):
     forward_max_token_len_per_gpu: int | None = _f(None, "Real tokens of the reward model's inputs per micro-batch when "
                                                    "use_dynamic_bsz; null: critic.forward_max_token_len_per_gpu.")
     strategy: str = _f("fsdp", "Backend of the reward model: fsdp or fsdp2 (single process: plain PyTorch).")
+    ulysses_sequence_parallel_size: int = _f(1, SP_DOC)
+    enable_resource_pool: bool = _f(False, "Accepted for verl compatibility (run the reward model on GPUs of its own, "
+                                    "n_gpus_per_node x nnodes); no effect here: it shares the training ranks' GPUs.")
+    n_gpus_per_node: int = _f(0, "Accepted for verl compatibility (GPUs per node of enable_resource_pool); no effect here.")
+    nnodes: int = _f(0, "Accepted for verl compatibility (nodes of enable_resource_pool); no effect here.")
+    profiler: dict = _f({}, PROFILER_DOC)
 
 
 # -------------------------------------------------------------------------------------- critic
@@ -446,6 +386,7 @@ class CriticModelConfig(Node):
     enable_gradient_checkpointing: bool = _f(True, "Recompute activations in the critic's backward pass to save memory.")
     enable_activation_offload: bool = _f(False, "Accepted for verl compatibility (offload activations to the CPU); no effect here.")
     use_remove_padding: bool = _f(False, "verl: pack sequences without padding (needs varlen attention). Accepted; padded micro-batches, trimmed to the columns their rows use, in this version.")
+    use_shm: bool = _f(False, "Accepted for verl compatibility (copy the model to shared memory); no effect here.")
     lora_rank: int = _f(0, "LoRA: > 0 trains rank-r adapters on the value model's target_modules and its value head, "
                         "instead of every weight (peft, extra reinforge[lora]). 0: full fine-tuning.")
     lora_alpha: float = _f(16, "LoRA: the adapters' output is scaled by lora_alpha / lora_rank.")
@@ -487,7 +428,8 @@ class CriticConfig(Node):
     loss_agg_mode: str | None = _f(None, "Aggregation of the value loss (modes as actor.loss_agg_mode); null: the actor's.")
     loss_scale_factor: float | None = _f(None, "Divisor of seq-mean-token-sum-norm; null: the actor's.")
     checkpoint: CheckpointContents = _sub(CheckpointContents, "Checkpoint contents of the critic.")
-    ulysses_sequence_parallel_size: int = _f(1, "Sequence parallel size (only 1 in this version).")
+    ulysses_sequence_parallel_size: int = _f(1, SP_DOC)
+    profiler: dict = _f({}, PROFILER_DOC)
 
 
 @dataclass
@@ -499,5 +441,8 @@ class Config(Node):
     reward_model: RewardModelConfig = _sub(RewardModelConfig, "Reward managers and reward models.")
     custom_reward_function: CustomRewardFunctionConfig = _sub(CustomRewardFunctionConfig, "A user reward function.")
     trainer: TrainerConfig = _sub(TrainerConfig, "The training loop, logging and checkpoints.")
+    global_profiler: dict = _f({}, "Accepted for verl compatibility: verl's global profiler settings (tool, steps, save_path, "
+                                    "global_tool_config, ...), a free-form mapping; no effect here (no profiler integration: "
+                                    "the timing_s/* metrics give each phase's seconds per step).")
     ray_kwargs: dict = _f({}, "Ray settings of runs with more than one rank: ray_init is passed to ray.init "
                               "(address: the cluster to join, also RAY_ADDRESS; num_cpus, ...); docs/distributed.md.")

@@ -137,3 +137,35 @@ def check_lora(config: Config) -> None:
         if in_use and (model_cfg.lora_rank > 0 or adapter) and importlib.util.find_spec("peft") is None:
             raise ConfigError(f"{section}.lora_rank asks for LoRA adapters, which need the peft package: "
                               "pip install 'reinforge[lora]'")
+
+
+SP_SECTIONS = ("actor_rollout_ref.actor", "actor_rollout_ref.ref", "critic", "reward_model")  # with ulysses_sequence_parallel_size
+FSDP_SECTIONS = ("actor_rollout_ref.actor", "actor_rollout_ref.ref", "critic.model", "reward_model.model")  # with fsdp_config
+
+
+def check_unsupported(config: Config) -> None:
+    """verl settings that would change what is trained, which this version does not do: an error unless at their default.
+    Settings that change only speed or memory are accepted (config/unused.py reports them)."""
+    from reinforge.config.fields import node_at
+
+    rollout = config.actor_rollout_ref.rollout
+    if config.algorithm.use_pf_ppo:
+        raise ConfigError("algorithm.use_pf_ppo: preference-feedback PPO are not supported in this version yet")
+    if rollout.over_sample_rate != 0:
+        raise ConfigError(f"actor_rollout_ref.rollout.over_sample_rate={rollout.over_sample_rate}: stopping generation early "
+                          "and training on the cut-off requests is not supported in this version; remove it (0: every "
+                          "request finishes)")
+    if rollout.skip_rollout:
+        raise ConfigError("actor_rollout_ref.rollout.skip_rollout=true: loading saved rollouts instead of generating is not "
+                          "supported in this version; remove it")
+    if rollout.name == "sglang" and config.actor_rollout_ref.model.hf_config_path:
+        raise ConfigError("actor_rollout_ref.model.hf_config_path is not supported with actor_rollout_ref.rollout.name=sglang "
+                          "(SGLang reads config.json from the model folder); use rollout.name=vllm or hf, or put the "
+                          "config.json in actor_rollout_ref.model.path")
+    keys = [f"{section}.ulysses_sequence_parallel_size" for section in SP_SECTIONS]
+    keys += [f"{section}.fsdp_config.ulysses_sequence_parallel_size" for section in FSDP_SECTIONS]
+    for key in keys:
+        section, _, name = key.rpartition(".")
+        positive(key, getattr(node_at(config, section), name))
+    for key in ("data_parallel_size", "expert_parallel_size"):
+        positive(f"actor_rollout_ref.rollout.{key}", getattr(rollout, key))

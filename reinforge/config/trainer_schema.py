@@ -48,8 +48,10 @@ class TrainerConfig(Node):
     balance_batch: bool = _f(True, "Balance tokens across data-parallel ranks: of every world-size rows, the longest "
                                    "goes to the rank with the fewest tokens so far (each rank still gets its share of "
                                    "every mini-batch); no effect with one rank.")
-    use_legacy_worker_impl: str = _f("auto", "Accepted for verl compatibility (which of verl's two worker implementations); "
+    use_legacy_worker_impl: str | bool = _f("auto", "Accepted for verl compatibility (which of verl's two worker implementations); "
                                              "reinforge has one.")
+    esi_redundant_time: float = _f(0.0, "Accepted for verl compatibility (seconds kept free before an Elastic Server Instance "
+                                      "expires, to save a checkpoint in time); no effect here.")
     ray_wait_register_center_timeout: int = _f(300, "Accepted for verl compatibility (seconds Ray workers wait for verl's "
                                                     "register center); there is none here.")
     hang_dump_s: float = _f(600, "reinforge only: when a call to the Ray workers runs this many seconds, every rank still "

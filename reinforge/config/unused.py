@@ -8,8 +8,20 @@ from reinforge.config.schema import Config
 _ENGINE_ONLY = (
     "gpu_memory_utilization", "tensor_model_parallel_size", "max_num_batched_tokens", "max_model_len",
     "max_num_seqs", "enforce_eager", "free_cache_engine", "load_format", "enable_chunked_prefill",
-    "disable_log_stats", "engine_kwargs", "update_weights_bucket_megabytes",
+    "disable_log_stats", "engine_kwargs", "update_weights_bucket_megabytes", "cudagraph_capture_sizes",
+    "expert_parallel_size", "skip_tokenizer_init", "multi_stage_wake_up",
 )
+_NOT_PASSED_TO_ENGINE = {  # vLLM/SGLang settings that this version does not hand to the engine
+    "cudagraph_capture_sizes": "not passed to the engine, which keeps its own CUDA-graph batch sizes; set them in "
+                               "engine_kwargs.vllm (engine_kwargs.sglang.cuda_graph_bs)",
+    "expert_parallel_size": "not passed to the engine; set engine_kwargs.vllm.enable_expert_parallel (engine_kwargs.sglang.ep_size)",
+    "skip_tokenizer_init": "not passed to the engine, which is given token ids and returns token ids either way",
+    "multi_stage_wake_up": "the engine takes back its memory in one step before generating",
+}
+SP_REASON = "sequences are not split across ranks in this version: each rank computes whole sequences"
+PROFILER_REASON = "no profiler integration in this version; the timing_s/* metrics give each phase's seconds per step"
+NO_REF_REASON = ("no reference model in this run (it is used by actor_rollout_ref.actor.use_kl_loss or "
+                 "algorithm.use_kl_in_reward)")
 
 _ALWAYS_INERT = {
     "actor_rollout_ref.model.use_remove_padding": "padded micro-batches are used in this version (packing needs varlen attention)",
@@ -54,6 +66,26 @@ _ALWAYS_INERT = {
     "critic.rollout_n": "the critic's mini-batches always hold ppo_mini_batch_size x actor_rollout_ref.rollout.n trajectories",
     "actor_rollout_ref.rollout.layered_summon": "an engine with its own weights always gets them in buckets "
                                                 "(rollout.update_weights_bucket_megabytes), LoRA adapters merged",
+    "actor_rollout_ref.actor.use_fused_kernels": "no fused kernels in this version: log-probs and entropy come from the logits",
+    "actor_rollout_ref.actor.use_remove_padding": "padded micro-batches are used in this version (packing needs varlen attention)",
+    "actor_rollout_ref.model.fused_kernel_options": "no fused kernels in this version",
+    "reward_model.model.use_fused_kernels": "no fused kernels in this version",
+    "critic.model.use_shm": "the model is read from its folder",
+    "actor_rollout_ref.ref.use_torch_compile": "no torch.compile in this version",
+    "actor_rollout_ref.ref.entropy_from_logits_with_chunking": "the reference pass computes log-probs, not the entropy",
+    "actor_rollout_ref.ref.entropy_checkpointing": "the reference pass computes log-probs, not the entropy",
+    "data.return_multi_modal_inputs": "rows with images or videos are refused in this version",
+    "trainer.esi_redundant_time": "no Elastic Server Instance handling; checkpoints follow trainer.save_freq, and a SIGTERM "
+                                  "saves one (trainer.save_on_stop)",
+    "reward_model.enable_resource_pool": "the reward model runs on the training ranks' GPUs; there is no pool of its own",
+    "reward_model.n_gpus_per_node": "the reward model runs on the training ranks' GPUs; there is no pool of its own",
+    "reward_model.nnodes": "the reward model runs on the training ranks' GPUs; there is no pool of its own",
+    "actor_rollout_ref.rollout.trace": "no rollout tracing in this version; rollouts are kept in the run folder's rollouts/ "
+                                       "(all of them with trainer.rollout_data_dir)",
+    "actor_rollout_ref.rollout.skip_dump_dir": "used by actor_rollout_ref.rollout.skip_rollout, which this version does not support",
+    "actor_rollout_ref.rollout.data_parallel_size": "generation runs on the training ranks, one engine each; it has no "
+                                                    "data-parallel size of its own",
+    "global_profiler": PROFILER_REASON,
 }
 _LORA_SETTINGS = ("lora_alpha", "target_modules", "exclude_modules")
 
@@ -128,6 +160,14 @@ def _token_budget_reason(config: Config, key: str) -> str | None:
 
 
 _CUDA_ONLY_FSDP = ("param_offload", "optimizer_offload", "offload_policy", "mixed_precision")
+_VERL_ENGINE_FSDP = {  # keys of verl's engine config (engine/fsdp.yaml) that mean nothing for FSDP2 here
+    "strategy": "the role's own strategy key decides (fsdp and fsdp2 both mean FSDP2 here)",
+    "use_orig_params": "FSDP1's setting; this version uses FSDP2",
+    "entropy_from_logits_with_chunking": "the entropy is computed from each micro-batch's logits at once",
+    "use_torch_compile": "no torch.compile in this version",
+    "entropy_checkpointing": "the entropy is not recomputed in the backward pass in this version",
+    "forward_only": "whether a model trains follows from its role",
+}
 
 
 def _fsdp_reason(config: Config, section: str, setting: str) -> str | None:
@@ -136,6 +176,8 @@ def _fsdp_reason(config: Config, section: str, setting: str) -> str | None:
 
     if setting == "model_dtype":
         return None
+    if setting in _VERL_ENGINE_FSDP:
+        return _VERL_ENGINE_FSDP[setting]
     if setting == "forward_prefetch":
         return "FSDP2's own prefetching is used in this version"
     if setting in ("fsdp_size", "wrap_policy"):
@@ -147,6 +189,11 @@ def _fsdp_reason(config: Config, section: str, setting: str) -> str | None:
     if config.trainer.device == "cpu" and setting in _CUDA_ONLY_FSDP:
         return "acts on CUDA only; on the CPU parameters and optimizer state are already in CPU memory, in model_dtype"
     return None
+
+
+def uses_reference(config: Config) -> bool:
+    """Whether the run loads a reference model (trainer/main.py gives the workers the actor_rollout_ref role then)."""
+    return config.actor_rollout_ref.actor.use_kl_loss or config.algorithm.use_kl_in_reward
 
 
 def _uses_ray(config: Config) -> bool:
@@ -169,6 +216,12 @@ def unused_settings(config: Config, user_keys: list[str]) -> list[str]:
         parts = key.split(".")
         if reason is None and not config.critic.enable and (parts[0] == "critic" or key in _CRITIC_KEYS):
             reason = "no critic in this run (the advantage estimator does not use values; critic.enable=true adds one)"
+        elif reason is None and parts[:2] == ["actor_rollout_ref", "ref"] and not uses_reference(config):
+            reason = NO_REF_REASON
+        elif reason is None and "profiler" in parts:
+            reason = PROFILER_REASON
+        elif reason is None and parts[-1] == "ulysses_sequence_parallel_size":
+            reason = SP_REASON if node_at(config, key) > 1 else None
         elif reason is None and _token_budget_reason(config, key):
             reason = _token_budget_reason(config, key)
         elif reason is None and key == "critic.enable" and config.critic.enable and not needs_critic(config.algorithm.adv_estimator):
@@ -186,6 +239,8 @@ def unused_settings(config: Config, user_keys: list[str]) -> list[str]:
             reason = _fsdp_reason(config, parts[0], parts[parts.index("fsdp_config") + 1])
         elif reason is None and key.startswith("actor_rollout_ref.rollout.") and parts[2] in _ENGINE_ONLY and rollout.name == "hf":
             reason = "vLLM/SGLang setting; this run generates with the hf engine"
+        elif reason is None and key.startswith("actor_rollout_ref.rollout.") and parts[2] in _NOT_PASSED_TO_ENGINE:
+            reason = _NOT_PASSED_TO_ENGINE[parts[2]]
         elif reason is None and key == "actor_rollout_ref.rollout.micro_batch_size_per_gpu" and rollout.name != "hf":
             reason = f"hf engine setting; {rollout.name} schedules its own batches"
         elif reason is None and key == "actor_rollout_ref.rollout.mode" and rollout.mode == "async":
@@ -226,6 +281,8 @@ def _algorithm_reason(config: Config, key: str) -> str | None:
         return "acts only with algorithm.use_kl_in_reward=true (the KL penalty in the reward)"
     if key.startswith("algorithm.filter_groups.") and key != "algorithm.filter_groups.enable" and not algo.filter_groups.enable:
         return "acts only with algorithm.filter_groups.enable=true"
+    if key.startswith("algorithm.pf_ppo."):
+        return "acts only with algorithm.use_pf_ppo=true, which this version does not support"
     name, estimator = key.removeprefix("algorithm."), algo.adv_estimator
     reads_config = ADV_ESTIMATOR_REGISTRY.is_users(estimator) and ADV_ESTIMATOR_REGISTRY.accepts(estimator, "config")
     if name in _ESTIMATOR_ARGUMENTS and not reads_config and not ADV_ESTIMATOR_REGISTRY.accepts(estimator, name):

@@ -26,6 +26,7 @@ from reinforge.config.section_checks import (
     check_reward_model,
     check_rollout_correction,
     check_sandbox_fusion,
+    check_unsupported,
     choice,
     positive,
 )
@@ -60,6 +61,7 @@ def finalize(config: Config, quickstart: bool = False) -> None:
         positive("actor_rollout_ref.actor.optim.clip_grad", optim.clip_grad)
         actor.grad_clip = optim.clip_grad
     _finalize_sample_limits(config)
+    _finalize_tokenizer(config)
     if data.gen_batch_size is None:
         data.gen_batch_size = data.train_batch_size
     _finalize_critic(config)
@@ -99,6 +101,15 @@ def _finalize_devices(config: Config, visible_gpus: int) -> None:
     if trainer.device == "cuda" and on_this_machine and trainer.n_gpus_per_node > visible_gpus:
         raise ConfigError(f"trainer.n_gpus_per_node={trainer.n_gpus_per_node} but this machine has {visible_gpus} "
                           f"visible GPU(s); set trainer.n_gpus_per_node={visible_gpus} or fewer (or null: all)")
+
+
+def _finalize_tokenizer(config: Config) -> None:
+    """verl's actor_rollout_ref.model.tokenizer_path and reinforge's data.tokenizer name the one tokenizer of the policy."""
+    data, model_cfg = config.data, config.actor_rollout_ref.model
+    if data.tokenizer and model_cfg.tokenizer_path and data.tokenizer != model_cfg.tokenizer_path:
+        raise ConfigError(f"data.tokenizer={data.tokenizer} and actor_rollout_ref.model.tokenizer_path="
+                          f"{model_cfg.tokenizer_path} both name the policy's tokenizer (the data, the engine and the "
+                          "actor share one); set one")
 
 
 def _finalize_sample_limits(config: Config) -> None:
@@ -416,13 +427,7 @@ def _check(config: Config) -> None:
                           f"(actor_rollout_ref.rollout.response_length={rollout.response_length}); the overlong "
                           "penalty is measured against it, so set it to the response length")
 
-    for key, value, reason in [
-        ("algorithm.use_pf_ppo", algo.use_pf_ppo, "preference-feedback PPO"),
-    ]:
-        if value:
-            raise ConfigError(f"{key}: {reason} are not supported in this version yet")
-    if actor.ulysses_sequence_parallel_size != 1 or config.critic.ulysses_sequence_parallel_size != 1:
-        raise ConfigError("actor_rollout_ref.actor.ulysses_sequence_parallel_size > 1 is not supported in this version yet")
+    check_unsupported(config)
     check_reward_model(config)
     check_sandbox_fusion(config)
     check_lora(config)

@@ -158,11 +158,11 @@ def run(config: Config, user_keys: list[str], startup: StartupClock | None = Non
 def _start_workers(pool: WorkerPool, config: Config, schedule_steps: int, reward_fn):
     """The worker groups of a run, their models loaded: actor+rollout(+ref), the critic when the estimator uses values,
     and the reward model (wrapping `reward_fn`) when enabled; returns (actor_rollout_wg, critic_wg or None, reward_fn)."""
+    from reinforge.config.unused import uses_reference
     from reinforge.reward.models import RewardModelScorer, RewardModelWorker
     from reinforge.training.workers import ActorRolloutRefWorker, CriticWorker
 
-    actor_cfg = config.actor_rollout_ref.actor
-    role = "actor_rollout_ref" if actor_cfg.use_kl_loss or config.algorithm.use_kl_in_reward else "actor_rollout"
+    role = "actor_rollout_ref" if uses_reference(config) else "actor_rollout"
     actor_rollout_wg = pool.group("actor_rollout_ref", ActorRolloutRefWorker, config, role)
     actor_rollout_wg.init_model(schedule_steps)
     critic_wg = None

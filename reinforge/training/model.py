@@ -49,13 +49,22 @@ def _local_or_hub(path: str, key: str) -> tuple[str, bool]:
     return path, False
 
 
+def policy_tokenizer(config: Config) -> tuple[str | None, str]:
+    """The policy's tokenizer folder when it is not the model's, and the key that names it: data.tokenizer or verl's
+    actor_rollout_ref.model.tokenizer_path (the same setting; validation refuses two different values)."""
+    if config.data.tokenizer:
+        return config.data.tokenizer, "data.tokenizer"
+    return config.actor_rollout_ref.model.tokenizer_path, "actor_rollout_ref.model.tokenizer_path"
+
+
 def load_tokenizer(config: Config):
-    """The tokenizer of the model (or data.tokenizer), with custom_chat_template applied."""
+    """The tokenizer of the model (or of data.tokenizer / model.tokenizer_path), with custom_chat_template applied."""
     from transformers import AutoTokenizer
 
     model_cfg = config.actor_rollout_ref.model
-    if config.data.tokenizer:
-        key, source = "data.tokenizer", tokenizer_source(config.data.tokenizer, "data.tokenizer")
+    path, key = policy_tokenizer(config)
+    if path:
+        source = tokenizer_source(path, key)
     else:
         key, source = "actor_rollout_ref.model.path", model_source(model_cfg.path)
     try:
@@ -71,20 +80,39 @@ def load_tokenizer(config: Config):
 
 def load_pretrained(model_cfg, key: str, what: str, dtype: str, build) -> torch.nn.Module:
     """The model that `build(source, hf_config, kwargs)` loads for `model_cfg` (a config's `...model` section,
-    whose path is config key `key`): `external_lib` imported, `override_config` applied to `hf_config`,
+    whose path is config key `key`): `external_lib` imported, `hf_config` read from `hf_config_path` where the section
+    has one set (else from the model's folder), `override_config` applied to it,
     `kwargs` holding the config, `dtype` and trust_remote_code; any failure is a ModelError naming `what`."""
     from transformers import AutoConfig
 
     if model_cfg.external_lib:  # a module (or file) that registers custom model classes with transformers
         import_user_module(model_cfg.external_lib, f"{key.removesuffix('.path')}.external_lib", ModelError)
-    source = model_source(model_cfg.path, key)
+    config_path = model_cfg.get("hf_config_path")  # verl's: the config.json is in another folder than the weights
+    if config_path:
+        source = _local_or_hub(model_cfg.path, key)[0]
+        config_source = model_source(config_path, f"{key.removesuffix('.path')}.hf_config_path")
+    else:
+        source = config_source = model_source(model_cfg.path, key)
     try:
-        hf_config = AutoConfig.from_pretrained(source, trust_remote_code=model_cfg.trust_remote_code)
+        hf_config = AutoConfig.from_pretrained(config_source, trust_remote_code=model_cfg.trust_remote_code)
         for name, value in model_cfg.override_config.items():
             setattr(hf_config, name, value)
-        return build(source, hf_config, {"config": hf_config, "dtype": DTYPES[dtype], "trust_remote_code": model_cfg.trust_remote_code})
+        kwargs = {"config": hf_config, "dtype": DTYPES[dtype], "trust_remote_code": model_cfg.trust_remote_code}
+        if config_path:  # generation settings (eos ids) come with the config, as verl reads them, not from the weights
+            kwargs["generation_config"] = _generation_config(config_source, hf_config)
+        return build(source, hf_config, kwargs)
     except Exception as exc:
         raise ModelError(f"{key}={source}: cannot load the {what}: {exc}") from exc
+
+
+def _generation_config(source: str, hf_config):
+    """The generation config (generation_config.json) of the folder `source`, else the one `hf_config` implies."""
+    from transformers import GenerationConfig
+
+    try:
+        return GenerationConfig.from_pretrained(source)
+    except (OSError, TypeError):  # no generation_config.json (transformers may fail with TypeError on a local folder)
+        return GenerationConfig.from_model_config(hf_config)
 
 
 def load_causal_lm(config: Config, device: str, trainable: bool = True, dtype: str = "fp32") -> torch.nn.Module:

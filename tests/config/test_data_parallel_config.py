@@ -64,7 +64,8 @@ def test_fsdp_settings_are_reported_where_they_do_nothing():
                    "critic.enable=true", "critic.model.fsdp_config.mixed_precision.param_dtype=bf16")
     assert "actor_rollout_ref.actor.fsdp_config.optimizer_offload: acts on CUDA only" in on_cpu
     assert "critic.model.fsdp_config.mixed_precision.param_dtype: acts on CUDA only" in on_cpu
-    sharded = notes("trainer.n_gpus_per_node=2", "actor_rollout_ref.actor.fsdp_config.reshard_after_forward=false",
+    sharded = notes("trainer.n_gpus_per_node=2", "actor_rollout_ref.actor.use_kl_loss=true",
+                    "actor_rollout_ref.actor.fsdp_config.reshard_after_forward=false",
                     "actor_rollout_ref.ref.fsdp_config.wrap_policy.min_num_params=0", "actor_rollout_ref.actor.fsdp_config.model_dtype=bf16")
     assert "reshard_after_forward" not in sharded and "model_dtype" not in sharded
     assert "actor_rollout_ref.ref.fsdp_config.wrap_policy.min_num_params: FSDP2 shards over all ranks" in sharded

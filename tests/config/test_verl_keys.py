@@ -1,0 +1,188 @@
+"""verl keys from verl's example scripts and config files: accepted with verl's defaults, reported when they do nothing
+here, refused when they would change what is trained; old names get the replacement suggested."""
+
+import dataclasses
+import shutil
+
+import pytest
+
+from reinforge.config import load_config, unused_settings
+from reinforge.config.fields import node_at
+from reinforge.errors import ConfigError
+
+VERL = ["algorithm.adv_estimator=grpo", "data.train_files=/d/train.parquet", "actor_rollout_ref.model.path=/m"]
+TWO_RANKS = [*VERL, "trainer.device=cpu", "trainer.n_gpus_per_node=2", "data.train_batch_size=4",
+             "actor_rollout_ref.rollout.n=2", "actor_rollout_ref.actor.ppo_mini_batch_size=2"]
+WITH_REF = ["actor_rollout_ref.actor.use_kl_loss=true"]
+SP_REASON = "sequences are not split across ranks in this version: each rank computes whole sequences"
+
+
+def notes(config, keys) -> str:
+    return "\n".join(unused_settings(config, keys))
+
+
+def default(key: str):
+    section, _, name = key.rpartition(".")
+    return getattr(node_at(load_config(VERL)[0], section), name)
+
+
+# ------------------------------------------------------------------------------ sequence parallelism
+SP_KEYS = ["actor_rollout_ref.actor.ulysses_sequence_parallel_size", "actor_rollout_ref.ref.ulysses_sequence_parallel_size",
+           "critic.ulysses_sequence_parallel_size", "reward_model.ulysses_sequence_parallel_size",
+           "actor_rollout_ref.actor.fsdp_config.ulysses_sequence_parallel_size",
+           "critic.model.fsdp_config.ulysses_sequence_parallel_size"]
+IN_USE = [*WITH_REF, "critic.enable=true", "reward_model.enable=true", "reward_model.model.path=/rm"]
+
+
+@pytest.mark.parametrize("key", SP_KEYS)
+def test_ulysses_sequence_parallelism_is_accepted_and_a_size_above_one_reported(key):
+    assert default(key) == 1
+    config, keys = load_config([*TWO_RANKS, *IN_USE, f"{key}=4"])
+    assert f"{key}: {SP_REASON}" in notes(config, keys)
+    config, keys = load_config([*TWO_RANKS, *IN_USE, f"{key}=1"])
+    assert key not in notes(config, keys)
+    with pytest.raises(ConfigError, match=f"^{key}=0 must be > 0"):
+        load_config([*TWO_RANKS, *IN_USE, f"{key}=0"])
+
+
+# ------------------------------------------------------------------------------ rollout
+@pytest.mark.parametrize("override, default_value, reason", [
+    ("multi_stage_wake_up=true", False, "vLLM/SGLang setting; this run generates with the hf engine"),
+    ("cudagraph_capture_sizes=[1,2,4]", None, "vLLM/SGLang setting; this run generates with the hf engine"),
+    ("expert_parallel_size=2", 1, "vLLM/SGLang setting; this run generates with the hf engine"),
+    ("skip_tokenizer_init=true", False, "vLLM/SGLang setting; this run generates with the hf engine"),
+    ("data_parallel_size=2", 1, "generation runs on the training ranks, one engine each"),
+    ("trace.backend=mlflow", None, "no rollout tracing in this version"),
+    ("trace.token2text=true", False, "no rollout tracing in this version"),
+    ("skip_dump_dir=/tmp/dump", "/tmp/rollout_dump", "used by actor_rollout_ref.rollout.skip_rollout, which this version"),
+])
+def test_verl_rollout_keys_are_accepted_with_verls_defaults_and_reported(override, default_value, reason):
+    key = "actor_rollout_ref.rollout." + override.split("=")[0]
+    assert default(key) == default_value
+    config, keys = load_config([*VERL, "actor_rollout_ref.rollout." + override])
+    assert f"{key}: {reason}" in notes(config, keys)
+
+
+def test_gpu_engine_settings_not_handed_to_the_engine_are_reported_with_vllm_too():
+    from reinforge.config.unused import unused_settings as report
+
+    config, keys = load_config(VERL)
+    config.actor_rollout_ref.rollout.name = "vllm"  # no GPU here: set after the checks that want one
+    reported = "\n".join(report(config, ["actor_rollout_ref.rollout.cudagraph_capture_sizes",
+                                         "actor_rollout_ref.rollout.multi_stage_wake_up"]))
+    assert "cudagraph_capture_sizes: not passed to the engine" in reported
+    assert "multi_stage_wake_up: the engine takes back its memory in one step" in reported
+
+
+@pytest.mark.parametrize("override, message", [
+    ("actor_rollout_ref.rollout.over_sample_rate=0.1", "actor_rollout_ref.rollout.over_sample_rate=0.1: stopping generation "
+     "early and training on the cut-off requests is not supported in this version"),
+    ("actor_rollout_ref.rollout.skip_rollout=true", "actor_rollout_ref.rollout.skip_rollout=true: loading saved rollouts "
+     "instead of generating is not supported in this version"),
+])
+def test_rollout_keys_that_change_the_training_data_are_refused_unless_at_verls_default(override, message):
+    with pytest.raises(ConfigError, match=message):
+        load_config([*VERL, override])
+    key = override.split("=")[0]
+    config, keys = load_config([*VERL, f"{key}={default(key)}"])
+    assert key not in notes(config, keys)
+
+
+# ------------------------------------------------------------------------------ profilers, PF-PPO
+@pytest.mark.parametrize("override", [
+    "global_profiler.tool=nsys", "global_profiler.steps=[1,2]", "+global_profiler.global_tool_config.torch_memory.stack_depth=8",
+    "actor_rollout_ref.actor.profiler.enable=true", "actor_rollout_ref.ref.profiler.all_ranks=true",
+    "actor_rollout_ref.rollout.profiler.ranks=[0]", "critic.profiler.enable=true", "reward_model.profiler.enable=true",
+])
+def test_verl_profiler_sections_are_free_form_and_reported(override):
+    config, keys = load_config([*VERL, *IN_USE, override])
+    key = override.split("=")[0].lstrip("+")
+    assert f"{key}: no profiler integration in this version" in notes(config, keys)
+
+
+def test_pf_ppo_settings_are_reported_and_pf_ppo_itself_still_refused():
+    assert (default("algorithm.pf_ppo.reweight_method"), default("algorithm.pf_ppo.weight_pow")) == ("pow", 2.0)
+    config, keys = load_config([*VERL, "algorithm.pf_ppo.reweight_method=max_min", "algorithm.pf_ppo.weight_pow=3"])
+    assert "algorithm.pf_ppo.weight_pow: acts only with algorithm.use_pf_ppo=true" in notes(config, keys)
+    with pytest.raises(ConfigError, match="algorithm.use_pf_ppo: preference-feedback PPO are not supported"):
+        load_config([*VERL, "algorithm.use_pf_ppo=true"])
+
+
+# ------------------------------------------------------------------------------ switches without effect
+@pytest.mark.parametrize("override", [
+    "actor_rollout_ref.actor.use_fused_kernels=true", "actor_rollout_ref.actor.use_remove_padding=true",
+    "actor_rollout_ref.model.fused_kernel_options.impl_backend=triton", "actor_rollout_ref.ref.use_torch_compile=false",
+    "actor_rollout_ref.ref.entropy_from_logits_with_chunking=true", "actor_rollout_ref.ref.entropy_checkpointing=true",
+    "critic.model.use_shm=true", "reward_model.model.use_fused_kernels=true", "data.return_multi_modal_inputs=false",
+    "trainer.esi_redundant_time=60", "reward_model.enable_resource_pool=true", "reward_model.n_gpus_per_node=2",
+    "reward_model.nnodes=1", "trainer.use_legacy_worker_impl=False", "trainer.use_legacy_worker_impl=disable",
+])
+def test_verl_switches_without_effect_here_are_accepted_and_reported(override):
+    config, keys = load_config([*TWO_RANKS, *IN_USE, override])
+    assert f"{override.split('=')[0]}: " in notes(config, keys)
+
+
+@pytest.mark.parametrize("section", ["actor_rollout_ref.actor", "actor_rollout_ref.ref", "critic.model", "reward_model.model"])
+@pytest.mark.parametrize("override, default_value", [
+    ("strategy=fsdp2", "fsdp"), ("use_orig_params=true", False), ("entropy_from_logits_with_chunking=true", False),
+    ("use_torch_compile=false", True), ("entropy_checkpointing=true", False), ("forward_only=true", False),
+])
+def test_verl_engine_fsdp_config_keys_are_accepted_and_reported(section, override, default_value):
+    key = f"{section}.fsdp_config.{override.split('=')[0]}"
+    assert default(key) == default_value
+    config, keys = load_config([*TWO_RANKS, *IN_USE, f"{section}.fsdp_config.{override}"])
+    assert f"{key}: " in notes(config, keys)
+
+
+def test_reference_settings_without_a_reference_say_so():
+    override = "actor_rollout_ref.ref.fsdp_config.param_offload=true"
+    config, keys = load_config([*TWO_RANKS, override])
+    assert (f"{override.split('=')[0]}: no reference model in this run (it is used by actor_rollout_ref.actor.use_kl_loss "
+            "or algorithm.use_kl_in_reward)") in notes(config, keys)
+    config, keys = load_config([*TWO_RANKS, "algorithm.use_kl_in_reward=true", override])
+    assert "no reference model" not in notes(config, keys)
+
+
+# ------------------------------------------------------------------------------ old names
+@pytest.mark.parametrize("override, suggestion", [
+    ("actor_rollout_ref.model.use_rmpad=true", "did you mean 'actor_rollout_ref.model.use_remove_padding'?"),
+    ("critic.model.use_rmpad=true", "did you mean 'critic.model.use_remove_padding'?"),
+    ("actor_rollout_ref.actor.use_gpg_loss=true", "did you mean 'actor_rollout_ref.actor.policy_loss.loss_mode=gpg'?"),
+    ("reward_model.overlong_buffer.len=512", "did you mean '+reward_model.reward_kwargs.overlong_buffer_cfg.len' with "
+     "'reward_model.reward_manager=dapo' (docs/rewards.md)?"),
+])
+def test_old_verl_names_suggest_their_replacement(override, suggestion):
+    with pytest.raises(ConfigError) as error:
+        load_config([*VERL, override])
+    assert suggestion in str(error.value)
+
+
+# ------------------------------------------------------------------------------ hf_config_path, tokenizer_path
+def test_hf_config_path_and_tokenizer_path_load_from_their_own_folders(tiny_model_path, tmp_path):
+    import torch
+
+    from reinforge.training.model import load_causal_lm, load_tokenizer
+
+    weights, hf_config, tokenizer = tmp_path / "weights", tmp_path / "hf_config", tmp_path / "tokenizer"
+    for folder, names in ((weights, ["model.safetensors"]), (hf_config, ["config.json"]),
+                          (tokenizer, ["tokenizer.json", "tokenizer_config.json", "chat_template.jinja"])):
+        folder.mkdir()
+        for name in names:
+            shutil.copy(tiny_model_path / name, folder / name)
+    args = [*VERL[:2], f"actor_rollout_ref.model.path={weights}", f"actor_rollout_ref.model.hf_config_path={hf_config}",
+            f"actor_rollout_ref.model.tokenizer_path={tokenizer}"]
+    config, _ = load_config(args)
+    reference, _ = load_config([*VERL[:2], f"actor_rollout_ref.model.path={tiny_model_path}"])
+    ids = load_tokenizer(reference)("0042")["input_ids"]
+    assert load_tokenizer(config)("0042")["input_ids"] == ids
+    with torch.no_grad():
+        split = load_causal_lm(config, "cpu", trainable=False)(torch.tensor([ids])).logits
+        whole = load_causal_lm(reference, "cpu", trainable=False)(torch.tensor([ids])).logits
+    assert torch.equal(split, whole)
+    assert dataclasses.asdict(load_config([*args, f"data.tokenizer={tokenizer}"])[0])["data"]["tokenizer"] == str(tokenizer)
+    with pytest.raises(ConfigError, match="data.tokenizer=/other and actor_rollout_ref.model.tokenizer_path=.* both name "
+                                          "the policy's tokenizer"):
+        load_config([*args, "data.tokenizer=/other"])
+    with pytest.raises(ConfigError, match="actor_rollout_ref.model.hf_config_path is not supported with "
+                                          "actor_rollout_ref.rollout.name=sglang"):
+        load_config([*args, "actor_rollout_ref.rollout.name=sglang"])
