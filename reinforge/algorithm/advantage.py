@@ -2,7 +2,8 @@
 
 An estimator is a pure function of tensors called with verl's keyword arguments
 (`token_level_rewards`, `response_mask`, `index`, `values`, `reward_baselines`, `gamma`, `lam`,
-`epsilon`, `norm_adv_by_std_in_grpo`, `config`); it receives the ones its signature names and
+`epsilon`, `norm_adv_by_std_in_grpo`, `config`, and `reward_components`: the reward function's extra
+values by key); it receives the ones its signature names and
 returns `(advantages, returns)`, each (batch, response_len) and zero on masked positions.
 
 What an estimator needs follows from its signature, so the trainer never branches on a name:
@@ -125,13 +126,40 @@ def compute_grpo_outcome_advantage(token_level_rewards: torch.Tensor, response_m
 
     `norm_adv_by_std_in_grpo=False` skips the division (Dr. GRPO, arXiv:2503.20783).
     """
-    scores = token_level_rewards.sum(-1)
+    return _outcome(_grpo_scalars(token_level_rewards.sum(-1), index, epsilon, norm_adv_by_std_in_grpo), response_mask)
+
+
+def _grpo_scalars(scores: torch.Tensor, index, epsilon: float, norm_by_std: bool) -> torch.Tensor:
+    """Each row's score minus its group's mean, over the group's std (`norm_by_std`)."""
     group, size = _group_of(index)
-    mean = torch.where(size > 1, _group_mean(scores, group), torch.zeros_like(scores))
-    advantages = scores - mean
-    if norm_adv_by_std_in_grpo:
-        advantages = advantages / (_group_std(scores, group, size) + epsilon)
-    return _outcome(advantages, response_mask)
+    advantages = scores - torch.where(size > 1, _group_mean(scores, group), torch.zeros_like(scores))
+    return advantages / (_group_std(scores, group, size) + epsilon) if norm_by_std else advantages
+
+
+@register_adv_est("gdpo")
+@torch.no_grad()
+def compute_gdpo_outcome_advantage(token_level_rewards: torch.Tensor, response_mask: torch.Tensor, index: np.ndarray,
+                                   reward_components: dict | None = None, epsilon: float = 1e-6,
+                                   norm_adv_by_std_in_grpo: bool = True, config=None) -> tuple[torch.Tensor, torch.Tensor]:
+    """GDPO (arXiv:2601.05242): each reward component normalised within its group as GRPO does, on its own, then their
+    weighted sum whitened over the batch's response tokens, so a dominant reward does not drown the others.
+
+    The components are the values the reward function returns under the keys `algorithm.gdpo_reward_keys`
+    (`reward_components`: its extra values by key), weighted by `algorithm.gdpo_reward_weights` (1 each by default);
+    without keys, the score alone.
+    """
+    keys = list(config.get("gdpo_reward_keys") or []) if config is not None else []
+    components = reward_components or {}
+    missing = [key for key in keys if key not in components]
+    if missing:
+        raise ConfigError(f"algorithm.gdpo_reward_keys names {missing}, which the reward function does not return (it returns "
+                          f"{sorted(components) or 'only a score'}); return a dict holding them beside 'score'")
+    columns = [torch.as_tensor(np.asarray(components[key], dtype=np.float64)).to(token_level_rewards.dtype) for key in keys]
+    columns = columns or [token_level_rewards.sum(-1)]
+    weights = (config.get("gdpo_reward_weights") if config is not None else None) or [1.0] * len(columns)
+    total = sum(w * _grpo_scalars(c, index, epsilon, norm_adv_by_std_in_grpo) for w, c in zip(weights, columns, strict=True))
+    advantages = masked_whiten(total.unsqueeze(-1) * response_mask, response_mask)
+    return advantages, advantages
 
 
 @register_adv_est("grpo_passk")

@@ -66,8 +66,12 @@ class PFPPOConfig(Node):
 @dataclass
 class AlgorithmConfig(Node):
     adv_estimator: str = _f("gae", "Advantage estimator from the registry: gae (with a critic), grpo, grpo_passk, rloo, "
-                            "reinforce_plus_plus, reinforce_plus_plus_baseline, remax, opo, gpg, or your own (docs/algorithms.md).")
+                            "reinforce_plus_plus, reinforce_plus_plus_baseline, remax, opo, gpg, gdpo, or your own "
+                            "(docs/algorithms.md).")
     norm_adv_by_std_in_grpo: bool = _f(True, "GRPO: divide by the group's std; false gives Dr. GRPO (arXiv:2503.20783).")
+    gdpo_reward_keys: list | None = _f(None, "GDPO: the rewards normalised one by one, keys of the dict the reward function "
+                                       "returns (e.g. [format_reward, accuracy_reward]); needed by adv_estimator=gdpo.")
+    gdpo_reward_weights: list | None = _f(None, "GDPO: a weight per gdpo_reward_keys entry; null: 1 each.")
     gamma: float = _f(1.0, "Discount factor.")
     lam: float = _f(1.0, "GAE lambda.")
     use_kl_in_reward: bool = _f(False, "Subtract kl_coef * KL(actor || ref) from the token rewards (needs the reference).")

@@ -169,3 +169,21 @@ def check_unsupported(config: Config) -> None:
         positive(key, getattr(node_at(config, section), name))
     for key in ("data_parallel_size", "expert_parallel_size"):
         positive(f"actor_rollout_ref.rollout.{key}", getattr(rollout, key))
+
+
+def check_gdpo(config: Config) -> None:
+    """adv_estimator=gdpo names its rewards; weights, when given, are numbers, one per reward."""
+    algo = config.algorithm
+    keys, weights = algo.gdpo_reward_keys, algo.gdpo_reward_weights
+    if algo.adv_estimator == "gdpo" and not keys:
+        raise ConfigError("algorithm.adv_estimator=gdpo normalises several rewards one by one: name them with "
+                          "algorithm.gdpo_reward_keys='[format_reward,accuracy_reward]', keys of the dict your reward function "
+                          "returns (docs/algorithms.md)")
+    if keys is not None and not all(isinstance(key, str) for key in keys):
+        raise ConfigError(f"algorithm.gdpo_reward_keys={keys!r} must be a list of names")
+    if weights is not None:
+        if not all(isinstance(w, (int, float)) and not isinstance(w, bool) for w in weights):
+            raise ConfigError(f"algorithm.gdpo_reward_weights={weights!r} must be a list of numbers")
+        if keys is not None and len(weights) != len(keys):
+            raise ConfigError(f"algorithm.gdpo_reward_weights has {len(weights)} weights for the {len(keys)} "
+                              f"algorithm.gdpo_reward_keys {keys}; give one per key")

@@ -281,6 +281,8 @@ def _algorithm_reason(config: Config, key: str) -> str | None:
         return "acts only with algorithm.use_kl_in_reward=true (the KL penalty in the reward)"
     if key.startswith("algorithm.filter_groups.") and key != "algorithm.filter_groups.enable" and not algo.filter_groups.enable:
         return "acts only with algorithm.filter_groups.enable=true"
+    if key in ("algorithm.gdpo_reward_keys", "algorithm.gdpo_reward_weights") and algo.adv_estimator != "gdpo":
+        return f"read by adv_estimator=gdpo only (this run: {algo.adv_estimator})"
     if key.startswith("algorithm.pf_ppo."):
         return "acts only with algorithm.use_pf_ppo=true, which this version does not support"
     name, estimator = key.removeprefix("algorithm."), algo.adv_estimator

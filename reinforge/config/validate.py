@@ -20,6 +20,7 @@ from reinforge.config.section_checks import (
     DTYPE_NAMES,
     LR_SCHEDULES,
     STRATEGIES,
+    check_gdpo,
     check_lora,
     check_mixed_precision,
     check_optim,
@@ -431,6 +432,7 @@ def _check(config: Config) -> None:
     check_reward_model(config)
     check_sandbox_fusion(config)
     check_lora(config)
+    check_gdpo(config)
     positive("actor_rollout_ref.rollout.update_weights_bucket_megabytes", rollout.update_weights_bucket_megabytes)
     positive("actor_rollout_ref.rollout.tensor_model_parallel_size", rollout.tensor_model_parallel_size)
     from reinforge.inference.factory import check_gpu_engine  # imported here: the config package does not load inference

@@ -14,6 +14,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+import numpy as np
 import torch
 
 from reinforge.batch import Batch
@@ -114,11 +115,16 @@ def compute_throughput_metrics(batch: Batch, step_seconds: float, n_devices: int
     }
 
 
-def extra_info_metrics(extra_info: dict[str, list]) -> dict[str, float]:
-    """reward/<key>/mean for each numeric extra key a reward function returned (besides score)."""
+def extra_info_metrics(extra_info: dict[str, list], gdpo_keys: list | None = None) -> dict[str, float]:
+    """reward/<key>/mean for each numeric extra key a reward function returned (besides score); for the rewards GDPO
+    normalises (`gdpo_keys`), verl's gdpo/<key>/mean, std (population), max and min too."""
     metrics = {}
     for key, values in extra_info.items():
         numbers = [float(v) for v in values if isinstance(v, NUMBER_TYPES)]
         if key != "score" and numbers:
             metrics[f"reward/{key}/mean"] = sum(numbers) / len(numbers)
+        if key in (gdpo_keys or ()) and numbers:
+            array = np.asarray(numbers)
+            metrics.update({f"gdpo/{key}/mean": float(array.mean()), f"gdpo/{key}/std": float(array.std()),
+                            f"gdpo/{key}/max": float(array.max()), f"gdpo/{key}/min": float(array.min())})
     return metrics

@@ -12,10 +12,11 @@ import torch
 
 from reinforge.algorithm import compute_advantage, get_adv_estimator_fn, register_adv_est
 from reinforge.config.algorithm_schema import AlgorithmConfig
+from reinforge.errors import ConfigError
 
 EPS = 1e-6
 ALL_ESTIMATORS = ["gae", "grpo", "grpo_passk", "rloo", "reinforce_plus_plus", "reinforce_plus_plus_baseline",
-                  "remax", "opo", "gpg"]
+                  "remax", "opo", "gpg", "gdpo"]
 
 
 # ------------------------------------------------------------------------- independent references
@@ -309,6 +310,36 @@ def test_group_estimators_random_against_loops(name):
                 expected[i] = alpha * (s[k] - (s.mean() if n > 1 else 0.0))
     adv, _ = run(name, token_level_rewards=r, response_mask=m, index=index)
     per_row(adv, m, expected.tolist(), atol=1e-4)
+
+
+# ------------------------------------------------------------------------------------------ gdpo
+def test_gdpo_normalises_each_reward_in_its_group_then_whitens_the_weighted_sum():
+    index = np.array(["a", "a", "a", "b", "b", "b"])
+    lengths = [3, 1, 2, 3, 3, 2]
+    fmt, acc = np.array([1.0, 0.0, 1.0, 1.0, 1.0, 0.0]), np.array([0.0, 0.0, 1.0, 1.0, 0.0, 0.0])
+    r, m = outcome((fmt + acc).tolist(), lengths, 3)  # the score: their sum (GDPO does not use it when given keys)
+
+    def group_normalised(x):  # GRPO within each group of 3: (x - mean) / (unbiased std + eps)
+        out = np.zeros_like(x)
+        for g in ("a", "b"):
+            rows = index == g
+            out[rows] = (x[rows] - x[rows].mean()) / (x[rows].std(ddof=1) + EPS)
+        return out
+
+    total = 0.3 * group_normalised(fmt) + 0.7 * group_normalised(acc)
+    # e.g. group a, fmt [1, 0, 1]: mean 2/3, std sqrt(1/3): [0.577, -1.155, 0.577]
+    assert group_normalised(fmt)[:3] == pytest.approx([1 / 3 / math.sqrt(1 / 3), -2 / 3 / math.sqrt(1 / 3), 1 / 3 / math.sqrt(1 / 3)], rel=1e-5)
+    mask = m.numpy()
+    expected = np_whiten(total[:, None] * mask, mask)  # over response tokens: longer rows weigh more
+    config = AlgorithmConfig(gdpo_reward_keys=["format", "accuracy"], gdpo_reward_weights=[0.3, 0.7])
+    adv, ret = run("gdpo", token_level_rewards=r, response_mask=m, index=index, config=config,
+                   reward_components={"format": fmt.tolist(), "accuracy": acc.tolist(), "other": [9.0] * 6})
+    assert torch.allclose(adv, torch.tensor(expected, dtype=adv.dtype), atol=1e-5) and torch.equal(adv, ret)
+    config.gdpo_reward_keys = ["format", "missing"]
+    with pytest.raises(ConfigError, match=r"algorithm\.gdpo_reward_keys names \['missing'\], which the reward function does "
+                                          r"not return \(it returns \['accuracy', 'format', 'other'\]\)"):
+        run("gdpo", token_level_rewards=r, response_mask=m, index=index, config=config,
+            reward_components={"format": fmt.tolist(), "accuracy": acc.tolist(), "other": [9.0] * 6})
 
 
 @pytest.mark.parametrize("name", ALL_ESTIMATORS)

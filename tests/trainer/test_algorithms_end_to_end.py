@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from reinforge.algorithm import adv_estimator_names, policy_loss_names
+from reinforge.errors import ConfigError
 
 BUILT_IN_ESTIMATORS = ["gae", "gpg", "grpo", "grpo_passk", "opo", "reinforce_plus_plus", "reinforce_plus_plus_baseline", "remax", "rloo"]
 BUILT_IN_LOSSES = ["cispo", "clip_cov", "geo_mean", "gpg", "gspo", "kl_cov", "sapo", "vanilla"]
@@ -192,7 +193,7 @@ def test_unknown_names_list_the_registered_ones(tiny_model_path):
     from reinforge.errors import ConfigError
 
     base = [f"actor_rollout_ref.model.path={tiny_model_path}", "data.train_files=/x.parquet"]
-    with pytest.raises(ConfigError, match="algorithm.adv_estimator='grp' is not one of: gae, gpg, grpo"):
+    with pytest.raises(ConfigError, match="algorithm.adv_estimator=.grp. is not one of: gae, gdpo, gpg, grpo"):
         load_config([*base, "algorithm.adv_estimator=grp"])
     with pytest.raises(ConfigError, match="loss_mode='vanila' is not one of: cispo, clip_cov, geo_mean"):
         load_config([*base, "actor_rollout_ref.actor.policy_loss.loss_mode=vanila"])
@@ -290,3 +291,26 @@ def test_band_pass_bounds_the_wrong_way_round_are_refused(tiny_model_path):
         load_config([f"actor_rollout_ref.model.path={tiny_model_path}", "data.train_files=/x.parquet",
                      "algorithm.filter_groups.enable=true", "algorithm.filter_groups.filter_type=band_pass",
                      "algorithm.filter_groups.lower_bound=0.9", "algorithm.filter_groups.upper_bound=0.1"])
+
+
+def test_gdpo_normalises_the_rewards_the_reward_function_returns(run_steps, tmp_path):
+    reward = tmp_path / "two_rewards.py"
+    reward.write_text(
+        "def compute_score(data_source, solution_str, ground_truth, extra_info=None):\n"
+        "    fmt = float(len(solution_str) % 2)\n"
+        "    acc = sum(map(ord, solution_str)) % 7 / 7\n"
+        "    return {'score': fmt + acc, 'format_reward': fmt, 'accuracy_reward': acc}\n")
+    steps = run_steps("algorithm.adv_estimator=gdpo", f"custom_reward_function.path={reward}",
+                      "algorithm.gdpo_reward_keys=[format_reward,accuracy_reward]", "algorithm.gdpo_reward_weights=[1.0,2.0]",
+                      "data.train_batch_size=4", "actor_rollout_ref.actor.ppo_mini_batch_size=4")
+    for step in steps.values():
+        assert 0.0 <= step["gdpo/format_reward/mean"] <= 1.0 and step["gdpo/accuracy_reward/max"] <= 1.0
+        # whitened over the batch's response tokens: mean 0 (std 1 unless every advantage is 0)
+        assert abs(step["critic/advantages/mean"]) < 1e-5
+        assert math.isfinite(step["actor/pg_loss"])
+    assert max(step["actor/grad_norm"] for step in steps.values()) > 0  # the rewards varied: the policy learned something
+    with pytest.raises(ConfigError, match=r"algorithm\.gdpo_reward_weights has 1 weights for the 2"):
+        run_steps("algorithm.adv_estimator=gdpo", "algorithm.gdpo_reward_keys=[format_reward,accuracy_reward]",
+                  "algorithm.gdpo_reward_weights=[1.0]")
+    with pytest.raises(ConfigError, match=r"adv_estimator=gdpo normalises several rewards one by one"):
+        run_steps("algorithm.adv_estimator=gdpo")
