@@ -128,7 +128,7 @@ class ModelConfig(Node):
                                     "layer but the output head), or names such as [q_proj, v_proj] (peft's target_modules).")
     exclude_modules: str | list | None = _f(None, "LoRA: layers to leave without adapters (peft's exclude_modules).")
     lora_adapter_path: str | None = _f(None, "LoRA: start from this peft adapter folder (adapter_config.json, "
-                                       "adapter_model.safetensors, e.g. a checkpoint's huggingface/lora_adapter); its own "
+                                       "adapter_model.safetensors, e.g. a checkpoint's actor/lora_adapter); its own "
                                        "rank and targets apply, lora_rank and target_modules are not used.")
 
 

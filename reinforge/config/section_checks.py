@@ -132,7 +132,7 @@ def check_lora(config: Config) -> None:
         adapter = model_cfg.get("lora_adapter_path")
         if adapter and not (Path(adapter).expanduser() / "adapter_config.json").is_file():
             raise ConfigError(f"{section}.lora_adapter_path={adapter}: no adapter_config.json there; name a peft adapter folder "
-                              "(a checkpoint's huggingface/lora_adapter, or one saved with save_pretrained)")
+                              "(a checkpoint's actor/lora_adapter, or one saved with save_pretrained)")
         in_use = section == "actor_rollout_ref.model" or config.critic.enable
         if in_use and (model_cfg.lora_rank > 0 or adapter) and importlib.util.find_spec("peft") is None:
             raise ConfigError(f"{section}.lora_rank asks for LoRA adapters, which need the peft package: "

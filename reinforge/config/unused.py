@@ -99,7 +99,7 @@ def _lora_reason(config: Config, key: str) -> str | None:
     if name != "lora_rank" and not (model_cfg.lora_rank > 0 or model_cfg.get("lora_adapter_path")):
         return f"LoRA is off ({section}.lora_rank=0)"
     if model_cfg.get("lora_adapter_path"):
-        return f"{section}.lora_adapter_path is set: the adapter's own adapter_config.json gives its rank and layers"
+        return f"{section}.lora_adapter_path is set: the adapter's own adapter_config.json gives its rank, scale and layers"
     return None
 
 HYDRA_REASON = "Hydra's own setting (its outputs and logs); it changes no config key, and reinforge does not run through Hydra"
@@ -235,6 +235,9 @@ def unused_settings(config: Config, user_keys: list[str]) -> list[str]:
               and config.algorithm.filter_groups.enable):
             reason = ("algorithm.filter_groups needs each generation batch's scores to decide which groups to keep, so "
                       "scoring stays synchronous")
+        elif (reason is None and key.startswith("actor_rollout_ref.ref.fsdp_config.")
+              and (config.actor_rollout_ref.model.lora_rank > 0 or config.actor_rollout_ref.model.lora_adapter_path)):
+            reason = "with LoRA the reference is the actor's own model with its adapters off, not a model of its own"
         elif reason is None and "fsdp_config" in parts:
             reason = _fsdp_reason(config, parts[0], parts[parts.index("fsdp_config") + 1])
         elif reason is None and key.startswith("actor_rollout_ref.rollout.") and parts[2] in _ENGINE_ONLY and rollout.name == "hf":

@@ -180,6 +180,10 @@ def check_same_adapters(path: Path, state: dict, model: torch.nn.Module, section
     saved = adapters((name, tuple(tensor.shape)) for name, tensor in state.items())
     current = adapters((name, tuple(tensor.shape)) for name, tensor in model.state_dict().items())
     if saved == current:
+        if saved:
+            from reinforge.training.lora import check_same_scaling
+
+            check_same_scaling(path, model, section)
         return
     fresh = "or start fresh with trainer.resume_mode=disable (or another trainer.default_local_dir)"
     if not saved:

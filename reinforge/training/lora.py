@@ -11,9 +11,10 @@ policy starts as the model it was loaded from (or as the adapter `lora_adapter_p
 - Engines that hold their own weights (vLLM, SGLang, an hf copy in another dtype or on several
   ranks) and Hugging Face folders get the merged weights, W + (alpha / r) B A under W's own name
   (`merged_weights`, `merge_lora_state`), so they see a plain model.
-- Checkpoints keep the base and adapter weights as the model holds them (an exact resume), and
-  `huggingface/lora_adapter/` in peft's layout (`adapter_config.json`, `adapter_model.safetensors`),
-  which `PeftModel.from_pretrained` or `lora_adapter_path` loads.
+- Checkpoints keep the base and adapter weights as the model holds them (an exact resume), and, as
+  verl, `lora_adapter/` beside them in peft's layout (`adapter_config.json`,
+  `adapter_model.safetensors`), which `PeftModel.from_pretrained` or `lora_adapter_path` loads. A
+  resume checks that the checkpoint's adapters have this run's layers, ranks and scales.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from reinforge.distributed.process_group import full_tensor
 from reinforge.errors import ConfigError
 from reinforge.inference.colocated import ModuleWeights
 
-ADAPTER_DIR = "lora_adapter"  # under a checkpoint's huggingface/ folder
+ADAPTER_DIR = "lora_adapter"  # in a checkpoint's worker folder (global_step_<N>/actor/lora_adapter), as verl
 ADAPTER_NAME = "default"
 BASE = ".base_layer."  # peft's name of the wrapped layer inside an adapted one
 SAVED_PREFIX = "base_model.model."  # peft's prefix of the keys in adapter_model.safetensors
@@ -65,13 +66,26 @@ def add_lora(model: torch.nn.Module, model_cfg, key: str) -> torch.nn.Module:
     try:
         peft.inject_adapter_in_model(lora_config, target, adapter_name=ADAPTER_NAME)
     except ValueError as exc:  # peft's "Target modules ... not found in the base model"
-        raise ConfigError(f"{key}.target_modules={model_cfg.get('target_modules')!r}: {exc}") from exc
+        modules = model_cfg.get("target_modules")
+        hint = ("; a string other than all-linear is a regular expression over whole module names (e.g. "
+                "'.*self_attn.q_proj'): name layers with a list, e.g. [q_proj,v_proj]"
+                if isinstance(modules, str) and modules != "all-linear" else "")
+        raise ConfigError(f"{key}.target_modules={modules!r}: {exc}{hint}") from exc
     others = sorted({type(module).__name__ for module in adapted_layers(model)} - {"Linear"})
     if others:
         raise ConfigError(f"{key}.target_modules adapts layers of kind {', '.join(others)}; reinforge supports LoRA on linear "
                           "layers only: name linear layers (e.g. all-linear, or [q_proj, v_proj])")
+    output = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+    if getattr(model.config, "tie_word_embeddings", False) and any(layer is output for layer in adapted_layers(model)):
+        raise ConfigError(f"{key}.target_modules adapts the output layer (lm_head), whose weight this model shares with its "
+                          "input embedding (tie_word_embeddings): an adapter there would change both when merged; leave "
+                          "lm_head out (all-linear does)")
     if adapter_path:
-        loaded = peft.set_peft_model_state_dict(target, weights, adapter_name=ADAPTER_NAME)
+        try:
+            loaded = peft.set_peft_model_state_dict(target, weights, adapter_name=ADAPTER_NAME)
+        except RuntimeError as exc:  # the adapter's matrices do not fit these layers' sizes
+            raise ConfigError(f"{key}.lora_adapter_path={adapter_path}: the adapter was trained for a model of another "
+                              f"shape than {model_cfg.get('path')}'s: {str(exc).splitlines()[-1].strip()}") from exc
         missing = [name for name in loaded.missing_keys if ".lora_" in name]
         if loaded.unexpected_keys or missing:
             raise ConfigError(f"{key}.lora_adapter_path={adapter_path}: the adapter does not fit the model "
@@ -90,7 +104,7 @@ def read_adapter(path: str, key: str):
     folder = Path(path).expanduser()
     if not (folder / "adapter_config.json").is_file():
         raise ConfigError(f"{key}={path}: no adapter_config.json there; name a peft adapter folder (a checkpoint's "
-                          f"huggingface/{ADAPTER_DIR}, or one saved with save_pretrained)")
+                          f"{ADAPTER_DIR} folder, or one saved with save_pretrained)")
     try:
         lora_config = peft.LoraConfig.from_pretrained(str(folder))
         weights = peft.load_peft_weights(str(folder), device="cpu")
@@ -219,16 +233,35 @@ def save_adapter(model: torch.nn.Module, weights: dict[str, torch.Tensor], folde
     save_file({name: tensor.contiguous() for name, tensor in weights.items()}, str(folder / "adapter_model.safetensors"))
 
 
-def saved_scaling(hf_dir: Path, model_class, config) -> dict[str, float]:
-    """The scale of each adapted layer of a checkpoint whose huggingface/ folder is `hf_dir`: its saved adapter config
-    applied to the model `model_class` builds from `config`, without weights."""
+def saved_scaling(path: Path, model_class, config) -> dict[str, float]:
+    """The scale of each adapted layer of the checkpoint worker folder `path`: its saved adapter config applied to the
+    model `model_class` builds from `config`, without weights."""
     peft = _peft("the checkpoint's LoRA adapters")
-    folder = hf_dir / ADAPTER_DIR
+    folder = path / ADAPTER_DIR
     if not (folder / "adapter_config.json").is_file():
-        raise ConfigError(f"{hf_dir.parent} holds LoRA adapter weights but no huggingface/{ADAPTER_DIR}/adapter_config.json "
-                          "giving their scale; it was not saved whole")
+        raise ConfigError(f"{path} holds LoRA adapter weights but no {ADAPTER_DIR}/adapter_config.json giving their scale; "
+                          "it was not saved whole")
     lora_config = peft.LoraConfig.from_pretrained(str(folder))
     with torch.device("meta"):
         model = model_class.from_config(config)
     peft.inject_adapter_in_model(lora_config, lora_target(model), adapter_name=ADAPTER_NAME)
     return lora_scaling(model)
+
+
+def check_same_scaling(path: Path, model: torch.nn.Module, section: str) -> None:
+    """ConfigError when the checkpoint worker folder `path` saved adapters of another scale (lora_alpha, rslora, per-layer
+    patterns) than `model`'s: the same weights would then compute another policy."""
+    saved_file = path / ADAPTER_DIR / "adapter_config.json"
+    if not saved_file.is_file():
+        return
+    import json
+
+    saved = json.loads(saved_file.read_text())
+    current = lora_target(model).peft_config[ADAPTER_NAME]
+    names = ("lora_alpha", "use_rslora", "alpha_pattern", "rank_pattern")
+    differ = [f"{name} {saved.get(name)!r} (checkpoint) vs {getattr(current, name)!r} (this run)" for name in names
+              if saved.get(name) != getattr(current, name)]
+    if differ:
+        raise ConfigError(f"the checkpoint {path} scales its LoRA adapters otherwise than this run: {'; '.join(differ)}. "
+                          f"Resume it with the {section}.lora_alpha it was saved with, or start fresh with "
+                          "trainer.resume_mode=disable (or another trainer.default_local_dir)")

@@ -43,7 +43,7 @@ def merge_checkpoint(folder: str, out: str) -> Path:
                               "value head; transformers has no class for it, so merge cannot write it")
         model_class = AutoModelForTokenClassification
     if any(".lora_A." in name for name in state):  # LoRA adapters: the folder gets the merged weights
-        state = merge_lora_state(state, saved_scaling(hf_dir, model_class, config))
+        state = merge_lora_state(state, saved_scaling(path, model_class, config))
     write_hf_model(config, state, out_dir, model_class)
     for file in hf_dir.iterdir():  # the generation config and tokenizer as the run had them
         if file.is_file() and file.name not in WEIGHT_FILES and not file.name.startswith("model-"):

@@ -194,7 +194,7 @@ class ActorRolloutRefWorker:
         if rank() != 0:
             return
         if adapter is not None:
-            save_adapter(model, adapter, hf_dir / ADAPTER_DIR)
+            save_adapter(model, adapter, path / ADAPTER_DIR)
         if weights is not None:
             if adapter is not None:  # the Hugging Face model is the merged one
                 weights = merge_lora_state(weights, lora_scaling(model))
@@ -277,7 +277,7 @@ class CriticWorker:
                                    {"lr_scheduler": self.scheduler.state_dict()})
         adapter = adapter_state(model) if has_lora(model) else None  # a collective with several ranks
         if adapter is not None and rank() == 0:
-            save_adapter(model, adapter, path / "huggingface" / ADAPTER_DIR)
+            save_adapter(model, adapter, path / ADAPTER_DIR)
 
     @register(Dispatch.ALL)
     def load_checkpoint(self, folder: str) -> list[str]:

@@ -44,23 +44,23 @@ def test_lora_run_trains_the_adapters_against_the_base_model_and_saves_them(run_
     hf_model = AutoModelForCausalLM.from_pretrained(actor / "huggingface")  # hf_model: the merged weights
     assert not any("lora" in name or "base_layer" in name for name in hf_model.state_dict())
     assert torch.allclose(hf_model.eval()(IDS).logits, want, atol=1e-5)
-    peft_model = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(tiny_model_path), actor / "huggingface" / "lora_adapter")
+    peft_model = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(tiny_model_path), actor / "lora_adapter")
     assert torch.allclose(peft_model.eval()(IDS).logits, want, atol=1e-5)  # the adapter in peft's own layout
 
     assert cli_main(["merge", str(actor), str(tmp_path / "merged")]) == 0
     merged = AutoModelForCausalLM.from_pretrained(tmp_path / "merged")
     assert all(torch.equal(merged.state_dict()[k], v) for k, v in hf_model.state_dict().items())
     critic = tmp_path / "run" / "global_step_2" / "critic"
-    assert (critic / "huggingface" / "lora_adapter" / "adapter_model.safetensors").is_file()
+    assert (critic / "lora_adapter" / "adapter_model.safetensors").is_file()
     assert cli_main(["merge", str(critic), str(tmp_path / "merged_critic")]) == 0
     value_model = AutoModelForTokenClassification.from_pretrained(tmp_path / "merged_critic")
     assert value_model.config.num_labels == 1
 
     # lora_adapter_path: a new run starts from the saved adapter, its own rank and alpha
     restart = add_lora(AutoModelForCausalLM.from_pretrained(tiny_model_path),
-                       ModelConfig(lora_adapter_path=str(actor / "huggingface" / "lora_adapter")), "m")
+                       ModelConfig(lora_adapter_path=str(actor / "lora_adapter")), "m")
     assert torch.allclose(restart.eval()(IDS).logits, want, atol=1e-6)
-    steps = run_steps(*LORA, f"actor_rollout_ref.model.lora_adapter_path={actor / 'huggingface' / 'lora_adapter'}",
+    steps = run_steps(*LORA, f"actor_rollout_ref.model.lora_adapter_path={actor / 'lora_adapter'}",
                       "trainer.total_training_steps=1", run_dir=tmp_path / "from_adapter")
     assert steps[1]["actor/kl_loss"] > 0  # the reference is the base model, which the adapter moved away from
 
@@ -74,3 +74,7 @@ def test_resuming_with_other_adapters_than_the_checkpoints_names_the_setting(run
               run_dir=tmp_path / "lora")
     with pytest.raises(ConfigError, match=r"rank \[4\] on 14 layers and this run's are of rank \[8\] on 14"):
         run_steps("actor_rollout_ref.model.lora_rank=8", run_dir=tmp_path / "lora")
+    # the same weights with another alpha would be another policy
+    with pytest.raises(ConfigError, match=r"scales its LoRA adapters otherwise than this run: lora_alpha 16\.0 \(checkpoint\) "
+                                          r"vs 64\.0 \(this run\)\. Resume it with the actor_rollout_ref\.model\.lora_alpha"):
+        run_steps("actor_rollout_ref.model.lora_rank=4", "actor_rollout_ref.model.lora_alpha=64", run_dir=tmp_path / "lora")

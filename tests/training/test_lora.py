@@ -118,3 +118,26 @@ def test_lora_settings_without_a_rank_are_reported_as_doing_nothing():
     assert any(line.startswith("actor_rollout_ref.rollout.layered_summon:") for line in lines)
     config, keys = load_config(["actor_rollout_ref.model.lora_alpha=32", "actor_rollout_ref.model.lora_rank=8"])
     assert unused_settings(config, keys) == []
+    config, keys = load_config(["actor_rollout_ref.model.lora_rank=8", "actor_rollout_ref.actor.use_kl_loss=true",
+                                "actor_rollout_ref.ref.fsdp_config.model_dtype=bf16"])
+    assert unused_settings(config, keys) == ["actor_rollout_ref.ref.fsdp_config.model_dtype: with LoRA the reference is the "
+                                             "actor's own model with its adapters off, not a model of its own"]
+
+
+def test_the_tied_output_layer_and_an_adapter_of_another_shape_are_config_errors(tiny_model_path, tmp_path):
+    from reinforge.training.lora import adapter_state, save_adapter
+
+    with pytest.raises(ConfigError, match=r"adapts the output layer \(lm_head\), whose weight this model shares"):
+        add_lora(load(tiny_model_path), ModelConfig(lora_rank=2, target_modules=["lm_head"]), "actor_rollout_ref.model")
+    with pytest.raises(ConfigError, match=r"target_modules='q_proj': .*a string other than all-linear is a regular expression"):
+        add_lora(load(tiny_model_path), ModelConfig(lora_rank=2, target_modules="q_proj"), "actor_rollout_ref.model")
+    model = add_lora(load(tiny_model_path), ModelConfig(lora_rank=2), "m")
+    folder = tmp_path / "adapter"
+    save_adapter(model, adapter_state(model), folder)
+    import json
+
+    config = json.loads((folder / "adapter_config.json").read_text())
+    config["r"] = 3  # the same layers with rank 3 instead of 2: the saved matrices do not fit
+    (folder / "adapter_config.json").write_text(json.dumps(config))
+    with pytest.raises(ConfigError, match=r"lora_adapter_path=.*the adapter was trained for a model of another shape"):
+        add_lora(load(tiny_model_path), ModelConfig(lora_adapter_path=str(folder)), "actor_rollout_ref.model")
