@@ -28,7 +28,11 @@ def test_a_run_with_token_budgets_trains_the_actor_and_the_critic(run_steps):
 
 def test_token_budget_keys_are_reported_only_when_they_do_nothing(tiny_model_path):
     base = [f"actor_rollout_ref.model.path={tiny_model_path}", "data.train_files=/x.parquet", "algorithm.adv_estimator=gae"]
-    assert unused_settings(*load_config([*base, *DYNAMIC])) == []
+    assert unused_settings(*load_config([*base, *DYNAMIC, "actor_rollout_ref.actor.use_kl_loss=true"])) == []
+    # without a KL there is no reference model, so its pass's token budget does nothing
+    assert unused_settings(*load_config([*base, *DYNAMIC])) == [
+        f"{key}: no reference model in this run (it is used by actor_rollout_ref.actor.use_kl_loss or algorithm.use_kl_in_reward)"
+        for key in ("actor_rollout_ref.ref.log_prob_use_dynamic_bsz", "actor_rollout_ref.ref.log_prob_max_token_len_per_gpu")]
     notes = "\n".join(unused_settings(*load_config([*base, "critic.forward_max_token_len_per_gpu=64"])))
     assert "critic.forward_max_token_len_per_gpu: a token budget acts only with critic.use_dynamic_bsz=true" in notes
     notes = "\n".join(unused_settings(*load_config([*base, "actor_rollout_ref.actor.use_dynamic_bsz=true",
