@@ -138,6 +138,9 @@ def _suggest(key: str) -> str:
     renamed = _renamed(key)
     if renamed:
         return f"; did you mean {renamed}?"
+    if "megatron" in key.split("."):  # verl's Megatron-LM backend (actor.megatron.*, ref.megatron.*, critic.megatron.*)
+        return ("; it is a setting of verl's Megatron-LM backend, and reinforge trains with FSDP2 (strategy=fsdp): leave "
+                "the megatron keys out, or use their fsdp_config counterparts")
     keys = all_keys()
     close = difflib.get_close_matches(key, keys, n=1, cutoff=0.6)
     if not close:  # a misspelt last part under the right parent, or the right leaf under a wrong parent
@@ -254,6 +257,10 @@ def _coerce(value: Any, annotation: Any, key: str) -> Any:
     if isinstance(value, expected) and not (expected is int and isinstance(value, bool)):
         return value
     type_name = {int: "an integer", float: "a number", bool: "true or false", str: "a string", list: "a list", dict: "a mapping"}
+    if value == "":  # `key=` with nothing after it, as a shell variable that was never set writes it
+        raise ConfigError(f"'{key}' must be {type_name.get(expected, expected)}, got an empty value ('{key}=' with nothing after "
+                          f"it, e.g. from an unset shell variable); leave the override out to keep the default "
+                          f"{_default_at(key)!r} ({field_doc(key)})")
     raise ConfigError(f"'{key}' must be {type_name.get(expected, expected)}, got {value!r} ({field_doc(key)})")
 
 

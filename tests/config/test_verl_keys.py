@@ -150,6 +150,11 @@ def test_reference_settings_without_a_reference_say_so():
     ("actor_rollout_ref.actor.use_gpg_loss=true", "did you mean 'actor_rollout_ref.actor.policy_loss.loss_mode=gpg'?"),
     ("reward_model.overlong_buffer.len=512", "did you mean '+reward_model.reward_kwargs.overlong_buffer_cfg.len' with "
      "'reward_model.reward_manager=dapo' (docs/rewards.md)?"),
+    ("actor_rollout_ref.actor.megatron.tensor_model_parallel_size=2", "it is a setting of verl's Megatron-LM backend, and "
+     "reinforge trains with FSDP2"),
+    # verl's gdpo script passes `algorithm.gamma=$gae_gamma` with the variable unset
+    ("algorithm.gamma=", "'algorithm.gamma' must be a number, got an empty value ('algorithm.gamma=' with nothing after it, "
+     "e.g. from an unset shell variable); leave the override out to keep the default 1.0"),
 ])
 def test_old_verl_names_suggest_their_replacement(override, suggestion):
     with pytest.raises(ConfigError) as error:
