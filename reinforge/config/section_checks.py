@@ -122,6 +122,11 @@ def check_reward_model(config: Config) -> None:
         check_judge_config(rm.judge)
 
 
+def lora_enabled(model_cfg) -> bool:
+    """The model section (actor_rollout_ref.model, critic.model) asks for LoRA adapters: a rank or an adapter folder."""
+    return model_cfg.get("lora_rank", 0) > 0 or bool(model_cfg.get("lora_adapter_path"))
+
+
 def check_lora(config: Config) -> None:
     """LoRA settings of the actor and the critic: a rank >= 0, alpha > 0, an adapter folder that exists, peft installed."""
     import importlib.util
@@ -134,7 +139,7 @@ def check_lora(config: Config) -> None:
             raise ConfigError(f"{section}.lora_adapter_path={adapter}: no adapter_config.json there; name a peft adapter folder "
                               "(a checkpoint's actor/lora_adapter, or one saved with save_pretrained)")
         in_use = section == "actor_rollout_ref.model" or config.critic.enable
-        if in_use and (model_cfg.lora_rank > 0 or adapter) and importlib.util.find_spec("peft") is None:
+        if in_use and lora_enabled(model_cfg) and importlib.util.find_spec("peft") is None:
             raise ConfigError(f"{section}.lora_rank asks for LoRA adapters, which need the peft package: "
                               "pip install 'reinforge[lora]'")
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from reinforge.config.fields import node_at
 from reinforge.config.schema import Config
+from reinforge.config.section_checks import lora_enabled
 
 _ENGINE_ONLY = (
     "gpu_memory_utilization", "tensor_model_parallel_size", "max_num_batched_tokens", "max_model_len",
@@ -96,7 +97,7 @@ def _lora_reason(config: Config, key: str) -> str | None:
     if section not in ("actor_rollout_ref.model", "critic.model") or name not in (*_LORA_SETTINGS, "lora_rank"):
         return None
     model_cfg = node_at(config, section)
-    if name != "lora_rank" and not (model_cfg.lora_rank > 0 or model_cfg.get("lora_adapter_path")):
+    if name != "lora_rank" and not lora_enabled(model_cfg):
         return f"LoRA is off ({section}.lora_rank=0)"
     if model_cfg.get("lora_adapter_path"):
         return f"{section}.lora_adapter_path is set: the adapter's own adapter_config.json gives its rank, scale and layers"
@@ -236,7 +237,7 @@ def unused_settings(config: Config, user_keys: list[str]) -> list[str]:
             reason = ("algorithm.filter_groups needs each generation batch's scores to decide which groups to keep, so "
                       "scoring stays synchronous")
         elif (reason is None and key.startswith("actor_rollout_ref.ref.fsdp_config.")
-              and (config.actor_rollout_ref.model.lora_rank > 0 or config.actor_rollout_ref.model.lora_adapter_path)):
+              and lora_enabled(config.actor_rollout_ref.model)):
             reason = "with LoRA the reference is the actor's own model with its adapters off, not a model of its own"
         elif reason is None and "fsdp_config" in parts:
             reason = _fsdp_reason(config, parts[0], parts[parts.index("fsdp_config") + 1])

@@ -123,6 +123,7 @@ class RLTrainer:
                 with timer("reward_wait", timing):
                     timed_scores = pending_scores.result()
                 self._add_scores(batch, timed_scores, metrics, timing)
+            extra = reward_extra_info(batch)  # what the reward function returned besides the score
             with timer("adv", timing):
                 batch["token_level_rewards"] = batch["token_level_scores"]
                 if algo.use_kl_in_reward:
@@ -137,7 +138,7 @@ class RLTrainer:
                     response_mask=batch["response_mask"].float(), index=batch["uid"], values=batch.get("values"),
                     reward_baselines=batch.get("reward_baselines"), norm_adv_by_std_in_grpo=algo.norm_adv_by_std_in_grpo,
                     gamma=algo.gamma, lam=algo.lam, epsilon=1e-6, config=algo,  # epsilon: every estimator's default, as in verl
-                    reward_components=reward_extra_info(batch))
+                    reward_components=extra)
             if self.critic_wg is not None:
                 with timer("update_critic", timing):
                     metrics.update(self.critic_wg.update_critic(batch).meta_info["metrics"])
@@ -147,7 +148,7 @@ class RLTrainer:
                 with timer("update_weights", timing):  # hf shares them; vllm/sglang get them when the next rollout wakes the engine
                     wg.update_weights()
         metrics.update(compute_data_metrics(batch, cfg.actor_rollout_ref.rollout.response_length, cfg.data.max_prompt_length))
-        metrics.update(extra_info_metrics(reward_extra_info(batch), algo.gdpo_reward_keys if algo.adv_estimator == "gdpo" else None))
+        metrics.update(extra_info_metrics(extra, algo.gdpo_reward_keys if algo.adv_estimator == "gdpo" else None))
         metrics.update(compute_timing_metrics(batch, timing))
         metrics.update(compute_throughput_metrics(batch, timing["step"], wg.world_size))
         scores = batch["token_level_scores"].sum(-1).tolist()

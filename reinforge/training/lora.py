@@ -25,6 +25,7 @@ from pathlib import Path
 
 import torch
 
+from reinforge.config.section_checks import lora_enabled  # noqa: F401 (the workers ask here)
 from reinforge.distributed.process_group import full_tensor
 from reinforge.errors import ConfigError
 from reinforge.inference.colocated import ModuleWeights
@@ -33,10 +34,6 @@ ADAPTER_DIR = "lora_adapter"  # in a checkpoint's worker folder (global_step_<N>
 ADAPTER_NAME = "default"
 BASE = ".base_layer."  # peft's name of the wrapped layer inside an adapted one
 SAVED_PREFIX = "base_model.model."  # peft's prefix of the keys in adapter_model.safetensors
-
-
-def lora_enabled(model_cfg) -> bool:
-    return model_cfg.get("lora_rank", 0) > 0 or bool(model_cfg.get("lora_adapter_path"))
 
 
 def _peft(key: str):
