@@ -23,6 +23,7 @@ import difflib
 import re
 import types
 import typing
+from collections.abc import Callable
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -90,8 +91,8 @@ def _dataclass_of(annotation: Any) -> type | None:
 
 
 @cache
-def all_keys() -> tuple[str, ...]:
-    """Every leaf key path of the schema ('data.train_files', ...)."""
+def all_keys(root: type = Config) -> tuple[str, ...]:
+    """Every leaf key path of the schema `root` ('data.train_files', ...)."""
     keys: list[str] = []
 
     def walk(cls: type, prefix: str) -> None:
@@ -102,13 +103,13 @@ def all_keys() -> tuple[str, ...]:
             else:
                 keys.append(prefix + name)
 
-    walk(Config, "")
+    walk(root, "")
     return tuple(keys)
 
 
-def field_doc(key: str) -> str:
+def field_doc(key: str, root: type = Config) -> str:
     """The documentation of a schema key."""
-    cls, *parts = Config, *key.split(".")
+    cls, *parts = root, *key.split(".")
     for part in parts[:-1]:
         cls = _dataclass_of(_hints(cls)[part])
     return {f.name: f for f in dataclasses.fields(cls)}[parts[-1]].metadata.get("doc", "")
@@ -134,14 +135,14 @@ def _renamed(key: str) -> str | None:
     return None
 
 
-def _suggest(key: str) -> str:
+def _suggest(key: str, root: type = Config) -> str:
     renamed = _renamed(key)
     if renamed:
         return f"; did you mean {renamed}?"
     if "megatron" in key.split("."):  # verl's Megatron-LM backend (actor.megatron.*, ref.megatron.*, critic.megatron.*)
         return ("; it is a setting of verl's Megatron-LM backend, and reinforge trains with FSDP2 (strategy=fsdp): leave "
                 "the megatron keys out, or use their fsdp_config counterparts")
-    keys = all_keys()
+    keys = all_keys(root)
     close = difflib.get_close_matches(key, keys, n=1, cutoff=0.6)
     if not close:  # a misspelt last part under the right parent, or the right leaf under a wrong parent
         leaf = key.rsplit(".", 1)[-1]
@@ -152,7 +153,7 @@ def _suggest(key: str) -> str:
 
 
 def _apply(tree: dict, cls: type, override: Override) -> None:
-    """Set, add or delete one key in the nested dict `tree` that mirrors dataclass `cls`."""
+    """Set, add or delete one key in the nested dict `tree` that mirrors the schema's root dataclass `cls`."""
     parts = override.key.split(".")
     node, node_cls = tree, cls
     for depth, part in enumerate(parts):
@@ -172,12 +173,12 @@ def _apply(tree: dict, cls: type, override: Override) -> None:
         if part not in hints:
             where = ".".join(parts[: depth + 1])
             detail = f" ('{where}' is not a key)" if where != override.key else ""
-            raise ConfigError(f"unknown config key '{override.key}'{detail}{_suggest(override.key)}")
+            raise ConfigError(f"unknown config key '{override.key}'{detail}{_suggest(override.key, cls)}")
         annotation = hints[part]
         sub = _dataclass_of(annotation)
         if last:
             if override.kind == "delete":
-                node[part] = _default_at(override.key)
+                node[part] = _default_at(override.key, cls)
             elif sub is not None and not isinstance(override.value, dict) and override.value is not None:
                 raise ConfigError(
                     f"'{override.key}' is a group of keys, not a value; set one of: "
@@ -196,7 +197,7 @@ def _apply(tree: dict, cls: type, override: Override) -> None:
                     node[part] = {}
                 node, node_cls = node[part], None
                 continue
-            raise ConfigError(f"unknown config key '{override.key}' ('{'.'.join(parts[:depth + 1])}' is a value, not a group){_suggest(override.key)}")
+            raise ConfigError(f"unknown config key '{override.key}' ('{'.'.join(parts[:depth + 1])}' is a value, not a group){_suggest(override.key, cls)}")
         if node.get(part) is None:
             node[part] = dataclasses.asdict(sub())
         node, node_cls = node[part], sub
@@ -211,15 +212,15 @@ def _is_free_dict(annotation: Any) -> bool:
     return annotation is dict or typing.get_origin(annotation) is dict or annotation is Any
 
 
-def _default_at(key: str) -> Any:
-    node: Any = dataclasses.asdict(Config())
+def _default_at(key: str, root: type = Config) -> Any:
+    node: Any = dataclasses.asdict(root())
     for part in key.split("."):
         node = node[part] if isinstance(node, dict) else None
     return node
 
 
 # ---------------------------------------------------------------------------------------------
-def _coerce(value: Any, annotation: Any, key: str) -> Any:
+def _coerce(value: Any, annotation: Any, key: str, root: type = Config) -> Any:
     """Check `value` against the field type; convert the harmless cases (int -> float)."""
     if annotation is Any:
         return value
@@ -233,7 +234,7 @@ def _coerce(value: Any, annotation: Any, key: str) -> Any:
             if option is type(None):
                 continue
             try:
-                return _coerce(value, option, key)
+                return _coerce(value, option, key, root)
             except ConfigError as exc:
                 errors.append(exc)
         raise errors[0]
@@ -241,7 +242,7 @@ def _coerce(value: Any, annotation: Any, key: str) -> Any:
     if sub is not None:
         if not isinstance(value, dict):
             raise ConfigError(f"'{key}' must be a group of keys, got {value!r}")
-        return _build(sub, value, key + ".")
+        return _build(sub, value, key + ".", root)
     expected = origin or annotation
     if expected is float and isinstance(value, int) and not isinstance(value, bool):
         return float(value)
@@ -260,21 +261,22 @@ def _coerce(value: Any, annotation: Any, key: str) -> Any:
     if value == "":  # `key=` with nothing after it, as a shell variable that was never set writes it
         raise ConfigError(f"'{key}' must be {type_name.get(expected, expected)}, got an empty value ('{key}=' with nothing after "
                           f"it, e.g. from an unset shell variable); leave the override out to keep the default "
-                          f"{_default_at(key)!r} ({field_doc(key)})")
-    raise ConfigError(f"'{key}' must be {type_name.get(expected, expected)}, got {value!r} ({field_doc(key)})")
+                          f"{_default_at(key, root)!r} ({field_doc(key, root)})")
+    raise ConfigError(f"'{key}' must be {type_name.get(expected, expected)}, got {value!r} ({field_doc(key, root)})")
 
 
-def _build(cls: type, tree: dict, prefix: str = "") -> Any:
+def _build(cls: type, tree: dict, prefix: str = "", root: type | None = None) -> Any:
+    root = root or cls
     hints = _hints(cls)
     kwargs = {}
     for name, value in tree.items():
         if name not in hints:
-            raise ConfigError(f"unknown config key '{prefix}{name}'{_suggest(prefix + name)}")
-        kwargs[name] = _coerce(value, hints[name], prefix + name)
+            raise ConfigError(f"unknown config key '{prefix}{name}'{_suggest(prefix + name, root)}")
+        kwargs[name] = _coerce(value, hints[name], prefix + name, root)
     return cls(**kwargs)
 
 
-BASE_CONFIG = "ppo_trainer"  # verl's base trainer config (verl/trainer/config/ppo_trainer.yaml): the schema's defaults
+BASE_CONFIG = "ppo_trainer"  # verl's base trainer config (verl/trainer/config/ppo_trainer.yaml): `Config`'s defaults
 # Hydra settings that change no config key and not how the job runs: where Hydra writes its outputs and logs, and how much
 # it logs. hydra.searchpath (where Hydra looks for ppo_trainer) is ignored without a note: reinforge's base is built in.
 HYDRA_OUTPUT_SETTINGS = ("run", "sweep", "output_subdir", "job_logging", "hydra_logging", "verbose")
@@ -298,14 +300,14 @@ def _hydra_settings(file: Path, settings: Any) -> list[str]:
     return ignored
 
 
-def _defaults_list(file: Path, entries: Any) -> list[str]:
-    """A verl-style `defaults:` list: `ppo_trainer` then `_self_` is the schema's defaults under the file, which is what
-    reinforge builds anyway; Hydra's own logging groups change no key (returned, to be listed as without effect)."""
+def _defaults_list(file: Path, entries: Any, base: str) -> list[str]:
+    """A verl-style `defaults:` list: `base` (`ppo_trainer`, `sft_trainer`) then `_self_` is the schema's defaults under
+    the file, which is what reinforge builds anyway; Hydra's own logging groups change no key (returned, to be listed as without effect)."""
     if not isinstance(entries, list):
-        raise ConfigError(f"{file}: 'defaults' must be a list (Hydra's defaults list), e.g. defaults: [{BASE_CONFIG}, _self_]")
+        raise ConfigError(f"{file}: 'defaults' must be a list (Hydra's defaults list), e.g. defaults: [{base}, _self_]")
     names, ignored = [], []
     for entry in entries:
-        if entry in (BASE_CONFIG, "_self_"):
+        if entry in (base, "_self_"):
             names.append(entry)
             continue
         if isinstance(entry, dict) and len(entry) == 1:
@@ -316,16 +318,16 @@ def _defaults_list(file: Path, entries: Any) -> list[str]:
             entry = f"{group}: {choice}"
         raise ConfigError(
             f"{file}: the defaults entry {str(entry)!r} cannot be loaded: reinforge builds verl's base trainer config "
-            f"({BASE_CONFIG}) and nothing else, not verl's config groups or other trainer configs. Remove the entry and set "
+            f"({base}) and nothing else, not verl's config groups or other trainer configs. Remove the entry and set "
             "the keys it stands for in the file itself")
-    if "_self_" in names and BASE_CONFIG in names[names.index("_self_"):]:
-        raise ConfigError(f"{file}: the defaults list puts _self_ before {BASE_CONFIG}, so in verl {BASE_CONFIG}'s values "
+    if "_self_" in names and base in names[names.index("_self_"):]:
+        raise ConfigError(f"{file}: the defaults list puts _self_ before {base}, so in verl {base}'s values "
                           f"would override this file's own; reinforge applies the file over the base config. Put _self_ "
-                          f"last: defaults: [{BASE_CONFIG}, _self_]")
+                          f"last: defaults: [{base}, _self_]")
     return ignored
 
 
-def _from_yaml(path: str) -> tuple[list[Override], list[str]]:
+def _from_yaml(path: str, root: type = Config, base: str = BASE_CONFIG) -> tuple[list[Override], list[str]]:
     """The keys a config file sets, and the Hydra settings in it that are ignored (`hydra.run`, ...)."""
     from omegaconf import OmegaConf
 
@@ -340,14 +342,14 @@ def _from_yaml(path: str) -> tuple[list[Override], list[str]]:
         raise ConfigError(f"config file {file} must hold a mapping of keys")
     ignored = _hydra_settings(file, loaded.pop("hydra")) if "hydra" in loaded else []
     if "defaults" in loaded:
-        ignored += _defaults_list(file, loaded.pop("defaults"))
+        ignored += _defaults_list(file, loaded.pop("defaults"), base)
 
     overrides = []
 
     def walk(node: dict, prefix: str) -> None:
         for key, value in node.items():
             full = f"{prefix}{key}"
-            if isinstance(value, dict) and value and _is_group(full):
+            if isinstance(value, dict) and value and _is_group(full, root):
                 walk(value, full + ".")
             else:
                 overrides.append(Override(full, value, "set", f"{file}: {full}"))
@@ -356,8 +358,33 @@ def _from_yaml(path: str) -> tuple[list[Override], list[str]]:
     return overrides, ignored
 
 
-def _is_group(key: str) -> bool:
-    return any(k.startswith(key + ".") for k in all_keys())
+def _is_group(key: str, root: type = Config) -> bool:
+    return any(k.startswith(key + ".") for k in all_keys(root))
+
+
+def resolve(root: type, args: list[str] | None = None, config_file: str | None = None, base: str = BASE_CONFIG,
+            preset: Callable[[list[str]], dict[str, Any] | None] | None = None) -> tuple[Any, list[str], list[str]]:
+    """Defaults of the schema `root`, a preset (the values `preset(user_keys)` returns: the quickstart's), a YAML file
+    and overrides, into an instance of `root`.
+
+    Returns it, the keys the user set, and the file's ignored Hydra settings (for the report of settings without effect).
+    `base` is the name of verl's config that `root`'s defaults stand for, as a file's defaults list names it.
+    """
+    from omegaconf import OmegaConf
+    from omegaconf.errors import OmegaConfBaseException
+
+    file_overrides, ignored = _from_yaml(config_file, root, base) if config_file else ([], [])
+    overrides = file_overrides + parse_overrides(list(args or []))
+    tree = dataclasses.asdict(root())
+    for key, value in ((preset and preset([o.key for o in overrides])) or {}).items():
+        _apply(tree, root, Override(key, value, "set", f"quickstart {key}"))
+    for override in overrides:
+        _apply(tree, root, override)
+    try:
+        resolved = OmegaConf.to_container(OmegaConf.create(tree), resolve=True)
+    except OmegaConfBaseException as exc:
+        raise ConfigError(f"cannot resolve an interpolation in the config: {exc}") from None
+    return _build(root, resolved), [o.key for o in overrides], ignored
 
 
 def load_config(args: list[str] | None = None, config_file: str | None = None) -> tuple[Config, list[str]]:
@@ -366,28 +393,13 @@ def load_config(args: list[str] | None = None, config_file: str | None = None) -
     Returns the config and the keys the user set, with the file's ignored Hydra settings (for the report of settings
     without effect).
     """
-    from omegaconf import OmegaConf
-    from omegaconf.errors import OmegaConfBaseException
-
     from reinforge.config.validate import finalize
 
-    file_overrides, ignored = _from_yaml(config_file) if config_file else ([], [])
-    overrides = file_overrides + parse_overrides(list(args or []))
-    user_keys = [o.key for o in overrides]
-    tree = dataclasses.asdict(Config())
-    if quickstart.applies(user_keys):
-        for key, value in quickstart.values().items():
-            _apply(tree, Config, Override(key, value, "set", f"quickstart {key}"))
-    for override in overrides:
-        _apply(tree, Config, override)
-    try:
-        resolved = OmegaConf.to_container(OmegaConf.create(tree), resolve=True)
-    except OmegaConfBaseException as exc:
-        raise ConfigError(f"cannot resolve an interpolation in the config: {exc}") from None
-    config = _build(Config, resolved)
+    config, user_keys, ignored = resolve(Config, args, config_file,
+                                         preset=lambda keys: quickstart.values() if quickstart.applies(keys) else None)
     finalize(config, quickstart.applies(user_keys))
     return config, ignored + user_keys
 
 
-def to_dict(config: Config) -> dict:
+def to_dict(config: Any) -> dict:
     return dataclasses.asdict(config)
