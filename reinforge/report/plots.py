@@ -34,8 +34,8 @@ LINE_PANELS = (
     LinePanel("kl", "KL to the reference / old policy", "KL", ("actor/kl_loss", "actor/ppo_kl", "critic/kl"), all_keys=True),
     LinePanel("entropy", "Policy entropy", "nats per token (actor/entropy)", ("actor/entropy",)),
     LinePanel("clipfrac", "Clip fraction", "fraction of tokens clipped (actor/pg_clipfrac)", ("actor/pg_clipfrac",)),
-    LinePanel("grad_norm", "Gradient norm", "norm before clipping (actor/grad_norm)", ("actor/grad_norm",)),
-    LinePanel("lr", "Learning rate", "actor/lr", ("actor/lr",)),
+    LinePanel("grad_norm", "Gradient norm", "norm before clipping (actor/grad_norm)", ("actor/grad_norm", "train/grad_norm")),
+    LinePanel("lr", "Learning rate", "actor/lr", ("actor/lr", "train/lr")),
     LinePanel("throughput", "Throughput", "tokens per second (perf/throughput)", ("perf/throughput",)),
 )
 VALIDATION_PREFIXES = ("val-core/",)
@@ -54,8 +54,16 @@ class Panel:
     note: str = ""
 
 
+# the runs of `reinforge sft`: the loss, then the gradient norm and the learning rate
+SFT_PANELS = (LinePanel("loss", "Loss", "mean NLL per trained token", ("train/loss", "val/loss"), all_keys=True),
+              LINE_PANELS[5], LINE_PANELS[6])
+
+
 def build_panels(runs: list[Run]) -> list[Panel]:
-    """All panels in page order: reward, validation, the line panels, then the timing breakdown."""
+    """All panels in page order: reward, validation, the line panels, then the timing breakdown (`reinforge sft` runs
+    alone: the SFT panels)."""
+    if all("train/loss" in run.keys() for run in runs):
+        return [_line_panel(runs, spec) for spec in SFT_PANELS]
     panels = [_line_panel(runs, LINE_PANELS[0]), _validation_panel(runs)]
     panels += [_line_panel(runs, spec) for spec in LINE_PANELS[1:]]
     panels.insert(len(panels) - 1, _timing_panel(runs))  # throughput last

@@ -1,5 +1,5 @@
 """The optimizer (AdamW, or the class optim.optimizer names) and the learning-rate schedule (linear warmup, then
-constant or cosine).
+constant, cosine, or wsd: constant, then cosine over the last 10% of the steps after warmup).
 
 AdamW runs its fused kernel where torch has one (CPU and CUDA, floating-point parameters): one
 pass over each parameter instead of a chain of whole-model temporaries (measured on 2 CPU cores,
@@ -20,6 +20,7 @@ from reinforge.config.schema import OptimConfig
 from reinforge.errors import ConfigError
 
 FUSED_DEVICES = ("cpu", "cuda")
+WSD_STABLE_RATIO = 0.9  # the wsd schedule's constant part, of the steps after warmup (verl's stable_ratio)
 
 
 def optimizer_class(optim: OptimConfig, key: str = "actor_rollout_ref.actor.optim") -> type[torch.optim.Optimizer]:
@@ -71,6 +72,11 @@ def lr_factor(step: int, optim: OptimConfig, total_steps: int) -> float:
         return step / warmup  # the first warmup step has lr 0, as in transformers' schedules
     if optim.lr_scheduler_type == "constant":
         return 1.0
+    if optim.lr_scheduler_type == "wsd":  # warmup-stable-decay: constant for 90% of the steps after warmup, then the cosine
+        stable = int(WSD_STABLE_RATIO * max(0, total_steps - warmup))
+        if step < warmup + stable:
+            return 1.0
+        warmup += stable
     progress = (step - warmup) / max(1, total_steps - warmup)
     cosine = 0.5 * (1.0 + math.cos(math.pi * 2.0 * optim.num_cycles * progress))
     return optim.min_lr_ratio + (1.0 - optim.min_lr_ratio) * max(0.0, cosine)

@@ -1,6 +1,7 @@
-"""Supervised fine-tuning on (prompt, answer) pairs: teacher forcing, mean NLL of answer tokens.
+"""Supervised fine-tuning on generated (prompt, answer) pairs: teacher forcing, mean NLL of answer tokens.
 
-Used to pretrain the quickstart's tiny model on a skill (see environment/tasks.py). The loss is
+Used to pretrain the quickstart's tiny model on a skill (see environment/tasks.py), from examples drawn afresh at each
+step; `reinforge sft` (trainer/sft_trainer.py) trains on data files, with the same batch layout and loss. The loss is
 the mean negative log-prob of the answer's tokens and the EOS after them, computed with the same
 `response_log_probs` the RL update uses, on the same prompt/response layout as a rollout.
 """
@@ -16,10 +17,7 @@ from pathlib import Path
 import torch
 
 from reinforge.algorithm import masked_mean
-from reinforge.batch import Batch
-from reinforge.environment.dataset import collate_prompts
-from reinforge.inference.engine import GenerationOutput
-from reinforge.inference.rollout import trajectories
+from reinforge.environment.sft_dataset import SFTExample, collate_examples
 from reinforge.training.actor import response_log_probs
 from reinforge.training.tiny_model import move_into_place
 
@@ -27,15 +25,14 @@ Examples = Callable[[random.Random, int], list[tuple[str, str]]]
 
 
 def sft_batch(tokenizer, examples: list[tuple[str, str]]):
-    """A trajectory Batch whose responses are the answers followed by EOS."""
-    items = []
-    for prompt, _ in examples:
+    """A batch in the rollout layout (environment/sft_dataset.py, as `reinforge sft` trains on) whose responses are the
+    answers followed by EOS, all trained."""
+    rows = []
+    for prompt, answer in examples:
         text = tokenizer.apply_chat_template([{"role": "user", "content": prompt}], add_generation_prompt=True, tokenize=False)
-        items.append({"input_ids": torch.tensor(tokenizer(text, add_special_tokens=False)["input_ids"])})
-    prompts = Batch.from_dict(collate_prompts(items, tokenizer.pad_token_id))
-    outputs = [GenerationOutput(tokenizer(answer, add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id], finish_reason="stop")
-               for _, answer in examples]
-    return trajectories(prompts, outputs, tokenizer.pad_token_id)
+        response = tokenizer(answer, add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
+        rows.append(SFTExample(tokenizer(text, add_special_tokens=False)["input_ids"], response, [1] * len(response)))
+    return collate_examples(rows, tokenizer.pad_token_id)
 
 
 def supervised_finetune(model, tokenizer, examples: Examples, steps: int, lr: float = 3e-3,

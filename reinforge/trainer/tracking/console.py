@@ -28,6 +28,12 @@ class ConsoleLogger:
                              disable=not sys.stderr.isatty(), leave=False)
 
     def log(self, metrics: dict[str, float], step: int) -> None:
+        if "train/loss" in metrics:  # reinforge sft
+            self.progress.update(1)
+            self.write(f"step {step:>{len(str(self.total_steps))}}/{self.total_steps} | loss {metrics['train/loss']:.4f} | "
+                       f"lr {metrics['train/lr']:.2e} | grad_norm {metrics['train/grad_norm']:.3f} | {metrics['train/time(s)']:.2f}s")
+        if "val/loss" in metrics:
+            self.write(f"validation @ step {step}: val/loss {metrics['val/loss']:.4f}")
         if "timing_s/step" in metrics:
             self.progress.update(1)
             self.write(self.step_line(metrics, step))

@@ -1,0 +1,214 @@
+"""The config of `reinforge sft`: verl's `sft_trainer` (verl.trainer.fsdp_sft_trainer) keys, paths and defaults.
+
+verl users run `torchrun -m verl.trainer.fsdp_sft_trainer data.train_files=... model.partial_pretrain=...`;
+the same overrides work with `reinforge sft` (or `torchrun ... -m reinforge sft` for several ranks). Defaults
+are verl's, but where they assume a GPU cluster (8 GPUs, wandb) or refuse what works here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from reinforge.config.fields import Node, _f, _sub
+from reinforge.config.schema import SP_DOC, ClassRef, OptimConfig
+
+NO_EFFECT = "Accepted for verl compatibility; no effect here."
+
+
+@dataclass
+class SFTMultiTurnConfig(Node):
+    enable: bool = _f(False, "Train on conversations (a list of {role, content} messages per row) instead of prompt/response "
+                             "pairs; the loss covers the assistant messages only.")
+    messages_key: str = _f("messages", "Column of the conversation's messages.")
+    tools_key: str = _f("tools", "Column of the tool schemas passed to the chat template (rows without it: no tools).")
+    enable_thinking_key: str = _f("enable_thinking", "Column whose value is passed to the chat template as enable_thinking "
+                                                     "(rows without it: the template's default).")
+
+
+@dataclass
+class SFTDataConfig(Node):
+    train_batch_size: int = _f(256, "Rows per optimizer step, over all ranks.")
+    micro_batch_size: int | None = _f(None, "verl's older, global name of micro_batch_size_per_gpu; when set it is divided by "
+                                            "the number of ranks and wins.")
+    micro_batch_size_per_gpu: int = _f(4, "Rows per forward/backward on each rank (gradient accumulation up to the rank's share "
+                                          "of train_batch_size); also the validation batch size.")
+    train_files: str | list | None = _f(None, "Parquet (or JSON/JSONL) file(s) to train on.")
+    val_files: str | list | None = _f(None, "File(s) for the validation loss (val/loss); null: no validation.")
+    prompt_key: str = _f("question", "Column of the prompt (single-turn); sent to the chat template as one user message.")
+    response_key: str = _f("answer", "Column of the response that is trained on (single-turn).")
+    prompt_dict_keys: list | None = _f(None, "When the prompt column holds dicts: the key(s) to follow into it, e.g. [question] "
+                                             "for prompt_key=extra_info.")
+    response_dict_keys: list | None = _f(None, "When the response column holds dicts: the key(s) to follow into it, e.g. "
+                                               "[answer] for response_key=extra_info.")
+    multiturn: SFTMultiTurnConfig = _sub(SFTMultiTurnConfig, "Multi-turn conversations.")
+    max_length: int = _f(1024, "Most tokens of one row, prompt and response together.")
+    truncation: str = _f("error", "A row longer than max_length: error (stop, naming the row), left (drop its first tokens) "
+                                  "or right (drop its last tokens).")
+    balance_dp_token: bool = _f(False, "verl: normalise the loss by the tokens of all ranks. Always so here: the loss is the "
+                                       "mean over every trained token of the step, on any number of ranks and micro-batches.")
+    chat_template: str | None = _f(None, "A Jinja chat template that replaces the tokenizer's (verl refuses this key).")
+    custom_cls: ClassRef = _sub(ClassRef, "A user Dataset class, called as verl calls it: cls(parquet_files=, tokenizer=, "
+                                          "config=, max_samples=); its items hold input_ids, attention_mask and loss_mask.")
+    use_shm: bool = _f(False, NO_EFFECT)
+    train_max_samples: int = _f(-1, "Use only the first this many training rows (-1: all).")
+    val_max_samples: int = _f(-1, "Use only the first this many validation rows (-1: all).")
+    trust_remote_code: bool = _f(False, "Allow tokenizer code from the model folder.")
+
+
+@dataclass
+class SFTFSDPConfig(Node):
+    model_dtype: str = _f("fp32", "Parameter dtype of the model: fp32 or bf16.")
+    wrap_policy: dict = _f({"min_num_params": 0}, "FSDP wrap policy; every decoder layer is its own FSDP2 unit here.")
+    cpu_offload: bool = _f(False, "FSDP's CPU offload (several CUDA ranks); no effect on CPU.")
+    offload_params: bool = _f(False, "FSDP's parameter offload (with cpu_offload); no effect on CPU.")
+    reshard_after_forward: bool = _f(True, "FSDP2: free each gathered layer after its forward.")
+
+    # what FSDP2 sharding (training/fsdp.py) reads, in the RL config's names
+    @property
+    def param_offload(self) -> bool:
+        return self.cpu_offload
+
+    @property
+    def offload_policy(self) -> bool:
+        return self.cpu_offload and self.offload_params
+
+    @property
+    def mixed_precision(self) -> dict:
+        return {}
+
+
+@dataclass
+class SFTModelConfig(Node):
+    partial_pretrain: str | None = _f(None, "Folder (or hub id) of the Hugging Face causal LM to fine-tune.")
+    use_shm: bool = _f(False, NO_EFFECT)
+    fsdp_config: SFTFSDPConfig = _sub(SFTFSDPConfig, "Sharding over several ranks (FSDP2).")
+    external_lib: str | None = _f(None, "A module to import before loading the model (registers custom architectures).")
+    enable_gradient_checkpointing: bool = _f(False, "Recompute activations in the backward pass to save memory.")
+    trust_remote_code: bool = _f(False, "Allow model code from the model folder.")
+    override_config: dict = _f({}, "Values that override the model's config.json.")
+    lora_rank: int = _f(0, "LoRA: > 0 trains rank-r adapters on target_modules instead of every weight (peft, extra "
+                           "reinforge[lora]); 0: full fine-tuning.")
+    lora_alpha: float = _f(16, "LoRA: the adapters' output is scaled by lora_alpha / lora_rank.")
+    target_modules: str | list = _f("all-linear", "LoRA: the linear layers that get adapters (peft's target_modules).")
+    exclude_modules: str | list | None = _f(None, "LoRA: layers to leave without adapters (peft's exclude_modules).")
+    lora_adapter_path: str | None = _f(None, "LoRA: start from this peft adapter folder; its own rank and targets apply.")
+    use_liger: bool = _f(False, NO_EFFECT)
+    strategy: str = _f("fsdp2", "fsdp or fsdp2; both mean FSDP2 here.")
+    attn_implementation: str | None = _f(None, "The model's attention implementation (eager, sdpa, ...); null: transformers' "
+                                               "default (verl asks for flash_attention_2, which needs a GPU).")
+
+    @property
+    def path(self) -> str | None:  # the name model loading (training/model.py) reads
+        return self.partial_pretrain
+
+
+@dataclass
+class SFTOptimConfig(OptimConfig):
+    lr: float = _f(1e-5, "Peak learning rate.")
+    betas: list = _f([0.9, 0.95], "AdamW betas.")
+    lr_warmup_steps_ratio: float = _f(0.1, "Linear warmup as a fraction of the run's steps (used when lr_warmup_steps < 0).")
+    warmup_steps_ratio: float | None = _f(None, "verl's older name of lr_warmup_steps_ratio; when set it wins.")
+    clip_grad: float | None = _f(1.0, "Gradient-norm clip.")
+    lr_scheduler: str = _f("cosine", "Schedule after warmup: cosine (down to min_lr_ratio), wsd (constant, then a cosine "
+                                     "decay over the last 10% of the steps: warmup-stable-decay) or constant.")
+
+
+@dataclass
+class SFTTrainerConfig(Node):
+    default_local_dir: str | None = _f(None, "The run folder (checkpoints, metrics.jsonl); null: "
+                                             "checkpoints/<project_name>/<experiment_name>.")
+    default_hdfs_dir: str | None = _f(None, "verl copies checkpoints to HDFS; not supported (refused when set).")
+    resume_path: str | None = _f(None, "verl's older name of resume_from_path (with resume_mode=auto).")
+    resume_mode: str = _f("auto", "auto: continue from the latest checkpoint in the run folder; disable; resume_path.")
+    resume_from_path: str | None = _f(None, "A global_step_<N> folder to resume from.")
+    project_name: str = _f("gsm8k-sft", "Project name: trackers and the default run folder.")
+    experiment_name: str = _f("test", "Experiment name: trackers and the default run folder.")
+    total_epochs: int = _f(4, "Passes over the training data.")
+    total_training_steps: int | None = _f(None, "Stop after this many steps (the learning-rate schedule spans them).")
+    logger: list | str = _f(["console"], "Where metrics go: console, tensorboard, wandb, mlflow, swanlab; metrics.jsonl in the "
+                                         "run folder is always written (verl's default adds wandb).")
+    seed: int = _f(1, "Seed of the data order and of model-side randomness.")
+    save_freq: int = _f(-1, "Save a checkpoint every this many steps (-1: only the last step).")
+    test_freq: int = _f(-1, "Compute val/loss every this many steps (-1: only after the last step).")
+    nnodes: int = _f(1, "Nodes; launch one process per rank with torchrun (docs/sft.md).")
+    n_gpus_per_node: int | None = _f(None, "Ranks per node; the ranks are torchrun's processes (WORLD_SIZE), this key is "
+                                           "checked against them when set (verl's default is 8).")
+    max_ckpt_to_keep: int | None = _f(None, "Keep at most this many checkpoints (null: all).")
+    checkpoint: dict = _f({"save_contents": ["model", "optimizer", "extra", "hf_model"]},
+                          "save_contents / load_contents: model, optimizer, extra (scheduler, data position, RNG), hf_model "
+                          "(a Hugging Face folder under huggingface/, what `reinforge train` loads; reinforge saves it by "
+                          "default, verl only when asked).")
+    device: str | None = _f(None, "cuda or cpu; null: cuda when a GPU is present, else cpu.")
+
+
+@dataclass
+class SFTConfig(Node):
+    data: SFTDataConfig = _sub(SFTDataConfig, "Training and validation data.")
+    model: SFTModelConfig = _sub(SFTModelConfig, "The model to fine-tune.")
+    optim: SFTOptimConfig = _sub(SFTOptimConfig, "Optimizer and learning-rate schedule.")
+    ulysses_sequence_parallel_size: int = _f(1, SP_DOC)
+    use_remove_padding: bool = _f(False, "verl: pack sequences without padding. Micro-batches here are padded to their "
+                                         "longest row only, not to max_length.")
+    trainer: SFTTrainerConfig = _sub(SFTTrainerConfig, "The loop, checkpoints and logging.")
+
+
+# ---- checks and derived values ----------------------------------------------------------------------
+def finalize_sft(config: SFTConfig, ranks: int) -> list[str]:
+    """Check `config` for a run on `ranks` ranks and fill in what verl derives (older names, the run folder, the
+    micro-batch size); returns notes on settings that have no effect here."""
+    from reinforge.config.section_checks import CHECKPOINT_CONTENTS, LR_SCHEDULES, check_optim, choice
+    from reinforge.errors import ConfigError
+
+    data, model, optim, trainer = config.data, config.model, config.optim, config.trainer
+    if not model.partial_pretrain:
+        raise ConfigError("model.partial_pretrain is not set: name the Hugging Face model folder to fine-tune")
+    if not data.train_files:
+        raise ConfigError("data.train_files is not set: name the parquet file(s) to train on")
+    if trainer.default_hdfs_dir:
+        raise ConfigError(f"trainer.default_hdfs_dir={trainer.default_hdfs_dir}: copying checkpoints to HDFS is not "
+                          "supported; leave it unset (checkpoints stay in trainer.default_local_dir)")
+    notes = []
+    expected = trainer.nnodes * (trainer.n_gpus_per_node or ranks // max(1, trainer.nnodes) or 1)
+    if expected != ranks:  # verl reads the ranks from torchrun too, and ignores these keys
+        notes.append(f"trainer.nnodes x trainer.n_gpus_per_node = {expected}, but {ranks} process(es) run: the ranks are the "
+                     f"processes torchrun starts (torchrun --nproc_per_node={expected} -m reinforge sft ...)")
+    if optim.warmup_steps_ratio is not None:
+        optim.lr_warmup_steps_ratio = optim.warmup_steps_ratio
+    choice("optim.lr_scheduler", optim.lr_scheduler, LR_SCHEDULES)
+    optim.lr_scheduler_type = optim.lr_scheduler
+    check_optim("optim", optim)
+    if data.micro_batch_size is not None:
+        if data.micro_batch_size % ranks:
+            raise ConfigError(f"data.micro_batch_size={data.micro_batch_size} does not split over {ranks} ranks; use "
+                              "data.micro_batch_size_per_gpu")
+        data.micro_batch_size_per_gpu = data.micro_batch_size // ranks
+    for key, value in (("data.train_batch_size", data.train_batch_size), ("data.micro_batch_size_per_gpu", data.micro_batch_size_per_gpu),
+                       ("data.max_length", data.max_length), ("trainer.total_epochs", trainer.total_epochs)):
+        if value < 1:
+            raise ConfigError(f"{key}={value} must be at least 1")
+    if data.train_batch_size % ranks:
+        raise ConfigError(f"data.train_batch_size={data.train_batch_size} does not split over {ranks} ranks; make it a multiple")
+    if trainer.total_training_steps is not None and trainer.total_training_steps < 1:
+        raise ConfigError(f"trainer.total_training_steps={trainer.total_training_steps} must be at least 1 (or null)")
+    choice("trainer.resume_mode", trainer.resume_mode, ("auto", "disable", "resume_path"))
+    if trainer.resume_path and not trainer.resume_from_path:
+        trainer.resume_from_path = trainer.resume_path
+        if trainer.resume_mode == "auto":
+            trainer.resume_mode = "resume_path"
+    if trainer.resume_mode == "resume_path" and not trainer.resume_from_path:
+        raise ConfigError("trainer.resume_mode=resume_path needs trainer.resume_from_path (a global_step_<N> folder)")
+    unknown = set(trainer.checkpoint) - {"save_contents", "load_contents"}
+    if unknown:
+        raise ConfigError(f"trainer.checkpoint.{sorted(unknown)[0]} is not a key; trainer.checkpoint has save_contents and load_contents")
+    trainer.checkpoint.setdefault("save_contents", ["model", "optimizer", "extra", "hf_model"])
+    trainer.checkpoint.setdefault("load_contents", [c for c in trainer.checkpoint["save_contents"] if c != "hf_model"])
+    for name in ("save_contents", "load_contents"):
+        for content in trainer.checkpoint[name]:
+            choice(f"trainer.checkpoint.{name}", content, CHECKPOINT_CONTENTS)
+    trainer.default_local_dir = trainer.default_local_dir or f"checkpoints/{trainer.project_name}/{trainer.experiment_name}"
+    if config.ulysses_sequence_parallel_size > 1:
+        notes.append(f"ulysses_sequence_parallel_size={config.ulysses_sequence_parallel_size}: sequences are not split "
+                     "over ranks here; every rank computes whole sequences")
+    if model.use_liger or model.use_shm or data.use_shm:
+        notes.append("model.use_liger / model.use_shm / data.use_shm have no effect here")
+    return notes

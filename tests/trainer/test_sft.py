@@ -1,0 +1,202 @@
+"""`reinforge sft`: verl's SFT data and command line, the loss against an independent computation, learning, exact
+resume, 2 ranks equal to 1, LoRA, and the messages of user mistakes."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+import torch
+
+from reinforge.cli import main
+from reinforge.config.sft_schema import SFTConfig
+from reinforge.environment.sft_dataset import SFTDataset
+from tests.trainer.test_metrics_documented import DOC, documented_patterns
+
+ROWS = 256
+
+
+def _digits(i: int, salt: int) -> str:
+    return str((i * 7919 + salt * 104729) % 10000).zfill(4)
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory) -> Path:
+    """gsm8k-like single-turn rows (the question and answer also nested in extra_info, as verl's gsm8k files hold
+    them), and two-turn conversations."""
+    folder = tmp_path_factory.mktemp("sft-data")
+    for name, count, salt in (("train", ROWS, 0), ("test", 32, 1)):
+        rows = [{"question": f"Copy: {_digits(i, salt)}", "answer": _digits(i, salt),
+                 "extra_info": {"question": f"Copy: {_digits(i, salt)}", "answer": _digits(i, salt), "index": i}}
+                for i in range(count)]
+        pq.write_table(pa.Table.from_pylist(rows), folder / f"{name}.parquet")
+    conversations = [{"messages": [{"role": "user", "content": f"Copy: {i % 10}"}, {"role": "assistant", "content": str(i % 10)},
+                                   {"role": "user", "content": f"Copy: {i % 7}"}, {"role": "assistant", "content": str(i % 7)}]}
+                     for i in range(64)]
+    pq.write_table(pa.Table.from_pylist(conversations), folder / "multi.parquet")
+    return folder
+
+
+def _args(model: Path, data: Path, run: Path, *extra: str) -> list[str]:
+    return ["sft", f"data.train_files={data / 'train.parquet'}", f"data.val_files={data / 'test.parquet'}",
+            "data.train_batch_size=32", "data.micro_batch_size_per_gpu=8", f"model.partial_pretrain={model}",
+            f"trainer.default_local_dir={run}", "optim.lr=3e-3", "trainer.total_epochs=1", *extra]
+
+
+def _metrics(run: Path) -> list[dict]:
+    return [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+
+
+# ---- data -------------------------------------------------------------------------------------------------------
+def test_single_turn_rows_train_the_response_and_eos(tokenizer, data):
+    config = SFTConfig().data
+    config.prompt_key, config.response_key = "extra_info", "extra_info"
+    config.prompt_dict_keys, config.response_dict_keys = ["question"], ["answer"]
+    example = SFTDataset(str(data / "train.parquet"), tokenizer, config)[3]
+    prompt = tokenizer.apply_chat_template([{"role": "user", "content": f"Copy: {_digits(3, 0)}"}], add_generation_prompt=True,
+                                           tokenize=False)
+    assert tokenizer.decode(example.prompt) == prompt
+    assert example.response == tokenizer(_digits(3, 0), add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
+    assert example.mask == [1] * len(example.response)
+
+
+def test_multi_turn_rows_train_the_assistant_messages_only(tokenizer, data):
+    config = SFTConfig().data
+    config.multiturn.enable = True
+    example = SFTDataset(str(data / "multi.parquet"), tokenizer, config)[12]
+    trained = tokenizer.decode([t for t, m in zip(example.response, example.mask, strict=True) if m])
+    end = "<|im_end|>\n"  # the tiny model's template closes every turn so
+    assert trained == f"2{end}5{end}"
+    whole = tokenizer.apply_chat_template([{"role": "user", "content": "Copy: 2"}, {"role": "assistant", "content": "2"},
+                                           {"role": "user", "content": "Copy: 5"}, {"role": "assistant", "content": "5"}],
+                                          tokenize=False)
+    assert tokenizer.decode(example.prompt + example.response) == whole
+
+
+def test_long_rows_are_truncated_or_named(tokenizer, data):
+    config = SFTConfig().data
+    prompt = tokenizer.apply_chat_template([{"role": "user", "content": f"Copy: {_digits(0, 0)}"}], add_generation_prompt=True,
+                                           tokenize=False)
+    config.max_length = len(tokenizer(prompt, add_special_tokens=False)["input_ids"]) + 2
+    with pytest.raises(Exception, match=rf"train.parquet row 0: \d+ tokens, more than data.max_length={config.max_length}"):
+        SFTDataset(str(data / "train.parquet"), tokenizer, config)
+    config.truncation = "right"
+    example = SFTDataset(str(data / "train.parquet"), tokenizer, config)[0]
+    assert tokenizer.decode(example.prompt) == prompt and example.response == tokenizer(_digits(0, 0))["input_ids"][:2]
+    config.truncation = "left"
+    example = SFTDataset(str(data / "train.parquet"), tokenizer, config)[0]
+    assert len(example.prompt + example.response) == config.max_length and example.response[-1] == tokenizer.eos_token_id
+
+
+# ---- the loss, learning, checkpoints ----------------------------------------------------------------------------
+def test_first_step_loss_is_the_token_mean_nll(tiny_model_path, tokenizer, data, tmp_path):
+    """Step 1's train/loss (before any update) against the model's own cross-entropy on the same rows, worked out here."""
+    run = tmp_path / "run"
+    assert main(_args(tiny_model_path, data, run, "trainer.total_training_steps=1")) == 0
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_path)
+    rows = torch.randperm(ROWS, generator=torch.Generator().manual_seed(1))[:32].tolist()  # trainer.seed=1, epoch 0
+    nll = tokens = 0.0
+    for i in rows:
+        prompt = tokenizer.apply_chat_template([{"role": "user", "content": f"Copy: {_digits(i, 0)}"}], add_generation_prompt=True,
+                                               tokenize=False)
+        prompt_ids = tokenizer(prompt, add_special_tokens=False)["input_ids"]
+        answer = tokenizer(_digits(i, 0), add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
+        labels = [-100] * len(prompt_ids) + answer
+        with torch.no_grad():
+            out = model(torch.tensor([prompt_ids + answer]), labels=torch.tensor([labels]))
+        nll, tokens = nll + out.loss.item() * len(answer), tokens + len(answer)
+    (step,) = _metrics(run)
+    assert step["train/loss"] == pytest.approx(nll / tokens, rel=1e-5)
+    assert step["train/tokens"] == tokens
+
+
+def test_sft_learns_and_saves_a_model_reinforge_train_loads(tiny_model_path, data, tmp_path):
+    run = tmp_path / "run"
+    assert main(_args(tiny_model_path, data, run, "trainer.total_epochs=3", "trainer.test_freq=8")) == 0  # 24 steps
+    metrics = _metrics(run)
+    patterns = documented_patterns(DOC.read_text())
+    assert not [key for m in metrics for key in m if not any(p.match(key) for p in patterns)]  # docs/metrics.md lists them
+    val = [m["val/loss"] for m in metrics if "val/loss" in m]
+    assert len(val) == 3 and val[0] > val[1] > val[2] and val[2] < 0.6 * metrics[0]["train/loss"]
+    hf = run / "global_step_24" / "huggingface"
+    assert (run / "latest_checkpointed_iteration.txt").read_text().strip() == "24"
+    from transformers import AutoModelForCausalLM
+
+    saved = AutoModelForCausalLM.from_pretrained(hf).state_dict()
+    trained = torch.load(run / "global_step_24" / "model_world_size_1_rank_0.pt", weights_only=True)
+    assert all(torch.equal(saved[name], trained[name]) for name in saved)
+    from reinforge.report import write_report
+
+    page = write_report([run])
+    assert sorted(p.name for p in page.parent.glob("*.png")) == ["grad_norm.png", "loss.png", "lr.png"]
+    assert main(["train", "--dry-run", f"actor_rollout_ref.model.path={hf}", f"data.train_files={data / 'train.parquet'}",
+                 f"data.val_files={data / 'test.parquet'}", "data.prompt_key=question"]) == 0
+
+
+def test_resumed_run_equals_the_uninterrupted_one(tiny_model_path, data, tmp_path):
+    whole, resumed = tmp_path / "whole", tmp_path / "resumed"
+    assert main(_args(tiny_model_path, data, whole, "trainer.save_freq=4")) == 0  # 8 steps
+    assert main(_args(tiny_model_path, data, resumed, "trainer.resume_mode=resume_path",
+                      f"trainer.resume_from_path={whole / 'global_step_4'}")) == 0
+    a = torch.load(whole / "global_step_8" / "model_world_size_1_rank_0.pt", weights_only=True)
+    b = torch.load(resumed / "global_step_8" / "model_world_size_1_rank_0.pt", weights_only=True)
+    assert all(torch.equal(a[name], b[name]) for name in a)
+    after = {m["step"]: m["train/loss"] for m in _metrics(resumed) if m["step"] > 4}
+    assert after == {m["step"]: m["train/loss"] for m in _metrics(whole) if m["step"] > 4}
+
+
+def test_lora_trains_adapters_only(tiny_model_path, data, tmp_path):
+    pytest.importorskip("peft")
+    run = tmp_path / "run"
+    assert main(_args(tiny_model_path, data, run, "model.lora_rank=4", "model.lora_alpha=8", "trainer.total_training_steps=4",
+                      "optim.lr=1e-2")) == 0
+    from transformers import AutoModelForCausalLM
+
+    base = AutoModelForCausalLM.from_pretrained(tiny_model_path).state_dict()
+    state = torch.load(run / "global_step_4" / "model_world_size_1_rank_0.pt", weights_only=True)
+    adapters = [name for name in state if ".lora_" in name]
+    def saved(name: str) -> torch.Tensor:  # an adapted layer keeps its weight under base_layer (peft's names)
+        return state[name] if name in state else state[name.replace(".weight", ".base_layer.weight").replace(".bias", ".base_layer.bias")]
+
+    assert adapters and all(torch.equal(saved(name), base[name]) for name in base)  # the base weights did not move
+    assert (run / "global_step_4" / "lora_adapter" / "adapter_config.json").is_file()
+    merged = AutoModelForCausalLM.from_pretrained(run / "global_step_4" / "huggingface").state_dict()
+    assert not torch.equal(merged["model.layers.0.self_attn.q_proj.weight"], base["model.layers.0.self_attn.q_proj.weight"])
+
+
+def test_two_ranks_equal_one(tiny_model_path, data, tmp_path):
+    """torchrun with 2 processes (FSDP2 over gloo) gives the 1-process run's losses and weights."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    for ranks in (1, 2):
+        command = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={ranks}", "-m", "reinforge",
+                   *_args(tiny_model_path, data, tmp_path / f"r{ranks}", "trainer.total_training_steps=4", "trainer.logger=[]")]
+        done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, done.stderr[-3000:]
+    one, two = _metrics(tmp_path / "r1"), _metrics(tmp_path / "r2")
+    for a, b in zip(one, two, strict=True):
+        assert b["train/loss"] == pytest.approx(a["train/loss"], rel=1e-5)
+        assert b["train/grad_norm"] == pytest.approx(a["train/grad_norm"], rel=1e-4)
+    assert two[-1]["val/loss"] == pytest.approx(one[-1]["val/loss"], rel=1e-5)
+    assert sorted(p.name for p in (tmp_path / "r2" / "global_step_4").glob("model_*")) == [
+        "model_world_size_2_rank_0.pt", "model_world_size_2_rank_1.pt"]
+
+
+# ---- user mistakes ---------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("extra, message", [
+    (["data.promt_key=x"], "unknown config key 'data.promt_key'; did you mean 'data.prompt_key'?"),
+    (["model.partial_pretrain=null"], "model.partial_pretrain is not set"),
+    (["data.response_key=solution"], "no column 'solution' (data.response_key); its columns are question, answer, extra_info"),
+    (["optim.lr_scheduler=linear"], "optim.lr_scheduler='linear' is not one of: constant, cosine, wsd"),
+    (["data.train_batch_size=1000"], "data.train_batch_size=1000 is more than the 256 training rows"),
+])
+def test_user_mistakes_are_named(tiny_model_path, data, tmp_path, capsys, extra, message):
+    assert main(_args(tiny_model_path, data, tmp_path / "run", *extra)) == 2
+    assert message in capsys.readouterr().err
