@@ -1,6 +1,8 @@
 """The `reinforge` command.
 
     reinforge train [--dry-run] [--config FILE.yaml] [key=value ...]
+    reinforge generate [--dry-run] [--config FILE.yaml] [key=value ...]   (verl's main_generation)
+    reinforge eval [--dry-run] [--config FILE.yaml] [key=value ...]       (verl's main_eval)
     reinforge data {gsm8k,math,countdown} [--local_dir DIR] [--input PATH ...] [...]
     reinforge report RUN_DIR [RUN_DIR ...] [--out DIR]
     reinforge merge CHECKPOINT OUT_DIR
@@ -32,10 +34,7 @@ def _train(args: argparse.Namespace) -> int:
 
     startup = StartupClock()
 
-    config_file = args.config
-    if args.config_name:
-        config_file = os.path.join(args.config_path or ".", args.config_name if args.config_name.endswith(".yaml") else args.config_name + ".yaml")
-    config, user_keys = load_config(args.overrides, config_file)
+    config, user_keys = load_config(args.overrides, _config_file(args))
     startup.mark(PROCESS_PHASE)
     if args.dry_run:
         from reinforge.trainer.main import describe
@@ -45,6 +44,48 @@ def _train(args: argparse.Namespace) -> int:
     from reinforge.trainer.main import run
 
     run(config, user_keys, startup)
+    return 0
+
+
+def _config_file(args: argparse.Namespace) -> str | None:
+    """--config, or Hydra's --config-path and --config-name."""
+    if args.config_name:
+        return os.path.join(args.config_path or ".", args.config_name if args.config_name.endswith(".yaml") else args.config_name + ".yaml")
+    return args.config
+
+
+def _add_config_arguments(command: argparse.ArgumentParser) -> None:
+    command.add_argument("overrides", nargs="*", help="key=value, +key=value, ~key (Hydra grammar)")
+    command.add_argument("--dry-run", action="store_true", help="validate, print the resolved config, exit")
+    command.add_argument("--config", help="a YAML file of config keys (overrides on the command line win)")
+    command.add_argument("--config-path", help="Hydra-style: folder of --config-name")
+    command.add_argument("--config-name", help="Hydra-style: YAML file name (without .yaml) in --config-path")
+    add_debug_argument(command)
+
+
+def _generate(args: argparse.Namespace) -> int:
+    from reinforge.config.generation_schema import describe_generation, load_generation_config
+
+    config, user_keys = load_generation_config(args.overrides, _config_file(args))
+    if args.dry_run:
+        print(describe_generation(config, user_keys))
+        return 0
+    from reinforge.trainer.generate import run_generation
+
+    run_generation(config, user_keys)
+    return 0
+
+
+def _eval(args: argparse.Namespace) -> int:
+    from reinforge.config.evaluation_schema import describe_evaluation, load_evaluation_config
+
+    config, user_keys = load_evaluation_config(args.overrides, _config_file(args))
+    if args.dry_run:
+        print(describe_evaluation(config, user_keys))
+        return 0
+    from reinforge.trainer.evaluate import run_evaluation
+
+    run_evaluation(config, user_keys)
     return 0
 
 
@@ -82,13 +123,20 @@ def build_parser() -> argparse.ArgumentParser:
                                 description="Train with verl's config keys as overrides, e.g. algorithm.adv_estimator=grpo "
                                             "data.train_files=train.parquet actor_rollout_ref.model.path=/models/x. "
                                             "With no model and no data: the built-in quickstart.")
-    train.add_argument("overrides", nargs="*", help="key=value, +key=value, ~key (Hydra grammar)")
-    train.add_argument("--dry-run", action="store_true", help="validate, print the resolved config and batch arithmetic, exit")
-    train.add_argument("--config", help="a YAML file of config keys (overrides on the command line win)")
-    train.add_argument("--config-path", help="Hydra-style: folder of --config-name")
-    train.add_argument("--config-name", help="Hydra-style: YAML file name (without .yaml) in --config-path")
-    add_debug_argument(train)
+    _add_config_arguments(train)
     train.set_defaults(func=_train)
+    generate = commands.add_parser("generate", help="responses to every prompt of a file, as verl's main_generation",
+                                   description="Generate data.n_samples responses to every prompt of data.path with verl's "
+                                               "main_generation keys (data.*, model.path, rollout.*) and write "
+                                               "data.output_path: the input's columns plus `responses` (docs/generate_eval.md).")
+    _add_config_arguments(generate)
+    generate.set_defaults(func=_generate)
+    evaluate = commands.add_parser("eval", help="score a file of responses per data source, as verl's main_eval",
+                                   description="Score every response of data.path (data.response_key) with the reward "
+                                               "function (custom_reward_function.*, or the built-in scorer of each data "
+                                               "source) and print test_score/<data_source> (docs/generate_eval.md).")
+    _add_config_arguments(evaluate)
+    evaluate.set_defaults(func=_eval)
     data = commands.add_parser("data", help="write verl-schema parquet files of GSM8K, MATH or Countdown",
                                description="Preprocess a dataset (a local copy, the hub, or generated Countdown tasks)\n"
                                            "into train.parquet and test.parquet for data.train_files / data.val_files.",

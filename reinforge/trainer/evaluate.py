@@ -1,0 +1,138 @@
+"""`reinforge eval`: score a file of generated responses per data source (verl's main_eval).
+
+As verl's script does: every response of a row (column `data.response_key`, a list) is scored with the reward
+function called as fn(data_source, response, ground_truth), the ground truth being the row's
+`data.reward_model_key` column's 'ground_truth'; a row's score is the mean of its responses' scores (mean@n), and
+`test_score/<data_source>` is the mean of the row scores of that data source (every row counts once, whatever
+its number of responses). The metrics are printed as verl prints them, one dict; verl has no key for a metrics
+file, so none is written.
+
+Where it differs, and why:
+- without `custom_reward_function.path` each row is scored by the built-in scorer of its data source (verl's
+  script needs a file);
+- the reward function is called in this process, one response after another (verl: a Ray task per row); a call
+  that raises, or returns something that is not a score, scores 0 and is counted, its first traceback printed, as
+  in training (reinforge/reward/manager/base.py); a dict result's 'score' is the score;
+- columns, rows without a ground truth and empty response lists are DataErrors that name the column or row.
+"""
+
+from __future__ import annotations
+
+import inspect
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from reinforge.config.evaluation_schema import EvaluationConfig, unused_evaluation_settings
+from reinforge.errors import DataError, RewardError
+from reinforge.reward.manager.base import Sample
+from reinforge.reward.manager.calls import function_name
+from reinforge.reward.manager.naive import NaiveRewardManager
+
+
+class ResponseSample(Sample):
+    """One response to score, with the arguments verl's main_eval passes (no extra_info)."""
+
+    def call_kwargs(self) -> dict[str, Any]:
+        return {"data_source": self.data_source, "solution_str": self.solution_str, "ground_truth": self.ground_truth}
+
+
+class ResponseScorer(NaiveRewardManager):
+    """The naive manager's calls, result checks and failure reports, over response texts instead of a token Batch."""
+
+    def __init__(self, compute_score: Callable[..., Any]) -> None:
+        super().__init__(tokenizer=None, compute_score=compute_score)
+
+    def score(self, samples: list[ResponseSample]) -> tuple[list[float], dict[str, int]]:
+        """Each response's score (0.0 for a failed call), and the counts of failed calls."""
+        scores, _, metrics = self._parse(samples, self._watched_compute(samples))
+        return scores, metrics
+
+    def _check_signature(self, fn: Callable[..., Any]) -> None:
+        try:
+            signature = inspect.signature(fn)
+        except (TypeError, ValueError):
+            return
+        try:
+            signature.bind(data_source=None, solution_str=None, ground_truth=None)
+        except TypeError as error:
+            raise RewardError(f"the reward function {function_name(fn)} has the parameters {signature}, but reinforge eval "
+                              f"calls it as fn(data_source=, solution_str=, ground_truth=) ({error}). Define it as def "
+                              f"{getattr(fn, '__name__', 'fn')}(data_source, solution_str, ground_truth, extra_info=None)") from None
+
+    def _where(self, sample: Sample, error: BaseException) -> str:
+        return f"on a response of row {sample.row} (data_source={sample.data_source!r}); that response scores 0.0"
+
+    def _warn_slow(self, responses: int, seconds: float) -> None:
+        print(f"reinforge: warning: the reward function {function_name(self.compute_score)} has been scoring {responses} "
+              f"responses for {seconds:g} s; it may be stuck (Ctrl-C stops reinforge eval)", file=sys.stderr, flush=True)
+
+
+def run_evaluation(config: EvaluationConfig, user_keys: list[str]) -> dict[str, float]:
+    """Score every response of `data.path`; returns (and prints) {'test_score/<data_source>': mean score}."""
+    from reinforge.environment.dataset import read_rows
+    from reinforge.reward import default_compute_score, load_reward_function
+
+    start = time.perf_counter()
+    data = config.data
+    for line in unused_evaluation_settings(user_keys):
+        print(f"reinforge: note: {line}", flush=True)
+    file = Path(data.path).expanduser()
+    if not file.is_file():
+        what = "is a folder" if file.is_dir() else "does not exist"
+        raise DataError(f"data.path={data.path}: {file.resolve()} {what}; set data.path to the parquet file of responses "
+                        "(reinforge generate's data.output_path)")
+    rows, columns = read_rows(str(file))
+    for key in ("response_key", "data_source_key", "reward_model_key"):
+        column = getattr(data, key)
+        if rows and column not in columns:
+            raise DataError(f"{data.path}: no column {column!r} (data.{key}); its columns are {', '.join(columns)}. Set "
+                            f"data.{key} to the column that holds it")
+    compute_score = load_reward_function(config) or default_compute_score
+    samples, owners = _samples(rows, data, str(data.path))
+    scorer = ResponseScorer(compute_score)
+    scores, failures = scorer.score(samples)
+
+    row_scores: list[list[float]] = [[] for _ in rows]
+    for owner, score in zip(owners, scores, strict=True):
+        row_scores[owner].append(score)
+    by_source: dict[Any, list[float]] = {}
+    for row, values in zip(rows, row_scores, strict=True):
+        by_source.setdefault(row.get(data.data_source_key), []).append(sum(values) / len(values))
+    metrics = {f"test_score/{source}": sum(means) / len(means) for source, means in by_source.items()}
+    failed = failures["reward/errors"] + failures["reward/timeouts"]
+    print(f"reinforge: scored {len(samples)} responses of {len(rows)} rows ({len(by_source)} data source(s)) with "
+          f"{function_name(compute_score)} in {time.perf_counter() - start:.1f} s"
+          + (f"; {failed} call(s) failed and scored 0" if failed else ""), flush=True)
+    print(metrics, flush=True)
+    return metrics
+
+
+def _samples(rows: list[dict[str, Any]], data: Any, where: str) -> tuple[list[ResponseSample], list[int]]:
+    """One sample per response of every row, and the row each belongs to; DataError naming the row of a bad value."""
+    samples, owners = [], []
+    for number, row in enumerate(rows):
+        responses = row.get(data.response_key)
+        if isinstance(responses, str):  # one response per row
+            responses = [responses]
+        if not isinstance(responses, (list, tuple)) or not responses or not all(isinstance(r, str) for r in responses):
+            raise DataError(f"{where}: row {number}, column {data.response_key!r} (data.response_key): expected a non-empty "
+                            f"list of response strings, got {_preview(responses)}")
+        reward_model = row.get(data.reward_model_key)
+        if not isinstance(reward_model, dict) or "ground_truth" not in reward_model:
+            raise DataError(f"{where}: row {number}, column {data.reward_model_key!r} (data.reward_model_key): expected a "
+                            f"dict with a 'ground_truth' key (verl's schema), got {_preview(reward_model)}")
+        source = row.get(data.data_source_key)
+        for response in responses:
+            samples.append(ResponseSample(row=number, data_source=source, solution_str=response,
+                                          ground_truth=reward_model["ground_truth"], extra_info=None,
+                                          response_length=len(response)))
+            owners.append(number)
+    return samples, owners
+
+
+def _preview(value: Any, limit: int = 100) -> str:
+    text = repr(value)
+    return f"{type(value).__name__} {text if len(text) <= limit else text[:limit] + '...'}"

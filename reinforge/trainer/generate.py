@@ -1,0 +1,194 @@
+"""`reinforge generate`: n responses to every prompt of a file, written beside the file's columns (verl's main_generation).
+
+As verl's script does: every row's prompt (column `data.prompt_key`) is rendered with the tokenizer's chat template
+and the generation prompt, cut to `rollout.prompt_length` tokens on the tokenizer's truncation side, and answered
+`data.n_samples` times with the rollout's sampling settings, `data.batch_size` prompts at a time; each response is
+its valid tokens decoded without special tokens. The output parquet holds every input column and `responses`, a
+list of `n_samples` strings per row.
+
+Where it differs, and why:
+- the prompts are read and rendered by the training data path (`create_rl_dataset`), so JSON and JSONL files, plain
+  string prompts and `data.apply_chat_template_kwargs` work as in `reinforge train`, and a bad row is named;
+- verl calls its engine `n_samples` times per batch; here each batch is one engine call of batch x n_samples rows,
+  every row with its own seed hashed from (`rollout.seed`, row, sample): the same command writes the same file, for
+  any `data.batch_size` or `rollout.micro_batch_size_per_gpu` (verl's vLLM engine is seeded once per run);
+- one process, one device, the hf engine (verl: Ray workers on every GPU, vLLM by default);
+- the file is written to a temporary name and renamed, so an interrupted run leaves no partial output.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from reinforge.config.generation_schema import GenerationConfig, unused_generation_settings
+from reinforge.errors import ConfigError, DataError
+
+RESPONSES = "responses"  # the column written, as verl names it
+NO_LIMIT = sys.maxsize  # the dataset's own prompt limit: prompts are cut here, where the cut ones are counted
+
+
+def run_generation(config: GenerationConfig, user_keys: list[str]) -> dict[str, Any]:
+    """Generate and write `data.output_path`; returns the summary printed last (rows, samples, tokens, seconds, output)."""
+    import torch
+
+    from reinforge.environment.dataset import create_rl_dataset
+    from reinforge.inference import SamplingParams, make_engine
+    from reinforge.inference.seeds import row_seeds
+    from reinforge.trainer.main import _quiet_transformers
+    from reinforge.training.model import load_tokenizer, model_source
+
+    start = time.perf_counter()
+    _quiet_transformers()
+    data, rollout = config.data, config.rollout
+    for line in unused_generation_settings(config, user_keys):
+        print(f"reinforge: note: {line}", flush=True)
+    source = _input_file(data.path)
+    output = _output_file(data.output_path)
+    model_source(config.model.path, "model.path")  # a missing folder is named by this command's key
+    view = _training_config(config)
+    tokenizer = load_tokenizer(view)
+    dataset = create_rl_dataset(str(source), view.data, tokenizer, is_train=False)
+    table = _read_table(source)
+    prompts = [dataset[i]["input_ids"].tolist() for i in range(len(dataset))]
+    side = "left" if getattr(tokenizer, "truncation_side", "right") == "left" else "right"
+    prompts, cut = _truncate_all(prompts, rollout.prompt_length, side)
+    if cut:
+        print(f"reinforge: note: {cut} of {len(prompts)} prompts are longer than rollout.prompt_length={rollout.prompt_length} "
+              f"tokens after the chat template and were cut on the {side} side, as verl cuts them",
+              flush=True)
+
+    device = view.trainer.device
+    model = _load_model(view, device, rollout.dtype)
+    engine = make_engine(view, model, tokenizer)
+    params = SamplingParams(max_tokens=rollout.response_length, temperature=rollout.temperature, top_p=rollout.top_p,
+                            top_k=rollout.top_k, do_sample=rollout.do_sample, ignore_eos=rollout.ignore_eos)
+    n, rows = data.n_samples, len(prompts)
+    seeds = torch.stack([row_seeds(rows, rollout.seed, sample) for sample in range(n)], dim=1).tolist()  # (rows, n)
+    batches = range(0, rows, data.batch_size)
+    print(f"reinforge: generating {n} responses to each of {rows} prompts of {source} with {config.model.path} on {device}, "
+          f"{len(batches)} batch(es) of up to {data.batch_size} prompts", flush=True)
+    responses: list[list[str]] = []
+    tokens = 0
+    for number, first in enumerate(batches, start=1):
+        batch_rows = range(first, min(first + data.batch_size, rows))
+        outputs = engine.generate_batch([prompts[row] for row in batch_rows for _ in range(n)], params,
+                                        seeds=[seeds[row][sample] for row in batch_rows for sample in range(n)])
+        tokens += sum(len(output.token_ids) for output in outputs)
+        texts = tokenizer.batch_decode([output.token_ids for output in outputs], skip_special_tokens=True)
+        responses += [texts[i:i + n] for i in range(0, len(texts), n)]
+        print(f"reinforge: [{number}/{len(batches)}] {len(batch_rows)} prompts done ({time.perf_counter() - start:.1f} s)",
+              flush=True)
+    _write_atomically(_with_column(table, responses), output)
+    seconds = time.perf_counter() - start
+    summary = {"rows": rows, "samples_per_row": n, "responses": rows * n, "response_tokens": tokens,
+               "seconds": round(seconds, 2), "output": str(output)}
+    print(f"reinforge: wrote {output}: {rows} rows x {n} responses, {tokens} response tokens "
+          f"({tokens / max(rows * n, 1):.1f} per response, {tokens / max(seconds, 1e-9):.1f} tokens/s) in {seconds:.1f} s",
+          flush=True)
+    return summary
+
+
+def _input_file(path: str) -> Path:
+    """`data.path` as an existing file; DataError naming the key otherwise."""
+    file = Path(path).expanduser()
+    if not file.is_file():
+        what = "is a folder" if file.is_dir() else "does not exist"
+        raise DataError(f"data.path={path}: {file.resolve()} {what}; set data.path to the parquet (or .json/.jsonl) file of "
+                        "prompts")
+    return file
+
+
+def _output_file(path: str) -> Path:
+    """`data.output_path` with its folder created; ConfigError, before any model loads, when it cannot be written."""
+    file = Path(path).expanduser().resolve()
+    if file.is_dir():
+        raise ConfigError(f"data.output_path={path} is a folder; set it to the parquet file to write, e.g. {file / 'out.parquet'}")
+    try:
+        file.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ConfigError(f"data.output_path={path}: cannot create the folder {file.parent} ({exc.strerror or exc})") from None
+    if not os.access(file.parent, os.W_OK):
+        raise ConfigError(f"data.output_path={path}: the folder {file.parent} is not writable")
+    return file
+
+
+def _training_config(config: GenerationConfig) -> Any:
+    """The training `Config` that the tokenizer, dataset and engine builders read, holding this command's settings."""
+    import torch
+
+    from reinforge.config.schema import Config
+
+    view = Config()
+    model = view.actor_rollout_ref.model
+    model.path, model.external_lib, model.trust_remote_code = config.model.path, config.model.external_lib, config.model.trust_remote_code
+    data = view.data
+    data.prompt_key, data.trust_remote_code = config.data.prompt_key, config.data.trust_remote_code
+    data.apply_chat_template_kwargs = dict(config.data.apply_chat_template_kwargs)
+    data.max_prompt_length, data.truncation, data.filter_overlong_prompts = NO_LIMIT, "right", False  # every row kept, uncut
+    view.trainer.device = config.trainer.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    view.trainer.seed = config.rollout.seed
+    view.actor_rollout_ref.rollout.micro_batch_size_per_gpu = config.rollout.micro_batch_size_per_gpu
+    return view
+
+
+def _load_model(view: Any, device: str, dtype: str | None) -> Any:
+    """The causal LM of `model.path` for inference, in `dtype` (null: bfloat16 on cuda, float32 on cpu)."""
+    from transformers import AutoModelForCausalLM
+
+    from reinforge.training.model import load_pretrained, prepare_model
+
+    dtype = dtype or ("bf16" if device == "cuda" else "fp32")
+    model = load_pretrained(view.actor_rollout_ref.model, "model.path", "model", dtype,
+                            lambda source, hf_config, kwargs: AutoModelForCausalLM.from_pretrained(source, **kwargs))
+    return prepare_model(model, device, trainable=False, gradient_checkpointing=False)
+
+
+def _truncate_all(prompts: list[list[int]], limit: int, side: str) -> tuple[list[list[int]], int]:
+    """Prompts cut to `limit` tokens, keeping the start (side right) or the end (side left); and how many were cut."""
+    from reinforge.environment.dataset import truncate
+
+    return [truncate(ids, limit, side) for ids in prompts], sum(len(ids) > limit for ids in prompts)
+
+
+def _read_table(file: Path) -> Any:
+    """Every column of the input file, as an Arrow table (a parquet file's own schema kept)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from reinforge.environment.dataset import read_rows
+
+    if file.suffix == ".parquet":
+        return pq.ParquetFile(file).read()
+    rows, _ = read_rows(str(file))
+    try:
+        return pa.Table.from_pylist(rows)
+    except (pa.ArrowException, TypeError, ValueError) as exc:
+        raise DataError(f"data.path={file}: its rows cannot be laid out as the columns of a parquet file ({exc})") from None
+
+
+def _with_column(table: Any, responses: list[list[str]]) -> Any:
+    """`table` with the `responses` column (list<string> per row) added, or replaced when the input has one (as verl)."""
+    import pyarrow as pa
+
+    column = pa.array(responses, type=pa.list_(pa.string()))
+    if RESPONSES in table.column_names:
+        return table.set_column(table.column_names.index(RESPONSES), RESPONSES, column)
+    return table.append_column(RESPONSES, column)
+
+
+def _write_atomically(table: Any, output: Path) -> None:
+    """Write the parquet file under a temporary name in the same folder, then rename it into place."""
+    import pyarrow.parquet as pq
+
+    partial = output.with_name(f".{output.name}.{os.getpid()}.partial")
+    try:
+        pq.write_table(table, partial)
+        os.replace(partial, output)
+    except OSError as exc:
+        raise ConfigError(f"data.output_path={output}: cannot write the file ({exc.strerror or exc})") from None
+    finally:
+        partial.unlink(missing_ok=True)

@@ -1,0 +1,128 @@
+"""`reinforge generate` (verl's main_generation) on the tiny model: the output file, what each response is, seeds, errors."""
+
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+
+from reinforge.cli import main
+
+PROMPTS = ["Add one to 1234", "Add one to 98", "What is 7?", "Say 55", "Count 123"]
+
+
+@pytest.fixture
+def prompts_file(tmp_path):
+    """Five rows in verl's schema, with an extra column that must reach the output untouched."""
+    rows = [{"data_source": "reinforge/add_one", "prompt": [{"role": "user", "content": text}], "ability": "math",
+             "reward_model": {"style": "rule", "ground_truth": str(i)}, "extra_info": {"index": i}, "note": f"row {i}"}
+            for i, text in enumerate(PROMPTS)]
+    path = tmp_path / "prompts.parquet"
+    pd.DataFrame(rows).to_parquet(path)
+    return path
+
+
+@pytest.fixture(scope="module")
+def varied_model_path(tiny_model_path, tmp_path_factory):
+    """The tiny model with noise on its weights: its greedy responses vary with the prompt (the untrained one's are
+    all newlines), so comparing them says something."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_path)
+    generator = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for parameter in model.parameters():
+            parameter.add_(0.3 * torch.randn(parameter.shape, generator=generator))
+    path = tmp_path_factory.mktemp("varied-model")
+    model.save_pretrained(path)
+    AutoTokenizer.from_pretrained(tiny_model_path).save_pretrained(path)
+    return path
+
+
+def generate(model, data, output, *overrides):
+    return main(["generate", f"model.path={model}", f"data.path={data}", f"data.output_path={output}",
+                 "rollout.response_length=12", *overrides])
+
+
+def test_output_has_every_input_column_and_n_samples_responses_per_row(tiny_model_path, prompts_file, tmp_path, capsys):
+    output = tmp_path / "new" / "folder" / "out.parquet"
+    verl_keys = ["trainer.nnodes=1", "trainer.n_gpus_per_node=8", "data.prompt_key=prompt", "rollout.temperature=1.0",
+                 "rollout.top_k=50", "rollout.top_p=0.7", "rollout.prompt_length=1536", "+model.trust_remote_code=True"]
+    assert generate(tiny_model_path, prompts_file, output, "data.n_samples=3", "data.batch_size=2", *verl_keys) == 0
+    written, given = pd.read_parquet(output), pd.read_parquet(prompts_file)
+    assert list(written.columns) == [*given.columns, "responses"]
+    assert written.drop(columns="responses").to_json() == given.to_json()
+    assert all(len(responses) == 3 and all(isinstance(r, str) for r in responses) for responses in written["responses"])
+    assert sorted(p.name for p in output.parent.iterdir()) == ["out.parquet"]  # no temporary file left behind
+    out = capsys.readouterr().out
+    assert "trainer.n_gpus_per_node: generation runs in one process" in out
+    assert f"wrote {output}: 5 rows x 3 responses" in out and "[3/3]" in out
+
+
+def test_seeded_samples_are_distinct_and_the_same_for_any_batch_size(tiny_model_path, prompts_file, tmp_path):
+    first, second = tmp_path / "a.parquet", tmp_path / "b.parquet"
+    assert generate(tiny_model_path, prompts_file, first, "data.n_samples=4", "data.batch_size=5") == 0
+    assert generate(tiny_model_path, prompts_file, second, "data.n_samples=4", "data.batch_size=2",
+                    "rollout.micro_batch_size_per_gpu=3") == 0
+    a, b = pd.read_parquet(first)["responses"], pd.read_parquet(second)["responses"]
+    assert [list(r) for r in a] == [list(r) for r in b]
+    assert all(len(set(responses)) == 4 for responses in a)  # four different samples of each prompt
+    other = tmp_path / "c.parquet"
+    assert generate(tiny_model_path, prompts_file, other, "data.n_samples=4", "+rollout.seed=7") == 0
+    assert [list(r) for r in pd.read_parquet(other)["responses"]] != [list(r) for r in a]
+
+
+def test_greedy_response_is_model_generate_on_the_chat_prompt(varied_model_path, prompts_file, tokenizer, tmp_path):
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    output = tmp_path / "greedy.parquet"
+    assert generate(varied_model_path, prompts_file, output, "data.n_samples=1", "rollout.do_sample=false") == 0
+    model = AutoModelForCausalLM.from_pretrained(varied_model_path).eval()
+    written = [list(responses) for responses in pd.read_parquet(output)["responses"]]
+    assert len({responses[0] for responses in written}) == len(PROMPTS)  # a different response to each prompt
+    for text, responses in zip(PROMPTS, written, strict=True):
+        ids = tokenizer.apply_chat_template([{"role": "user", "content": text}], add_generation_prompt=True,
+                                            return_tensors="pt", return_dict=True)["input_ids"]
+        with torch.no_grad():
+            expected = model.generate(ids, max_new_tokens=12, do_sample=False, pad_token_id=tokenizer.pad_token_id)
+        assert responses == [tokenizer.decode(expected[0, ids.shape[1]:], skip_special_tokens=True)]
+
+
+def test_json_lines_input_and_prompts_cut_to_prompt_length(tiny_model_path, tmp_path, capsys):
+    data = tmp_path / "prompts.jsonl"
+    data.write_text('{"prompt": "Add one to 1234", "data_source": "x"}\n{"prompt": "Hi", "data_source": "y"}\n')
+    output = tmp_path / "out.parquet"
+    assert generate(tiny_model_path, data, output, "data.n_samples=1", "rollout.prompt_length=8") == 0
+    written = pd.read_parquet(output)
+    assert list(written.columns) == ["prompt", "data_source", "responses"] and len(written) == 2
+    assert "2 of 2 prompts are longer than rollout.prompt_length=8 tokens" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("override, message", [
+    ("data.n_sample=2", "unknown config key 'data.n_sample'; did you mean 'data.n_samples'?"),
+    ("rollout.temprature=0.5", "did you mean 'rollout.temperature'?"),
+    ("data.n_samples=0", "data.n_samples=0 must be > 0"),
+    ("rollout.temperature=0", "verl requires data.n_samples=1 then"),
+    ("rollout.name=vllm", "rollout.name=vllm: reinforge generate runs the hf engine only"),
+    ("data.prompt_key=question", "no prompt column 'question' (data.prompt_key); its columns are data_source, prompt"),
+])
+def test_user_errors_name_the_key_or_column(override, message, tiny_model_path, prompts_file, tmp_path, capsys):
+    assert generate(tiny_model_path, prompts_file, tmp_path / "out.parquet", override) == 2
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err
+    assert not (tmp_path / "out.parquet").exists()
+
+
+def test_missing_input_file_and_model_folder_are_named(tiny_model_path, prompts_file, tmp_path, capsys):
+    assert generate(tiny_model_path, tmp_path / "nope.parquet", tmp_path / "out.parquet") == 2
+    assert f"data.path={tmp_path / 'nope.parquet'}" in capsys.readouterr().err
+    assert generate(tmp_path / "no-model", prompts_file, tmp_path / "out.parquet") == 2
+    assert f"model.path={tmp_path / 'no-model'}: no such folder" in capsys.readouterr().err
+
+
+def test_dry_run_prints_the_config_without_loading(tmp_path, capsys):
+    assert main(["generate", "--dry-run", f"model.path={tmp_path / 'absent'}", "rollout.gpu_memory_utilization=0.8"]) == 0
+    out = capsys.readouterr().out
+    assert "n_samples: 5" in out and "name: hf" in out
+    assert "rollout.gpu_memory_utilization: vLLM/SGLang setting" in out
