@@ -3,6 +3,7 @@
     reinforge train [--dry-run] [--config FILE.yaml] [key=value ...]
     reinforge generate [--dry-run] [--config FILE.yaml] [key=value ...]   (verl's main_generation)
     reinforge eval [--dry-run] [--config FILE.yaml] [key=value ...]       (verl's main_eval)
+    reinforge sft [--dry-run] [--config FILE.yaml] [key=value ...]
     reinforge data {gsm8k,math,countdown} [--local_dir DIR] [--input PATH ...] [...]
     reinforge report RUN_DIR [RUN_DIR ...] [--out DIR]
     reinforge merge CHECKPOINT OUT_DIR
@@ -61,6 +62,12 @@ def _add_config_arguments(command: argparse.ArgumentParser) -> None:
     command.add_argument("--config-path", help="Hydra-style: folder of --config-name")
     command.add_argument("--config-name", help="Hydra-style: YAML file name (without .yaml) in --config-path")
     add_debug_argument(command)
+
+
+def _sft(args: argparse.Namespace) -> int:
+    from reinforge.trainer.sft_trainer import main as sft_main
+
+    return sft_main(args.overrides, _config_file(args), args.dry_run)
 
 
 def _generate(args: argparse.Namespace) -> int:
@@ -125,6 +132,13 @@ def build_parser() -> argparse.ArgumentParser:
                                             "With no model and no data: the built-in quickstart.")
     _add_config_arguments(train)
     train.set_defaults(func=_train)
+    sft = commands.add_parser("sft", help="supervised fine-tuning from verl-style overrides (verl's fsdp_sft_trainer)",
+                              description="Fine-tune model.partial_pretrain on data.train_files with verl's sft_trainer keys, "
+                                          "e.g. data.prompt_key=question data.response_key=answer, or "
+                                          "data.multiturn.enable=true for conversations. Several ranks: torchrun "
+                                          "--nproc_per_node=N -m reinforge sft ... (docs/sft.md).")
+    _add_config_arguments(sft)
+    sft.set_defaults(func=_sft)
     generate = commands.add_parser("generate", help="responses to every prompt of a file, as verl's main_generation",
                                    description="Generate data.n_samples responses to every prompt of data.path with verl's "
                                                "main_generation keys (data.*, model.path, rollout.*) and write "
