@@ -181,12 +181,6 @@ def load_generation_config(args: list[str], config_file: str | None = None) -> t
 
 def describe_generation(config: GenerationConfig, user_keys: list[str]) -> str:
     """What `reinforge generate --dry-run` prints: the resolved config and the settings without effect."""
-    from omegaconf import OmegaConf
+    from reinforge.config.loading import describe
 
-    from reinforge.config.loading import to_dict
-
-    lines = ["# resolved config", OmegaConf.to_yaml(OmegaConf.create(to_dict(config))).rstrip()]
-    unused = unused_generation_settings(config, user_keys)
-    if unused:
-        lines += ["", "# settings without effect in this run"] + [f"- {line}" for line in unused]
-    return "\n".join(lines)
+    return describe(config, unused_generation_settings(config, user_keys))

@@ -403,3 +403,13 @@ def load_config(args: list[str] | None = None, config_file: str | None = None) -
 
 def to_dict(config: Any) -> dict:
     return dataclasses.asdict(config)
+
+
+def describe(config: Any, unused: list[str]) -> str:
+    """What a command's --dry-run prints: the resolved config, then the settings without effect in this run."""
+    from omegaconf import OmegaConf
+
+    lines = ["# resolved config", OmegaConf.to_yaml(OmegaConf.create(to_dict(config))).rstrip()]
+    if unused:
+        lines += ["", "# settings without effect in this run"] + [f"- {line}" for line in unused]
+    return "\n".join(lines)

@@ -294,18 +294,14 @@ def run_sft(config: SFTConfig, notes: list[str]) -> dict[str, float]:
 
 def main(args: list[str], config_file: str | None, dry_run: bool) -> int:
     """`reinforge sft`: load the config, then run (or with --dry-run print it)."""
-    from omegaconf import OmegaConf
-
-    from reinforge.config.loading import resolve, to_dict
+    from reinforge.config.loading import describe, resolve
     from reinforge.config.sft_schema import finalize_sft
 
     config, _, ignored = resolve(SFTConfig, args, config_file, base="sft_trainer")
     notes = finalize_sft(config, int(os.environ.get("WORLD_SIZE", "1")))
     notes += [f"{name} (a Hydra setting) has no effect here" for name in ignored]
     if dry_run:
-        print(OmegaConf.to_yaml(OmegaConf.create(to_dict(config))).rstrip())
-        for note in notes:
-            print(f"# note: {note}")
+        print(describe(config, notes))
         return 0
     metrics = run_sft(config, notes)
     if rank() == 0 and metrics:

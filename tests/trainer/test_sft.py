@@ -200,3 +200,11 @@ def test_two_ranks_equal_one(tiny_model_path, data, tmp_path):
 def test_user_mistakes_are_named(tiny_model_path, data, tmp_path, capsys, extra, message):
     assert main(_args(tiny_model_path, data, tmp_path / "run", *extra)) == 2
     assert message in capsys.readouterr().err
+
+
+def test_dry_run_prints_the_config_and_the_keys_without_effect(capsys):
+    assert main(["sft", "--dry-run", "model.partial_pretrain=/models/x", "data.train_files=train.parquet",
+                 "optim.warmup_steps_ratio=0.05", "ulysses_sequence_parallel_size=2"]) == 0
+    out = capsys.readouterr().out
+    assert "lr_warmup_steps_ratio: 0.05" in out  # verl's older name, carried over
+    assert "- ulysses_sequence_parallel_size=2: sequences are not split over ranks here" in out
