@@ -5,7 +5,8 @@ from __future__ import annotations
 import ast
 import json
 
-import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
 from reinforge.cli import main
@@ -20,7 +21,7 @@ def printed_metrics(out: str) -> dict[str, float]:
 
 def responses_file(tmp_path, rows):
     path = tmp_path / "responses.parquet"
-    pd.DataFrame(rows).to_parquet(path)
+    pq.write_table(pa.Table.from_pylist(rows), path)
     return path
 
 
@@ -37,9 +38,9 @@ def test_generate_then_eval_gives_the_mean_over_rows_of_each_rows_mean(tiny_mode
                  "data.reward_model_key=reward_model", f"custom_reward_function.path={tmp_path / 'parity.py'}",
                  "custom_reward_function.name=compute_score"]) == 0
 
-    written = pd.read_parquet(output)
+    written = pq.read_table(output)
     expected: dict[str, list[float]] = {}
-    for source, responses in zip(written["data_source"], written["responses"], strict=True):
+    for source, responses in zip(written.column("data_source").to_pylist(), written.column("responses").to_pylist(), strict=True):
         expected.setdefault(f"test_score/{source}", []).append(sum(len(r) % 2 for r in responses) / len(responses))
     metrics = printed_metrics(capsys.readouterr().out)
     assert metrics == pytest.approx({key: sum(means) / len(means) for key, means in expected.items()})

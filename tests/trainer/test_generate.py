@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
 from reinforge.cli import main
@@ -17,7 +18,7 @@ def prompts_file(tmp_path):
              "reward_model": {"style": "rule", "ground_truth": str(i)}, "extra_info": {"index": i}, "note": f"row {i}"}
             for i, text in enumerate(PROMPTS)]
     path = tmp_path / "prompts.parquet"
-    pd.DataFrame(rows).to_parquet(path)
+    pq.write_table(pa.Table.from_pylist(rows), path)
     return path
 
 
@@ -49,10 +50,11 @@ def test_output_has_every_input_column_and_n_samples_responses_per_row(tiny_mode
     verl_keys = ["trainer.nnodes=1", "trainer.n_gpus_per_node=8", "data.prompt_key=prompt", "rollout.temperature=1.0",
                  "rollout.top_k=50", "rollout.top_p=0.7", "rollout.prompt_length=1536", "+model.trust_remote_code=True"]
     assert generate(tiny_model_path, prompts_file, output, "data.n_samples=3", "data.batch_size=2", *verl_keys) == 0
-    written, given = pd.read_parquet(output), pd.read_parquet(prompts_file)
-    assert list(written.columns) == [*given.columns, "responses"]
-    assert written.drop(columns="responses").to_json() == given.to_json()
-    assert all(len(responses) == 3 and all(isinstance(r, str) for r in responses) for responses in written["responses"])
+    written, given = pq.read_table(output), pq.read_table(prompts_file)
+    assert written.column_names == [*given.column_names, "responses"]
+    assert written.drop_columns(["responses"]).to_pylist() == given.to_pylist()
+    assert all(len(responses) == 3 and all(isinstance(r, str) for r in responses)
+               for responses in written.column("responses").to_pylist())
     assert sorted(p.name for p in output.parent.iterdir()) == ["out.parquet"]  # no temporary file left behind
     out = capsys.readouterr().out
     assert "trainer.n_gpus_per_node: generation runs in one process" in out
@@ -64,12 +66,12 @@ def test_seeded_samples_are_distinct_and_the_same_for_any_batch_size(tiny_model_
     assert generate(tiny_model_path, prompts_file, first, "data.n_samples=4", "data.batch_size=5") == 0
     assert generate(tiny_model_path, prompts_file, second, "data.n_samples=4", "data.batch_size=2",
                     "rollout.micro_batch_size_per_gpu=3") == 0
-    a, b = pd.read_parquet(first)["responses"], pd.read_parquet(second)["responses"]
-    assert [list(r) for r in a] == [list(r) for r in b]
+    a, b = pq.read_table(first).column("responses").to_pylist(), pq.read_table(second).column("responses").to_pylist()
+    assert a == b
     assert all(len(set(responses)) == 4 for responses in a)  # four different samples of each prompt
     other = tmp_path / "c.parquet"
     assert generate(tiny_model_path, prompts_file, other, "data.n_samples=4", "+rollout.seed=7") == 0
-    assert [list(r) for r in pd.read_parquet(other)["responses"]] != [list(r) for r in a]
+    assert pq.read_table(other).column("responses").to_pylist() != a
 
 
 def test_greedy_response_is_model_generate_on_the_chat_prompt(varied_model_path, prompts_file, tokenizer, tmp_path):
@@ -79,7 +81,7 @@ def test_greedy_response_is_model_generate_on_the_chat_prompt(varied_model_path,
     output = tmp_path / "greedy.parquet"
     assert generate(varied_model_path, prompts_file, output, "data.n_samples=1", "rollout.do_sample=false") == 0
     model = AutoModelForCausalLM.from_pretrained(varied_model_path).eval()
-    written = [list(responses) for responses in pd.read_parquet(output)["responses"]]
+    written = pq.read_table(output).column("responses").to_pylist()
     assert len({responses[0] for responses in written}) == len(PROMPTS)  # a different response to each prompt
     for text, responses in zip(PROMPTS, written, strict=True):
         ids = tokenizer.apply_chat_template([{"role": "user", "content": text}], add_generation_prompt=True,
@@ -94,8 +96,8 @@ def test_json_lines_input_and_prompts_cut_to_prompt_length(tiny_model_path, tmp_
     data.write_text('{"prompt": "Add one to 1234", "data_source": "x"}\n{"prompt": "Hi", "data_source": "y"}\n')
     output = tmp_path / "out.parquet"
     assert generate(tiny_model_path, data, output, "data.n_samples=1", "rollout.prompt_length=8") == 0
-    written = pd.read_parquet(output)
-    assert list(written.columns) == ["prompt", "data_source", "responses"] and len(written) == 2
+    written = pq.read_table(output)
+    assert written.column_names == ["prompt", "data_source", "responses"] and written.num_rows == 2
     assert "2 of 2 prompts are longer than rollout.prompt_length=8 tokens" in capsys.readouterr().out
 
 
