@@ -96,6 +96,11 @@ def clean_stale(run_dir: Path) -> None:
             path.unlink()
 
 
+def staging_folder(run_dir: Path, step: int) -> Path:
+    """Where `save_checkpoint` has a step written before publishing it (other ranks write their files there too)."""
+    return run_dir / f".global_step_{step}.tmp"
+
+
 def save_checkpoint(run_dir: Path, step: int, write: Callable[[Path], None], keep: int | None = None,
                     keep_critic: int | None = None) -> Path | None:
     """Call `write(folder)` into a temporary folder, publish it as global_step_<step>, update the tracker.
@@ -108,7 +113,7 @@ def save_checkpoint(run_dir: Path, step: int, write: Callable[[Path], None], kee
     run_dir.mkdir(parents=True, exist_ok=True)
     clean_stale(run_dir)
     final = run_dir / f"global_step_{step}"
-    tmp = run_dir / f".global_step_{step}.tmp"
+    tmp = staging_folder(run_dir, step)
     old = run_dir / f".global_step_{step}.old"  # saving a step again: the previous copy waits here
     published = False
     try:

@@ -107,7 +107,7 @@ class SFTTrainer:
         """global_step_<step> in the run folder, written by every rank, published by rank 0 (trainer/checkpoint.py)."""
         import torch.distributed as dist
 
-        from reinforge.trainer.checkpoint import save_checkpoint
+        from reinforge.trainer.checkpoint import save_checkpoint, staging_folder
 
         def write_all(folder: Path) -> None:
             if world_size() > 1:
@@ -116,10 +116,9 @@ class SFTTrainer:
             if world_size() > 1:
                 dist.barrier()
 
-        tmp = self.run_dir / f".global_step_{step}.tmp"
         if rank() == 0:
             return save_checkpoint(self.run_dir, step, write_all, keep=self.config.trainer.max_ckpt_to_keep)
-        write_all(tmp)
+        write_all(staging_folder(self.run_dir, step))
         return None
 
     def _write(self, folder: Path) -> None:
@@ -164,8 +163,7 @@ class SFTTrainer:
         if self.global_step >= self.total_steps:
             print(f"reinforge: this run already finished step {self.global_step} of {self.total_steps}; nothing to do", flush=True)
             return {}
-        tracking = Tracking(self.run_dir, trainer.logger if rank() == 0 else [], self.total_steps, self.global_step,
-                            config=self.config) if rank() == 0 else None
+        tracking = Tracking(self.run_dir, trainer.logger, self.total_steps, self.global_step, config=self.config) if rank() == 0 else None
         val: dict[str, float] = {}
         saved = None
         try:
