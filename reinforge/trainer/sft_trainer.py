@@ -124,7 +124,7 @@ class SFTTrainer:
     def _write(self, folder: Path) -> None:
         from transformers import AutoModelForCausalLM
 
-        from reinforge.training.checkpoint_io import full_model_state, save_training_state, write_hf_model
+        from reinforge.training.checkpoint_io import full_model_state, rng_state, save_training_state, write_hf_model
         from reinforge.training.lora import ADAPTER_DIR, adapter_state, has_lora, lora_scaling, merge_lora_state, save_adapter
 
         contents = self.config.trainer.checkpoint["save_contents"]
@@ -145,7 +145,7 @@ class SFTTrainer:
         self.tokenizer.save_pretrained(hf_dir)
 
     def load(self, folder: Path) -> None:
-        from reinforge.training.checkpoint_io import load_training_state
+        from reinforge.training.checkpoint_io import load_training_state, set_rng_state
 
         contents = self.config.trainer.checkpoint["load_contents"]
         extra = load_training_state(str(folder), contents, self.model, self.optimizer, self.device, key="trainer")
@@ -189,38 +189,13 @@ class SFTTrainer:
         return val
 
 
-def rng_state() -> dict:
-    state = {"torch": torch.get_rng_state(), "numpy": np.random.get_state(), "python": random.getstate()}
-    if torch.cuda.is_available():
-        state["cuda"] = torch.cuda.get_rng_state()
-    return state
-
-
-def set_rng_state(state: dict) -> None:
-    torch.set_rng_state(state["torch"])
-    np.random.set_state(state["numpy"])
-    random.setstate(state["python"])
-    if "cuda" in state and torch.cuda.is_available():
-        torch.cuda.set_rng_state(state["cuda"])
-
-
 # ---- assembling a run -------------------------------------------------------------------------------------
 def load_sft_tokenizer(config: SFTConfig):
-    from transformers import AutoTokenizer
-
-    from reinforge.errors import ModelError
-    from reinforge.training.model import model_source
+    from reinforge.training.model import model_source, tokenizer_from
 
     source = model_source(config.model.partial_pretrain, "model.partial_pretrain")
-    try:
-        tokenizer = AutoTokenizer.from_pretrained(source, trust_remote_code=config.model.trust_remote_code or config.data.trust_remote_code)
-    except Exception as exc:
-        raise ModelError(f"model.partial_pretrain={source}: cannot load the tokenizer: {exc}") from exc
-    if config.data.chat_template:
-        tokenizer.chat_template = config.data.chat_template
-    if tokenizer.pad_token_id is None:
-        tokenizer.pad_token = tokenizer.eos_token
-    return tokenizer
+    return tokenizer_from(source, "model.partial_pretrain", config.model.trust_remote_code or config.data.trust_remote_code,
+                          config.data.chat_template)
 
 
 def load_sft_model(config: SFTConfig, device: str) -> torch.nn.Module:

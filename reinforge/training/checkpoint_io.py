@@ -28,9 +28,11 @@ from __future__ import annotations
 
 import copy
 import json
+import random
 import re
 from pathlib import Path
 
+import numpy as np
 import torch
 
 from reinforge.distributed.process_group import rank, world_size
@@ -126,6 +128,22 @@ def write_hf_model(config, state_dict: dict[str, torch.Tensor], out_dir: Path, m
     with torch.device("meta"):
         model = model_class.from_config(copy.deepcopy(config), dtype=dtype)
     model.save_pretrained(out_dir, state_dict=state_dict, safe_serialization=True)
+
+
+def rng_state() -> dict:
+    """This process's random streams (torch, numpy, Python, and this rank's CUDA device), for a checkpoint's extra state."""
+    state = {"torch": torch.get_rng_state(), "numpy": np.random.get_state(), "python": random.getstate()}
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state()  # this rank's device: the visible GPUs may differ on resume
+    return state
+
+
+def set_rng_state(state: dict) -> None:
+    torch.set_rng_state(state["torch"])
+    np.random.set_state(state["numpy"])
+    random.setstate(state["python"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state(state["cuda"])
 
 
 # ---- loading ------------------------------------------------------------------------------------

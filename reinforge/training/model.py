@@ -59,20 +59,27 @@ def policy_tokenizer(config: Config) -> tuple[str | None, str]:
 
 def load_tokenizer(config: Config):
     """The tokenizer of the model (or of data.tokenizer / model.tokenizer_path), with custom_chat_template applied."""
-    from transformers import AutoTokenizer
-
     model_cfg = config.actor_rollout_ref.model
     path, key = policy_tokenizer(config)
     if path:
         source = tokenizer_source(path, key)
     else:
         key, source = "actor_rollout_ref.model.path", model_source(model_cfg.path)
+    return tokenizer_from(source, key, model_cfg.trust_remote_code or config.data.trust_remote_code,
+                          model_cfg.custom_chat_template)
+
+
+def tokenizer_from(source: str, key: str, trust_remote_code: bool, chat_template: str | None = None):
+    """The tokenizer in `source` (named by config key `key` in messages), with `chat_template` replacing its own when
+    given, and EOS as its padding token when it has none."""
+    from transformers import AutoTokenizer
+
     try:
-        tokenizer = AutoTokenizer.from_pretrained(source, trust_remote_code=model_cfg.trust_remote_code or config.data.trust_remote_code)
+        tokenizer = AutoTokenizer.from_pretrained(source, trust_remote_code=trust_remote_code)
     except Exception as exc:
         raise ModelError(f"{key}={source}: cannot load the tokenizer: {exc}") from exc
-    if model_cfg.custom_chat_template:
-        tokenizer.chat_template = model_cfg.custom_chat_template
+    if chat_template:
+        tokenizer.chat_template = chat_template
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
     return tokenizer

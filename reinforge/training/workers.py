@@ -17,10 +17,8 @@ model's config; reading and writing them is checkpoint_io.py's, which reshards b
 
 from __future__ import annotations
 
-import random
 import time
 
-import numpy as np
 import torch
 
 from reinforge.batch import Batch
@@ -29,7 +27,14 @@ from reinforge.distributed import Dispatch, register
 from reinforge.distributed.process_group import init_distributed, rank, world_size
 from reinforge.inference import SamplingParams, generate_sequences, make_engine
 from reinforge.training.actor import Actor
-from reinforge.training.checkpoint_io import full_model_state, load_training_state, save_training_state, write_hf_model
+from reinforge.training.checkpoint_io import (
+    full_model_state,
+    load_training_state,
+    rng_state,
+    save_training_state,
+    set_rng_state,
+    write_hf_model,
+)
 from reinforge.training.critic import Critic
 from reinforge.training.fsdp import offload_optimizer, shard_model
 from reinforge.training.lora import (
@@ -217,19 +222,11 @@ class ActorRolloutRefWorker:
         return notes
 
     def _rng_state(self) -> dict:
-        state = {"torch": torch.get_rng_state(), "numpy": np.random.get_state(), "python": random.getstate(),
-                 "engine": self.engine.state_dict()}
-        if torch.cuda.is_available():
-            state["cuda"] = torch.cuda.get_rng_state()  # this rank's device: the visible GPUs may differ on resume
-        return state
+        return {**rng_state(), "engine": self.engine.state_dict()}
 
     def _set_rng_state(self, state: dict) -> None:
-        torch.set_rng_state(state["torch"])
-        np.random.set_state(state["numpy"])
-        random.setstate(state["python"])
+        set_rng_state(state)
         self.engine.load_state_dict(state["engine"])
-        if "cuda" in state and torch.cuda.is_available():
-            torch.cuda.set_rng_state(state["cuda"])
 
 
 class CriticWorker:
