@@ -93,10 +93,12 @@ class SFTTrainer:
         rows = list(range(len(self.val_data)))[rank()::world_size()]
         micros = self._micro_batches(self.val_data, rows)
         most = int(all_reduce([float(len(micros))], "max")[0])  # a sharded forward is a collective: same count on every rank
+        # a rank with fewer micro-batches repeats one, uncounted; a rank with no rows (fewer rows than ranks) runs row 0
+        spare = micros[-1] if micros else (self._micro_batches(self.val_data, [0])[0] if most else None)
         nll_sum = tokens = 0.0
         with eval_mode(self.model):
             for i in range(most):
-                nll, count = self._token_nll(micros[min(i, len(micros) - 1)])
+                nll, count = self._token_nll(micros[i] if i < len(micros) else spare)
                 if i < len(micros):
                     nll_sum, tokens = nll_sum + float(nll), tokens + float(count)
         nll_sum, tokens = all_reduce([nll_sum, tokens])

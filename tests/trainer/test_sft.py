@@ -172,14 +172,18 @@ def test_lora_trains_adapters_only(tiny_model_path, data, tmp_path):
     assert not torch.equal(merged["model.layers.0.self_attn.q_proj.weight"], base["model.layers.0.self_attn.q_proj.weight"])
 
 
+def _torchrun(ranks: int, args: list[str]) -> None:
+    """`reinforge <args>` in `ranks` processes started by torchrun (FSDP2 over gloo)."""
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={ranks}", "-m", "reinforge",
+               *args]
+    done = subprocess.run(command, env={**os.environ, "OMP_NUM_THREADS": "1"}, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+
+
 def test_two_ranks_equal_one(tiny_model_path, data, tmp_path):
     """torchrun with 2 processes (FSDP2 over gloo) gives the 1-process run's losses and weights."""
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
     for ranks in (1, 2):
-        command = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={ranks}", "-m", "reinforge",
-                   *_args(tiny_model_path, data, tmp_path / f"r{ranks}", "trainer.total_training_steps=4", "trainer.logger=[]")]
-        done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
-        assert done.returncode == 0, done.stderr[-3000:]
+        _torchrun(ranks, _args(tiny_model_path, data, tmp_path / f"r{ranks}", "trainer.total_training_steps=4", "trainer.logger=[]"))
     one, two = _metrics(tmp_path / "r1"), _metrics(tmp_path / "r2")
     for a, b in zip(one, two, strict=True):
         assert b["train/loss"] == pytest.approx(a["train/loss"], rel=1e-5)
@@ -187,6 +191,18 @@ def test_two_ranks_equal_one(tiny_model_path, data, tmp_path):
     assert two[-1]["val/loss"] == pytest.approx(one[-1]["val/loss"], rel=1e-5)
     assert sorted(p.name for p in (tmp_path / "r2" / "global_step_4").glob("model_*")) == [
         "model_world_size_2_rank_0.pt", "model_world_size_2_rank_1.pt"]
+
+
+def test_validation_with_fewer_rows_than_ranks(tiny_model_path, data, tmp_path):
+    """One validation row (fewer than the ranks, and than a micro-batch) on 2 ranks: the rank without rows still runs
+    the sharded forward, and val/loss is the token mean over the rows, the 1-process value."""
+    pq.write_table(pq.read_table(data / "test.parquet").slice(0, 1), tmp_path / "one.parquet")
+    extra = (f"data.val_files={tmp_path / 'one.parquet'}", "data.train_batch_size=2", "trainer.total_training_steps=1",
+             "trainer.logger=[]")
+    assert main(_args(tiny_model_path, data, tmp_path / "r1", *extra)) == 0
+    _torchrun(2, _args(tiny_model_path, data, tmp_path / "r2", *extra))
+    (one,), (two,) = _metrics(tmp_path / "r1"), _metrics(tmp_path / "r2")
+    assert two["val/loss"] == pytest.approx(one["val/loss"], rel=1e-5)
 
 
 # ---- user mistakes ---------------------------------------------------------------------------------------------------
