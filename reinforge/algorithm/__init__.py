@@ -13,7 +13,9 @@ from reinforge.algorithm.advantage import (
     compute_grpo_outcome_advantage,
     get_adv_estimator_fn,
     needs_critic,
+    needs_old_log_probs,
     needs_reward_baselines,
+    needs_sum_pi_squared,
     register_adv_est,
 )
 from reinforge.algorithm.core import (
@@ -34,7 +36,7 @@ from reinforge.algorithm.kl import (
     kl_penalty,
     make_kl_controller,
 )
-from reinforge.algorithm.logprob import compute_entropy, full_kl_from_logits, log_probs_from_logits
+from reinforge.algorithm.logprob import compute_entropy, full_kl_from_logits, log_probs_from_logits, sum_pi_squared_from_logits
 from reinforge.algorithm.policy_loss import (
     compute_policy_loss,
     compute_policy_loss_vanilla,
@@ -70,8 +72,11 @@ __all__ = [
     "masked_mean",
     "masked_whiten",
     "needs_critic",
+    "needs_old_log_probs",
     "needs_reward_baselines",
+    "needs_sum_pi_squared",
     "policy_loss_names",
     "register_adv_est",
     "register_policy_loss",
+    "sum_pi_squared_from_logits",
 ]

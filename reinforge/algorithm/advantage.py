@@ -2,13 +2,14 @@
 
 An estimator is a pure function of tensors called with verl's keyword arguments
 (`token_level_rewards`, `response_mask`, `index`, `values`, `reward_baselines`, `gamma`, `lam`,
-`epsilon`, `norm_adv_by_std_in_grpo`, `config`, and `reward_components`: the reward function's extra
-values by key); it receives the ones its signature names and
+`epsilon`, `norm_adv_by_std_in_grpo`, `config`, `old_log_probs`, `sum_pi_squared`, `rollout_is_weights`, and
+`reward_components`: the reward function's extra values by key); it receives the ones its signature names and
 returns `(advantages, returns)`, each (batch, response_len) and zero on masked positions.
 
 What an estimator needs follows from its signature, so the trainer never branches on a name:
 one that names `values` gets a critic, one that names `reward_baselines` gets a greedy baseline
-rollout (`needs_critic`, `needs_reward_baselines`).
+rollout (`needs_critic`, `needs_reward_baselines`), one that names `old_log_probs` or `sum_pi_squared` gets the
+actor's old-log-prob pass, with the sum of squared probabilities per token for the latter.
 
 Outcome estimators group trajectories by `index` (the prompt's uid). A group of one has no
 baseline to compare with; as in verl, its baseline is 0 (and its std 1).
@@ -49,6 +50,16 @@ def needs_critic(name: str) -> bool:
 def needs_reward_baselines(name: str) -> bool:
     """The estimator takes `reward_baselines` (the score of a greedy response per prompt)."""
     return ADV_ESTIMATOR_REGISTRY.takes(name, "reward_baselines")
+
+
+def needs_old_log_probs(name: str) -> bool:
+    """The estimator takes `old_log_probs` (the actor's log-probs before the update), so the old-log-prob pass runs."""
+    return ADV_ESTIMATOR_REGISTRY.takes(name, "old_log_probs")
+
+
+def needs_sum_pi_squared(name: str) -> bool:
+    """The estimator takes `sum_pi_squared` (sum of squared token probabilities), which the old-log-prob pass adds."""
+    return ADV_ESTIMATOR_REGISTRY.takes(name, "sum_pi_squared")
 
 
 def compute_advantage(name: str, **kwargs) -> tuple[torch.Tensor, torch.Tensor]:
@@ -129,11 +140,23 @@ def compute_grpo_outcome_advantage(token_level_rewards: torch.Tensor, response_m
     return _outcome(_grpo_scalars(token_level_rewards.sum(-1), index, epsilon, norm_adv_by_std_in_grpo), response_mask)
 
 
-def _grpo_scalars(scores: torch.Tensor, index, epsilon: float, norm_by_std: bool) -> torch.Tensor:
-    """Each row's score minus its group's mean, over the group's std (`norm_by_std`)."""
+def _grpo_scalars(scores: torch.Tensor, index, epsilon: float, norm_by_std: bool, min_std: float = 0.0) -> torch.Tensor:
+    """Each row's score minus its group's mean, over the group's std (`norm_by_std`), that std at least `min_std`."""
     group, size = _group_of(index)
     advantages = scores - torch.where(size > 1, _group_mean(scores, group), torch.zeros_like(scores))
-    return advantages / (_group_std(scores, group, size) + epsilon) if norm_by_std else advantages
+    return advantages / (_group_std(scores, group, size).clamp(min=min_std) + epsilon) if norm_by_std else advantages
+
+
+@register_adv_est("grpo_vectorized")
+@torch.no_grad()
+def compute_grpo_vectorized_outcome_advantage(token_level_rewards: torch.Tensor, response_mask: torch.Tensor,
+                                              index: np.ndarray, epsilon: float = 1e-6, norm_adv_by_std_in_grpo: bool = True,
+                                              config=None) -> tuple[torch.Tensor, torch.Tensor]:
+    """verl's vectorized GRPO: GRPO with each group's std taken as at least sqrt(epsilon) (1e-3), as verl's variance
+    floor does. (`grpo` is computed without a loop over groups too; the two differ only for a group whose scores
+    spread by less than that.)"""
+    scores = token_level_rewards.sum(-1)
+    return _outcome(_grpo_scalars(scores, index, epsilon, norm_adv_by_std_in_grpo, min_std=epsilon ** 0.5), response_mask)
 
 
 @register_adv_est("gdpo")
@@ -194,6 +217,17 @@ def compute_rloo_outcome_advantage(token_level_rewards: torch.Tensor, response_m
     n = size.to(scores.dtype)
     loo = (scores - _group_mean(scores, group)) * n / (n - 1).clamp(min=1)
     return _outcome(torch.where(size > 1, loo, scores), response_mask)
+
+
+@register_adv_est("rloo_vectorized")
+@torch.no_grad()
+def compute_rloo_vectorized_outcome_advantage(token_level_rewards: torch.Tensor, response_mask: torch.Tensor, index: np.ndarray,
+                                              epsilon: float = 1e-6, config=None) -> tuple[torch.Tensor, torch.Tensor]:
+    """verl's vectorized RLOO: `rloo`, except that a response alone in its group gets advantage 0 (rloo: its score)."""
+    advantages, _ = compute_rloo_outcome_advantage(token_level_rewards, response_mask, index)
+    alone = _group_of(index)[1] == 1
+    advantages[alone] = 0.0
+    return advantages, advantages
 
 
 @register_adv_est("reinforce_plus_plus")
@@ -263,3 +297,85 @@ def compute_gpg_outcome_advantage(token_level_rewards: torch.Tensor, response_ma
     group, size = _group_of(index)
     centred = scores - torch.where(size > 1, _group_mean(scores, group), torch.zeros_like(scores))
     return _outcome(alpha * centred / f_norm, response_mask)
+
+
+@register_adv_est("optimal_token_baseline")
+@torch.no_grad()
+def compute_optimal_token_baseline_advantage(token_level_rewards: torch.Tensor, response_mask: torch.Tensor, index: np.ndarray,
+                                             old_log_probs: torch.Tensor, sum_pi_squared: torch.Tensor,
+                                             rollout_is_weights: torch.Tensor | None = None,
+                                             handle_zero_tail: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+    """Optimal token baseline (verl's OTB): reward-to-go G_t minus a baseline for each position t of each group,
+    B_t = sum_i G_it W_it / sum_i W_it over the group's responses, where W_t = sum_{j<=t} (1 - 2 pi_j + sum_v pi(v)_j^2)
+    is the path-variance proxy up to t (pi_j: the sampled token's probability; sum_pi_squared from the actor's
+    old-log-prob pass). With rollout correction weights rho, each term of W is scaled by rho^2. A group of one has
+    no baseline. `handle_zero_tail`: the one longest response of a group gets no baseline past the second longest.
+    """
+    returns = (token_level_rewards * response_mask).flip(-1).cumsum(-1).flip(-1) * response_mask
+    weights = _path_variance(old_log_probs, sum_pi_squared, rollout_is_weights, response_mask)
+    members = torch.ones(len(returns), dtype=torch.bool)
+    return _token_baseline_advantage(returns, weights, response_mask, index, members, handle_zero_tail), returns
+
+
+@register_adv_est("tir_optimal_token_baseline")
+@torch.no_grad()
+def compute_tir_optimal_token_baseline_advantage(token_level_rewards: torch.Tensor, response_mask: torch.Tensor,
+                                                 index: np.ndarray, old_log_probs: torch.Tensor,
+                                                 sum_pi_squared: torch.Tensor, rollout_is_weights: torch.Tensor | None = None,
+                                                 handle_zero_tail: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
+    """The optimal token baseline for multi-turn (tool-integrated) responses: as `optimal_token_baseline`, but the
+    baseline of a response's k-th trained token pools the k-th trained tokens of its group (tool output and user
+    turns, masked out, do not count as positions), responses with no trained token stay out of their group, and
+    `handle_zero_tail` is on by default."""
+    returns = (token_level_rewards * response_mask).flip(-1).cumsum(-1).flip(-1) * response_mask
+    weights = _path_variance(old_log_probs, sum_pi_squared, rollout_is_weights, response_mask)
+    rows, cols = response_mask.nonzero(as_tuple=True)
+    slot = (response_mask.cumsum(-1) - 1).long()[rows, cols]  # the k of each trained token
+    lengths = response_mask.sum(-1).long()
+    width = int(lengths.max()) if len(lengths) else 0
+
+    def packed(values: torch.Tensor) -> torch.Tensor:
+        out = values.new_zeros(len(values), width)
+        out[rows, slot] = values[rows, cols]
+        return out
+
+    packed_mask = (torch.arange(width) < lengths.unsqueeze(-1)).to(response_mask.dtype)
+    packed_adv = _token_baseline_advantage(packed(returns), packed(weights), packed_mask, index, lengths > 0, handle_zero_tail)
+    advantages = torch.zeros_like(returns)
+    advantages[rows, cols] = packed_adv[rows, slot]
+    return advantages, returns
+
+
+def _path_variance(old_log_probs: torch.Tensor, sum_pi_squared: torch.Tensor, rollout_is_weights: torch.Tensor | None,
+                   response_mask: torch.Tensor) -> torch.Tensor:
+    """W_t = sum_{j<=t} (1 - 2 pi_j + sum pi^2_j) (times rho_j^2), over the trained tokens."""
+    per_token = 1 - 2 * old_log_probs.exp() + sum_pi_squared
+    if rollout_is_weights is not None:
+        per_token = per_token * rollout_is_weights.square()
+    return (per_token * response_mask).cumsum(-1)
+
+
+def _token_baseline_advantage(returns: torch.Tensor, weights: torch.Tensor, mask: torch.Tensor, index, members: torch.Tensor,
+                              handle_zero_tail: bool) -> torch.Tensor:
+    """returns - B, where B_t of a group is sum_i G_it W_it / (sum_i W_it + 1e-8) over its member rows' unmasked
+    positions; 0 for a group with one member; with `handle_zero_tail`, 0 past the second-longest member's length on a
+    group's single longest member."""
+    group, _ = _group_of(index)
+    groups = int(group.max()) + 1
+    member = members.to(returns.dtype)
+    count = torch.zeros(groups, dtype=returns.dtype).index_add_(0, group, member)[group]
+    weighted = weights * mask * member.unsqueeze(-1)
+    numerator = torch.zeros(groups, returns.shape[1], dtype=returns.dtype).index_add_(0, group, returns * weighted)
+    denominator = torch.zeros_like(numerator).index_add_(0, group, weighted) + 1e-8
+    baseline = torch.where((count > 1).unsqueeze(-1), (numerator / denominator)[group], 0.0)
+    if handle_zero_tail:
+        lengths = torch.where(members, mask.sum(-1), -1.0)
+        longest = torch.full((groups,), -1.0, dtype=lengths.dtype).scatter_reduce(0, group, lengths, "amax")[group]
+        at_longest = lengths == longest
+        ties = torch.zeros(groups, dtype=lengths.dtype).index_add_(0, group, at_longest.to(lengths.dtype))[group]
+        below = torch.where(at_longest, -1.0, lengths)
+        second = torch.full((groups,), -1.0, dtype=lengths.dtype).scatter_reduce(0, group, below, "amax")[group]
+        alone = at_longest & (ties == 1) & (count > 1) & members
+        tail = torch.arange(returns.shape[1]).unsqueeze(0) >= second.unsqueeze(-1)
+        baseline = torch.where(alone.unsqueeze(-1) & tail, 0.0, baseline)
+    return (returns - baseline) * mask

@@ -169,3 +169,19 @@ def full_kl_from_logits(logits: torch.Tensor, ref_logits: torch.Tensor, temperat
     vocab = logits.shape[-1]
     kl = _FullKL.apply(logits.reshape(-1, vocab), ref_logits.detach().reshape(-1, vocab), float(temperature))
     return kl.view(shape)
+
+
+@torch.no_grad()
+def sum_pi_squared_from_logits(logits: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:
+    """Σ_v p(v)² per position of p = softmax(logits / temperature), (..., vocab) -> (...), in fp32 (fp64 for fp64).
+
+    The optimal token baseline's weights need it (verl's `actor.calculate_sum_pi_squared`). Computed in row chunks
+    as exp(logsumexp(2z) - 2 logsumexp(z)) on z shifted by its maximum, with no probability tensor kept."""
+    shape, vocab = logits.shape[:-1], logits.shape[-1]
+    flat = logits.reshape(-1, vocab)
+    dtype = torch.promote_types(logits.dtype, torch.float32)
+    out = torch.empty(flat.shape[0], dtype=dtype, device=logits.device)
+    for start, end in _chunks(flat.shape[0], vocab, logits.is_cuda):
+        z, _ = _shifted(flat[start:end], dtype, 1.0 / temperature)
+        out[start:end] = (torch.logsumexp(z * 2, -1) - 2 * torch.logsumexp(z, -1)).exp()
+    return out.view(shape)

@@ -240,6 +240,11 @@ class ActorConfig(Node):
     use_fused_kernels: bool = _f(False, "Accepted for verl compatibility (verl's copy of model.use_fused_kernels); no effect here.")
     use_remove_padding: bool = _f(False, "Accepted for verl compatibility (verl's copy of model.use_remove_padding); padded "
                                          "micro-batches in this version.")
+    calculate_sum_pi_squared: bool = _f(False, "Add sum_pi_squared (the sum of squared token probabilities at each response "
+                                               "position) to the batch in the old-log-prob pass, which then always runs. An "
+                                               "estimator that names sum_pi_squared (optimal_token_baseline) gets it without this.")
+    sum_pi_squared_checkpointing: bool = _f(False, "Accepted for verl compatibility (recompute sum_pi_squared in the backward "
+                                                   "pass); no effect here: it is computed without gradients.")
     profiler: dict = _f({}, PROFILER_DOC)
 
 

@@ -56,8 +56,13 @@ def check_rollout_correction(config: Config) -> None:
     if corr.bypass_mode and loss_mode != "vanilla":
         raise ConfigError(f"{key}.bypass_mode=true replaces the policy loss by {key}.loss_type (ppo_clip is the vanilla "
                           f"loss), so actor_rollout_ref.actor.policy_loss.loss_mode={loss_mode} would be ignored; drop one")
+    from reinforge.algorithm.advantage import ADV_ESTIMATOR_REGISTRY, needs_sum_pi_squared
     from reinforge.algorithm.policy_loss import POLICY_LOSS_REGISTRY
 
+    estimator = config.algorithm.adv_estimator
+    if corr.bypass_mode and estimator in ADV_ESTIMATOR_REGISTRY and needs_sum_pi_squared(estimator):
+        raise ConfigError(f"algorithm.adv_estimator={estimator} weighs its baseline by the actor's sum of squared token "
+                          f"probabilities, which the old-log-prob pass computes and {key}.bypass_mode=true skips; drop one")
     if (corr.rollout_is is not None and not corr.bypass_mode and loss_mode in POLICY_LOSS_REGISTRY
             and not POLICY_LOSS_REGISTRY.takes(loss_mode, "rollout_is_weights")):
         fn = POLICY_LOSS_REGISTRY[loss_mode]

@@ -54,6 +54,7 @@ _ALWAYS_INERT = {
     "critic.model.enable_activation_offload": "activations stay on the device (enable_gradient_checkpointing saves their memory)",
     "actor_rollout_ref.actor.entropy_from_logits_with_chunking": "the entropy is computed from each micro-batch's logits at once",
     "actor_rollout_ref.actor.entropy_checkpointing": "the entropy is not recomputed in the backward pass in this version",
+    "actor_rollout_ref.actor.sum_pi_squared_checkpointing": "sum_pi_squared is computed without gradients, in the old-log-prob pass",
     "actor_rollout_ref.actor.checkpoint.async_save": "checkpoints are saved before the next step starts",
     "critic.checkpoint.async_save": "checkpoints are saved before the next step starts",
     "actor_rollout_ref.rollout.enable_prefix_caching": "not passed to the engine: vLLM and SGLang keep their own default (on); "

@@ -440,6 +440,13 @@ def _check(config: Config) -> None:
     check_gpu_engine(config)
 
 
+def wants_sum_pi_squared(config: Config) -> bool:
+    """Whether the old-log-prob pass adds sum_pi_squared: the advantage estimator takes it, or the user asked for it."""
+    from reinforge.algorithm import needs_sum_pi_squared
+
+    return config.actor_rollout_ref.actor.calculate_sum_pi_squared or needs_sum_pi_squared(config.algorithm.adv_estimator)
+
+
 def batch_arithmetic(config: Config) -> dict[str, int | bool]:
     """The derived quantities that decide what one training step does."""
     from reinforge.distributed.process_group import world_size_of

@@ -44,6 +44,7 @@ from reinforge.algorithm import (
     keep_groups,
     kl_penalty,
     make_kl_controller,
+    needs_old_log_probs,
     needs_reward_baselines,
 )
 from reinforge.algorithm.rollout_correction import (
@@ -53,7 +54,7 @@ from reinforge.algorithm.rollout_correction import (
     rollout_probs_diff_metrics,
 )
 from reinforge.batch import Batch
-from reinforge.config import batch_arithmetic
+from reinforge.config import batch_arithmetic, wants_sum_pi_squared
 from reinforge.config.schema import Config
 from reinforge.distributed import WorkerGroup
 from reinforge.errors import ConfigError, RewardError, TrainingError
@@ -95,7 +96,8 @@ class RLTrainer:
         on_policy = batch_arithmetic(config)["on_policy_single_update"]
         self.correction = config.algorithm.rollout_correction
         # decoupled correction weighs pi_old against pi_rollout before the update; bypass mode uses pi_rollout as pi_old
-        needs_old = not on_policy or config.algorithm.use_kl_in_reward or correction_active(self.correction)
+        needs_old = (not on_policy or config.algorithm.use_kl_in_reward or correction_active(self.correction)
+                     or needs_old_log_probs(config.algorithm.adv_estimator) or wants_sum_pi_squared(config))
         self.recompute_old_log_probs = needs_old and not self.correction.bypass_mode
         self.greedy_baseline = needs_reward_baselines(config.algorithm.adv_estimator)
         self.prompt_stream = self._prompt_batches()
@@ -111,7 +113,7 @@ class RLTrainer:
             batch, pending_scores = self._rollout(prompts, metrics, timing)
             if self.recompute_old_log_probs:
                 with timer("old_log_prob", timing):
-                    batch["old_log_probs"] = wg.compute_log_prob(batch)["old_log_probs"]
+                    batch = batch.union(wg.compute_log_prob(batch))  # old_log_probs (and sum_pi_squared)
             self._rollout_mismatch(batch, metrics, timing)
             if self.use_reference:
                 with timer("ref", timing):
@@ -138,7 +140,8 @@ class RLTrainer:
                     response_mask=batch["response_mask"].float(), index=batch["uid"], values=batch.get("values"),
                     reward_baselines=batch.get("reward_baselines"), norm_adv_by_std_in_grpo=algo.norm_adv_by_std_in_grpo,
                     gamma=algo.gamma, lam=algo.lam, epsilon=1e-6, config=algo,  # epsilon: every estimator's default, as in verl
-                    reward_components=extra)
+                    old_log_probs=batch.get("old_log_probs"), sum_pi_squared=batch.get("sum_pi_squared"),
+                    rollout_is_weights=batch.get("rollout_is_weights"), reward_components=extra)
             if self.critic_wg is not None:
                 with timer("update_critic", timing):
                     metrics.update(self.critic_wg.update_critic(batch).meta_info["metrics"])

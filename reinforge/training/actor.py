@@ -31,7 +31,14 @@ from __future__ import annotations
 
 import torch
 
-from reinforge.algorithm import agg_loss, compute_policy_loss, full_kl_from_logits, kl_penalty, log_probs_from_logits
+from reinforge.algorithm import (
+    agg_loss,
+    compute_policy_loss,
+    full_kl_from_logits,
+    kl_penalty,
+    log_probs_from_logits,
+    sum_pi_squared_from_logits,
+)
 from reinforge.algorithm.rollout_correction import bypass_policy_loss, mismatch_metrics
 from reinforge.batch import Batch
 from reinforge.config.algorithm_schema import RolloutCorrectionConfig
@@ -95,6 +102,18 @@ class Actor:
             return forward_in_micro_batches(batch, micro_batch_size, max_tokens, self.device,
                                             lambda micro: response_log_probs(self.model, micro, temperature, with_entropy,
                                                                                self.share_prompt))
+
+    @torch.no_grad()
+    def compute_log_prob_and_sum_pi_squared(self, batch: Batch, temperature: float, micro_batch_size: int | None,
+                                            max_tokens: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """Log-probs and the sum of squared probabilities over the vocabulary at each response position, from one forward."""
+        def forward(micro: Batch) -> tuple[torch.Tensor, torch.Tensor]:
+            logits = response_logits(self.model, micro, self.share_prompt)
+            log_probs, _ = log_probs_from_logits(logits, micro["responses"], temperature, with_entropy=False)
+            return log_probs, sum_pi_squared_from_logits(logits, temperature)
+
+        with eval_mode(self.model):
+            return forward_in_micro_batches(batch, micro_batch_size, max_tokens, self.device, forward)
 
     @torch.no_grad()
     def compute_ref_log_prob_and_full_kl(self, batch: Batch, ref_model: torch.nn.Module, temperature: float,

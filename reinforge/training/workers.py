@@ -22,6 +22,7 @@ import time
 import torch
 
 from reinforge.batch import Batch
+from reinforge.config import wants_sum_pi_squared
 from reinforge.config.schema import Config, TrainerConfig
 from reinforge.distributed import Dispatch, register
 from reinforge.distributed.process_group import init_distributed, rank, world_size
@@ -142,11 +143,16 @@ class ActorRolloutRefWorker:
     # ---- training -----------------------------------------------------------------------------
     @register(Dispatch.DP)
     def compute_log_prob(self, batch: Batch) -> Batch:
-        """old_log_probs of the current policy (no gradient; entropy is measured in the update's own pass)."""
+        """old_log_probs of the current policy (no gradient; entropy is measured in the update's own pass), and
+        `sum_pi_squared` when the advantage estimator takes it or actor.calculate_sum_pi_squared is set."""
         rollout = self.config.actor_rollout_ref.rollout
         max_tokens = rollout.log_prob_max_token_len_per_gpu if rollout.log_prob_use_dynamic_bsz else None
-        log_probs, _ = self.actor.compute_log_prob(batch, rollout.temperature, rollout.log_prob_micro_batch_size_per_gpu,
-                                                   max_tokens=max_tokens)
+        micro = rollout.log_prob_micro_batch_size_per_gpu
+        if wants_sum_pi_squared(self.config):
+            log_probs, sum_pi_squared = self.actor.compute_log_prob_and_sum_pi_squared(batch, rollout.temperature, micro,
+                                                                                        max_tokens)
+            return Batch({"old_log_probs": log_probs, "sum_pi_squared": sum_pi_squared})
+        log_probs, _ = self.actor.compute_log_prob(batch, rollout.temperature, micro, max_tokens=max_tokens)
         return Batch({"old_log_probs": log_probs})
 
     @register(Dispatch.DP)

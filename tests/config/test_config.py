@@ -75,7 +75,7 @@ def test_algorithm_settings_without_effect_are_listed_with_what_would_use_them()
     ("actor_rollout_ref.actor.ppo_mini_batch_size=2048", "larger than data.train_batch_size=1024"),
     ("actor_rollout_ref.actor.ppo_mini_batch_size=300", "not a multiple"),
     ("actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=7", "does not divide the mini-batch"),
-    ("algorithm.adv_estimator=nope", "is not one of: gae, gdpo, gpg, grpo, grpo_passk, opo, reinforce_plus_plus"),
+    ("algorithm.adv_estimator=nope", "is not one of: gae, gdpo, gpg, grpo, grpo_passk, grpo_vectorized, opo, optimal_token_baseline, reinforce_plus_plus"),
     ("trainer.logger=['neptune']", "'neptune' is not a logger; choose from console, file, jsonl, tensorboard"),
     ("a.b.c=1", "unknown config key 'a.b.c'"),
     ("algorithm.gamma=1.5", "algorithm.gamma=1.5 must be in [0, 1]"),

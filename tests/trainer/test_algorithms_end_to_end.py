@@ -11,7 +11,8 @@ import torch
 from reinforge.algorithm import adv_estimator_names, policy_loss_names
 from reinforge.errors import ConfigError
 
-BUILT_IN_ESTIMATORS = ["gae", "gpg", "grpo", "grpo_passk", "opo", "reinforce_plus_plus", "reinforce_plus_plus_baseline", "remax", "rloo"]
+BUILT_IN_ESTIMATORS = ["gae", "gpg", "grpo", "grpo_passk", "grpo_vectorized", "opo", "optimal_token_baseline", "reinforce_plus_plus",
+                       "reinforce_plus_plus_baseline", "remax", "rloo", "rloo_vectorized", "tir_optimal_token_baseline"]
 BUILT_IN_LOSSES = ["cispo", "clip_cov", "geo_mean", "gpg", "gspo", "kl_cov", "sapo", "vanilla"]
 
 
@@ -34,6 +35,8 @@ def test_two_steps_with_each_estimator(run_steps, estimator):
         assert metrics["critic/advantages/max"] > metrics["critic/advantages/min"]  # the updates had a signal
         assert ("critic/vf_loss" in metrics) == (estimator == "gae")  # the critic exists only when values are used
         assert ("timing_s/gen_max" in metrics) == (estimator == "remax")  # ReMax's greedy baseline rollout
+        # on-policy GRPO-style steps skip the old-log-prob pass; the token baseline needs its sum_pi_squared
+        assert ("timing_s/old_log_prob" in metrics) == estimator.endswith("optimal_token_baseline")
 
 
 @pytest.mark.parametrize("loss_mode", BUILT_IN_LOSSES)
