@@ -26,7 +26,7 @@ from reinforge.algorithm.core import (
     masked_whiten,
 )
 from reinforge.algorithm.custom import import_custom_modules
-from reinforge.algorithm.filter import keep_groups
+from reinforge.algorithm.filter import PF_PPO_METHODS, keep_groups, pf_ppo_resample
 from reinforge.algorithm.kl import (
     KL_PENALTIES,
     AdaptiveKLController,
@@ -48,6 +48,7 @@ from reinforge.algorithm.policy_loss import (
 __all__ = [
     "KL_PENALTIES",
     "LOSS_AGG_MODES",
+    "PF_PPO_METHODS",
     "AdaptiveKLController",
     "FixedKLController",
     "adv_estimator_names",
@@ -75,6 +76,7 @@ __all__ = [
     "needs_old_log_probs",
     "needs_reward_baselines",
     "needs_sum_pi_squared",
+    "pf_ppo_resample",
     "policy_loss_names",
     "register_adv_est",
     "register_policy_loss",

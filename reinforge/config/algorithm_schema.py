@@ -59,14 +59,16 @@ class RolloutCorrectionConfig(Node):
 
 @dataclass
 class PFPPOConfig(Node):
-    reweight_method: str = _f("pow", "verl's PF-PPO sample reweighting: pow, max_min or max_random; no effect here (use_pf_ppo).")
-    weight_pow: float = _f(2.0, "verl's PF-PPO: the power of the pow reweighting; no effect here (use_pf_ppo).")
+    reweight_method: str = _f("pow", "How PF-PPO weighs a trajectory for the redraw: pow (|score|^weight_pow), max_min (only "
+                              "the batch's highest and lowest scores) or max_random (0.4 for the highest score, 0.1 otherwise).")
+    weight_pow: float = _f(2.0, "The power of the pow reweighting.")
 
 
 @dataclass
 class AlgorithmConfig(Node):
     adv_estimator: str = _f("gae", "Advantage estimator from the registry: gae (with a critic), grpo, grpo_passk, rloo, "
-                            "reinforce_plus_plus, reinforce_plus_plus_baseline, remax, opo, gpg, gdpo, or your own "
+                            "reinforce_plus_plus, reinforce_plus_plus_baseline, remax, opo, gpg, gdpo, grpo_vectorized, "
+                            "rloo_vectorized, optimal_token_baseline, tir_optimal_token_baseline, or your own "
                             "(docs/algorithms.md).")
     norm_adv_by_std_in_grpo: bool = _f(True, "GRPO: divide by the group's std; false gives Dr. GRPO (arXiv:2503.20783).")
     gdpo_reward_keys: list | None = _f(None, "GDPO: the rewards normalised one by one, keys of the dict the reward function "
@@ -77,8 +79,10 @@ class AlgorithmConfig(Node):
     use_kl_in_reward: bool = _f(False, "Subtract kl_coef * KL(actor || ref) from the token rewards (needs the reference).")
     kl_penalty: str = _f("kl", "KL estimator of the in-reward penalty: kl (k1), abs, mse (k2), low_var_kl (k3), full, or a + variant.")
     kl_ctrl: KLControlConfig = _sub(KLControlConfig, "Coefficient of the in-reward KL penalty.")
-    use_pf_ppo: bool = _f(False, "Preference-feedback PPO reweighting (not in this version; true is an error).")
-    pf_ppo: PFPPOConfig = _sub(PFPPOConfig, "Settings of preference-feedback PPO (use_pf_ppo); no effect here.")
+    use_pf_ppo: bool = _f(False, "PF-PPO's policy filtration (arXiv:2409.06957): after the advantages of an estimator that "
+                          "uses the critic (gae), redraw the batch's trajectories with replacement, weighted by score "
+                          "(pf_ppo.*); as in verl, other estimators ignore it.")
+    pf_ppo: PFPPOConfig = _sub(PFPPOConfig, "Settings of PF-PPO (use_pf_ppo).")
     filter_groups: FilterGroupsConfig = _sub(FilterGroupsConfig, "DAPO's dynamic sampling.")
     rollout_correction: RolloutCorrectionConfig = _sub(
         RolloutCorrectionConfig, "Train/inference mismatch correction (verl's): importance weights, rejection, bypass mode.")

@@ -159,8 +159,6 @@ def check_unsupported(config: Config) -> None:
     from reinforge.config.fields import node_at
 
     rollout = config.actor_rollout_ref.rollout
-    if config.algorithm.use_pf_ppo:
-        raise ConfigError("algorithm.use_pf_ppo: preference-feedback PPO are not supported in this version yet")
     if rollout.over_sample_rate != 0:
         raise ConfigError(f"actor_rollout_ref.rollout.over_sample_rate={rollout.over_sample_rate}: stopping generation early "
                           "and training on the cut-off requests is not supported in this version; remove it (0: every "

@@ -276,7 +276,7 @@ _ESTIMATOR_ARGUMENTS = ("gamma", "lam", "norm_adv_by_std_in_grpo")  # algorithm 
 
 def _algorithm_reason(config: Config, key: str) -> str | None:
     """Why a KL, loss, estimator or dynamic-sampling key does nothing with the algorithm as configured, or None."""
-    from reinforge.algorithm.advantage import ADV_ESTIMATOR_REGISTRY
+    from reinforge.algorithm.advantage import ADV_ESTIMATOR_REGISTRY, needs_critic
     from reinforge.algorithm.policy_loss import POLICY_LOSS_REGISTRY
 
     actor, algo = config.actor_rollout_ref.actor, config.algorithm
@@ -288,8 +288,11 @@ def _algorithm_reason(config: Config, key: str) -> str | None:
         return "acts only with algorithm.filter_groups.enable=true"
     if key in ("algorithm.gdpo_reward_keys", "algorithm.gdpo_reward_weights") and algo.adv_estimator != "gdpo":
         return f"read by adv_estimator=gdpo only (this run: {algo.adv_estimator})"
-    if key.startswith("algorithm.pf_ppo."):
-        return "acts only with algorithm.use_pf_ppo=true, which this version does not support"
+    if key.startswith("algorithm.pf_ppo.") and not algo.use_pf_ppo:
+        return "acts only with algorithm.use_pf_ppo=true"
+    if (key == "algorithm.use_pf_ppo" or key.startswith("algorithm.pf_ppo.")) and algo.use_pf_ppo and not needs_critic(algo.adv_estimator):
+        return (f"PF-PPO redraws the batch after an estimator that uses the critic's values (gae); "
+                f"algorithm.adv_estimator={algo.adv_estimator} does not (verl ignores it there too)")
     name, estimator = key.removeprefix("algorithm."), algo.adv_estimator
     reads_config = ADV_ESTIMATOR_REGISTRY.is_users(estimator) and ADV_ESTIMATOR_REGISTRY.accepts(estimator, "config")
     if name in _ESTIMATOR_ARGUMENTS and not reads_config and not ADV_ESTIMATOR_REGISTRY.accepts(estimator, name):

@@ -216,7 +216,7 @@ def _finalize_critic(config: Config) -> None:
 
 
 def _check(config: Config) -> None:
-    from reinforge.algorithm import KL_PENALTIES, LOSS_AGG_MODES, policy_loss_names
+    from reinforge.algorithm import KL_PENALTIES, LOSS_AGG_MODES, PF_PPO_METHODS, policy_loss_names
     from reinforge.distributed.process_group import world_size_of
     from reinforge.environment.dataset import TRUNCATION_MODES
     from reinforge.reward.manager import reward_manager_names
@@ -269,6 +269,7 @@ def _check(config: Config) -> None:
     choice("critic.optim.lr_scheduler_type", config.critic.optim.lr_scheduler_type, LR_SCHEDULES)
     choice("critic.loss_agg_mode", config.critic.loss_agg_mode, LOSS_AGG_MODES)
     choice("algorithm.filter_groups.filter_type", algo.filter_groups.filter_type, ("same_value", "band_pass"))
+    choice("algorithm.pf_ppo.reweight_method", algo.pf_ppo.reweight_method, PF_PPO_METHODS)
     bounds = algo.filter_groups
     if bounds.lower_bound is not None and bounds.upper_bound is not None and bounds.lower_bound > bounds.upper_bound:
         raise ConfigError(f"algorithm.filter_groups.lower_bound={bounds.lower_bound} is above upper_bound={bounds.upper_bound}: "

@@ -24,6 +24,7 @@ _MUL2 = np.uint64(0x94D049BB133111EB)
 _MASK64 = (1 << 64) - 1
 
 TRAIN, VALIDATION = 0, 1  # the purpose a row's seed is drawn for (the second part of its key)
+RESAMPLE = 2  # the trainer's per-step draw of algorithm.use_pf_ppo
 
 
 def splitmix64(x: np.ndarray) -> np.ndarray:

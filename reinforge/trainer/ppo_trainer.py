@@ -44,8 +44,10 @@ from reinforge.algorithm import (
     keep_groups,
     kl_penalty,
     make_kl_controller,
+    needs_critic,
     needs_old_log_probs,
     needs_reward_baselines,
+    pf_ppo_resample,
 )
 from reinforge.algorithm.rollout_correction import (
     compute_rollout_correction,
@@ -59,7 +61,7 @@ from reinforge.config.schema import Config
 from reinforge.distributed import WorkerGroup
 from reinforge.errors import ConfigError, RewardError, TrainingError
 from reinforge.inference.rollout import AGENT_INPUT_KEYS, PROMPT_KEYS, SEED_KEY, concat_trajectories, rollout_inputs
-from reinforge.inference.seeds import TRAIN, row_seeds
+from reinforge.inference.seeds import RESAMPLE, TRAIN, derive_seed, row_seeds
 from reinforge.report.rollouts import keep_recent_rollouts
 from reinforge.trainer.checkpoint import check_resume_folder, resume_folder, save_checkpoint, save_torch, step_of
 from reinforge.trainer.generations import EXTRA, generation_records, reward_extra_info, write_generations
@@ -100,6 +102,7 @@ class RLTrainer:
                      or needs_old_log_probs(config.algorithm.adv_estimator) or wants_sum_pi_squared(config))
         self.recompute_old_log_probs = needs_old and not self.correction.bypass_mode
         self.greedy_baseline = needs_reward_baselines(config.algorithm.adv_estimator)
+        self.pf_ppo = config.algorithm.use_pf_ppo and needs_critic(config.algorithm.adv_estimator)  # verl: after GAE only
         self.prompt_stream = self._prompt_batches()
         score_async = config.reward_model.launch_reward_fn_async and not config.algorithm.filter_groups.enable
         self.reward_thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="reinforge-reward") if score_async else None
@@ -142,6 +145,10 @@ class RLTrainer:
                     gamma=algo.gamma, lam=algo.lam, epsilon=1e-6, config=algo,  # epsilon: every estimator's default, as in verl
                     old_log_probs=batch.get("old_log_probs"), sum_pi_squared=batch.get("sum_pi_squared"),
                     rollout_is_weights=batch.get("rollout_is_weights"), reward_components=extra)
+                if self.pf_ppo:  # PF-PPO: redraw the trajectories by score, after the critic's advantages (verl's order)
+                    draw = torch.Generator().manual_seed(derive_seed(cfg.trainer.seed, RESAMPLE, self.global_steps))
+                    batch = batch.index(pf_ppo_resample(batch["token_level_scores"].sum(-1), algo.pf_ppo.reweight_method,
+                                                        algo.pf_ppo.weight_pow, draw))
             if self.critic_wg is not None:
                 with timer("update_critic", timing):
                     metrics.update(self.critic_wg.update_critic(batch).meta_info["metrics"])

@@ -100,12 +100,17 @@ def test_verl_profiler_sections_are_free_form_and_reported(override):
     assert f"{key}: no profiler integration in this version" in notes(config, keys)
 
 
-def test_pf_ppo_settings_are_reported_and_pf_ppo_itself_still_refused():
+def test_pf_ppo_settings_are_reported_where_they_do_nothing():
     assert (default("algorithm.pf_ppo.reweight_method"), default("algorithm.pf_ppo.weight_pow")) == ("pow", 2.0)
     config, keys = load_config([*VERL, "algorithm.pf_ppo.reweight_method=max_min", "algorithm.pf_ppo.weight_pow=3"])
     assert "algorithm.pf_ppo.weight_pow: acts only with algorithm.use_pf_ppo=true" in notes(config, keys)
-    with pytest.raises(ConfigError, match="algorithm.use_pf_ppo: preference-feedback PPO are not supported"):
-        load_config([*VERL, "algorithm.use_pf_ppo=true"])
+    config, keys = load_config([*VERL, "algorithm.use_pf_ppo=true", "algorithm.adv_estimator=gae"])
+    assert not [line for line in notes(config, keys) if "pf_ppo" in line]
+    config, keys = load_config([*VERL, "algorithm.use_pf_ppo=true", "algorithm.adv_estimator=grpo"])
+    assert ("algorithm.use_pf_ppo: PF-PPO redraws the batch after an estimator that uses the critic's values (gae); "
+            "algorithm.adv_estimator=grpo does not") in notes(config, keys)
+    with pytest.raises(ConfigError, match="algorithm.pf_ppo.reweight_method='maxmin' is not one of: pow, max_min, max_random"):
+        load_config([*VERL, "algorithm.use_pf_ppo=true", "algorithm.pf_ppo.reweight_method=maxmin"])
 
 
 # ------------------------------------------------------------------------------ switches without effect

@@ -129,6 +129,21 @@ def test_dynamic_sampling_keeps_only_groups_whose_reward_varies(run_steps, tmp_p
         assert all(r["score"] != 0.5 for r in kept)
 
 
+def test_pf_ppo_trains_on_a_redraw_of_the_batch(run_steps, tmp_path):
+    """max_min redraws only the batch's best and worst responses; the same step without PF-PPO generated the same ones."""
+    common = ["algorithm.adv_estimator=gae", "actor_rollout_ref.rollout.n=4", "trainer.total_training_steps=1",
+              "data.max_response_length=6", "actor_rollout_ref.rollout.temperature=3.0"]
+    scores = {}
+    for name, extra in (("plain", []), ("pf_ppo", ["algorithm.use_pf_ppo=true", "algorithm.pf_ppo.reweight_method=max_min"])):
+        rollouts = tmp_path / name / "rollouts"
+        metrics = run_steps(*common, *extra, f"trainer.rollout_data_dir={rollouts}", run_dir=tmp_path / name)[1]
+        assert "critic/vf_loss" in metrics and "actor/pg_loss" in metrics
+        scores[name] = [json.loads(line)["score"] for line in (rollouts / "1.jsonl").read_text().splitlines()]
+    plain, redrawn = scores["plain"], scores["pf_ppo"]
+    assert len(redrawn) == len(plain) == 8 and len(set(plain)) > 2  # more than two scores to choose from
+    assert set(redrawn) <= {min(plain), max(plain)} and len(set(redrawn)) == 2
+
+
 def test_dynamic_sampling_joins_batches_whose_prompts_differ_in_length(run_steps, tmp_path):
     data = tmp_path / "varied.jsonl"
     rows = [{"data_source": "reinforge/add_one", "prompt": [{"role": "user", "content": "Add 1: " + "3" * (1 + i % 5)}],
