@@ -123,6 +123,17 @@ RENAMED = {
     ("reward_model", "overlong_buffer"): "'+reward_model.reward_kwargs.overlong_buffer_cfg' with 'reward_model.reward_manager=dapo' (docs/rewards.md)",
     ("reward_model.overlong_buffer", "*"): ("'+reward_model.reward_kwargs.overlong_buffer_cfg.{leaf}' with "
                                             "'reward_model.reward_manager=dapo' (docs/rewards.md)"),
+    # names that descriptions of verl's config use for settings whose keys are spelt otherwise
+    ("actor_rollout_ref.rollout", "tools"): ("'actor_rollout_ref.rollout.multi_turn.tool_config_path' (a YAML file "
+                                             "listing the tools, with multi_turn.enable=true; docs/agents.md)"),
+    ("actor_rollout_ref.rollout", "interactions"): ("'actor_rollout_ref.rollout.multi_turn.interaction_config_path' (a YAML "
+                                                    "file listing the interactions; docs/agents.md)"),
+    ("data", "chat_template"): "'actor_rollout_ref.model.custom_chat_template' (a Jinja template string)",
+    ("*", "beta1"): "'{section}.betas=[<beta1>,<beta2>]' (AdamW's two betas, as one list)",
+    ("*", "beta2"): "'{section}.betas=[<beta1>,<beta2>]' (AdamW's two betas, as one list)",
+    ("algorithm", "policy_loss_fn"): "'actor_rollout_ref.actor.policy_loss.loss_mode' (vanilla is PPO's clipped loss)",
+    ("reward_model", "reward_format"): ("'custom_reward_function.path' for a scorer of your own; the built-in scorer "
+                                        "follows each row's data_source column (docs/rewards.md)"),
 }
 
 

@@ -155,6 +155,12 @@ def test_reference_settings_without_a_reference_say_so():
     ("actor_rollout_ref.actor.use_gpg_loss=true", "did you mean 'actor_rollout_ref.actor.policy_loss.loss_mode=gpg'?"),
     ("reward_model.overlong_buffer.len=512", "did you mean '+reward_model.reward_kwargs.overlong_buffer_cfg.len' with "
      "'reward_model.reward_manager=dapo' (docs/rewards.md)?"),
+    ("actor_rollout_ref.rollout.tools=[]", "did you mean 'actor_rollout_ref.rollout.multi_turn.tool_config_path' (a YAML"),
+    ("actor_rollout_ref.rollout.interactions=[]", "did you mean 'actor_rollout_ref.rollout.multi_turn.interaction_config_path'"),
+    ("data.chat_template=x", "did you mean 'actor_rollout_ref.model.custom_chat_template' (a Jinja template string)?"),
+    ("critic.optim.beta1=0.8", "did you mean 'critic.optim.betas=[<beta1>,<beta2>]' (AdamW's two betas, as one list)?"),
+    ("algorithm.policy_loss_fn=ppo", "did you mean 'actor_rollout_ref.actor.policy_loss.loss_mode' (vanilla"),
+    ("reward_model.reward_format=gsm8k", "the built-in scorer follows each row's data_source column"),
     ("actor_rollout_ref.actor.megatron.tensor_model_parallel_size=2", "it is a setting of verl's Megatron-LM backend, and "
      "reinforge trains with FSDP2"),
     # verl's gdpo script passes `algorithm.gamma=$gae_gamma` with the variable unset
