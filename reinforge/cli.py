@@ -65,9 +65,17 @@ def _add_config_arguments(command: argparse.ArgumentParser) -> None:
 
 
 def _sft(args: argparse.Namespace) -> int:
-    from reinforge.trainer.sft_trainer import main as sft_main
+    from reinforge.config.sft_schema import load_sft_config
 
-    return sft_main(args.overrides, _config_file(args), args.dry_run)
+    config, notes = load_sft_config(args.overrides, _config_file(args), int(os.environ.get("WORLD_SIZE", "1")))
+    if args.dry_run:
+        from reinforge.config.loading import describe
+
+        print(describe(config, notes))
+        return 0
+    from reinforge.trainer.sft_trainer import main as sft_main  # the training stack (torch, transformers): only to run
+
+    return sft_main(config, notes)
 
 
 def _generate(args: argparse.Namespace) -> int:

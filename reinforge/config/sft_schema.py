@@ -152,12 +152,24 @@ class SFTConfig(Node):
     trainer: SFTTrainerConfig = _sub(SFTTrainerConfig, "The loop, checkpoints and logging.")
 
 
+def load_sft_config(args: list[str], config_file: str | None, ranks: int) -> tuple[SFTConfig, list[str]]:
+    """The config of `reinforge sft` from overrides (and a YAML file), checked for `ranks` ranks, and the notes on
+    settings without effect. Nothing here loads a model or imports the training stack, so a mistake in the keys fails
+    in a moment, as `reinforge train`'s do."""
+    from reinforge.config.loading import resolve
+
+    config, _, ignored = resolve(SFTConfig, args, config_file, base="sft_trainer")
+    notes = finalize_sft(config, ranks)
+    return config, notes + [f"{name} (a Hydra setting) has no effect here" for name in ignored]
+
+
 # ---- checks and derived values ----------------------------------------------------------------------
 def finalize_sft(config: SFTConfig, ranks: int) -> list[str]:
     """Check `config` for a run on `ranks` ranks and fill in what verl derives (older names, the run folder, the
     micro-batch size); returns notes on settings that have no effect here."""
-    from reinforge.config.section_checks import CHECKPOINT_CONTENTS, LR_SCHEDULES, check_optim, choice
+    from reinforge.config.section_checks import CHECKPOINT_CONTENTS, LR_SCHEDULES, check_optim, choice, positive
     from reinforge.errors import ConfigError
+    from reinforge.trainer.tracking import check_loggers, logger_names
 
     data, model, optim, trainer = config.data, config.model, config.optim, config.trainer
     if not model.partial_pretrain:
@@ -177,6 +189,11 @@ def finalize_sft(config: SFTConfig, ranks: int) -> list[str]:
     choice("optim.lr_scheduler", optim.lr_scheduler, LR_SCHEDULES)
     optim.lr_scheduler_type = optim.lr_scheduler
     check_optim("optim", optim)
+    positive("optim.lr", optim.lr, allow_zero=True)
+    positive("optim.weight_decay", optim.weight_decay, allow_zero=True)
+    positive("optim.clip_grad", optim.clip_grad)  # 0 would scale every gradient to nothing; null: no clipping
+    trainer.logger = logger_names(trainer.logger)  # verl also takes a bare string: trainer.logger=console
+    check_loggers(trainer.logger)
     if data.micro_batch_size is not None:
         if data.micro_batch_size % ranks:
             raise ConfigError(f"data.micro_batch_size={data.micro_batch_size} does not split over {ranks} ranks; use "

@@ -92,6 +92,8 @@ def run_evaluation(config: EvaluationConfig, user_keys: list[str]) -> dict[str, 
                             f"data.{key} to the column that holds it")
     compute_score = load_reward_function(config) or default_compute_score
     samples, owners = _samples(rows, data, str(data.path))
+    if compute_score is default_compute_score:
+        _check_scorers(rows, data, str(data.path))
     scorer = ResponseScorer(compute_score)
     scores, failures = scorer.score(samples)
 
@@ -131,6 +133,22 @@ def _samples(rows: list[dict[str, Any]], data: Any, where: str) -> tuple[list[Re
                                           response_length=len(response)))
             owners.append(number)
     return samples, owners
+
+
+def _check_scorers(rows: list[dict[str, Any]], data: Any, where: str) -> None:
+    """Without a custom reward function: RewardError naming the first row whose data source has no built-in scorer."""
+    from reinforge.reward import find_scorer
+
+    seen: set[str] = set()
+    for number, row in enumerate(rows):
+        source = row.get(data.data_source_key)
+        if repr(source) in seen:  # repr: a value may be unhashable
+            continue
+        seen.add(repr(source))
+        try:
+            find_scorer(source)
+        except RewardError as exc:
+            raise RewardError(f"{where}: row {number}, column {data.data_source_key!r} (data.data_source_key): {exc}") from None
 
 
 def _preview(value: Any, limit: int = 100) -> str:

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from reinforge.config.generation_schema import GenerationConfig, unused_generation_settings
-from reinforge.errors import ConfigError, DataError
+from reinforge.errors import ConfigError, DataError, ModelError
 
 RESPONSES = "responses"  # the column written, as verl names it
 NO_LIMIT = sys.maxsize  # the dataset's own prompt limit: prompts are cut here, where the cut ones are counted
@@ -39,7 +39,7 @@ def run_generation(config: GenerationConfig, user_keys: list[str]) -> dict[str, 
     from reinforge.inference import SamplingParams, make_engine
     from reinforge.inference.seeds import row_seeds
     from reinforge.trainer.main import _quiet_transformers
-    from reinforge.training.model import load_tokenizer, model_source
+    from reinforge.training.model import model_source
 
     start = time.perf_counter()
     _quiet_transformers()
@@ -48,9 +48,8 @@ def run_generation(config: GenerationConfig, user_keys: list[str]) -> dict[str, 
         print(f"reinforge: note: {line}", flush=True)
     source = _input_file(data.path)
     output = _output_file(data.output_path)
-    model_source(config.model.path, "model.path")  # a missing folder is named by this command's key
     view = _training_config(config)
-    tokenizer = load_tokenizer(view)
+    tokenizer = _load_tokenizer(config, model_source(config.model.path, "model.path"))
     dataset = create_rl_dataset(str(source), view.data, tokenizer, is_train=False)
     table = _read_table(source)
     prompts = [dataset[i]["input_ids"].tolist() for i in range(len(dataset))]
@@ -110,10 +109,27 @@ def _output_file(path: str) -> Path:
     try:
         file.parent.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
+        blocker = next((folder for folder in (file.parent, *file.parent.parents) if folder.exists() and not folder.is_dir()), None)
+        if blocker:
+            raise ConfigError(f"data.output_path={path}: {blocker} is a file, so the folder {file.parent} cannot be created; "
+                              "set data.output_path to a file in a folder") from None
         raise ConfigError(f"data.output_path={path}: cannot create the folder {file.parent} ({exc.strerror or exc})") from None
     if not os.access(file.parent, os.W_OK):
         raise ConfigError(f"data.output_path={path}: the folder {file.parent} is not writable")
     return file
+
+
+def _load_tokenizer(config: GenerationConfig, source: str) -> Any:
+    """The tokenizer of `model.path` (`source`); ModelError naming model.path when it fails to load or has no chat
+    template (every prompt is rendered with it; this command has no key for another template, as verl's has none)."""
+    from reinforge.training.model import tokenizer_from
+
+    tokenizer = tokenizer_from(source, "model.path", config.model.trust_remote_code or config.data.trust_remote_code)
+    if not getattr(tokenizer, "chat_template", None):
+        raise ModelError(f"model.path={config.model.path}: its tokenizer has no chat template, so the prompts cannot be "
+                         "rendered; use a model folder whose tokenizer has one (a chat_template in tokenizer_config.json, or "
+                         "a chat_template.jinja file), such as an Instruct model's")
+    return tokenizer
 
 
 def _training_config(config: GenerationConfig) -> Any:

@@ -18,7 +18,7 @@ position follows from the step, so a resumed run (trainer.resume_mode=auto, the 
 
 from __future__ import annotations
 
-import os
+import math
 import random
 import time
 from pathlib import Path
@@ -29,7 +29,6 @@ import torch
 from reinforge.config.sft_schema import SFTConfig
 from reinforge.distributed.process_group import all_reduce, rank, world_size
 from reinforge.environment.sft_dataset import collate_examples
-from reinforge.training.actor import response_log_probs
 from reinforge.training.minibatch import backward_if_finite, clip_and_step, eval_mode, trim_padding
 from reinforge.training.optim import advance_schedule
 
@@ -62,6 +61,8 @@ class SFTTrainer:
 
     def _token_nll(self, micro) -> tuple[torch.Tensor, torch.Tensor]:
         """The summed negative log-likelihood of a micro-batch's trained tokens, and their count."""
+        from reinforge.training.actor import response_log_probs  # with transformers' model code: imported once a run trains
+
         trimmed = trim_padding(micro.to(self.device))
         log_probs, _ = response_log_probs(self.model, trimmed.batch, temperature=1.0)
         mask = micro["response_mask"][:, :log_probs.shape[1]].to(log_probs.device, log_probs.dtype)
@@ -80,7 +81,8 @@ class SFTTrainer:
             # FSDP2 averages gradients over the ranks: x ranks makes the sum the gradient of the step's token mean
             finite = backward_if_finite(nll / max(tokens, 1.0) * world_size()) and finite
             nll_sum += float(nll.detach())
-        grad_norm, stepped = clip_and_step(self.model, self.optimizer, self.config.optim.clip_grad, finite)
+        clip = self.config.optim.clip_grad
+        grad_norm, stepped = clip_and_step(self.model, self.optimizer, math.inf if clip is None else clip, finite)
         lr = self.optimizer.param_groups[0]["lr"]
         advance_schedule(self.scheduler)
         loss = all_reduce([nll_sum])[0] / max(tokens, 1.0)
@@ -193,11 +195,16 @@ class SFTTrainer:
 
 # ---- assembling a run -------------------------------------------------------------------------------------
 def load_sft_tokenizer(config: SFTConfig):
+    from reinforge.errors import ModelError
     from reinforge.training.model import model_source, tokenizer_from
 
     source = model_source(config.model.partial_pretrain, "model.partial_pretrain")
-    return tokenizer_from(source, "model.partial_pretrain", config.model.trust_remote_code or config.data.trust_remote_code,
-                          config.data.chat_template)
+    tokenizer = tokenizer_from(source, "model.partial_pretrain", config.model.trust_remote_code or config.data.trust_remote_code,
+                               config.data.chat_template)
+    if not config.data.custom_cls.path and not getattr(tokenizer, "chat_template", None):  # a user's Dataset renders its own rows
+        raise ModelError(f"model.partial_pretrain={config.model.partial_pretrain}: its tokenizer has no chat template, so the "
+                         "rows cannot be rendered; set data.chat_template to a Jinja chat template")
+    return tokenizer
 
 
 def load_sft_model(config: SFTConfig, device: str) -> torch.nn.Module:
@@ -267,17 +274,8 @@ def run_sft(config: SFTConfig, notes: list[str]) -> dict[str, float]:
     return trainer.fit()
 
 
-def main(args: list[str], config_file: str | None, dry_run: bool) -> int:
-    """`reinforge sft`: load the config, then run (or with --dry-run print it)."""
-    from reinforge.config.loading import describe, resolve
-    from reinforge.config.sft_schema import finalize_sft
-
-    config, _, ignored = resolve(SFTConfig, args, config_file, base="sft_trainer")
-    notes = finalize_sft(config, int(os.environ.get("WORLD_SIZE", "1")))
-    notes += [f"{name} (a Hydra setting) has no effect here" for name in ignored]
-    if dry_run:
-        print(describe(config, notes))
-        return 0
+def main(config: SFTConfig, notes: list[str]) -> int:
+    """`reinforge sft` with its loaded config (config/sft_schema.py's load_sft_config, which the CLI calls first)."""
     metrics = run_sft(config, notes)
     if rank() == 0 and metrics:
         print("reinforge: final validation " + "  ".join(f"{k} {v:.4f}" for k, v in metrics.items()), flush=True)

@@ -218,6 +218,14 @@ def test_user_mistakes_are_named(tiny_model_path, data, tmp_path, capsys, extra,
     assert message in capsys.readouterr().err
 
 
+def test_no_gradient_clip(tiny_model_path, data, tmp_path):
+    """optim.clip_grad=null (the schema allows it): the step runs unclipped and reports the gradient's norm."""
+    run = tmp_path / "run"
+    assert main(_args(tiny_model_path, data, run, "optim.clip_grad=null", "trainer.total_training_steps=1", "trainer.logger=[]")) == 0
+    (step,) = _metrics(run)
+    assert step["train/grad_norm"] > 0 and step["train/nonfinite_skipped"] == 0
+
+
 def test_dry_run_prints_the_config_and_the_keys_without_effect(capsys):
     assert main(["sft", "--dry-run", "model.partial_pretrain=/models/x", "data.train_files=train.parquet",
                  "optim.warmup_steps_ratio=0.05", "ulysses_sequence_parallel_size=2"]) == 0
