@@ -2,7 +2,7 @@
 
 The table is the single source: each row's example command is run as written (in a folder that
 holds the files the examples name, with a tiny model, data file and batch sizes added unless the
-example sets those keys itself), and the row's message must appear in stderr (`…` separates
+example sets those keys itself: `DEFAULTS`, per sub-command), and the row's message must appear in stderr (`…` separates
 pieces that must appear in that order), with the row's exit status and no traceback. The runs
 are started two at a time, so the whole file takes about as long as its slowest half.
 """
@@ -62,6 +62,28 @@ def catalogue() -> list[Case]:
     return cases
 
 
+# per sub-command, the keys a row's example gets unless it sets them: a run that would succeed, small and fast
+DEFAULTS = {
+    "train": {
+        "actor_rollout_ref.model.path": "{model}", "data.train_files": "ok.jsonl", "data.train_batch_size": "2",
+        "data.max_prompt_length": "64", "data.max_response_length": "4", "actor_rollout_ref.rollout.n": "2",
+        "actor_rollout_ref.actor.ppo_mini_batch_size": "2", "trainer.total_training_steps": "1",
+        "trainer.val_before_train": "false", "trainer.test_freq": "-1", "algorithm.adv_estimator": "grpo",
+        "actor_rollout_ref.model.enable_gradient_checkpointing": "false", "trainer.default_local_dir": "run_{index}",
+    },
+    "sft": {
+        "model.partial_pretrain": "{model}", "data.train_files": "sft.jsonl", "data.train_batch_size": "2",
+        "data.micro_batch_size_per_gpu": "2", "trainer.total_training_steps": "1", "trainer.logger": "[]",
+        "trainer.default_local_dir": "run_{index}",
+    },
+    "generate": {
+        "model.path": "{model}", "data.path": "ok.jsonl", "data.output_path": "generated_{index}.parquet",
+        "data.n_samples": "1", "rollout.response_length": "4", "trainer.device": "cpu",
+    },
+    "eval": {"data.path": "responses.jsonl"},
+}
+
+
 def write_jsonl(path: Path, rows: list[dict]) -> None:
     path.write_text("".join(json.dumps(row) + "\n" for row in rows))
 
@@ -82,6 +104,11 @@ def make_workspace(folder: Path, model: Path, other_model: Path) -> None:
     write_jsonl(folder / "no_reward_model.jsonl", [{k: v for k, v in row.items() if k != "reward_model"} for row in prompts])
     write_jsonl(folder / "bad_extra_info.jsonl", [{**row, "extra_info": "note"} if i == 2 else row for i, row in enumerate(prompts)])
     write_jsonl(folder / "images.jsonl", [{**row, "images": [{"path": "x.png"}]} for row in prompts])
+    write_jsonl(folder / "sft.jsonl", [{"question": f"Copy: {i}", "answer": str(i)} for i in range(8)])
+    responses = [{**row, "responses": [str(i + 1), "9"]} for i, row in enumerate(prompts)]  # as reinforge generate writes
+    write_jsonl(folder / "responses.jsonl", responses)
+    write_jsonl(folder / "my_task_responses.jsonl", [{**row, "data_source": "my/task"} for row in responses])
+    write_jsonl(folder / "no_ground_truth.jsonl", [{**row, "reward_model": {"style": "rule"}} for row in responses])
     (folder / "no_rows.jsonl").write_text("")
     (folder / "corrupt.parquet").write_bytes(b"this is not a parquet file")
     (folder / "empty.parquet").write_bytes(b"")
@@ -101,6 +128,9 @@ def make_workspace(folder: Path, model: Path, other_model: Path) -> None:
     config_file.write_text(json.dumps({k: v for k, v in json.loads(config_file.read_text()).items() if k != "chat_template"}))
     for file in (folder / "no_template").glob("*.jinja"):
         file.unlink()
+    shutil.copytree(model, folder / "bad_tokenizer")
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+        (folder / "bad_tokenizer" / name).write_text("{not json")
     (folder / "empty_run" / "global_step_2").mkdir(parents=True)
     half = folder / "half_run" / "global_step_1" / "actor"  # rank 0's files of a 2-rank save only (names are checked first)
     half.mkdir(parents=True)
@@ -123,17 +153,12 @@ def command_line(case: Case, index: int, model: Path) -> tuple[list[str], dict[s
     while "=" in words[0]:
         key, value = words.pop(0).split("=", 1)
         env[key] = value
-    assert words[:2] == ["reinforge", "train"], case
-    defaults = {
-        "actor_rollout_ref.model.path": str(model), "data.train_files": "ok.jsonl", "data.train_batch_size": "2",
-        "data.max_prompt_length": "64", "data.max_response_length": "4", "actor_rollout_ref.rollout.n": "2",
-        "actor_rollout_ref.actor.ppo_mini_batch_size": "2", "trainer.total_training_steps": "1",
-        "trainer.val_before_train": "false", "trainer.test_freq": "-1", "algorithm.adv_estimator": "grpo",
-        "actor_rollout_ref.model.enable_gradient_checkpointing": "false", "trainer.default_local_dir": f"run_{index}",
-    }
+    assert words[0] == "reinforge" and words[1] in DEFAULTS, case
+    command = words[1]
     given = {word.split("=", 1)[0].lstrip("+") for word in words[2:] if "=" in word}
-    overrides = [f"{key}={value}" for key, value in defaults.items() if key not in given]
-    return [sys.executable, "-m", "reinforge", "train", *overrides, *words[2:]], env
+    overrides = [f"{key}={value.format(model=model, index=index)}" for key, value in DEFAULTS[command].items()
+                 if key not in given]
+    return [sys.executable, "-m", "reinforge", command, *overrides, *words[2:]], env
 
 
 def run_case(case: Case, index: int, folder: Path, model: Path) -> tuple[int | None, str]:
@@ -180,6 +205,9 @@ def test_the_catalogue_covers_the_mistakes_users_make():
                  "wrong signature", "always raises", "returns a string", "returns NaN", "hangs, with", "hangs, no",
                  "not a checkpoint", "another shape"):
         assert any(word in name for name in names), word
+    for command in ("sft", "generate", "eval"):  # the other sub-commands that load a config, a misspelt key among their rows
+        rows = [case for case in catalogue() if case.command.startswith(f"reinforge {command} ")]
+        assert len(rows) >= 5 and any("did you mean" in case.message for case in rows), command
 
 
 @pytest.mark.parametrize("case", catalogue(), ids=lambda case: case.name)
@@ -208,6 +236,7 @@ LRR = "actor_rollout_ref.actor.optim.lrr=1"
     (["--debug", "train", LRR], "did you mean"),
     (["train", "--debug", LRR], "did you mean"),
     (["train", "--traceback", LRR], "did you mean"),  # the older spelling still works
+    (["eval", "--debug", "data.respone_key=responses"], "did you mean"),  # sft and generate parse it the same way
     (["data", "--debug", "gsm8k", "--input", "no_copy", "--local_dir", "out"], "--input no_copy: no such file or folder"),
     (["data", "gsm8k", "--input", "no_copy", "--local_dir", "out", "--debug"], "--input no_copy: no such file or folder"),
     (["report", "--debug", "no_run"], "no_run"),
