@@ -129,6 +129,7 @@ def compute_gae_advantage_return(token_level_rewards: torch.Tensor, values: torc
 
 
 @register_adv_est("grpo")
+@register_adv_est("grpo_vectorized")  # verl's vectorized form of grpo; this one has no loop over groups either
 @torch.no_grad()
 def compute_grpo_outcome_advantage(token_level_rewards: torch.Tensor, response_mask: torch.Tensor, index: np.ndarray,
                                    epsilon: float = 1e-6, norm_adv_by_std_in_grpo: bool = True,
@@ -140,23 +141,11 @@ def compute_grpo_outcome_advantage(token_level_rewards: torch.Tensor, response_m
     return _outcome(_grpo_scalars(token_level_rewards.sum(-1), index, epsilon, norm_adv_by_std_in_grpo), response_mask)
 
 
-def _grpo_scalars(scores: torch.Tensor, index, epsilon: float, norm_by_std: bool, min_std: float = 0.0) -> torch.Tensor:
-    """Each row's score minus its group's mean, over the group's std (`norm_by_std`), that std at least `min_std`."""
+def _grpo_scalars(scores: torch.Tensor, index, epsilon: float, norm_by_std: bool) -> torch.Tensor:
+    """Each row's score minus its group's mean, over the group's std (`norm_by_std`)."""
     group, size = _group_of(index)
     advantages = scores - torch.where(size > 1, _group_mean(scores, group), torch.zeros_like(scores))
-    return advantages / (_group_std(scores, group, size).clamp(min=min_std) + epsilon) if norm_by_std else advantages
-
-
-@register_adv_est("grpo_vectorized")
-@torch.no_grad()
-def compute_grpo_vectorized_outcome_advantage(token_level_rewards: torch.Tensor, response_mask: torch.Tensor,
-                                              index: np.ndarray, epsilon: float = 1e-6, norm_adv_by_std_in_grpo: bool = True,
-                                              config=None) -> tuple[torch.Tensor, torch.Tensor]:
-    """verl's vectorized GRPO: GRPO with each group's std taken as at least sqrt(epsilon) (1e-3), as verl's variance
-    floor does. (`grpo` is computed without a loop over groups too; the two differ only for a group whose scores
-    spread by less than that.)"""
-    scores = token_level_rewards.sum(-1)
-    return _outcome(_grpo_scalars(scores, index, epsilon, norm_adv_by_std_in_grpo, min_std=epsilon ** 0.5), response_mask)
+    return advantages / (_group_std(scores, group, size) + epsilon) if norm_by_std else advantages
 
 
 @register_adv_est("gdpo")
@@ -304,12 +293,13 @@ def compute_gpg_outcome_advantage(token_level_rewards: torch.Tensor, response_ma
 def compute_optimal_token_baseline_advantage(token_level_rewards: torch.Tensor, response_mask: torch.Tensor, index: np.ndarray,
                                              old_log_probs: torch.Tensor, sum_pi_squared: torch.Tensor,
                                              rollout_is_weights: torch.Tensor | None = None,
-                                             handle_zero_tail: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+                                             handle_zero_tail: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
     """Optimal token baseline (verl's OTB): reward-to-go G_t minus a baseline for each position t of each group,
     B_t = sum_i G_it W_it / sum_i W_it over the group's responses, where W_t = sum_{j<=t} (1 - 2 pi_j + sum_v pi(v)_j^2)
     is the path-variance proxy up to t (pi_j: the sampled token's probability; sum_pi_squared from the actor's
     old-log-prob pass). With rollout correction weights rho, each term of W is scaled by rho^2. A group of one has
-    no baseline. `handle_zero_tail`: the one longest response of a group gets no baseline past the second longest.
+    no baseline. `handle_zero_tail` (verl's default, on): the one longest response of a group gets no baseline past
+    the second longest, where its own return would be its whole baseline.
     """
     returns = (token_level_rewards * response_mask).flip(-1).cumsum(-1).flip(-1) * response_mask
     weights = _path_variance(old_log_probs, sum_pi_squared, rollout_is_weights, response_mask)
@@ -325,8 +315,7 @@ def compute_tir_optimal_token_baseline_advantage(token_level_rewards: torch.Tens
                                                  handle_zero_tail: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
     """The optimal token baseline for multi-turn (tool-integrated) responses: as `optimal_token_baseline`, but the
     baseline of a response's k-th trained token pools the k-th trained tokens of its group (tool output and user
-    turns, masked out, do not count as positions), responses with no trained token stay out of their group, and
-    `handle_zero_tail` is on by default."""
+    turns, masked out, do not count as positions), and responses with no trained token stay out of their group."""
     returns = (token_level_rewards * response_mask).flip(-1).cumsum(-1).flip(-1) * response_mask
     weights = _path_variance(old_log_probs, sum_pi_squared, rollout_is_weights, response_mask)
     rows, cols = response_mask.nonzero(as_tuple=True)

@@ -51,12 +51,14 @@ def test_otb_group_of_one_and_zero_tail_by_hand():
     # W: row 0 0.5, 1, 1.5; row 1 0.5; row 2 0.5, 1.   G: row 0 3, 3, 3; row 1 1; row 2 2, 2
     # t=0: (3 * 0.5 + 1 * 0.5 + 2 * 0.5) / 1.5 = 2;  t=1: (3 * 1 + 2 * 1) / 2 = 2.5;  t=2: only row 0: 3 * 1.5 / 1.5 = 3
     expected = torch.tensor([[1.0, 0.5, 0.0], [-1.0, 0, 0], [0.0, -0.5, 0], [5.0, 5.0, 0]])
-    adv, _ = run(OTB, token_level_rewards=rewards, response_mask=mask, index=index, old_log_probs=old, sum_pi_squared=spp)
+    adv, _ = run(OTB, token_level_rewards=rewards, response_mask=mask, index=index, old_log_probs=old, sum_pi_squared=spp,
+                 handle_zero_tail=False)
     assert torch.allclose(adv, expected, atol=1e-6)
-    # handle_zero_tail: row 0 is the one longest; past the second longest (2 tokens) it keeps its whole return
-    adv, _ = run(TIR, token_level_rewards=rewards, response_mask=mask, index=index, old_log_probs=old, sum_pi_squared=spp)
+    # handle_zero_tail (the default): row 0 is the one longest; past the second longest (2 tokens) it keeps its return
     expected[0, 2] = 3.0
-    assert torch.allclose(adv, expected, atol=1e-6)
+    for name in (OTB, TIR):
+        adv, _ = run(name, token_level_rewards=rewards, response_mask=mask, index=index, old_log_probs=old, sum_pi_squared=spp)
+        assert torch.allclose(adv, expected, atol=1e-6), name
 
 
 # --------------------------------------------------------------------------------------------- loops
@@ -135,7 +137,7 @@ def test_tir_pools_the_k_th_trained_tokens_of_multi_turn_rows(zero_tail):
     assert torch.all(adv[mask == 0] == 0)
 
 
-def test_tir_equals_otb_with_zero_tail_on_single_turn_rows():
+def test_tir_equals_otb_on_single_turn_rows():
     gen = torch.Generator().manual_seed(5)
     lengths = torch.tensor([5, 3, 5, 2, 4, 4])
     mask = (torch.arange(5) < lengths.unsqueeze(-1)).float()
@@ -143,22 +145,22 @@ def test_tir_equals_otb_with_zero_tail_on_single_turn_rows():
     spp = old.exp() ** 2 + 0.2
     kwargs = dict(token_level_rewards=rewards, response_mask=mask, index=np.array([1, 1, 1, 2, 2, 2]), old_log_probs=old,
                   sum_pi_squared=spp)
-    assert torch.allclose(run(TIR, **kwargs)[0], run(OTB, **kwargs, handle_zero_tail=True)[0], atol=1e-6)
+    for zero_tail in (False, True):
+        assert torch.allclose(run(TIR, **kwargs, handle_zero_tail=zero_tail)[0], run(OTB, **kwargs, handle_zero_tail=zero_tail)[0],
+                              atol=1e-6)
 
 
 # ---------------------------------------------------------------------------------- vectorized names
-def test_grpo_vectorized_floors_the_group_std_at_sqrt_epsilon():
+def test_grpo_vectorized_is_grpo():
     mask = torch.ones(4, 2)
     rewards = torch.tensor([[0, 0.0], [0, 1e-4], [0, 1.0], [0, 3.0]])
     index = np.array(["close", "close", "far", "far"])
     grpo, _ = run("grpo", token_level_rewards=rewards, response_mask=mask, index=index)
     vec, _ = run("grpo_vectorized", token_level_rewards=rewards, response_mask=mask, index=index)
-    # group "far": std sqrt(2) >> 1e-3, the same number: (1 - 2) / (sqrt(2) + 1e-6)
-    assert vec[2, 0].item() == pytest.approx(-1 / (math.sqrt(2) + 1e-6), rel=1e-6) == grpo[2, 0].item()
-    # group "close": scores 1e-4 apart, std 7.07e-5; grpo divides by it, grpo_vectorized by 1e-3
-    spread = 1e-4 / math.sqrt(2)
-    assert grpo[1, 0].item() == pytest.approx(5e-5 / (spread + 1e-6), rel=1e-3)
-    assert vec[1, 0].item() == pytest.approx(5e-5 / (1e-3 + 1e-6), rel=1e-3)
+    assert torch.equal(grpo, vec)
+    # (1 - 2) / (std + 1e-6) with std = sqrt(2); scores 1e-4 apart: std 7.07e-5, no floor under it (verl's current form)
+    assert vec[2, 0].item() == pytest.approx(-1 / (math.sqrt(2) + 1e-6), rel=1e-6)
+    assert vec[1, 0].item() == pytest.approx(5e-5 / (1e-4 / math.sqrt(2) + 1e-6), rel=1e-3)
 
 
 def test_rloo_vectorized_gives_a_response_alone_in_its_group_nothing():
