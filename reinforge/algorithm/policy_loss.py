@@ -226,3 +226,72 @@ def compute_policy_loss_cispo(old_log_prob: torch.Tensor, log_prob: torch.Tensor
     weight = ratio.clamp(1 - clip_low, 1 + clip_high).detach()
     loss = _aggregate(-weight * advantages * log_prob, response_mask, loss_agg_mode, config, rollout_is_weights)
     return loss, _metrics(masked_mean((ratio != weight).float(), response_mask), masked_mean(-log_ratio, response_mask))
+
+
+@register_policy_loss("up")
+def compute_policy_loss_up(old_log_prob: torch.Tensor, log_prob: torch.Tensor, advantages: torch.Tensor,
+                           response_mask: torch.Tensor, loss_agg_mode: str = "token-mean", config=None,
+                           rollout_is_weights: torch.Tensor | None = None) -> tuple[torch.Tensor, dict[str, float]]:
+    """UP (arXiv:2607.06987): a token with A > 0 takes the plain policy gradient -A pi / sg(pi), without the ratio to
+    pi_old or a clip; the others vanilla's clipped and dual-clipped loss. pg_clipfrac counts the tokens with A <= 0."""
+    clip_low, clip_high = _clip_range(config)
+    clip_c = getattr(config, "clip_ratio_c", 3.0)
+    log_ratio = (log_prob - old_log_prob).clamp(-20.0, 20.0)
+    ratio = log_ratio.exp()
+    loss_unclipped = -advantages * ratio
+    loss_clipped = -advantages * ratio.clamp(1 - clip_low, 1 + clip_high)
+    loss_ppo = torch.maximum(loss_unclipped, loss_clipped)
+    loss_cap = -advantages * clip_c
+    negative = torch.where(advantages < 0, torch.minimum(loss_ppo, loss_cap), loss_ppo)
+    positive = -advantages * torch.exp(log_prob - log_prob.detach())  # 1 in value, the gradient of log pi
+    token_losses = torch.where(advantages > 0, positive, negative)
+    loss = _aggregate(token_losses, response_mask, loss_agg_mode, config, rollout_is_weights)
+    return loss, _metrics(masked_mean((loss_clipped > loss_unclipped).float(), response_mask * (advantages <= 0)),
+                          masked_mean(-log_ratio, response_mask),
+                          masked_mean(((loss_ppo > loss_cap) & (advantages < 0)).float(), response_mask))
+
+
+def _dppo(old_log_prob: torch.Tensor, log_prob: torch.Tensor, advantages: torch.Tensor, response_mask: torch.Tensor,
+          loss_agg_mode: str, config, rollout_is_weights: torch.Tensor | None,
+          divergence: Callable[[torch.Tensor, torch.Tensor, float, float], torch.Tensor]) -> tuple[torch.Tensor, dict[str, float]]:
+    """-A sg(min(ratio, clip_ratio_c)) log pi on the tokens inside the trust region that `divergence(log p, log p_old,
+    low, high)` marks (for A > 0, for A <= 0), with clip_ratio_low / clip_ratio_high as its bounds; pg_clipfrac: the
+    tokens outside it; pg_clipfrac_lower: those inside whose ratio was truncated."""
+    low, high = _clip_range(config)
+    clip_c = getattr(config, "clip_ratio_c", 3.0)
+    log_ratio = (log_prob - old_log_prob).clamp(-20.0, 20.0)
+    ratio = log_ratio.exp()
+    inside = divergence(log_prob.detach(), old_log_prob, low, high)
+    inside = torch.where(advantages > 0, inside[0], inside[1]).float()
+    token_losses = -advantages * ratio.clamp(max=clip_c).detach() * log_prob * inside
+    loss = _aggregate(token_losses, response_mask, loss_agg_mode, config, rollout_is_weights)
+    return loss, _metrics(masked_mean(1.0 - inside, response_mask), masked_mean(-log_ratio, response_mask),
+                          masked_mean((ratio > clip_c).float() * inside, response_mask))
+
+
+@register_policy_loss("dppo_tv")
+def compute_policy_loss_dppo_tv(old_log_prob: torch.Tensor, log_prob: torch.Tensor, advantages: torch.Tensor,
+                                response_mask: torch.Tensor, loss_agg_mode: str = "token-mean", config=None,
+                                rollout_is_weights: torch.Tensor | None = None) -> tuple[torch.Tensor, dict[str, float]]:
+    """DPPO-Binary-TV (arXiv:2602.04879): the trust region bounds the change of the sampled token's probability,
+    p - p_old <= clip_ratio_high where A > 0 and >= -clip_ratio_low elsewhere."""
+    def divergence(log_p, log_p_old, low, high):
+        change = log_p.exp() - log_p_old.exp()
+        return change <= high, change >= -low
+
+    return _dppo(old_log_prob, log_prob, advantages, response_mask, loss_agg_mode, config, rollout_is_weights, divergence)
+
+
+@register_policy_loss("dppo_kl")
+def compute_policy_loss_dppo_kl(old_log_prob: torch.Tensor, log_prob: torch.Tensor, advantages: torch.Tensor,
+                                response_mask: torch.Tensor, loss_agg_mode: str = "token-mean", config=None,
+                                rollout_is_weights: torch.Tensor | None = None) -> tuple[torch.Tensor, dict[str, float]]:
+    """DPPO-Binary-KL (arXiv:2602.04879): the trust region bounds the KL between the Bernoulli distributions of
+    "the sampled token or not" under pi_old and pi, KL <= clip_ratio_high where A > 0 (or p <= p_old) and
+    <= clip_ratio_low elsewhere (or p >= p_old)."""
+    def divergence(log_p, log_p_old, low, high):
+        p, p_old = log_p.exp(), log_p_old.exp()
+        kl = p_old * (log_p_old - log_p) + (1 - p_old) * torch.log((1.0 - p_old + 1e-8) / (1.0 - p + 1e-8))
+        return (kl <= high) | (p <= p_old), (kl <= low) | (p >= p_old)
+
+    return _dppo(old_log_prob, log_prob, advantages, response_mask, loss_agg_mode, config, rollout_is_weights, divergence)

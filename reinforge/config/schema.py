@@ -178,7 +178,8 @@ class FSDPConfig(Node):
 
 @dataclass
 class PolicyLossConfig(Node):
-    loss_mode: str = _f("vanilla", "Policy loss from the registry (reinforge.algorithm.get_policy_loss_fn).")
+    loss_mode: str = _f("vanilla", "Policy loss from the registry: vanilla, gspo, sapo, gpg, clip_cov, kl_cov, geo_mean, "
+                        "cispo, up, dppo_tv, dppo_kl, or your own (docs/algorithms.md).")
     clip_cov_ratio: float = _f(0.0002, "clip_cov: fraction of tokens clipped.")
     clip_cov_lb: float = _f(1.0, "clip_cov: lower bound of covariance.")
     clip_cov_ub: float = _f(5.0, "clip_cov: upper bound of covariance.")

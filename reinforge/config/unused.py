@@ -265,8 +265,9 @@ def unused_settings(config: Config, user_keys: list[str]) -> list[str]:
 
 
 _LOSS_KEYS = {  # actor keys that only some built-in policy losses read: key -> those losses
-    **dict.fromkeys(("clip_ratio", "clip_ratio_low", "clip_ratio_high"), ("vanilla", "gspo", "clip_cov", "geo_mean", "cispo")),
-    "clip_ratio_c": ("vanilla",),
+    **dict.fromkeys(("clip_ratio", "clip_ratio_low", "clip_ratio_high"),
+                    ("vanilla", "gspo", "clip_cov", "geo_mean", "cispo", "up", "dppo_tv", "dppo_kl")),
+    "clip_ratio_c": ("vanilla", "up", "dppo_tv", "dppo_kl"),
     **dict.fromkeys(("tau_pos", "tau_neg"), ("sapo",)),
     **dict.fromkeys(("policy_loss.clip_cov_ratio", "policy_loss.clip_cov_lb", "policy_loss.clip_cov_ub"), ("clip_cov",)),
     **dict.fromkeys(("policy_loss.kl_cov_ratio", "policy_loss.ppo_kl_coef"), ("kl_cov",)),

@@ -10,7 +10,7 @@ from reinforge.algorithm import get_policy_loss_fn
 from reinforge.config.schema import ActorConfig
 
 MODES = ["token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm", "token-sum"]
-ALL_LOSSES = ["vanilla", "gspo", "sapo", "gpg", "clip_cov", "kl_cov", "geo_mean", "cispo"]
+ALL_LOSSES = ["vanilla", "gspo", "sapo", "gpg", "clip_cov", "kl_cov", "geo_mean", "cispo", "up", "dppo_tv", "dppo_kl"]
 CLIPFRAC, KL, LOWER = "actor/pg_clipfrac", "actor/ppo_kl", "actor/pg_clipfrac_lower"
 
 
@@ -108,6 +108,27 @@ def np_loss(name, old, lp, a, m, mode, low=0.2, high=0.2, c=3.0, tau_pos=1.0, ta
         loss = (-abar * ratio).sum() / (n > 0).sum()
         clipped = x_raw != xc
         return loss, {CLIPFRAC: mmean(clipped & (a > 0), m), LOWER: mmean(clipped & (a < 0), m), KL: mmean(-x_raw, m)}
+    if name == "up":
+        x = np.clip(x_raw, -20, 20)
+        ratio = np.exp(x)
+        l1, l2 = -a * ratio, -a * np.clip(ratio, 1 - low, 1 + high)
+        c1 = np.maximum(l1, l2)
+        l3 = -a * c
+        tok = np.where(a > 0, -a, np.where(a < 0, np.minimum(l3, c1), c1))  # A > 0: -A pi / sg(pi), valued -A
+        return np_agg(tok, m, mode), {CLIPFRAC: mmean(l2 > l1, m * (a <= 0)), LOWER: mmean((c1 > l3) & (a < 0), m),
+                                      KL: mmean(-x, m)}
+    if name in ("dppo_tv", "dppo_kl"):
+        x = np.clip(x_raw, -20, 20)
+        ratio = np.exp(x)
+        p, po = np.exp(lp), np.exp(old)
+        if name == "dppo_tv":
+            up_ok, down_ok = p - po <= high, p - po >= -low
+        else:
+            kl = po * np.log(po / p) + (1 - po) * np.log((1 - po + 1e-8) / (1 - p + 1e-8))
+            up_ok, down_ok = (kl <= high) | (p <= po), (kl <= low) | (p >= po)
+        inside = np.where(a > 0, up_ok, down_ok)
+        tok = -a * np.minimum(ratio, c) * lp * inside
+        return np_agg(tok, m, mode), {CLIPFRAC: mmean(~inside, m), LOWER: mmean((ratio > c) & inside, m), KL: mmean(-x, m)}
     if name == "kl_cov":
         ratio = np.exp(x_raw)
         tok = -a * ratio

@@ -184,6 +184,61 @@ def test_cispo_by_hand():
     assert torch.allclose(grad_of(loss, lp), expected, atol=1e-6)
 
 
+# ----------------------------------------------------------------------------------------------- up
+def test_up_gives_positive_advantages_the_unclipped_gradient_by_hand():
+    # range [0.8, 1.2], dual clip 3; tokens (ratio, A): (1.5, +1) (0.5, -1) (5, -2) (1.1, -1), then a masked one
+    # (1.5, +1): -A pi/sg(pi) = -1 in value, gradient -1 (vanilla would clip it: no gradient)
+    # (0.5, -1): max(0.5, 0.8) = 0.8, clipped; (5, -2): max(10, 2.56) = 10, dual clip min(6, 10) = 6; (1.1, -1): 1.1
+    lp = leaf([[-1.0, -2.0, -0.5, -0.3, -3.0]])
+    old = lp.detach() - torch.tensor([[math.log(1.5), math.log(0.5), math.log(5.0), math.log(1.1), 1.0]])
+    adv = torch.tensor([[1.0, -1.0, -2.0, -1.0, 4.0]])
+    mask = torch.tensor([[1.0, 1.0, 1.0, 1.0, 0.0]])
+    loss, metrics = call("up", old, lp, adv, mask, "token-mean", actor_cfg(clip_ratio=0.2, clip_ratio_c=3.0))
+    assert loss.item() == pytest.approx((-1 + 0.8 + 6 + 1.1) / 4, abs=1e-6)
+    assert metrics[CLIPFRAC] == pytest.approx(1 / 3)  # of the three tokens with A <= 0, the 0.5 one is clipped
+    assert metrics[LOWER] == pytest.approx(1 / 4)
+    assert torch.allclose(grad_of(loss, lp), torch.tensor([[-1.0, 0.0, 0.0, 1.1, 0.0]]) / 4, atol=1e-6)
+
+
+# --------------------------------------------------------------------------------------------- dppo
+def dppo_example():
+    # (p_old, p, A) per token, and a masked sixth; clip_ratio 0.2 is the divergence bound, clip_ratio_c 3 truncates
+    p_old = [0.5, 0.2, 0.5, 0.5, 0.01, 0.1, 0.3]
+    p = [0.6, 0.5, 0.25, 0.4, 0.1, 0.6, 0.9]
+    adv = torch.tensor([[1.0, 1.0, -1.0, -2.0, 1.0, 1.0, 5.0]])
+    lp = leaf([[math.log(v) for v in p]])
+    old = torch.tensor([[math.log(v) for v in p_old]])
+    mask = torch.tensor([[1.0] * 6 + [0.0]])
+    return old, lp, adv, mask
+
+
+def test_dppo_tv_by_hand():
+    old, lp, adv, mask = dppo_example()
+    loss, metrics = call("dppo_tv", old, lp, adv, mask, "token-mean", actor_cfg(clip_ratio=0.2, clip_ratio_c=3.0))
+    # p - p_old: 0.1 in; 0.3 > 0.2 out; -0.25 < -0.2 out (A < 0); -0.1 in; 0.09 in (ratio 10, truncated to 3); 0.5 out
+    # in: -A sg(min(ratio, 3)) log p: -1.2 log 0.6, -(-2)(0.8) log 0.4 = 1.6 log 0.4, -3 log 0.1
+    expected = (-1.2 * math.log(0.6) + 1.6 * math.log(0.4) - 3 * math.log(0.1)) / 6
+    assert loss.item() == pytest.approx(expected, abs=1e-6)
+    assert metrics[CLIPFRAC] == pytest.approx(3 / 6) and metrics[LOWER] == pytest.approx(1 / 6)
+    # the gradient in log p is -A min(ratio, 3) inside the region, 0 outside
+    assert torch.allclose(grad_of(loss, lp), torch.tensor([[-1.2, 0.0, 0.0, 1.6, -3.0, 0.0, 0.0]]) / 6, atol=1e-6)
+
+
+def test_dppo_kl_by_hand():
+    old, lp, adv, mask = dppo_example()
+    loss, metrics = call("dppo_kl", old, lp, adv, mask, "token-mean", actor_cfg(clip_ratio=0.2, clip_ratio_c=3.0))
+
+    def binary_kl(p_old, p):
+        return p_old * math.log(p_old / p) + (1 - p_old) * math.log((1 - p_old) / (1 - p))
+
+    # KL of "this token or not": 0.020, 0.193, 0.144, 0.020, 0.071 are within 0.2; (0.1 -> 0.6) 0.551 is not, and p rose
+    assert binary_kl(0.2, 0.5) == pytest.approx(0.1927, abs=1e-4) and binary_kl(0.1, 0.6) == pytest.approx(0.5507, abs=1e-4)
+    expected = (-1.2 * math.log(0.6) - 2.5 * math.log(0.5) + 0.5 * math.log(0.25) + 1.6 * math.log(0.4) - 3 * math.log(0.1)) / 6
+    assert loss.item() == pytest.approx(expected, abs=1e-6)
+    assert metrics[CLIPFRAC] == pytest.approx(1 / 6) and metrics[LOWER] == pytest.approx(1 / 6)
+    assert torch.allclose(grad_of(loss, lp), torch.tensor([[-1.2, -2.5, 0.5, 1.6, -3.0, 0.0, 0.0]]) / 6, atol=1e-6)
+
+
 # ----------------------------------------------------------------------------------------- clip_cov
 def clip_cov_example():
     # lp = [-1, -2, -3, -4 | masked -50], A = [2, 1, 0, -3 | masked 100]

@@ -8,7 +8,7 @@ import torch
 from loss_reference import ALL_LOSSES, MODES, actor_cfg, call, grad_of, np_loss, random_batch
 
 # ------------------------------------------------------------------------- random vs numpy loops
-RANDOM_LOSSES = ["vanilla", "gspo", "sapo", "gpg", "cispo", "geo_mean", "kl_cov"]
+RANDOM_LOSSES = ["vanilla", "gspo", "sapo", "gpg", "cispo", "geo_mean", "kl_cov", "up", "dppo_tv", "dppo_kl"]
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -46,6 +46,9 @@ SPLIT_CONFIGS = {
     "sapo": dict(tau_pos=1.3, tau_neg=0.9),
     "gpg": {},
     "cispo": dict(clip_ratio_low=0.15, clip_ratio_high=0.25),
+    "up": dict(clip_ratio_low=0.15, clip_ratio_high=0.25, clip_ratio_c=2.0),
+    "dppo_tv": dict(clip_ratio_low=0.1, clip_ratio_high=0.15, clip_ratio_c=1.2),
+    "dppo_kl": dict(clip_ratio_low=0.02, clip_ratio_high=0.03, clip_ratio_c=1.2),
     "geo_mean": dict(clip_ratio_low=0.2, clip_ratio_high=0.3),
     "clip_cov/none": dict(clip_ratio_low=0.15, clip_ratio_high=0.25,
                           policy_loss=dict(clip_cov_ratio=0.5, clip_cov_lb=1e8, clip_cov_ub=2e8)),

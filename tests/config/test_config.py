@@ -55,7 +55,7 @@ def test_algorithm_settings_without_effect_are_listed_with_what_would_use_them()
     for key in ("lam", "gamma", "norm_adv_by_std_in_grpo"):
         assert f"algorithm.{key}: algorithm.adv_estimator=rloo does not use it" in notes
     assert "actor_rollout_ref.actor.tau_pos: policy_loss.loss_mode=gspo does not use it (read by sapo)" in notes
-    assert "actor_rollout_ref.actor.clip_ratio_c: policy_loss.loss_mode=gspo does not use it (read by vanilla)" in notes
+    assert "actor_rollout_ref.actor.clip_ratio_c: policy_loss.loss_mode=gspo does not use it (read by vanilla, up, dppo_tv, dppo_kl)" in notes
     assert "actor_rollout_ref.actor.policy_loss.clip_cov_ratio: policy_loss.loss_mode=gspo does not use it (read by clip_cov)" in notes
     assert "algorithm.filter_groups.metric: acts only with algorithm.filter_groups.enable=true" in notes
     assert not [n for n in notes if n.startswith(("actor_rollout_ref.actor.clip_ratio:", "actor_rollout_ref.actor.use_kl_loss"))]

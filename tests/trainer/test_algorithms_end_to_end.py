@@ -13,7 +13,7 @@ from reinforge.errors import ConfigError
 
 BUILT_IN_ESTIMATORS = ["gae", "gpg", "grpo", "grpo_passk", "grpo_vectorized", "opo", "optimal_token_baseline", "reinforce_plus_plus",
                        "reinforce_plus_plus_baseline", "remax", "rloo", "rloo_vectorized", "tir_optimal_token_baseline"]
-BUILT_IN_LOSSES = ["cispo", "clip_cov", "geo_mean", "gpg", "gspo", "kl_cov", "sapo", "vanilla"]
+BUILT_IN_LOSSES = ["cispo", "clip_cov", "dppo_kl", "dppo_tv", "geo_mean", "gpg", "gspo", "kl_cov", "sapo", "up", "vanilla"]
 
 
 def finite(metrics: dict, name: str) -> bool:
@@ -213,7 +213,7 @@ def test_unknown_names_list_the_registered_ones(tiny_model_path):
     base = [f"actor_rollout_ref.model.path={tiny_model_path}", "data.train_files=/x.parquet"]
     with pytest.raises(ConfigError, match="algorithm.adv_estimator=.grp. is not one of: gae, gdpo, gpg, grpo"):
         load_config([*base, "algorithm.adv_estimator=grp"])
-    with pytest.raises(ConfigError, match="loss_mode='vanila' is not one of: cispo, clip_cov, geo_mean"):
+    with pytest.raises(ConfigError, match="loss_mode='vanila' is not one of: cispo, clip_cov, dppo_kl, dppo_tv, geo_mean"):
         load_config([*base, "actor_rollout_ref.actor.policy_loss.loss_mode=vanila"])
     with pytest.raises(ConfigError, match=r"algorithm.custom_modules: .*missing_algos.py does not exist"):
         load_config([*base, "algorithm.custom_modules=[/nowhere/missing_algos.py]"])
