@@ -57,6 +57,16 @@ class AgentConfig(Node):
 
 
 @dataclass
+class SkipConfig(Node):
+    enable: bool = _f(False, "Keep the training steps' generations on disk and read them back instead of generating (to "
+                      "iterate on a reward function or the update without generating each time; docs/observability.md).")
+    dump_dir: str | None = _f(None, "Where; null: skip_dump_dir. The generations go to <dump_dir>/<experiment_name>_"
+                              "<project_name>/GBS<train_batch_size>_N<n>_in<max_prompt_length>_out<max_response_length>/.")
+    max_dump_step: int = _f(1, "Steps 1 to max_dump_step read their generation from there, or generate and write it.")
+    action: str = _f("repeat", "Later steps: cache (generate), repeat (reuse the dumped steps in turn) or repeat_last.")
+
+
+@dataclass
 class TraceConfig(Node):
     backend: str | None = _f(None, "Accepted for verl compatibility (trace rollouts to mlflow or weave); no effect here.")
     token2text: bool = _f(False, "Accepted for verl compatibility (decode the traced token ids); no effect here.")
@@ -123,9 +133,9 @@ class RolloutConfig(Node):
                                    "memory in two stages); no effect here.")
     over_sample_rate: float = _f(0.0, "verl: stop generating once (1 - over_sample_rate) of the requests are done and train on "
                                  "the cut-off rest. Only 0 in this version (every request finishes); another value is an error.")
-    skip_rollout: bool = _f(False, "verl: load rollouts saved in skip_dump_dir instead of generating (for debugging). Only "
-                            "false in this version; true is an error.")
-    skip_dump_dir: str = _f("/tmp/rollout_dump", "verl: where skip_rollout keeps its rollouts; no effect here.")
+    skip_rollout: bool = _f(False, "verl's earlier name of skip.enable.")
+    skip_dump_dir: str = _f("/tmp/rollout_dump", "Where skip.enable (skip_rollout) keeps the generations, unless skip.dump_dir is set.")
+    skip: SkipConfig = _sub(SkipConfig, "Generations kept on disk and reused (verl's rollout skip).")
     trace: TraceConfig = _sub(TraceConfig, "Accepted for verl compatibility (rollout tracing); no effect here.")
     profiler: dict = _f({}, PROFILER_DOC)
     val_kwargs: ValKwargs = _sub(ValKwargs, "Sampling for validation.")

@@ -163,9 +163,6 @@ def check_unsupported(config: Config) -> None:
         raise ConfigError(f"actor_rollout_ref.rollout.over_sample_rate={rollout.over_sample_rate}: stopping generation early "
                           "and training on the cut-off requests is not supported in this version; remove it (0: every "
                           "request finishes)")
-    if rollout.skip_rollout:
-        raise ConfigError("actor_rollout_ref.rollout.skip_rollout=true: loading saved rollouts instead of generating is not "
-                          "supported in this version; remove it")
     if rollout.name == "sglang" and config.actor_rollout_ref.model.hf_config_path:
         raise ConfigError("actor_rollout_ref.model.hf_config_path is not supported with actor_rollout_ref.rollout.name=sglang "
                           "(SGLang reads config.json from the model folder); use rollout.name=vllm or hf, or put the "

@@ -84,7 +84,6 @@ _ALWAYS_INERT = {
     "reward_model.nnodes": "the reward model runs on the training ranks' GPUs; there is no pool of its own",
     "actor_rollout_ref.rollout.trace": "no rollout tracing in this version; rollouts are kept in the run folder's rollouts/ "
                                        "(all of them with trainer.rollout_data_dir)",
-    "actor_rollout_ref.rollout.skip_dump_dir": "used by actor_rollout_ref.rollout.skip_rollout, which this version does not support",
     "actor_rollout_ref.rollout.data_parallel_size": "generation runs on the training ranks, one engine each; it has no "
                                                     "data-parallel size of its own",
     "global_profiler": PROFILER_REASON,
@@ -252,6 +251,9 @@ def unused_settings(config: Config, user_keys: list[str]) -> list[str]:
             reason = "asynchronous rollout is planned; this run generates synchronously"
         elif reason is None and key.startswith("algorithm.rollout_correction."):
             reason = _rollout_correction_reason(config.algorithm.rollout_correction, parts[-1])
+        elif (reason is None and (key == "actor_rollout_ref.rollout.skip_dump_dir" or key.startswith("actor_rollout_ref.rollout.skip."))
+              and key != "actor_rollout_ref.rollout.skip.enable" and not (rollout.skip.enable or rollout.skip_rollout)):
+            reason = "acts only with actor_rollout_ref.rollout.skip.enable=true (or verl's earlier skip_rollout=true)"
         elif reason is None and key == "trainer.balance_batch" and world_size_of(config) == 1:
             reason = "one data-parallel rank: nothing to balance"
         elif reason is None and (parts[0] == "ray_kwargs" or key == "trainer.hang_dump_s") and not _uses_ray(config):

@@ -238,6 +238,8 @@ def _check(config: Config) -> None:
         choice(f"{key}.model_dtype", fsdp_config.model_dtype, DTYPE_NAMES)
         check_mixed_precision(key, fsdp_config.mixed_precision)
     choice("actor_rollout_ref.rollout.name", rollout.name, ("hf", "vllm", "sglang"))
+    choice("actor_rollout_ref.rollout.skip.action", rollout.skip.action, ("cache", "repeat", "repeat_last"))
+    positive("actor_rollout_ref.rollout.skip.max_dump_step", rollout.skip.max_dump_step, allow_zero=True)
     choice("actor_rollout_ref.rollout.mode", rollout.mode, ("sync", "async"))
     choice("actor_rollout_ref.rollout.multi_turn.tool_response_truncate_side", rollout.multi_turn.tool_response_truncate_side,
             ("left", "right", "middle"))

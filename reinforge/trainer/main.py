@@ -144,6 +144,8 @@ def run(config: Config, user_keys: list[str], startup: StartupClock | None = Non
         startup.mark("models")
         trainer = RLTrainer(config, actor_rollout_wg, reward_fn, train_loader, val_loader, tokenizer, total_steps, critic_wg)
         _report_first_step(trainer, startup)
+        if trainer.rollout_cache is not None:
+            print(f"reinforge: rollout skip: {trainer.rollout_cache.describe()}", flush=True)
         print(f"reinforge: {len(train_set)} training prompts, {total_steps} steps; ready in {startup.elapsed():.1f}s", flush=True)
         metrics = trainer.fit()
     print(f"reinforge: done in {startup.elapsed():.1f}s", flush=True)  # from process start, as the breakdown

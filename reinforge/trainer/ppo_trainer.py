@@ -72,6 +72,7 @@ from reinforge.trainer.metrics import (
     extra_info_metrics,
     timer,
 )
+from reinforge.trainer.rollout_cache import RolloutCache, skip_settings
 from reinforge.trainer.stop import RunStopped, StopSignals, latest_checkpoint
 from reinforge.trainer.tracking import Tracking
 from reinforge.trainer.validation import validate
@@ -104,6 +105,7 @@ class RLTrainer:
         self.greedy_baseline = needs_reward_baselines(config.algorithm.adv_estimator)
         self.pf_ppo = config.algorithm.use_pf_ppo and needs_critic(config.algorithm.adv_estimator)  # verl: after GAE only
         self.prompt_stream = self._prompt_batches()
+        self.rollout_cache = RolloutCache(config) if skip_settings(config)[0] else None  # verl's rollout skip
         score_async = config.reward_model.launch_reward_fn_async and not config.algorithm.filter_groups.enable
         self.reward_thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="reinforge-reward") if score_async else None
 
@@ -218,8 +220,16 @@ class RLTrainer:
         prompts["uid"] = [f"{self.global_steps}-{gen_batch}-{row}" for row in range(len(prompts))]  # one group per prompt
         batch = prompts.repeat(n, interleave=True)
         batch[SEED_KEY] = row_seeds(len(batch), self.config.trainer.seed, TRAIN, self.global_steps, gen_batch)
+
+        def generate() -> Batch:
+            return batch.union(wg.generate_sequences(rollout_inputs(batch)))
+
         with timer("gen", timing):
-            batch = batch.union(wg.generate_sequences(rollout_inputs(batch)))
+            if self.rollout_cache is None:
+                batch = generate()
+            else:  # a generation read back brings its own prompts
+                batch = self.rollout_cache.generation(self.global_steps, gen_batch, generate)
+                prompts = batch.index(slice(0, len(batch), n)).select(prompts.keys())
         if self.greedy_baseline:  # ReMax: the score of a greedy response to each prompt
             with timer("gen_max", timing):
                 greedy = prompts.select([*PROMPT_KEYS, *AGENT_INPUT_KEYS])  # agent loops read the row's messages and extra_info

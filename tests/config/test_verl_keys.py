@@ -54,7 +54,7 @@ def test_ulysses_sequence_parallelism_is_accepted_and_a_size_above_one_reported(
     ("data_parallel_size=2", 1, "generation runs on the training ranks, one engine each"),
     ("trace.backend=mlflow", None, "no rollout tracing in this version"),
     ("trace.token2text=true", False, "no rollout tracing in this version"),
-    ("skip_dump_dir=/tmp/dump", "/tmp/rollout_dump", "used by actor_rollout_ref.rollout.skip_rollout, which this version"),
+    ("skip_dump_dir=/tmp/dump", "/tmp/rollout_dump", "acts only with actor_rollout_ref.rollout.skip.enable=true"),
 ])
 def test_verl_rollout_keys_are_accepted_with_verls_defaults_and_reported(override, default_value, reason):
     key = "actor_rollout_ref.rollout." + override.split("=")[0]
@@ -77,8 +77,6 @@ def test_gpu_engine_settings_not_handed_to_the_engine_are_reported_with_vllm_too
 @pytest.mark.parametrize("override, message", [
     ("actor_rollout_ref.rollout.over_sample_rate=0.1", "actor_rollout_ref.rollout.over_sample_rate=0.1: stopping generation "
      "early and training on the cut-off requests is not supported in this version"),
-    ("actor_rollout_ref.rollout.skip_rollout=true", "actor_rollout_ref.rollout.skip_rollout=true: loading saved rollouts "
-     "instead of generating is not supported in this version"),
 ])
 def test_rollout_keys_that_change_the_training_data_are_refused_unless_at_verls_default(override, message):
     with pytest.raises(ConfigError, match=message):
