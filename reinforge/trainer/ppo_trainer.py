@@ -228,8 +228,7 @@ class RLTrainer:
             if self.rollout_cache is None:
                 batch = generate()
             else:  # a generation read back brings its own prompts
-                batch = self.rollout_cache.generation(self.global_steps, gen_batch, generate)
-                prompts = batch.index(slice(0, len(batch), n)).select(prompts.keys())
+                prompts, batch = self.rollout_cache.generation(self.global_steps, gen_batch, prompts, generate)
         if self.greedy_baseline:  # ReMax: the score of a greedy response to each prompt
             with timer("gen_max", timing):
                 greedy = prompts.select([*PROMPT_KEYS, *AGENT_INPUT_KEYS])  # agent loops read the row's messages and extra_info

@@ -6,7 +6,7 @@ The first `max_dump_step` steps read their generation from the dump folder, or g
 Later steps, by `action`: `cache` generates as usual; `repeat` (the default) reads the dumped steps again in turn
 (step k takes dumped step ((k - 1) mod D) + 1 of the D dumped); `repeat_last` reads the last dumped step. A
 generation is the whole batch after the rollout: its prompts, their data columns and the responses (rewards are
-scored afresh), so a dumped step replaces the prompts the loader drew as well.
+scored afresh), kept with the step's prompts, so a dumped step replaces the prompts the loader drew as well.
 
 The folder is `<dump_dir>/<experiment_name>_<project_name>/GBS<train_batch_size>_N<n>_in<max_prompt_length>_out
 <max_response_length>/`, as in verl, so a change of those settings starts a new one; a change of model, data or
@@ -47,15 +47,16 @@ class RolloutCache:
                  "repeat_last": "later steps reuse the last dumped one"}[self.action]
         return f"the generations of steps 1-{self.max_dump_step} are read from or written to {self.folder}; {later}"
 
-    def generation(self, step: int, round_: int, generate: Callable[[], Batch]) -> Batch:
-        """Step `step`'s generation (`round_`: its generation batch, more than one under algorithm.filter_groups)."""
+    def generation(self, step: int, round_: int, prompts: Batch, generate: Callable[[], Batch]) -> tuple[Batch, Batch]:
+        """(prompts, generation) of step `step`: `prompts` and `generate()`, or a dumped pair (`round_`: the step's
+        generation batch, more than one under algorithm.filter_groups)."""
         if step <= self.max_dump_step:
-            return self._load(step, round_) or self._dump(step, round_, generate())
+            return self._load(step, round_) or self._dump(step, round_, prompts, generate())
         dumped = self.dumped_steps()
         if self.action == "cache" or not dumped:
-            return generate()
+            return prompts, generate()
         source = dumped[(step - 1) % len(dumped)] if self.action == "repeat" else dumped[-1]
-        return self._load(source, round_) or generate()
+        return self._load(source, round_) or (prompts, generate())
 
     def dumped_steps(self) -> list[int]:
         steps = {int(path.name.split("_")[1]) for path in self.folder.glob("step_*_round_*.pt")} if self.folder.is_dir() else set()
@@ -64,17 +65,18 @@ class RolloutCache:
     def _path(self, step: int, round_: int) -> Path:
         return self.folder / f"step_{step:06d}_round_{round_}.pt"
 
-    def _load(self, step: int, round_: int) -> Batch | None:
+    def _load(self, step: int, round_: int) -> tuple[Batch, Batch] | None:
         path = self._path(step, round_)
         if not path.is_file():
             return None
         saved = torch.load(path, weights_only=False)  # written by this class; pickled numpy arrays of the data columns
-        return Batch(saved["tensors"], saved["non_tensors"], saved["meta_info"])
+        return tuple(Batch(part["tensors"], part["non_tensors"], part["meta_info"]) for part in saved)
 
-    def _dump(self, step: int, round_: int, batch: Batch) -> Batch:
+    def _dump(self, step: int, round_: int, prompts: Batch, batch: Batch) -> tuple[Batch, Batch]:
         self.folder.mkdir(parents=True, exist_ok=True)
         path = self._path(step, round_)
         tmp = path.with_name(f".{path.name}.tmp")
-        save_torch({"tensors": batch.tensors, "non_tensors": batch.non_tensors, "meta_info": batch.meta_info}, tmp)
+        save_torch([{"tensors": part.tensors, "non_tensors": part.non_tensors, "meta_info": part.meta_info}
+                    for part in (prompts, batch)], tmp)
         os.replace(tmp, path)
-        return batch
+        return prompts, batch

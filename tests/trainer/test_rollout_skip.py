@@ -29,23 +29,31 @@ class Generator:
         return Batch({"responses": torch.full((2, 3), self.calls)}, {"extra_info": np.array([{"k": self.calls}] * 2, dtype=object)})
 
 
-def taken(batch: Batch) -> int:
+def prompts_of(step: int) -> Batch:
+    return Batch({"input_ids": torch.full((1, 4), step)}, {"uid": np.array([f"step-{step}"], dtype=object)})
+
+
+def taken(pair: tuple[Batch, Batch]) -> int:
+    prompts, batch = pair
     value = int(batch["responses"][0, 0])
     assert batch["extra_info"][1] == {"k": value}  # the data columns come back with the tensors
-    return value
+    return value, prompts["uid"][0]
 
 
 def test_dumped_steps_are_read_back_and_repeated_in_turn(small_run, tmp_path):
     cache, engine = cache_of(small_run, tmp_path, "actor_rollout_ref.rollout.skip.max_dump_step=2"), Generator()
     assert cache.folder == tmp_path / "dumps" / "gsm8k_verl_examples" / "GBS2_N2_in48_out4"  # verl's folder naming
-    assert [taken(cache.generation(step, 0, engine)) for step in (1, 2, 3, 4, 5)] == [1, 2, 1, 2, 1]
+    # each reused step brings the prompts it was generated from, not the ones the loader drew for it
+    assert [taken(cache.generation(step, 0, prompts_of(step), engine)) for step in (1, 2, 3, 4, 5)] == [
+        (1, "step-1"), (2, "step-2"), (1, "step-1"), (2, "step-2"), (1, "step-1")]
     assert engine.calls == 2 and cache.dumped_steps() == [1, 2]
     # another run (a new cache over the same folder) generates nothing for the dumped steps
     again, engine = cache_of(small_run, tmp_path, "actor_rollout_ref.rollout.skip.max_dump_step=2"), Generator()
-    assert [taken(again.generation(step, 0, engine)) for step in (1, 2, 3)] == [1, 2, 1] and engine.calls == 0
+    assert [taken(again.generation(step, 0, prompts_of(step), engine))[0] for step in (1, 2, 3)] == [1, 2, 1]
+    assert engine.calls == 0
     # a second generation round of a step (algorithm.filter_groups) is kept apart from the first
-    assert taken(again.generation(1, 1, engine)) == 1 and engine.calls == 1
-    assert taken(again.generation(1, 1, Generator())) == 1
+    assert taken(again.generation(1, 1, prompts_of(1), engine))[0] == 1 and engine.calls == 1
+    assert taken(again.generation(1, 1, prompts_of(1), Generator()))[0] == 1
 
 
 @pytest.mark.parametrize(("action", "expected", "calls"), [("cache", [1, 2, 3, 4], 4), ("repeat_last", [1, 2, 2, 2], 2)])
@@ -53,7 +61,8 @@ def test_later_steps_follow_the_action(small_run, tmp_path, action, expected, ca
     cache = cache_of(small_run, tmp_path, "actor_rollout_ref.rollout.skip.max_dump_step=2",
                      f"actor_rollout_ref.rollout.skip.action={action}")
     engine = Generator()
-    assert [taken(cache.generation(step, 0, engine)) for step in (1, 2, 3, 4)] == expected and engine.calls == calls
+    assert [taken(cache.generation(step, 0, prompts_of(step), engine))[0] for step in (1, 2, 3, 4)] == expected
+    assert engine.calls == calls
 
 
 def test_a_run_reuses_its_first_generation_and_another_run_reads_it(run_steps, tmp_path):
@@ -91,3 +100,14 @@ def test_config_of_the_rollout_skip(small_run):
         assert f"{key}: acts only with actor_rollout_ref.rollout.skip.enable=true (or verl's earlier skip_rollout=true)" in notes
     with pytest.raises(ConfigError, match="actor_rollout_ref.rollout.skip.action='again' is not one of: cache, repeat, repeat_last"):
         load_config([*small_run, "actor_rollout_ref.rollout.skip.action=again"])
+
+
+def test_remax_scores_its_greedy_baseline_on_the_prompts_read_back(run_steps, tmp_path):
+    """With a learning rate of 0 the policy stays put, so step 2, which reuses step 1's generation, must see step 1's
+    greedy baselines too (they are generated for the prompts read back) and so the same advantages."""
+    steps = run_steps("algorithm.adv_estimator=remax", "actor_rollout_ref.actor.optim.lr=0",
+                      "actor_rollout_ref.rollout.skip.enable=true", f"actor_rollout_ref.rollout.skip.dump_dir={tmp_path / 'd'}")
+    assert "timing_s/gen_max" in steps[2]
+    for key in ("critic/score/mean", "critic/advantages/mean", "critic/advantages/max", "critic/advantages/min"):
+        assert steps[2][key] == pytest.approx(steps[1][key], abs=1e-6), key
+    assert steps[1]["critic/advantages/max"] > steps[1]["critic/advantages/min"]
