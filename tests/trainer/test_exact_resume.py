@@ -4,7 +4,7 @@ Three places to stop: in the middle of an epoch (with the adaptive KL controller
 a warmup + cosine LR schedule, so the scheduler and KL state matter); at an epoch boundary (verl's
 known bug there resumes into a run that trains 0 more steps); just after a validation that samples
 (val_kwargs.do_sample), so the engine's sampler state saved after validation matters. And PPO with
-a critic, whose checkpoint is its own; LoRA adapters on both; and a bf16 engine, whose copy of the policy a resume
+a critic, whose checkpoint is its own, and PF-PPO's seeded redraw of its batch; LoRA adapters on both; and a bf16 engine, whose copy of the policy a resume
 refreshes. SMALL_RUN serves 2 prompts a step; the training set is cut so that an epoch is a few steps.
 """
 
@@ -26,6 +26,8 @@ CASES = {
         2, 3,
     ),
     "ppo_critic": (["data.max_samples=8", "algorithm.adv_estimator=gae"], 2, 3),  # the critic's model, optimizer, scheduler
+    # PF-PPO's redraw of each step's batch follows from the seed and the step, so a resumed step redraws the same rows
+    "pf_ppo": (["data.max_samples=8", "algorithm.adv_estimator=gae", "algorithm.use_pf_ppo=true"], 2, 3),
     # LoRA on the actor (its reference: the policy with the adapters off) and the critic
     "lora": (["data.max_samples=8", "algorithm.adv_estimator=gae", "actor_rollout_ref.model.lora_rank=4",
               "critic.model.lora_rank=4", "actor_rollout_ref.actor.use_kl_loss=true"], 2, 3),
