@@ -15,7 +15,7 @@ from reinforge.config.fields import Node, _f, _sub
 from reinforge.errors import ConfigError
 
 _NO_EFFECT = "Accepted for verl compatibility; no effect here."
-_ENGINE_ONLY = "vLLM/SGLang setting; accepted for verl compatibility, no effect with the hf engine."
+_ENGINE_ONLY = "vLLM/SGLang setting (rollout.name=vllm or sglang), passed to the engine as in reinforge train; no effect with hf."
 
 
 @dataclass
@@ -52,9 +52,9 @@ class GenModelConfig(Node):
 
 @dataclass
 class GenRolloutConfig(Node):
-    name: str = _f("hf", "Generation engine. Here hf (transformers, CPU or GPU); verl's default is vllm, which reinforge "
-                   "generate does not run in this version (vllm and sglang are refused with that message).")
-    mode: str = _f("sync", _NO_EFFECT + " (verl: the vLLM LLM or AsyncLLM class.)")
+    name: str = _f("hf", "Generation engine: hf (transformers, CPU or GPU), or vllm / sglang (a CUDA GPU and the extra "
+                   "reinforge[vllm] / reinforge[sglang]; the engine reads model.path's weights itself). verl's default is vllm.")
+    mode: str = _f("sync", _NO_EFFECT + " (verl: the vLLM LLM or AsyncLLM class; here the engine's batched call.)")
     temperature: float = _f(1.0, "Sampling temperature; 0: greedy (then data.n_samples must be 1, as verl requires).")
     top_k: int = _f(50, "Top-k sampling; 0 or -1: off (verl: 0 for its hf rollout, -1 for vLLM).")
     top_p: float = _f(0.7, "Nucleus sampling threshold (1: off).")
@@ -70,16 +70,19 @@ class GenRolloutConfig(Node):
                       "same command writes the same responses whatever data.batch_size is.")
     dtype: str | None = _f(None, "Model dtype: fp32 or bf16 (float32/bfloat16). null: bfloat16 on cuda (verl's default), "
                                  "float32 on cpu.")
-    micro_batch_size_per_gpu: int | None = _f(None, "hf engine: rows (prompts x samples) decoded together; null: a whole "
+    micro_batch_size_per_gpu: int | None = _f(None, "hf engine: rows (prompts x samples) decoded together (vLLM/SGLang "
+                                                   "schedule their own); null: a whole "
                                                    "batch (data.batch_size x n_samples) at once.")
     use_fire_sampling: bool = _f(False, "verl: FIRE sampling (arXiv:2410.21236). Only false in this version; true is an error.")
     calculate_log_probs: bool = _f(False, _NO_EFFECT + " (the output holds the responses' text only, as verl's does.)")
     gpu_memory_utilization: float = _f(0.5, _ENGINE_ONLY)
     enforce_eager: bool = _f(True, _ENGINE_ONLY)
     free_cache_engine: bool = _f(True, _ENGINE_ONLY)
-    load_format: str = _f("dummy_dtensor", _ENGINE_ONLY)
+    load_format: str = _f("dummy_dtensor", "vLLM/SGLang: how the engine loads model.path's weights; a dummy format "
+                          "(verl's default, for weights synced from its actor) is read as auto, since nothing else gives "
+                          "the engine weights here.")
     tensor_model_parallel_size: int = _f(1, _ENGINE_ONLY)
-    data_parallel_size: int = _f(1, _ENGINE_ONLY)
+    data_parallel_size: int = _f(1, _NO_EFFECT + " (one engine; tensor_model_parallel_size spreads it over GPUs.)")
     max_num_batched_tokens: int = _f(8192, _ENGINE_ONLY)
     max_model_len: int | None = _f(None, _ENGINE_ONLY)
     max_num_seqs: int = _f(1024, _ENGINE_ONLY)
@@ -105,14 +108,16 @@ class GenerationConfig(Node):
 
 GPU_ENGINES = ("vllm", "sglang")
 _DTYPES = ("fp32", "float32", "bf16", "bfloat16")
-_ENGINE_KEYS = ("mode", "gpu_memory_utilization", "enforce_eager", "free_cache_engine", "load_format",
-                "tensor_model_parallel_size", "data_parallel_size", "max_num_batched_tokens", "max_model_len", "max_num_seqs",
-                "disable_log_stats", "enable_chunked_prefill", "engine_kwargs")
+ENGINE_KEYS = ("gpu_memory_utilization", "enforce_eager", "free_cache_engine", "load_format", "tensor_model_parallel_size",
+               "max_num_batched_tokens", "max_model_len", "max_num_seqs", "disable_log_stats", "enable_chunked_prefill",
+               "engine_kwargs")  # passed to vLLM/SGLang under the same names as reinforge train's rollout keys
 _ALWAYS_INERT = {
     "rollout.n": "data.n_samples sets the responses per prompt (verl's engine is given n=1 too)",
     "rollout.calculate_log_probs": "the output holds the responses' text only, as verl's does",
     "rollout.log_prob_micro_batch_size": "no log-probs are computed",
     "rollout.log_prob_micro_batch_size_per_gpu": "no log-probs are computed",
+    "rollout.mode": "the engine is called with whole batches (verl: the vLLM LLM or AsyncLLM class)",
+    "rollout.data_parallel_size": "one engine (rollout.tensor_model_parallel_size spreads it over GPUs)",
     "actor": "verl builds its rollout worker from it; the model is loaded unsharded here",
     "ray_init": "no Ray: generation runs in this process",
     "ray_kwargs": "no Ray: generation runs in this process",
@@ -135,12 +140,8 @@ def check_generation(config: GenerationConfig) -> None:
     if rollout.temperature == 0 and data.n_samples != 1:
         raise ConfigError(f"rollout.temperature=0 is greedy decoding, which gives the same response every time, and "
                           f"data.n_samples={data.n_samples}; verl requires data.n_samples=1 then: set it, or a temperature > 0")
-    if rollout.name in GPU_ENGINES:
-        raise ConfigError(f"rollout.name={rollout.name}: reinforge generate runs the hf engine only in this version (verl's "
-                          "default is vllm); set rollout.name=hf or leave the key out. The vLLM/SGLang settings are accepted "
-                          "and reported as without effect")
-    if rollout.name != "hf":
-        raise ConfigError(f"rollout.name={rollout.name!r} is not an engine; use hf")
+    if rollout.name not in ("hf", *GPU_ENGINES):
+        raise ConfigError(f"rollout.name={rollout.name!r} is not an engine; use hf, vllm or sglang")
     if rollout.dtype is not None and rollout.dtype not in _DTYPES:
         raise ConfigError(f"rollout.dtype={rollout.dtype!r}: use one of {', '.join(_DTYPES)} (or null: bfloat16 on cuda, "
                           "float32 on cpu)")
@@ -158,8 +159,10 @@ def unused_generation_settings(config: GenerationConfig, user_keys: list[str]) -
     for key in dict.fromkeys(user_keys):
         parts = key.split(".")
         reason = next((r for prefix, r in _ALWAYS_INERT.items() if key == prefix or key.startswith(prefix + ".")), None)
-        if reason is None and parts[0] == "rollout" and len(parts) > 1 and parts[1] in _ENGINE_KEYS:
-            reason = "vLLM/SGLang setting; reinforge generate runs the hf engine"
+        if reason is None and parts[0] == "rollout" and len(parts) > 1 and parts[1] in ENGINE_KEYS and config.rollout.name == "hf":
+            reason = "vLLM/SGLang setting; this run generates with the hf engine"
+        elif reason is None and key == "rollout.micro_batch_size_per_gpu" and config.rollout.name != "hf":
+            reason = f"hf engine setting; {config.rollout.name} schedules its own batches"
         elif reason is None and parts[0] == "trainer" and parts[-1] in ("nnodes", "n_gpus_per_node"):
             if config.trainer.nnodes * config.trainer.n_gpus_per_node > 1:
                 reason = "generation runs in one process on one device (trainer.device)"

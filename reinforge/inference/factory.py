@@ -21,9 +21,9 @@ from reinforge.inference.hf import HFEngine
 GPU_ENGINES = ("vllm", "sglang")
 
 
-def eos_token_ids(model: torch.nn.Module, tokenizer) -> list[int]:
-    """The tokens that end a response: the model's generation config's EOS ids, and the tokenizer's."""
-    eos = model.generation_config.eos_token_id if model.generation_config is not None else None
+def eos_token_ids(generation_config, tokenizer) -> list[int]:
+    """The tokens that end a response: the model's generation config's EOS ids (None: no such config), and the tokenizer's."""
+    eos = generation_config.eos_token_id if generation_config is not None else None
     ids = [eos] if isinstance(eos, int) else list(eos or [])
     if tokenizer.eos_token_id is not None and tokenizer.eos_token_id not in ids:
         ids.append(tokenizer.eos_token_id)
@@ -76,11 +76,12 @@ def check_gpu_engine(config: Config) -> None:
                           f"than the {torch.cuda.device_count()} GPU(s) visible; set it to at most that (1 on one GPU)")
 
 
-def make_engine(config: Config, model: torch.nn.Module, tokenizer, own_copy: bool = False) -> InferenceEngine:
+def make_engine(config: Config, model: torch.nn.Module | None, tokenizer, own_copy: bool = False) -> InferenceEngine:
     """The engine of `rollout.name` for the actor `model`; a vllm/sglang engine already holds `ModuleWeights(model)`,
-    an hf engine generates with `model` itself unless `own_copy` or rollout.dtype asks for a copy."""
+    an hf engine generates with `model` itself unless `own_copy` or rollout.dtype asks for a copy. Without a `model`
+    (reinforge generate), a vllm/sglang engine generates with the weights it loads from model.path itself."""
     rollout, trainer = config.actor_rollout_ref.rollout, config.trainer
-    eos = eos_token_ids(model, tokenizer)
+    eos = eos_token_ids(model.generation_config if model is not None else _folder_generation_config(config), tokenizer)
     if rollout.name == "hf":
         return HFEngine(hf_engine_module(model, rollout.dtype, own_copy), tokenizer.pad_token_id, eos, seed=trainer.seed, micro_batch_size=rollout.micro_batch_size_per_gpu)
     check_gpu_engine(config)
@@ -101,5 +102,20 @@ def make_engine(config: Config, model: torch.nn.Module, tokenizer, own_copy: boo
         kwargs = sglang_engine_kwargs(rollout, model_cfg.path, trainer.seed, model_cfg.trust_remote_code)
         engine = SGLangEngine({**({"tokenizer_path": tokenizer_path} if tokenizer_path else {}), **kwargs}, eos,
                               rollout.free_cache_engine, bucket_bytes)
-    engine.update_weights(ModuleWeights(model))
+    if model is None:
+        engine.synced = True  # the weights it loaded (rollout.load_format must name real ones, not dummy)
+    else:
+        engine.update_weights(ModuleWeights(model))
     return engine
+
+
+def _folder_generation_config(config: Config):
+    """The generation_config.json of model.path (its EOS ids), or None when the folder has none."""
+    from transformers import GenerationConfig
+
+    from reinforge.training.model import model_source
+
+    try:
+        return GenerationConfig.from_pretrained(model_source(config.actor_rollout_ref.model.path))
+    except OSError:
+        return None

@@ -12,7 +12,8 @@ Where it differs, and why:
 - verl calls its engine `n_samples` times per batch; here each batch is one engine call of batch x n_samples rows,
   every row with its own seed hashed from (`rollout.seed`, row, sample): the same command writes the same file, for
   any `data.batch_size` or `rollout.micro_batch_size_per_gpu` (verl's vLLM engine is seeded once per run);
-- one process, one device, the hf engine (verl: Ray workers on every GPU, vLLM by default);
+- one process and one engine: hf (on one device), or vLLM / SGLang, which read model.path's weights themselves and
+  spread over `rollout.tensor_model_parallel_size` GPUs (verl: Ray workers on every GPU, vLLM by default);
 - the file is written to a temporary name and renamed, so an interrupted run leaves no partial output.
 """
 
@@ -24,7 +25,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from reinforge.config.generation_schema import GenerationConfig, unused_generation_settings
+from reinforge.config.generation_schema import ENGINE_KEYS, GenerationConfig, unused_generation_settings
 from reinforge.errors import ConfigError, DataError, ModelError
 
 RESPONSES = "responses"  # the column written, as verl names it
@@ -49,6 +50,7 @@ def run_generation(config: GenerationConfig, user_keys: list[str]) -> dict[str, 
     source = _input_file(data.path)
     output = _output_file(data.output_path)
     view = _training_config(config)
+    _check_engine(view)
     tokenizer = _load_tokenizer(config, model_source(config.model.path, "model.path"))
     dataset = create_rl_dataset(str(source), view.data, tokenizer, is_train=False)
     table = _read_table(source)
@@ -61,14 +63,15 @@ def run_generation(config: GenerationConfig, user_keys: list[str]) -> dict[str, 
               flush=True)
 
     device = view.trainer.device
-    model = _load_model(view, device, rollout.dtype)
+    model = _load_model(view, device, rollout.dtype) if rollout.name == "hf" else None  # vLLM/SGLang load their own
     engine = make_engine(view, model, tokenizer)
     params = SamplingParams(max_tokens=rollout.response_length, temperature=rollout.temperature, top_p=rollout.top_p,
                             top_k=rollout.top_k, do_sample=rollout.do_sample, ignore_eos=rollout.ignore_eos)
     n, rows = data.n_samples, len(prompts)
     seeds = torch.stack([row_seeds(rows, rollout.seed, sample) for sample in range(n)], dim=1).tolist()  # (rows, n)
     batches = range(0, rows, data.batch_size)
-    print(f"reinforge: generating {n} responses to each of {rows} prompts of {source} with {config.model.path} on {device}, "
+    print(f"reinforge: generating {n} responses to each of {rows} prompts of {source} with {config.model.path} "
+          f"({rollout.name} engine) on {device}, "
           f"{len(batches)} batch(es) of up to {data.batch_size} prompts", flush=True)
     responses: list[list[str]] = []
     tokens = 0
@@ -147,8 +150,23 @@ def _training_config(config: GenerationConfig) -> Any:
     data.max_prompt_length, data.truncation, data.filter_overlong_prompts = NO_LIMIT, "right", False  # every row kept, uncut
     view.trainer.device = config.trainer.device or ("cuda" if torch.cuda.is_available() else "cpu")
     view.trainer.seed = config.rollout.seed
-    view.actor_rollout_ref.rollout.micro_batch_size_per_gpu = config.rollout.micro_batch_size_per_gpu
+    engine = view.actor_rollout_ref.rollout
+    engine.name, engine.dtype, engine.micro_batch_size_per_gpu = config.rollout.name, config.rollout.dtype, config.rollout.micro_batch_size_per_gpu
+    for key in ENGINE_KEYS:
+        setattr(engine, key, getattr(config.rollout, key))
+    if engine.load_format.startswith("dummy"):  # verl's default: weights synced from its actor; none are pushed here
+        engine.load_format = "auto"
     return view
+
+
+def _check_engine(view: Any) -> None:
+    """A vLLM/SGLang engine that cannot run here stops the command before the data is read, naming this command's keys."""
+    from reinforge.inference.factory import check_gpu_engine
+
+    try:
+        check_gpu_engine(view)
+    except ConfigError as error:
+        raise ConfigError(str(error).replace("actor_rollout_ref.", "")) from None
 
 
 def _load_model(view: Any, device: str, dtype: str | None) -> Any:

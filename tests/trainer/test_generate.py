@@ -106,11 +106,11 @@ def test_json_lines_input_and_prompts_cut_to_prompt_length(tiny_model_path, tmp_
     ("rollout.temprature=0.5", "did you mean 'rollout.temperature'?"),
     ("data.n_samples=0", "data.n_samples=0 must be > 0"),
     ("rollout.temperature=0", "verl requires data.n_samples=1 then"),
-    ("rollout.name=vllm", "rollout.name=vllm: reinforge generate runs the hf engine only"),
+    ("trainer.device=cpu rollout.name=vllm", "rollout.name=vllm needs a CUDA GPU (trainer.device=cpu); use rollout.name=hf on CPU"),
     ("data.prompt_key=question", "no prompt column 'question' (data.prompt_key); its columns are data_source, prompt"),
 ])
 def test_user_errors_name_the_key_or_column(override, message, tiny_model_path, prompts_file, tmp_path, capsys):
-    assert generate(tiny_model_path, prompts_file, tmp_path / "out.parquet", override) == 2
+    assert generate(tiny_model_path, prompts_file, tmp_path / "out.parquet", *override.split()) == 2
     err = capsys.readouterr().err
     assert message in err and "Traceback" not in err
     assert not (tmp_path / "out.parquet").exists()
@@ -128,3 +128,47 @@ def test_dry_run_prints_the_config_without_loading(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "n_samples: 5" in out and "name: hf" in out
     assert "rollout.gpu_memory_utilization: vLLM/SGLang setting" in out
+
+
+@pytest.mark.parametrize("engine_name", ["vllm", "sglang"])
+def test_gpu_engines_read_the_folders_weights_and_answer_every_sample(engine_name, monkeypatch, tiny_model_path,
+                                                                      prompts_file, tmp_path):
+    """vLLM / SGLang stand-ins (tests/inference/fake_engines.py) on a machine made to look like it has a GPU: the engine
+    is built from the rollout keys with real weights (verl's dummy load format read as auto), nothing is pushed to it,
+    every (row, sample) is one request (vLLM: with its own seed), and its tokens are what the output holds, decoded."""
+    import sys
+
+    import torch
+    from transformers import AutoTokenizer
+
+    from reinforge.inference import factory
+    from tests.inference.fake_engines import FakeLLM, FakeSGLangEngine, fake_response, fake_sglang, fake_vllm
+
+    calls: list = []
+    monkeypatch.setitem(sys.modules, "vllm", fake_vllm(calls))
+    monkeypatch.setitem(sys.modules, "sglang", fake_sglang(calls))
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    monkeypatch.setattr(factory.importlib.util, "find_spec", lambda name: object())
+    output = tmp_path / "out.parquet"
+    assert generate(tiny_model_path, prompts_file, output, f"rollout.name={engine_name}", "trainer.device=cuda",
+                    "data.n_samples=2", "data.batch_size=3", "rollout.gpu_memory_utilization=0.7", "rollout.seed=5") == 0
+    (engine,) = (FakeLLM if engine_name == "vllm" else FakeSGLangEngine).instances
+    kwargs = engine.kwargs
+    assert kwargs["load_format"] == "auto" and kwargs.get("model", kwargs.get("model_path")) == str(tiny_model_path)
+    assert kwargs.get("gpu_memory_utilization", kwargs.get("mem_fraction_static")) == 0.7
+    assert not [call for call in calls if call[0] == "load"]  # no weights pushed: the engine read the folder's
+    assert [call for call in calls if call[0] == "generate"] == [("generate", 6), ("generate", 4)]  # 3 + 2 prompts x 2
+    if engine_name == "vllm":  # a seed per request (SGLang takes only the engine's random_seed: see sglang_engine.py)
+        assert len({params["seed"] for params in engine.sampling}) == 10
+    else:
+        assert kwargs["random_seed"] == 5
+    # the fake's rule: token i of a response = (last prompt token + i + 1) % 100 + 10, up to a stop token
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model_path)
+    written = pq.read_table(output).to_pylist()
+    for row, text in zip(written, PROMPTS, strict=True):
+        ids = tokenizer.apply_chat_template([{"role": "user", "content": text}], add_generation_prompt=True, tokenize=True,
+                                            return_dict=True)["input_ids"]
+        stops = [tokenizer.eos_token_id]
+        expected = tokenizer.decode(fake_response(ids, 12, stops)[0], skip_special_tokens=True)
+        assert row["responses"] == [expected, expected]
