@@ -233,7 +233,9 @@ def compute_policy_loss_up(old_log_prob: torch.Tensor, log_prob: torch.Tensor, a
                            response_mask: torch.Tensor, loss_agg_mode: str = "token-mean", config=None,
                            rollout_is_weights: torch.Tensor | None = None) -> tuple[torch.Tensor, dict[str, float]]:
     """UP (arXiv:2607.06987): a token with A > 0 takes the plain policy gradient -A pi / sg(pi), without the ratio to
-    pi_old or a clip; the others vanilla's clipped and dual-clipped loss. pg_clipfrac counts the tokens with A <= 0."""
+    pi_old or a clip; the others vanilla's clipped and dual-clipped loss. pg_clipfrac is the fraction of all tokens that
+    have A <= 0 and are clipped (verl divides by the A <= 0 tokens of each micro-batch, which makes it depend on how the
+    mini-batch is split)."""
     clip_low, clip_high = _clip_range(config)
     clip_c = getattr(config, "clip_ratio_c", 3.0)
     log_ratio = (log_prob - old_log_prob).clamp(-20.0, 20.0)
@@ -246,7 +248,7 @@ def compute_policy_loss_up(old_log_prob: torch.Tensor, log_prob: torch.Tensor, a
     positive = -advantages * torch.exp(log_prob - log_prob.detach())  # 1 in value, the gradient of log pi
     token_losses = torch.where(advantages > 0, positive, negative)
     loss = _aggregate(token_losses, response_mask, loss_agg_mode, config, rollout_is_weights)
-    return loss, _metrics(masked_mean((loss_clipped > loss_unclipped).float(), response_mask * (advantages <= 0)),
+    return loss, _metrics(masked_mean(((loss_clipped > loss_unclipped) & (advantages <= 0)).float(), response_mask),
                           masked_mean(-log_ratio, response_mask),
                           masked_mean(((loss_ppo > loss_cap) & (advantages < 0)).float(), response_mask))
 

@@ -137,17 +137,22 @@ RENAMED = {
 }
 
 
-def _renamed(key: str) -> str | None:
-    """What to write instead of `key`, when it is an old verl name or a recipe's own key."""
+def _renamed(key: str, root: type = Config) -> str | None:
+    """What to write instead of `key`, when it is an old verl name or a recipe's own key and what it names is a key of
+    `root` (the command's schema: reinforge generate has no actor_rollout_ref, the data section no betas)."""
     section, _, leaf = key.rpartition(".")
+    keys = all_keys(root)
     for (where, name), instead in RENAMED.items():
         if where in ("*", section) and name in ("*", leaf):
-            return instead.format(section=section, leaf=leaf)
+            text = instead.format(section=section, leaf=leaf)
+            target = re.match(r"'\+?([\w.]+)", text).group(1)
+            if any(target == known or target.startswith(known + ".") for known in keys):
+                return text
     return None
 
 
 def _suggest(key: str, root: type = Config) -> str:
-    renamed = _renamed(key)
+    renamed = _renamed(key, root)
     if renamed:
         return f"; did you mean {renamed}?"
     if "megatron" in key.split("."):  # verl's Megatron-LM backend (actor.megatron.*, ref.megatron.*, critic.megatron.*)

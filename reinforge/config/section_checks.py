@@ -63,6 +63,9 @@ def check_rollout_correction(config: Config) -> None:
     if corr.bypass_mode and estimator in ADV_ESTIMATOR_REGISTRY and needs_sum_pi_squared(estimator):
         raise ConfigError(f"algorithm.adv_estimator={estimator} weighs its baseline by the actor's sum of squared token "
                           f"probabilities, which the old-log-prob pass computes and {key}.bypass_mode=true skips; drop one")
+    if corr.bypass_mode and config.actor_rollout_ref.actor.calculate_sum_pi_squared:
+        raise ConfigError(f"actor_rollout_ref.actor.calculate_sum_pi_squared=true adds sum_pi_squared in the old-log-prob pass, "
+                          f"which {key}.bypass_mode=true skips; drop one")
     if (corr.rollout_is is not None and not corr.bypass_mode and loss_mode in POLICY_LOSS_REGISTRY
             and not POLICY_LOSS_REGISTRY.takes(loss_mode, "rollout_is_weights")):
         fn = POLICY_LOSS_REGISTRY[loss_mode]

@@ -29,7 +29,8 @@ ARITHMETIC_NOTES = {
     "gradient_accumulation": "micro-batches per optimizer step on each rank",
     "max_tokens_per_micro_batch": "micro-batch x (max_prompt_length + response_length); "
                                   "use_dynamic_bsz: actor.ppo_max_token_len_per_gpu real tokens",
-    "on_policy_single_update": "true: old log-probs come from the update's own forward pass",
+    "on_policy_single_update": "true: old log-probs come from the update's own forward pass (an old-log-prob pass still runs "
+                               "for KL in the reward, a rollout correction, or an estimator that takes old_log_probs)",
 }
 
 

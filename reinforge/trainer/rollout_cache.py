@@ -8,8 +8,8 @@ Later steps, by `action`: `cache` generates as usual; `repeat` (the default) rea
 generation is the whole batch after the rollout: its prompts, their data columns and the responses (rewards are
 scored afresh), kept with the step's prompts, so a dumped step replaces the prompts the loader drew as well.
 
-The folder is `<dump_dir>/<experiment_name>_<project_name>/GBS<train_batch_size>_N<n>_in<max_prompt_length>_out
-<max_response_length>/`, as in verl, so a change of those settings starts a new one; a change of model, data or
+The folder is `<dump_dir>/<experiment_name>_<project_name>/GBS<gen_batch_size>_N<n>_in<max_prompt_length>_out
+<max_response_length>/` (gen_batch_size: data.gen_batch_size, else train_batch_size), as in verl, so a change of those settings starts a new one; a change of model, data or
 sampling does not, which is the point: delete the folder to generate anew.
 """
 
@@ -39,7 +39,8 @@ class RolloutCache:
         data, trainer, rollout = config.data, config.trainer, config.actor_rollout_ref.rollout
         _, dump_dir = skip_settings(config)
         self.folder = (Path(dump_dir).expanduser() / f"{trainer.experiment_name}_{trainer.project_name}"
-                       / f"GBS{data.train_batch_size}_N{rollout.n}_in{data.max_prompt_length}_out{data.max_response_length}")
+                       / f"GBS{data.gen_batch_size or data.train_batch_size}_N{rollout.n}_in{data.max_prompt_length}"
+                         f"_out{data.max_response_length}")
         self.max_dump_step, self.action = rollout.skip.max_dump_step, rollout.skip.action
 
     def describe(self) -> str:

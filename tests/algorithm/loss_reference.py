@@ -115,7 +115,7 @@ def np_loss(name, old, lp, a, m, mode, low=0.2, high=0.2, c=3.0, tau_pos=1.0, ta
         c1 = np.maximum(l1, l2)
         l3 = -a * c
         tok = np.where(a > 0, -a, np.where(a < 0, np.minimum(l3, c1), c1))  # A > 0: -A pi / sg(pi), valued -A
-        return np_agg(tok, m, mode), {CLIPFRAC: mmean(l2 > l1, m * (a <= 0)), LOWER: mmean((c1 > l3) & (a < 0), m),
+        return np_agg(tok, m, mode), {CLIPFRAC: mmean((l2 > l1) & (a <= 0), m), LOWER: mmean((c1 > l3) & (a < 0), m),
                                       KL: mmean(-x, m)}
     if name in ("dppo_tv", "dppo_kl"):
         x = np.clip(x_raw, -20, 20)

@@ -195,7 +195,7 @@ def test_up_gives_positive_advantages_the_unclipped_gradient_by_hand():
     mask = torch.tensor([[1.0, 1.0, 1.0, 1.0, 0.0]])
     loss, metrics = call("up", old, lp, adv, mask, "token-mean", actor_cfg(clip_ratio=0.2, clip_ratio_c=3.0))
     assert loss.item() == pytest.approx((-1 + 0.8 + 6 + 1.1) / 4, abs=1e-6)
-    assert metrics[CLIPFRAC] == pytest.approx(1 / 3)  # of the three tokens with A <= 0, the 0.5 one is clipped
+    assert metrics[CLIPFRAC] == pytest.approx(1 / 4)  # the 0.5 one (A <= 0) is clipped, of the 4 tokens
     assert metrics[LOWER] == pytest.approx(1 / 4)
     assert torch.allclose(grad_of(loss, lp), torch.tensor([[-1.0, 0.0, 0.0, 1.1, 0.0]]) / 4, atol=1e-6)
 

@@ -159,6 +159,8 @@ def test_reference_settings_without_a_reference_say_so():
     ("critic.optim.beta1=0.8", "did you mean 'critic.optim.betas=[<beta1>,<beta2>]' (AdamW's two betas, as one list)?"),
     ("algorithm.policy_loss_fn=ppo", "did you mean 'actor_rollout_ref.actor.policy_loss.loss_mode' (vanilla"),
     ("reward_model.reward_format=gsm8k", "the built-in scorer follows each row's data_source column"),
+    # a hint only where its key exists: the data section has no betas
+    ("data.beta1=0.9", "unknown config key 'data.beta1'"),
     ("actor_rollout_ref.actor.megatron.tensor_model_parallel_size=2", "it is a setting of verl's Megatron-LM backend, and "
      "reinforge trains with FSDP2"),
     # verl's gdpo script passes `algorithm.gamma=$gae_gamma` with the variable unset

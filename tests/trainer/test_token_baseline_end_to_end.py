@@ -67,6 +67,10 @@ def test_config_refuses_bypass_mode_and_reports_the_inert_checkpointing_key(smal
                                           r"algorithm\.rollout_correction\.bypass_mode=true skips"):
         load_config([*small_run, "algorithm.adv_estimator=optimal_token_baseline",
                      "algorithm.rollout_correction.bypass_mode=true"])
+    with pytest.raises(ConfigError, match=r"actor_rollout_ref\.actor\.calculate_sum_pi_squared=true adds sum_pi_squared in the "
+                                          r"old-log-prob pass, which algorithm\.rollout_correction\.bypass_mode=true skips"):
+        load_config([*small_run, "actor_rollout_ref.actor.calculate_sum_pi_squared=true",
+                     "algorithm.rollout_correction.bypass_mode=true"])
     config, keys = load_config([*small_run, "algorithm.adv_estimator=optimal_token_baseline",
                                 "actor_rollout_ref.actor.sum_pi_squared_checkpointing=true"])
     assert any(line.startswith("actor_rollout_ref.actor.sum_pi_squared_checkpointing") for line in unused_settings(config, keys))
