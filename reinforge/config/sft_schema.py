@@ -13,6 +13,8 @@ from reinforge.config.fields import Node, _f, _sub
 from reinforge.config.schema import SP_DOC, ClassRef, OptimConfig
 
 NO_EFFECT = "Accepted for verl compatibility; no effect here."
+# apply_chat_template arguments the SFT datasets set themselves (data.apply_chat_template_kwargs may not)
+RESERVED_TEMPLATE_KWARGS = ("conversation", "add_generation_prompt", "tokenize", "return_dict", "return_tensors")
 
 
 @dataclass
@@ -47,6 +49,9 @@ class SFTDataConfig(Node):
     balance_dp_token: bool = _f(False, "verl: normalise the loss by the tokens of all ranks. Always so here: the loss is the "
                                        "mean over every trained token of the step, on any number of ranks and micro-batches.")
     chat_template: str | None = _f(None, "A Jinja chat template that replaces the tokenizer's (verl refuses this key).")
+    apply_chat_template_kwargs: dict = _f({}, "Extra keyword arguments of every chat template call (single-turn prompts and "
+                                              "conversations), e.g. {enable_thinking: false}; in multi-turn a row's "
+                                              "enable_thinking column wins over an enable_thinking here.")
     custom_cls: ClassRef = _sub(ClassRef, "A user Dataset class, called as verl calls it: cls(parquet_files=, tokenizer=, "
                                           "config=, max_samples=); its items hold input_ids, attention_mask and loss_mask.")
     use_shm: bool = _f(False, NO_EFFECT)
@@ -222,6 +227,10 @@ def finalize_sft(config: SFTConfig, ranks: int) -> list[str]:
     for name in ("save_contents", "load_contents"):
         for content in trainer.checkpoint[name]:
             choice(f"trainer.checkpoint.{name}", content, CHECKPOINT_CONTENTS)
+    reserved = sorted(set(data.apply_chat_template_kwargs) & set(RESERVED_TEMPLATE_KWARGS))
+    if reserved:
+        raise ConfigError(f"data.apply_chat_template_kwargs.{reserved[0]}: set by reinforge itself when it renders the rows; "
+                          f"leave out {', '.join(RESERVED_TEMPLATE_KWARGS)}")
     trainer.default_local_dir = trainer.default_local_dir or f"checkpoints/{trainer.project_name}/{trainer.experiment_name}"
     if config.ulysses_sequence_parallel_size > 1:
         notes.append(f"ulysses_sequence_parallel_size={config.ulysses_sequence_parallel_size}: sequences are not split "

@@ -5,7 +5,9 @@
   template as one user message with the generation prompt; the response is tokenized as is and followed by EOS.
   The loss covers the response's tokens and the EOS.
 - Multi-turn (verl's MultiTurnSFTDataset, `data.multiturn.enable`): a list of {role, content} messages per row,
-  rendered whole by the chat template (with the row's tools and enable_thinking where it has them). The loss
+  rendered whole by the chat template (with the row's tools and enable_thinking where it has them).
+- Every chat template call also gets `data.apply_chat_template_kwargs` (verl's), a row's own tools / enable_thinking
+  winning over the same names there. The loss
   covers what each assistant message adds to the text: its content and the template's end-of-turn tokens.
 - A user class (`data.custom_cls`), called as verl calls it; its items' `input_ids`, `attention_mask` and `loss_mask`
   are read with the convention of verl's current trainer: `loss_mask[t] = 1` trains token t.
@@ -117,7 +119,8 @@ class SFTDataset(torch.utils.data.Dataset):
             if not isinstance(value, str):
                 raise DataError(f"{where}: the {name} is a {type(value).__name__}, not a string ({value!r:.80}); for a list "
                                 "of messages use data.multiturn.enable=true")
-        text = tokenizer.apply_chat_template([{"role": "user", "content": prompt}], add_generation_prompt=True, tokenize=False)
+        text = tokenizer.apply_chat_template([{"role": "user", "content": prompt}], add_generation_prompt=True, tokenize=False,
+                                             **(self.config.apply_chat_template_kwargs or {}))
         prompt_ids = tokenizer(text, add_special_tokens=False)["input_ids"]
         response_ids = tokenizer(response, add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
         return prompt_ids + response_ids, [0] * len(prompt_ids) + [1] * len(response_ids)
@@ -129,7 +132,7 @@ class SFTDataset(torch.utils.data.Dataset):
             raise DataError(f"{where}: column {config.messages_key!r} must hold a list of {{role, content}} messages, "
                             f"got {messages!r:.120}")
         messages = [{key: _item(value) for key, value in m.items() if value is not None} for m in messages]
-        kwargs = {}
+        kwargs = dict(self.config.apply_chat_template_kwargs or {})  # the row's tools / enable_thinking win
         tools = _item(row.get(config.tools_key))
         if tools is not None:
             kwargs["tools"] = json.loads(tools) if isinstance(tools, str) else tools

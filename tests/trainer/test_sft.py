@@ -79,6 +79,26 @@ def test_multi_turn_rows_train_the_assistant_messages_only(tokenizer, data):
     assert tokenizer.decode(example.prompt + example.response) == whole
 
 
+def test_apply_chat_template_kwargs_reach_every_template_call(tiny_model_path, data, tmp_path):
+    """data.apply_chat_template_kwargs (verl's) go to the single-turn prompt's and the conversations' template calls; a
+    row's enable_thinking column wins over an enable_thinking given there."""
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model_path)  # its own copy: the template is replaced
+    tokenizer.chat_template = ("[{{ greeting }}|{{ enable_thinking }}]{% for m in messages %}<{{ m.role }}>{{ m.content }}"
+                               "<|im_end|>{% endfor %}{% if add_generation_prompt %}<assistant>{% endif %}")
+    config = SFTConfig().data
+    config.apply_chat_template_kwargs = {"greeting": "hi", "enable_thinking": False}
+    example = SFTDataset(str(data / "train.parquet"), tokenizer, config)[0]
+    assert tokenizer.decode(example.prompt).startswith("[hi|False]<user>Copy: ")
+    rows = [{"messages": [{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"}], "enable_thinking": thinking}
+            for thinking in (None, True)]
+    pq.write_table(pa.Table.from_pylist(rows), tmp_path / "multi.parquet")
+    config.multiturn.enable = True
+    dataset = SFTDataset(str(tmp_path / "multi.parquet"), tokenizer, config)
+    assert [tokenizer.decode(e.prompt + e.response)[:10] for e in dataset] == ["[hi|False]", "[hi|True]<"]
+
+
 def test_long_rows_are_truncated_or_named(tokenizer, data):
     config = SFTConfig().data
     prompt = tokenizer.apply_chat_template([{"role": "user", "content": f"Copy: {_digits(0, 0)}"}], add_generation_prompt=True,
@@ -212,6 +232,7 @@ def test_validation_with_fewer_rows_than_ranks(tiny_model_path, data, tmp_path):
     (["data.response_key=solution"], "no column 'solution' (data.response_key); its columns are question, answer, extra_info"),
     (["optim.lr_scheduler=linear"], "optim.lr_scheduler='linear' is not one of: constant, cosine, wsd"),
     (["data.train_batch_size=1000"], "data.train_batch_size=1000 is more than the 256 training rows"),
+    (["+data.apply_chat_template_kwargs.tokenize=true"], "data.apply_chat_template_kwargs.tokenize: set by reinforge itself"),
 ])
 def test_user_mistakes_are_named(tiny_model_path, data, tmp_path, capsys, extra, message):
     assert main(_args(tiny_model_path, data, tmp_path / "run", *extra)) == 2
