@@ -62,7 +62,7 @@ class SFTDataConfig(Node):
 
 @dataclass
 class SFTFSDPConfig(Node):
-    model_dtype: str = _f("fp32", "Parameter dtype of the model: fp32 or bf16.")
+    model_dtype: str = _f("fp32", "Parameter dtype of the model: fp32 or bf16 (float32/bfloat16 also accepted).")
     wrap_policy: dict = _f({"min_num_params": 0}, "FSDP wrap policy; every decoder layer is its own FSDP2 unit here.")
     cpu_offload: bool = _f(False, "FSDP's CPU offload (several CUDA ranks); no effect on CPU.")
     offload_params: bool = _f(False, "FSDP's parameter offload (with cpu_offload); no effect on CPU.")
@@ -172,7 +172,7 @@ def load_sft_config(args: list[str], config_file: str | None, ranks: int) -> tup
 def finalize_sft(config: SFTConfig, ranks: int) -> list[str]:
     """Check `config` for a run on `ranks` ranks and fill in what verl derives (older names, the run folder, the
     micro-batch size); returns notes on settings that have no effect here."""
-    from reinforge.config.section_checks import CHECKPOINT_CONTENTS, LR_SCHEDULES, check_optim, choice, positive
+    from reinforge.config.section_checks import CHECKPOINT_CONTENTS, DTYPE_NAMES, LR_SCHEDULES, check_optim, choice, positive
     from reinforge.errors import ConfigError
     from reinforge.trainer.tracking import check_loggers, logger_names
 
@@ -191,6 +191,7 @@ def finalize_sft(config: SFTConfig, ranks: int) -> list[str]:
                      f"processes torchrun starts (torchrun --nproc_per_node={expected} -m reinforge sft ...)")
     if optim.warmup_steps_ratio is not None:
         optim.lr_warmup_steps_ratio = optim.warmup_steps_ratio
+    choice("model.fsdp_config.model_dtype", model.fsdp_config.model_dtype, DTYPE_NAMES)  # fp16 would fail only at load
     choice("optim.lr_scheduler", optim.lr_scheduler, LR_SCHEDULES)
     optim.lr_scheduler_type = optim.lr_scheduler
     check_optim("optim", optim)

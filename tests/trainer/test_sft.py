@@ -232,6 +232,7 @@ def test_validation_with_fewer_rows_than_ranks(tiny_model_path, data, tmp_path):
     (["data.response_key=solution"], "no column 'solution' (data.response_key); its columns are question, answer, extra_info"),
     (["optim.lr_scheduler=linear"], "optim.lr_scheduler='linear' is not one of: constant, cosine, wsd"),
     (["data.train_batch_size=1000"], "data.train_batch_size=1000 is more than the 256 training rows"),
+    (["model.fsdp_config.model_dtype=fp16"], "model.fsdp_config.model_dtype='fp16' is not one of: fp32, bf16, float32, bfloat16"),
     (["+data.apply_chat_template_kwargs.tokenize=true"], "data.apply_chat_template_kwargs.tokenize: set by reinforge itself"),
 ])
 def test_user_mistakes_are_named(tiny_model_path, data, tmp_path, capsys, extra, message):
