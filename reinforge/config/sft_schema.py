@@ -130,7 +130,8 @@ class SFTTrainerConfig(Node):
     experiment_name: str = _f("test", "Experiment name: trackers and the default run folder.")
     total_epochs: int = _f(4, "Passes over the training data.")
     total_training_steps: int | None = _f(None, "Stop after this many steps (the learning-rate schedule spans them).")
-    logger: list | str = _f(["console"], "Where metrics go: console, tensorboard, wandb, mlflow, swanlab; metrics.jsonl in the "
+    logger: list | str = _f(["console"], "Where metrics go: console, tensorboard, wandb (verl's deprecated tracking too), mlflow, "
+                                         "swanlab; metrics.jsonl in the "
                                          "run folder is always written (verl's default adds wandb).")
     seed: int = _f(1, "Seed of the data order and of model-side randomness.")
     save_freq: int = _f(-1, "Save a checkpoint every this many steps (-1: only the last step).")

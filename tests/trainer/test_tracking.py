@@ -61,6 +61,11 @@ def test_logger_may_be_a_bare_string_as_in_verl():
     check_loggers(["console", "file", "jsonl", "tensorboard", "wandb", "mlflow", "swanlab"])  # all installed in CI
 
 
+def test_tracking_is_verls_deprecated_alias_of_wandb(capsys):
+    assert load_config(["trainer.logger=[console,tracking]"])[0].trainer.logger == ["console", "wandb"]
+    assert "trainer.logger: 'tracking' is deprecated (as in verl); it means 'wandb'" in capsys.readouterr().out
+
+
 def test_a_run_without_trackers_imports_none_of_them(tmp_path):
     code = ("import sys; from reinforge.trainer.tracking import Tracking\n"
             f"t = Tracking({str(tmp_path)!r}, ['console', 'file'], 1); t.log({{'x': 1.0}}, 1); t.close()\n"

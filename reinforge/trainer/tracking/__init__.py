@@ -1,8 +1,8 @@
 """Where metrics go: `trainer.logger` picks the trackers; metrics.jsonl in the run folder is always written.
 
 Names are verl's: `console`, `file` (here also `jsonl`; both name the metrics.jsonl that is written
-anyway), `tensorboard`, `wandb`, `mlflow`, `swanlab`. Like verl, `trainer.logger` may be a list or
-a bare string. Each tracker's package is imported only when that tracker is asked for, and a
+anyway), `tensorboard`, `wandb` (also as `tracking`, verl's deprecated alias, with a note), `mlflow`,
+`swanlab`. Like verl, `trainer.logger` may be a list or a bare string. Each tracker's package is imported only when that tracker is asked for, and a
 missing one fails at config time (`check_loggers`) with the pip command that installs it.
 
 Every tracker gets the numeric metrics under their own names (`/` kept: trackers group by it;
@@ -35,16 +35,20 @@ OPTIONAL_TRACKERS = {
 }
 BUILTIN_LOGGERS = ("console", "file", "jsonl")
 LOGGER_NAMES = BUILTIN_LOGGERS + tuple(OPTIONAL_TRACKERS)
+LOGGER_ALIASES = {"tracking": "wandb"}  # verl's deprecated name: it warns and uses wandb
 GENERATION_COLUMNS = ("step", "input", "output", "gts", "score")  # a validation sample, as generations.py writes it
 
 
 def logger_names(value: str | list | tuple | None) -> list[str]:
-    """`trainer.logger` as a list: verl accepts a bare string (`trainer.logger=console`) as well as a list."""
+    """`trainer.logger` as a list: verl accepts a bare string (`trainer.logger=console`) as well as a list; verl's
+    deprecated `tracking` is read as `wandb`, with a note."""
     if value is None:
         return []
-    if isinstance(value, str):
-        return [value]
-    return [str(name) for name in value]
+    names = [value] if isinstance(value, str) else [str(name) for name in value]
+    for alias in dict.fromkeys(n for n in names if n in LOGGER_ALIASES):
+        print(f"reinforge: note: trainer.logger: {alias!r} is deprecated (as in verl); it means {LOGGER_ALIASES[alias]!r}, "
+              f"use {LOGGER_ALIASES[alias]!r} instead", flush=True)
+    return [LOGGER_ALIASES.get(name, name) for name in names]
 
 
 def check_loggers(names: list[str]) -> None:
