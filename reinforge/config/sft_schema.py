@@ -46,8 +46,9 @@ class SFTDataConfig(Node):
     max_length: int = _f(1024, "Most tokens of one row, prompt and response together.")
     truncation: str = _f("error", "A row longer than max_length: error (stop, naming the row), left (drop its first tokens) "
                                   "or right (drop its last tokens).")
-    balance_dp_token: bool = _f(False, "verl: normalise the loss by the tokens of all ranks. Always so here: the loss is the "
-                                       "mean over every trained token of the step, on any number of ranks and micro-batches.")
+    balance_dp_token: bool = _f(False, "verl: normalise the loss by the tokens of all ranks. No effect here (reported when "
+                                       "set): the loss is always the mean over every trained token of the step, on any "
+                                       "number of ranks and micro-batches.")
     chat_template: str | None = _f(None, "A Jinja chat template that replaces the tokenizer's (verl refuses this key).")
     apply_chat_template_kwargs: dict = _f({}, "Extra keyword arguments of every chat template call (single-turn prompts and "
                                               "conversations), e.g. {enable_thinking: false}; in multi-turn a row's "
@@ -237,6 +238,9 @@ def finalize_sft(config: SFTConfig, ranks: int) -> list[str]:
     if config.ulysses_sequence_parallel_size > 1:
         notes.append(f"ulysses_sequence_parallel_size={config.ulysses_sequence_parallel_size}: sequences are not split "
                      "over ranks here; every rank computes whole sequences")
+    if data.balance_dp_token:
+        notes.append("data.balance_dp_token=True has no effect here: the loss is always the token mean over the whole step, "
+                     "on all ranks and micro-batches")
     if model.use_liger or model.use_shm or data.use_shm:
         notes.append("model.use_liger / model.use_shm / data.use_shm have no effect here")
     return notes

@@ -250,7 +250,8 @@ def test_no_gradient_clip(tiny_model_path, data, tmp_path):
 
 def test_dry_run_prints_the_config_and_the_keys_without_effect(capsys):
     assert main(["sft", "--dry-run", "model.partial_pretrain=/models/x", "data.train_files=train.parquet",
-                 "optim.warmup_steps_ratio=0.05", "ulysses_sequence_parallel_size=2"]) == 0
+                 "optim.warmup_steps_ratio=0.05", "ulysses_sequence_parallel_size=2", "data.balance_dp_token=true"]) == 0
     out = capsys.readouterr().out
     assert "lr_warmup_steps_ratio: 0.05" in out  # verl's older name, carried over
     assert "- ulysses_sequence_parallel_size=2: sequences are not split over ranks here" in out
+    assert "- data.balance_dp_token=True has no effect here: the loss is always the token mean over the whole step" in out
