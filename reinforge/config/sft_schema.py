@@ -30,8 +30,8 @@ class SFTMultiTurnConfig(Node):
 @dataclass
 class SFTDataConfig(Node):
     train_batch_size: int = _f(256, "Rows per optimizer step, over all ranks.")
-    micro_batch_size: int | None = _f(None, "verl's older, global name of micro_batch_size_per_gpu; when set it is divided by "
-                                            "the number of ranks and wins.")
+    micro_batch_size: int | None = _f(None, "verl's deprecated key (current verl ignores it): used as the per-GPU micro batch "
+                                            "size, as older verl did, unless micro_batch_size_per_gpu is set too.")
     micro_batch_size_per_gpu: int = _f(4, "Rows per forward/backward on each rank (gradient accumulation up to the rank's share "
                                           "of train_batch_size); also the validation batch size.")
     train_files: str | list | None = _f(None, "Parquet (or JSON/JSONL) file(s) to train on.")
@@ -165,15 +165,15 @@ def load_sft_config(args: list[str], config_file: str | None, ranks: int) -> tup
     in a moment, as `reinforge train`'s do."""
     from reinforge.config.loading import resolve
 
-    config, _, ignored = resolve(SFTConfig, args, config_file, base="sft_trainer")
-    notes = finalize_sft(config, ranks)
+    config, user_keys, ignored = resolve(SFTConfig, args, config_file, base="sft_trainer")
+    notes = finalize_sft(config, ranks, user_keys)
     return config, notes + [f"{name} (a Hydra setting) has no effect here" for name in ignored]
 
 
 # ---- checks and derived values ----------------------------------------------------------------------
-def finalize_sft(config: SFTConfig, ranks: int) -> list[str]:
+def finalize_sft(config: SFTConfig, ranks: int, user_keys: list[str] | tuple = ()) -> list[str]:
     """Check `config` for a run on `ranks` ranks and fill in what verl derives (older names, the run folder, the
-    micro-batch size); returns notes on settings that have no effect here."""
+    micro-batch size); `user_keys` are the keys the user set. Returns notes on settings that have no effect here."""
     from reinforge.config.section_checks import CHECKPOINT_CONTENTS, DTYPE_NAMES, LR_SCHEDULES, check_optim, choice, positive
     from reinforge.errors import ConfigError
     from reinforge.trainer.tracking import check_loggers, logger_names
@@ -187,6 +187,10 @@ def finalize_sft(config: SFTConfig, ranks: int) -> list[str]:
         raise ConfigError(f"trainer.default_hdfs_dir={trainer.default_hdfs_dir}: copying checkpoints to HDFS is not "
                           "supported; leave it unset (checkpoints stay in trainer.default_local_dir)")
     notes = []
+
+    def given(key: str) -> bool:  # set by the user (also as part of a group: data={...})
+        return any(key == k or key.startswith(k + ".") for k in user_keys)
+
     expected = trainer.nnodes * (trainer.n_gpus_per_node or ranks // max(1, trainer.nnodes) or 1)
     if expected != ranks:  # verl reads the ranks from torchrun too, and ignores these keys
         notes.append(f"trainer.nnodes x trainer.n_gpus_per_node = {expected}, but {ranks} process(es) run: the ranks are the "
@@ -202,11 +206,12 @@ def finalize_sft(config: SFTConfig, ranks: int) -> list[str]:
     positive("optim.clip_grad", optim.clip_grad)  # 0 would scale every gradient to nothing; null: no clipping
     trainer.logger = logger_names(trainer.logger)  # verl also takes a bare string: trainer.logger=console
     check_loggers(trainer.logger)
-    if data.micro_batch_size is not None:
-        if data.micro_batch_size % ranks:
-            raise ConfigError(f"data.micro_batch_size={data.micro_batch_size} does not split over {ranks} ranks; use "
-                              "data.micro_batch_size_per_gpu")
-        data.micro_batch_size_per_gpu = data.micro_batch_size // ranks
+    if data.micro_batch_size is not None:  # verl's deprecated key: current verl ignores it, older verl's per-GPU size
+        if given("data.micro_batch_size_per_gpu") or data.micro_batch_size < 1:
+            notes.append(f"data.micro_batch_size={data.micro_batch_size} (verl's deprecated key) has no effect here: "
+                         f"data.micro_batch_size_per_gpu={data.micro_batch_size_per_gpu} is used")
+        else:  # micro-batching changes memory use only, never the gradient
+            data.micro_batch_size_per_gpu = data.micro_batch_size
     for key, value in (("data.train_batch_size", data.train_batch_size), ("data.micro_batch_size_per_gpu", data.micro_batch_size_per_gpu),
                        ("data.max_length", data.max_length), ("trainer.total_epochs", trainer.total_epochs)):
         if value < 1:

@@ -248,6 +248,19 @@ def test_no_gradient_clip(tiny_model_path, data, tmp_path):
     assert step["train/grad_norm"] > 0 and step["train/nonfinite_skipped"] == 0
 
 
+def test_deprecated_micro_batch_size_is_the_per_gpu_size_unless_that_is_set():
+    """data.micro_batch_size (verl's deprecated key) never fails: older verl's per-GPU micro batch, on any number of
+    ranks, unless data.micro_batch_size_per_gpu is set too (then reported as without effect)."""
+    from reinforge.config.sft_schema import load_sft_config
+
+    base = ["model.partial_pretrain=/models/x", "data.train_files=train.parquet", "data.micro_batch_size=1"]
+    config, notes = load_sft_config(base, None, 8)
+    assert config.data.micro_batch_size_per_gpu == 1 and not any("micro_batch_size" in n for n in notes)
+    config, notes = load_sft_config([*base, "data.micro_batch_size_per_gpu=4"], None, 8)
+    assert config.data.micro_batch_size_per_gpu == 4
+    assert "data.micro_batch_size=1 (verl's deprecated key) has no effect here: data.micro_batch_size_per_gpu=4 is used" in notes
+
+
 def test_dry_run_prints_the_config_and_the_keys_without_effect(capsys):
     assert main(["sft", "--dry-run", "model.partial_pretrain=/models/x", "data.train_files=train.parquet",
                  "optim.warmup_steps_ratio=0.05", "ulysses_sequence_parallel_size=2", "data.balance_dp_token=true"]) == 0
