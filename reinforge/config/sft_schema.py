@@ -46,6 +46,8 @@ class SFTDataConfig(Node):
     max_length: int = _f(1024, "Most tokens of one row, prompt and response together.")
     truncation: str = _f("error", "A row longer than max_length: error (stop, naming the row), left (drop its first tokens) "
                                   "or right (drop its last tokens).")
+    pad_mode: str | None = _f(None, "verl's padding mode: right is accepted without effect (micro-batches are padded to their "
+                                    "longest row); other modes (no_padding) are refused.")
     balance_dp_token: bool = _f(False, "verl: normalise the loss by the tokens of all ranks. No effect here (reported when "
                                        "set): the loss is always the mean over every trained token of the step, on any "
                                        "number of ranks and micro-batches.")
@@ -243,6 +245,12 @@ def finalize_sft(config: SFTConfig, ranks: int, user_keys: list[str] | tuple = (
     if config.ulysses_sequence_parallel_size > 1:
         notes.append(f"ulysses_sequence_parallel_size={config.ulysses_sequence_parallel_size}: sequences are not split "
                      "over ranks here; every rank computes whole sequences")
+    if data.pad_mode is not None:
+        if data.pad_mode != "right":
+            raise ConfigError(f"data.pad_mode={data.pad_mode!r} is not supported; only right is accepted (micro-batches are "
+                              "padded to their longest row, responses on the right); leave data.pad_mode out")
+        notes.append("data.pad_mode=right has no effect here: micro-batches are padded to their longest row, not to "
+                     "data.max_length")
     if data.balance_dp_token:
         notes.append("data.balance_dp_token=True has no effect here: the loss is always the token mean over the whole step, "
                      "on all ranks and micro-batches")

@@ -232,6 +232,7 @@ def test_validation_with_fewer_rows_than_ranks(tiny_model_path, data, tmp_path):
     (["data.response_key=solution"], "no column 'solution' (data.response_key); its columns are question, answer, extra_info"),
     (["optim.lr_scheduler=linear"], "optim.lr_scheduler='linear' is not one of: constant, cosine, wsd"),
     (["data.train_batch_size=1000"], "data.train_batch_size=1000 is more than the 256 training rows"),
+    (["+data.pad_mode=no_padding"], "data.pad_mode='no_padding' is not supported; only right is accepted"),
     (["model.fsdp_config.model_dtype=fp16"], "model.fsdp_config.model_dtype='fp16' is not one of: fp32, bf16, float32, bfloat16"),
     (["+data.apply_chat_template_kwargs.tokenize=true"], "data.apply_chat_template_kwargs.tokenize: set by reinforge itself"),
 ])
@@ -263,8 +264,10 @@ def test_deprecated_micro_batch_size_is_the_per_gpu_size_unless_that_is_set():
 
 def test_dry_run_prints_the_config_and_the_keys_without_effect(capsys):
     assert main(["sft", "--dry-run", "model.partial_pretrain=/models/x", "data.train_files=train.parquet",
-                 "optim.warmup_steps_ratio=0.05", "ulysses_sequence_parallel_size=2", "data.balance_dp_token=true"]) == 0
+                 "optim.warmup_steps_ratio=0.05", "ulysses_sequence_parallel_size=2", "data.balance_dp_token=true",
+                 "+data.pad_mode=right"]) == 0
     out = capsys.readouterr().out
     assert "lr_warmup_steps_ratio: 0.05" in out  # verl's older name, carried over
     assert "- ulysses_sequence_parallel_size=2: sequences are not split over ranks here" in out
+    assert "- data.pad_mode=right has no effect here: micro-batches are padded to their longest row" in out
     assert "- data.balance_dp_token=True has no effect here: the loss is always the token mean over the whole step" in out
