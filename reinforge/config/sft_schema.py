@@ -43,6 +43,10 @@ class SFTDataConfig(Node):
     response_dict_keys: list | None = _f(None, "When the response column holds dicts: the key(s) to follow into it, e.g. "
                                                "[answer] for response_key=extra_info.")
     multiturn: SFTMultiTurnConfig = _sub(SFTMultiTurnConfig, "Multi-turn conversations.")
+    messages_key: str | None = _f(None, "verl's newer spelling of multiturn.messages_key (the same setting; null: that one's).")
+    tools_key: str | None = _f(None, "verl's newer spelling of multiturn.tools_key (the same setting; null: that one's).")
+    enable_thinking_key: str | None = _f(None, "verl's newer spelling of multiturn.enable_thinking_key (the same setting; "
+                                               "null: that one's).")
     max_length: int = _f(1024, "Most tokens of one row, prompt and response together.")
     truncation: str = _f("error", "A row longer than max_length: error (stop, naming the row), left (drop its first tokens) "
                                   "or right (drop its last tokens).")
@@ -208,6 +212,14 @@ def finalize_sft(config: SFTConfig, ranks: int, user_keys: list[str] | tuple = (
     positive("optim.clip_grad", optim.clip_grad)  # 0 would scale every gradient to nothing; null: no clipping
     trainer.logger = logger_names(trainer.logger)  # verl also takes a bare string: trainer.logger=console
     check_loggers(trainer.logger)
+    for name in ("messages_key", "tools_key", "enable_thinking_key"):  # verl's newer MultiTurnSFTDataset reads data.<name>
+        top, nested = getattr(data, name), getattr(data.multiturn, name)
+        if top is not None and top != nested:
+            if given(f"data.multiturn.{name}"):
+                raise ConfigError(f"data.{name}={top} and data.multiturn.{name}={nested} are the same setting (verl's newer "
+                                  "and older spelling) with two values; set one of them")
+            setattr(data.multiturn, name, top)
+        setattr(data, name, getattr(data.multiturn, name))  # both spellings hold it (a data.custom_cls may read either)
     if data.micro_batch_size is not None:  # verl's deprecated key: current verl ignores it, older verl's per-GPU size
         if given("data.micro_batch_size_per_gpu") or data.micro_batch_size < 1:
             notes.append(f"data.micro_batch_size={data.micro_batch_size} (verl's deprecated key) has no effect here: "

@@ -262,6 +262,22 @@ def test_deprecated_micro_batch_size_is_the_per_gpu_size_unless_that_is_set():
     assert "data.micro_batch_size=1 (verl's deprecated key) has no effect here: data.micro_batch_size_per_gpu=4 is used" in notes
 
 
+def test_top_level_multi_turn_keys_are_the_multiturn_settings():
+    """verl's newer data.messages_key / tools_key / enable_thinking_key are data.multiturn's; two values for one is an error."""
+    from reinforge.config.sft_schema import load_sft_config
+    from reinforge.errors import ConfigError
+
+    base = ["model.partial_pretrain=/models/x", "data.train_files=train.parquet", "data.multiturn.enable=true"]
+    config, _ = load_sft_config([*base, "+data.messages_key=conversation", "data.enable_thinking_key=think"], None, 1)
+    assert (config.data.multiturn.messages_key, config.data.multiturn.enable_thinking_key) == ("conversation", "think")
+    assert config.data.multiturn.tools_key == config.data.tools_key == "tools"
+    config, _ = load_sft_config([*base, "data.tools_key=t", "data.multiturn.tools_key=t"], None, 1)
+    assert config.data.multiturn.tools_key == "t"
+    with pytest.raises(ConfigError, match="data.messages_key=conversation and data.multiturn.messages_key=messages are the "
+                                          "same setting"):
+        load_sft_config([*base, "data.messages_key=conversation", "data.multiturn.messages_key=messages"], None, 1)
+
+
 def test_dry_run_prints_the_config_and_the_keys_without_effect(capsys):
     assert main(["sft", "--dry-run", "model.partial_pretrain=/models/x", "data.train_files=train.parquet",
                  "optim.warmup_steps_ratio=0.05", "ulysses_sequence_parallel_size=2", "data.balance_dp_token=true",
