@@ -38,6 +38,8 @@ class MultiTurnConfig(Node):
                                            "own tokens (token-in/token-out, verl's false).")
     tokenization_sanity_check_mode: str = _f("strict", "Accepted for verl compatibility; no effect: model turns keep the "
                                              "engine's token ids, so there is no re-tokenization to check.")
+    function_tool_path: str | None = _f(None, "verl: a Python file of plain functions used as tools. Not in this version: "
+                                        "only null (tools come from tool_config_path); a path is an error.")
     num_repeat_rollouts: int | None = _f(None, "Accepted for verl compatibility (its SGLang rollout); no effect: rollout.n "
                                          "sets the conversations per prompt.")
 
@@ -70,6 +72,11 @@ class SkipConfig(Node):
 class TraceConfig(Node):
     backend: str | None = _f(None, "Accepted for verl compatibility (trace rollouts to mlflow or weave); no effect here.")
     token2text: bool = _f(False, "Accepted for verl compatibility (decode the traced token ids); no effect here.")
+    project_name: str | None = _f(None, "Accepted for verl compatibility (the tracing project; verl: trainer.project_name); no effect here.")
+    experiment_name: str | None = _f(None, "Accepted for verl compatibility (the tracing experiment; verl: "
+                                     "trainer.experiment_name); no effect here.")
+    max_samples_per_step_per_worker: int | None = _f(None, "Accepted for verl compatibility (most traced rollouts per step "
+                                                     "and worker); no effect here.")
 
 
 @dataclass
@@ -137,6 +144,40 @@ class RolloutConfig(Node):
     skip_dump_dir: str = _f("/tmp/rollout_dump", "Where skip.enable (skip_rollout) keeps the generations, unless skip.dump_dir is set.")
     skip: SkipConfig = _sub(SkipConfig, "Generations kept on disk and reused (verl's rollout skip).")
     trace: TraceConfig = _sub(TraceConfig, "Accepted for verl compatibility (rollout tracing); no effect here.")
+    nnodes: int = _f(0, "Accepted for verl compatibility (nodes of a standalone rollout pool; 0: colocated with training); "
+                        "no effect here: generation runs on the training ranks.")
+    n_gpus_per_node: int | None = _f(None, "Accepted for verl compatibility (GPUs per node of a standalone rollout pool; "
+                                           "verl: trainer.n_gpus_per_node); no effect here.")
+    seed: int = _f(42, "Accepted for verl compatibility (the engine's seed); every rollout row samples with its own seed "
+                       "derived from trainer.seed here.")
+    full_determinism: bool = _f(False, "Accepted for verl compatibility (deterministic engine kernels); no effect here.")
+    pipeline_model_parallel_size: int = _f(1, "Accepted for verl compatibility (the engine's pipeline parallel size); not "
+                                           "passed to the engine: set it in engine_kwargs.vllm (engine_kwargs.sglang.pp_size).")
+    scheduling_policy: str = _f("fcfs", "Accepted for verl compatibility (the engine's request scheduling, fcfs or "
+                                        "priority); not passed to the engine, which schedules first come, first served.")
+    logprobs_mode: str = _f("processed_logprobs", "verl: which log-probs the engine returns; processed_logprobs (after "
+                            "temperature, top-k and top-p, as here) only in this version, another mode is an error.")
+    checkpoint_engine: dict = _f({}, "Accepted for verl compatibility (how weights reach the engine: backend, "
+                                     "update_weights_bucket_megabytes, ...), a free-form mapping; no effect here (the bucket "
+                                     "size is rollout.update_weights_bucket_megabytes).")
+    enable_rollout_routing_replay: bool = _f(False, "verl: record the engine's MoE routing and replay it in training (R3). "
+                                                    "Not in this version: only false (true is an error).")
+    moe_load_balance_metrics_interval: int = _f(0, "Accepted for verl compatibility (log the engine's MoE load-balance "
+                                                   "metrics every this many steps); no effect here.")
+    prometheus: dict = _f({}, "Accepted for verl compatibility (export the engine's metrics to Prometheus: enable, port, "
+                              "file, served_model_name), a free-form mapping; no effect here.")
+    quantization: str | None = _f(None, "Accepted for verl compatibility (quantize the engine's weights, e.g. fp8); not "
+                                        "passed to the engine: set engine_kwargs.vllm.quantization (engine_kwargs.sglang).")
+    quantization_config_file: str | None = _f(None, "Accepted for verl compatibility (the file of quantization); not passed "
+                                                    "to the engine.")
+    cast_to_rollout_dtype: bool = _f(False, "Accepted for verl compatibility (cast the weights to rollout.dtype before "
+                                            "sending them); the engine gets its weights in its own dtype here.")
+    mtp: dict | None = _f(None, "Accepted for verl compatibility (the engine's speculative decoding from the model's MTP "
+                                "layers; verl: actor_rollout_ref.model.mtp), a free-form mapping; no effect here.")
+    qat: dict | None = _f(None, "Accepted for verl compatibility (verl's copy of the actor's QAT settings for the engine); "
+                                "no effect here.")
+    disaggregation: dict = _f({}, "Accepted for verl compatibility (prefill/decode disaggregation of the engine: enabled, "
+                                  "prefill_replicas, decode_replicas, ...), a free-form mapping; no effect here.")
     profiler: dict = _f({}, PROFILER_DOC)
     val_kwargs: ValKwargs = _sub(ValKwargs, "Sampling for validation.")
     multi_turn: MultiTurnConfig = _sub(MultiTurnConfig, "Multi-turn rollouts.")

@@ -90,6 +90,16 @@ class DataConfig(Node):
     apply_chat_template_kwargs: dict = _f({}, "Extra keyword arguments for tokenizer.apply_chat_template (e.g. enable_thinking).")
     max_samples: int = _f(-1, "Use at most this many training rows (-1: all): with data.shuffle, the ones verl draws (a seeded random choice of "
                                 "data.seed), else the first ones. verl's name: train_max_samples.")
+    image_patch_size: int = _f(14, "Accepted for verl compatibility (the vision processor's patch size); no effect here: "
+                                   "multimodal rows are refused.")
+    audio_key: str = _f("audios", "Accepted for verl compatibility (column of a row's audio); no effect here: multimodal "
+                                  "rows are refused.")
+    mm_processor_kwargs: dict = _f({}, "Accepted for verl compatibility (keyword arguments of the multimodal processor); no "
+                                       "effect here: multimodal rows are refused.")
+    tool_config_path: str | None = _f(None, "Accepted for verl compatibility (verl's copy of "
+                                      "actor_rollout_ref.rollout.multi_turn.tool_config_path, which is read here).")
+    function_tool_path: str | None = _f(None, "Accepted for verl compatibility (verl's copy of "
+                                        "actor_rollout_ref.rollout.multi_turn.function_tool_path).")
     max_val_samples: int = _f(-1, "Use at most this many validation rows (-1: all), chosen as max_samples are. verl's name: "
                                     "val_max_samples.")
     train_max_samples: int | None = _f(None, "verl's name of max_samples; when set it is max_samples.")
@@ -130,6 +140,11 @@ class ModelConfig(Node):
     lora_adapter_path: str | None = _f(None, "LoRA: start from this peft adapter folder (adapter_config.json, "
                                        "adapter_model.safetensors, e.g. a checkpoint's actor/lora_adapter); its own "
                                        "rank and targets apply, lora_rank and target_modules are not used.")
+    tiled_mlp: dict = _f({}, "Accepted for verl compatibility (enabled, num_shards: compute the MLP over sequence tiles to save "
+                             "memory), a free-form mapping; no effect here.")
+    mtp: dict = _f({}, "verl's multi-token prediction (enable, enable_train, enable_rollout, speculative_* ...), a free-form "
+                       "mapping; training the MTP layers (enable_train=true) is not in this version and is an error, the "
+                       "rest (speculative decoding in the engine) has no effect here.")
 
 
 @dataclass
@@ -151,6 +166,8 @@ class OptimConfig(Node):
     optimizer_impl: str = _f("torch.optim", "Module holding the optimizer class (torch.optim, torchao.optim, bitsandbytes.optim).")
     override_optimizer_config: dict | None = _f({}, "More keyword arguments for the optimizer, e.g. {amsgrad: true}; they "
                                                       "win over the ones above.")
+    zero_indexed_step: bool = _f(True, "verl: the schedule counts steps from 0 (the first warmup step has lr 0), as here; "
+                                       "false (counting from 1) is not supported in this version and is an error.")
 
 
 @dataclass
@@ -174,6 +191,23 @@ class FSDPConfig(Node):
     entropy_checkpointing: bool = _f(False, "Accepted for verl compatibility (verl's engine config); no effect here.")
     forward_only: bool = _f(False, "Accepted for verl compatibility (verl's engine config: a model without an optimizer); "
                                    "whether a role trains follows from the role here.")
+    seed: int = _f(42, "Accepted for verl compatibility (verl's engine config: the seed of the engine's ranks); model-side "
+                       "randomness is seeded by trainer.seed here.")
+    full_determinism: bool = _f(False, "Accepted for verl compatibility (verl's engine config: deterministic CUDA kernels); no "
+                                       "effect here.")
+    entropy_from_logits_chunk_size: int = _f(2048, "Accepted for verl compatibility (chunk size of "
+                                             "entropy_from_logits_with_chunking); no effect here.")
+    use_no_sync_for_gradient_accumulation: bool = _f(True, "Accepted for verl compatibility (skip the gradient reduction "
+                                                     "of all but the last micro-batch); no effect here.")
+    pad_to_length: bool = _f(False, "Accepted for verl compatibility (pad packed micro-batches to a bucketed length, for "
+                                    "static shapes); no effect here.")
+    pad_to_length_bucket: int = _f(1024, "Accepted for verl compatibility (the bucket of pad_to_length); no effect here.")
+    dtype: str = _f("bfloat16", "Accepted for verl compatibility (verl's engine config: the compute dtype of its new engine "
+                                "workers); model_dtype and mixed_precision decide here.")
+    qat: dict = _f({}, "verl's quantization-aware training of the engine (enable, mode, group_size, ...); a free-form mapping, "
+                       "only enable=false in this version (enable=true is an error).")
+    turbo_config: dict = _f({}, "Accepted for verl compatibility (verl's FSDP-turbo parallel plan: distributed.*); a "
+                                "free-form mapping, no effect here.")
 
 
 @dataclass
@@ -185,6 +219,8 @@ class PolicyLossConfig(Node):
     clip_cov_ub: float = _f(5.0, "clip_cov: upper bound of covariance.")
     kl_cov_ratio: float = _f(0.0002, "kl_cov: fraction of tokens with a KL penalty.")
     ppo_kl_coef: float = _f(0.1, "kl_cov: KL coefficient.")
+    dro_beta: float | None = _f(None, "Accepted for verl compatibility (the coefficient of verl's dro policy loss); read by "
+                                "no loss of this version.")
 
 
 @dataclass
@@ -196,6 +232,8 @@ class CheckpointContents(Node):
                                                                   "number of ranks (resharded to this run's).")
     async_save: bool = _f(False, "Accepted for verl compatibility (save checkpoints in the background); checkpoints are "
                                  "saved before the next step starts.")
+    strict: bool = _f(True, "Accepted for verl compatibility (fail on missing or unexpected keys when loading a "
+                            "checkpoint); resuming always loads every key here.")
 
 
 @dataclass
@@ -247,6 +285,23 @@ class ActorConfig(Node):
     sum_pi_squared_checkpointing: bool = _f(False, "Accepted for verl compatibility (recompute sum_pi_squared in the backward "
                                                    "pass); no effect here: it is computed without gradients.")
     profiler: dict = _f({}, PROFILER_DOC)
+    rollout_n: int | None = _f(None, "verl: responses per prompt in the actor's mini-batches; always actor_rollout_ref.rollout.n "
+                                     "here (another value is an error).")
+    freeze_vision_tower: bool = _f(False, "Accepted for verl compatibility (keep a vision-language model's vision tower "
+                                          "frozen); no effect here: multimodal training is not in this version.")
+    calculate_entropy: bool = _f(False, "Accepted for verl compatibility (compute the entropy even when entropy_coeff is 0, "
+                                        "for actor/entropy); no effect here.")
+    use_prefix_grouper: bool = _f(False, "Accepted for verl compatibility (its PrefixGrouper shared-prefix forward); "
+                                         "actor_rollout_ref.model.share_prompt_forward does this here.")
+    data_loader_seed: int = _f(42, "Accepted for verl compatibility (seed of the actor's mini-batch shuffling); "
+                                   "actor.shuffle is seeded by trainer.seed here.")
+    entropy_from_logits_chunk_size: int = _f(2048, "Accepted for verl compatibility (chunk size of "
+                                             "entropy_from_logits_with_chunking); no effect here.")
+    pad_to_length: bool = _f(False, "Accepted for verl compatibility (pad packed micro-batches to bucketed lengths); no effect here.")
+    qat: dict = _f({}, "verl's quantization-aware training (enable, mode, group_size, ...), a free-form mapping; only "
+                       "enable=false in this version (enable=true is an error).")
+    router_replay: dict = _f({}, "verl's MoE router replay (mode: disabled, R2 or R3; record_file, replay_file), a free-form "
+                                 "mapping; only mode=disabled in this version (another mode is an error).")
 
 
 @dataclass
@@ -267,6 +322,13 @@ class RefConfig(Node):
     entropy_checkpointing: bool = _f(False, "Accepted for verl compatibility (recompute the entropy in the backward pass); "
                                             "no effect here.")
     profiler: dict = _f({}, PROFILER_DOC)
+    rollout_n: int | None = _f(None, "verl: responses per prompt of the reference's batches; always "
+                                     "actor_rollout_ref.rollout.n here (another value is an error).")
+    entropy_from_logits_chunk_size: int = _f(2048, "Accepted for verl compatibility (chunk size of "
+                                             "entropy_from_logits_with_chunking); no effect here.")
+    pad_to_length: bool = _f(False, "Accepted for verl compatibility (pad packed micro-batches to bucketed lengths); no effect here.")
+    router_replay: dict = _f({}, "verl's MoE router replay (mode: disabled, R2 or R3; record_file, replay_file), a free-form "
+                                 "mapping; only mode=disabled in this version (another mode is an error).")
 
 
 @dataclass
@@ -428,6 +490,8 @@ class CriticConfig(Node):
     forward_max_token_len_per_gpu: int | None = _f(None, "Real tokens per value-pass micro-batch on one rank when "
                                                    "use_dynamic_bsz; null: ppo_max_token_len_per_gpu.")
     ppo_epochs: int | None = _f(None, "Passes over the batch per step; null: actor.ppo_epochs.")
+    data_loader_seed: int = _f(42, "Accepted for verl compatibility (seed of the critic's mini-batch shuffling); "
+                                   "critic.shuffle is seeded by trainer.seed here.")
     shuffle: bool | None = _f(None, "Shuffle trajectories between mini-batches; null: actor.shuffle.")
     grad_clip: float = _f(1.0, "Clip the critic's gradient norm to this (the pre-clip norm is logged as critic/grad_norm).")
     cliprange_value: float = _f(0.5, "Value clipping: new values stay within old values +- this in the loss.")

@@ -177,6 +177,48 @@ def check_unsupported(config: Config) -> None:
         positive(key, getattr(node_at(config, section), name))
     for key in ("data_parallel_size", "expert_parallel_size"):
         positive(f"actor_rollout_ref.rollout.{key}", getattr(rollout, key))
+    _check_unsupported_verl_features(config)
+
+
+def _refuse(key: str, value: object, what: str, default: object) -> None:
+    raise ConfigError(f"{key}={value}: {what} is not supported in this version; remove it (verl's default: {default})")
+
+
+def _check_unsupported_verl_features(config: Config) -> None:
+    """Newer verl keys that change what is trained: each is accepted at verl's default only."""
+    from reinforge.config.fields import node_at
+
+    arr = config.actor_rollout_ref
+    rollout, n = arr.rollout, arr.rollout.n
+    for key in ("actor_rollout_ref.actor.optim", "critic.optim"):
+        if not node_at(config, key).zero_indexed_step:
+            _refuse(f"{key}.zero_indexed_step", "false", "a learning-rate schedule counted from step 1", "true: from step 0")
+    qat_keys = ["actor_rollout_ref.actor.qat", *(f"{section}.fsdp_config.qat" for section in FSDP_SECTIONS)]
+    for key in qat_keys:
+        section, _, name = key.rpartition(".")
+        if (getattr(node_at(config, section), name) or {}).get("enable"):
+            _refuse(f"{key}.enable", "true", "quantization-aware training", "false")
+    for section in ("actor_rollout_ref.actor", "actor_rollout_ref.ref"):
+        node = node_at(config, section)
+        mode = (node.router_replay or {}).get("mode", "disabled")
+        if mode != "disabled":
+            _refuse(f"{section}.router_replay.mode", mode, "MoE router replay", "disabled")
+        if node.rollout_n is not None and node.rollout_n != n:
+            raise ConfigError(f"{section}.rollout_n={node.rollout_n} differs from actor_rollout_ref.rollout.n={n}; its "
+                              f"batches hold the rollout's actor_rollout_ref.rollout.n responses per prompt: remove "
+                              f"{section}.rollout_n")
+    if (arr.model.mtp or {}).get("enable_train"):
+        _refuse("actor_rollout_ref.model.mtp.enable_train", "true", "training the model's multi-token-prediction layers",
+                "false")
+    if rollout.logprobs_mode != "processed_logprobs":
+        _refuse("actor_rollout_ref.rollout.logprobs_mode", rollout.logprobs_mode, "another kind of engine log-probs than "
+                "processed_logprobs (after temperature, top-k and top-p)", "processed_logprobs")
+    if rollout.enable_rollout_routing_replay:
+        _refuse("actor_rollout_ref.rollout.enable_rollout_routing_replay", "true", "replaying the engine's MoE routing in "
+                "training (R3)", "false")
+    if rollout.multi_turn.function_tool_path is not None:
+        _refuse("actor_rollout_ref.rollout.multi_turn.function_tool_path", rollout.multi_turn.function_tool_path,
+                "tools given as plain Python functions (use multi_turn.tool_config_path, docs/agents.md)", "null")
 
 
 def check_gdpo(config: Config) -> None:

@@ -10,7 +10,8 @@ _ENGINE_ONLY = (
     "gpu_memory_utilization", "tensor_model_parallel_size", "max_num_batched_tokens", "max_model_len",
     "max_num_seqs", "enforce_eager", "free_cache_engine", "load_format", "enable_chunked_prefill",
     "disable_log_stats", "engine_kwargs", "update_weights_bucket_megabytes", "cudagraph_capture_sizes",
-    "expert_parallel_size", "skip_tokenizer_init", "multi_stage_wake_up",
+    "expert_parallel_size", "skip_tokenizer_init", "multi_stage_wake_up", "pipeline_model_parallel_size",
+    "scheduling_policy", "quantization", "quantization_config_file",
 )
 _NOT_PASSED_TO_ENGINE = {  # vLLM/SGLang settings that this version does not hand to the engine
     "cudagraph_capture_sizes": "not passed to the engine, which keeps its own CUDA-graph batch sizes; set them in "
@@ -18,6 +19,10 @@ _NOT_PASSED_TO_ENGINE = {  # vLLM/SGLang settings that this version does not han
     "expert_parallel_size": "not passed to the engine; set engine_kwargs.vllm.enable_expert_parallel (engine_kwargs.sglang.ep_size)",
     "skip_tokenizer_init": "not passed to the engine, which is given token ids and returns token ids either way",
     "multi_stage_wake_up": "the engine takes back its memory in one step before generating",
+    "pipeline_model_parallel_size": "not passed to the engine; set it in engine_kwargs.vllm (engine_kwargs.sglang.pp_size)",
+    "scheduling_policy": "not passed to the engine, which schedules first come, first served",
+    "quantization": "not passed to the engine; set engine_kwargs.vllm.quantization (engine_kwargs.sglang.quantization)",
+    "quantization_config_file": "not passed to the engine; set it in engine_kwargs.vllm (engine_kwargs.sglang)",
 }
 SP_REASON = "sequences are not split across ranks in this version: each rank computes whole sequences"
 PROFILER_REASON = "no profiler integration in this version; the timing_s/* metrics give each phase's seconds per step"
@@ -87,6 +92,36 @@ _ALWAYS_INERT = {
     "actor_rollout_ref.rollout.data_parallel_size": "generation runs on the training ranks, one engine each; it has no "
                                                     "data-parallel size of its own",
     "global_profiler": PROFILER_REASON,
+    **dict.fromkeys(("actor_rollout_ref.actor.entropy_from_logits_chunk_size", "actor_rollout_ref.ref.entropy_from_logits_chunk_size"),
+                    "the entropy is computed from each micro-batch's logits at once"),
+    **dict.fromkeys(("actor_rollout_ref.actor.pad_to_length", "actor_rollout_ref.ref.pad_to_length"),
+                    "padded micro-batches are trimmed to the columns their rows use; no packing to pad"),
+    **dict.fromkeys(("actor_rollout_ref.actor.data_loader_seed", "critic.data_loader_seed"),
+                    "mini-batch shuffling is seeded by trainer.seed"),
+    "actor_rollout_ref.actor.freeze_vision_tower": "multimodal training is not in this version: no vision tower",
+    "actor_rollout_ref.actor.calculate_entropy": "the entropy is computed when actor.entropy_coeff uses it",
+    "actor_rollout_ref.actor.use_prefix_grouper": "actor_rollout_ref.model.share_prompt_forward computes a repeated prompt once",
+    "actor_rollout_ref.actor.policy_loss.dro_beta": "read by verl's dro policy loss, which this version does not have",
+    "actor_rollout_ref.actor.checkpoint.strict": "resuming always loads every key of the checkpoint",
+    "critic.checkpoint.strict": "resuming always loads every key of the checkpoint",
+    "actor_rollout_ref.model.tiled_mlp": "the MLP is computed over the whole sequence (enable_gradient_checkpointing saves memory)",
+    "actor_rollout_ref.model.mtp": "no multi-token prediction or speculative decoding in this version",
+    "data.image_patch_size": "rows with images or videos are refused in this version",
+    "data.audio_key": "rows with audio are not read in this version",
+    "data.mm_processor_kwargs": "rows with images or videos are refused in this version",
+    "data.tool_config_path": "tools come from actor_rollout_ref.rollout.multi_turn.tool_config_path",
+    "data.function_tool_path": "tools come from actor_rollout_ref.rollout.multi_turn.tool_config_path",
+    "actor_rollout_ref.rollout.nnodes": "generation runs on the training ranks; there is no rollout pool of its own",
+    "actor_rollout_ref.rollout.n_gpus_per_node": "generation runs on the training ranks; there is no rollout pool of its own",
+    "actor_rollout_ref.rollout.seed": "every rollout row samples with its own seed derived from trainer.seed, the step and the row",
+    "actor_rollout_ref.rollout.full_determinism": "no deterministic-kernel mode of the engines in this version",
+    "actor_rollout_ref.rollout.checkpoint_engine": "weights reach the engine in buckets of rollout.update_weights_bucket_megabytes",
+    "actor_rollout_ref.rollout.moe_load_balance_metrics_interval": "no MoE load-balance metrics of the engine in this version",
+    "actor_rollout_ref.rollout.prometheus": "no Prometheus export in this version; metrics go to trainer.logger",
+    "actor_rollout_ref.rollout.cast_to_rollout_dtype": "the engine gets its weights in its own dtype",
+    "actor_rollout_ref.rollout.mtp": "no speculative decoding in this version",
+    "actor_rollout_ref.rollout.qat": "quantization-aware training is not in this version",
+    "actor_rollout_ref.rollout.disaggregation": "no prefill/decode disaggregation in this version",
 }
 _LORA_SETTINGS = ("lora_alpha", "target_modules", "exclude_modules")
 
@@ -168,6 +203,15 @@ _VERL_ENGINE_FSDP = {  # keys of verl's engine config (engine/fsdp.yaml) that me
     "use_torch_compile": "no torch.compile in this version",
     "entropy_checkpointing": "the entropy is not recomputed in the backward pass in this version",
     "forward_only": "whether a model trains follows from its role",
+    "seed": "model-side randomness is seeded by trainer.seed",
+    "full_determinism": "no deterministic-kernel mode in this version",
+    "entropy_from_logits_chunk_size": "the entropy is computed from each micro-batch's logits at once",
+    "use_no_sync_for_gradient_accumulation": "FSDP2 reduces gradients as it does in this version",
+    "pad_to_length": "padded micro-batches are trimmed to the columns their rows use; no packing to pad",
+    "pad_to_length_bucket": "padded micro-batches are trimmed to the columns their rows use; no packing to pad",
+    "dtype": "model_dtype and mixed_precision set the dtypes here",
+    "qat": "quantization-aware training is not in this version",
+    "turbo_config": "FSDP2 shards over all ranks with one unit per decoder layer in this version",
 }
 
 

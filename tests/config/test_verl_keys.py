@@ -202,3 +202,68 @@ def test_hf_config_path_and_tokenizer_path_load_from_their_own_folders(tiny_mode
     with pytest.raises(ConfigError, match="actor_rollout_ref.model.hf_config_path is not supported with "
                                           "actor_rollout_ref.rollout.name=sglang"):
         load_config([*args, "actor_rollout_ref.rollout.name=sglang"])
+
+
+# ------------------------------------------------------------------------------ newer verl keys (its _generated_ppo_trainer.yaml)
+@pytest.mark.parametrize("override, default_value", [
+    ("actor_rollout_ref.actor.fsdp_config.seed=7", 42), ("critic.model.fsdp_config.full_determinism=true", False),
+    ("actor_rollout_ref.actor.fsdp_config.entropy_from_logits_chunk_size=512", 2048),
+    ("actor_rollout_ref.actor.fsdp_config.use_no_sync_for_gradient_accumulation=false", True),
+    ("actor_rollout_ref.actor.fsdp_config.pad_to_length=true", False),
+    ("actor_rollout_ref.actor.fsdp_config.pad_to_length_bucket=512", 1024),
+    ("actor_rollout_ref.actor.fsdp_config.dtype=float16", "bfloat16"),
+    ("actor_rollout_ref.actor.fsdp_config.turbo_config.distributed.tensor_parallel_size=2", {}),
+    ("actor_rollout_ref.actor.entropy_from_logits_chunk_size=512", 2048), ("actor_rollout_ref.ref.pad_to_length=true", False),
+    ("actor_rollout_ref.actor.data_loader_seed=3", 42), ("critic.data_loader_seed=3", 42),
+    ("actor_rollout_ref.actor.freeze_vision_tower=true", False), ("actor_rollout_ref.actor.calculate_entropy=true", False),
+    ("actor_rollout_ref.actor.use_prefix_grouper=true", False), ("actor_rollout_ref.actor.policy_loss.dro_beta=0.5", None),
+    ("actor_rollout_ref.actor.checkpoint.strict=false", True), ("actor_rollout_ref.model.tiled_mlp.enabled=true", {}),
+    ("actor_rollout_ref.model.mtp.enable_rollout=true", {}), ("data.image_patch_size=16", 14), ("data.audio_key=audio", "audios"),
+    ("data.mm_processor_kwargs.max_pixels=1024", {}), ("data.tool_config_path=/t.yaml", None),
+    ("data.function_tool_path=/t.py", None), ("actor_rollout_ref.rollout.nnodes=1", 0),
+    ("actor_rollout_ref.rollout.n_gpus_per_node=8", None), ("actor_rollout_ref.rollout.seed=1", 42),
+    ("actor_rollout_ref.rollout.full_determinism=true", False), ("actor_rollout_ref.rollout.checkpoint_engine.backend=nccl", {}),
+    ("actor_rollout_ref.rollout.moe_load_balance_metrics_interval=5", 0),
+    ("actor_rollout_ref.rollout.prometheus.enable=true", {}), ("actor_rollout_ref.rollout.cast_to_rollout_dtype=true", False),
+    ("actor_rollout_ref.rollout.mtp.enable=true", None), ("actor_rollout_ref.rollout.disaggregation.enabled=true", {}),
+    ("actor_rollout_ref.rollout.trace.max_samples_per_step_per_worker=4", None),
+    ("actor_rollout_ref.rollout.pipeline_model_parallel_size=2", 1), ("actor_rollout_ref.rollout.scheduling_policy=priority", "fcfs"),
+    ("actor_rollout_ref.rollout.quantization=fp8", None),
+])
+def test_newer_verl_keys_that_change_only_speed_memory_or_logging_are_accepted_and_reported(override, default_value):
+    key = override.split("=")[0]
+    parts, config = key.split("."), load_config(VERL)[0]
+    field = next(".".join(parts[:i]) for i in range(1, len(parts) + 1)  # a free-form mapping's key: the mapping's field
+                 if i == len(parts) or isinstance(node_at(config, ".".join(parts[:i])), (dict, type(None))))
+    assert default(field) == default_value
+    config, keys = load_config([*TWO_RANKS, *IN_USE, override])
+    assert f"{key}: " in notes(config, keys)
+
+
+@pytest.mark.parametrize("override, message", [
+    ("actor_rollout_ref.actor.optim.zero_indexed_step=false", "a learning-rate schedule counted from step 1 is not supported"),
+    ("critic.optim.zero_indexed_step=false", "a learning-rate schedule counted from step 1 is not supported"),
+    ("actor_rollout_ref.actor.qat.enable=true", "quantization-aware training is not supported"),
+    ("critic.model.fsdp_config.qat.enable=true", "quantization-aware training is not supported"),
+    ("actor_rollout_ref.actor.router_replay.mode=R2", "MoE router replay is not supported"),
+    ("actor_rollout_ref.ref.router_replay.mode=R3", "MoE router replay is not supported"),
+    ("actor_rollout_ref.actor.rollout_n=3", "actor_rollout_ref.actor.rollout_n=3 differs from actor_rollout_ref.rollout.n=2"),
+    ("actor_rollout_ref.ref.rollout_n=3", "actor_rollout_ref.ref.rollout_n=3 differs from actor_rollout_ref.rollout.n=2"),
+    ("actor_rollout_ref.model.mtp.enable_train=true", "training the model's multi-token-prediction layers is not supported"),
+    ("actor_rollout_ref.rollout.logprobs_mode=raw_logprobs", "another kind of engine log-probs than processed_logprobs"),
+    ("actor_rollout_ref.rollout.enable_rollout_routing_replay=true", "replaying the engine's MoE routing in training"),
+    ("actor_rollout_ref.rollout.multi_turn.function_tool_path=/t.py", "tools given as plain Python functions"),
+])
+def test_newer_verl_keys_that_change_training_are_refused_unless_at_verls_default(override, message):
+    with pytest.raises(ConfigError, match=message):
+        load_config([*TWO_RANKS, override])
+
+
+@pytest.mark.parametrize("override", [
+    "actor_rollout_ref.actor.optim.zero_indexed_step=true", "actor_rollout_ref.actor.qat.enable=false",
+    "actor_rollout_ref.actor.router_replay.mode=disabled", "actor_rollout_ref.actor.rollout_n=2", "actor_rollout_ref.ref.rollout_n=2",
+    "actor_rollout_ref.model.mtp.enable_train=false", "actor_rollout_ref.rollout.logprobs_mode=processed_logprobs",
+    "actor_rollout_ref.rollout.enable_rollout_routing_replay=false",
+])
+def test_newer_verl_keys_that_change_training_are_accepted_at_verls_default(override):
+    load_config([*TWO_RANKS, override])
