@@ -62,8 +62,13 @@ class SFTDataConfig(Node):
     custom_cls: ClassRef = _sub(ClassRef, "A user Dataset class, called as verl calls it: cls(parquet_files=, tokenizer=, "
                                           "config=, max_samples=); its items hold input_ids, attention_mask and loss_mask.")
     use_shm: bool = _f(False, NO_EFFECT)
-    train_max_samples: int = _f(-1, "Use only the first this many training rows (-1: all).")
-    val_max_samples: int = _f(-1, "Use only the first this many validation rows (-1: all).")
+    train_max_samples: int = _f(-1, "Use only this many training rows (-1: all): the first ones, or a random choice with "
+                                    "shuffle.")
+    val_max_samples: int = _f(-1, "Use only this many validation rows (-1: all): the first ones, or a random choice with "
+                                  "shuffle.")
+    shuffle: bool = _f(False, "When train_max_samples / val_max_samples cut the data: pick the rows at random (seeded by "
+                              "seed), as verl does, instead of the first ones. No effect on the epochs' order.")
+    seed: int | None = _f(None, "Seed of shuffle's choice of rows; null: trainer.seed (verl's null draws an unseeded choice).")
     trust_remote_code: bool = _f(False, "Allow tokenizer code from the model folder.")
 
 
@@ -220,6 +225,8 @@ def finalize_sft(config: SFTConfig, ranks: int, user_keys: list[str] | tuple = (
                                   "and older spelling) with two values; set one of them")
             setattr(data.multiturn, name, top)
         setattr(data, name, getattr(data.multiturn, name))  # both spellings hold it (a data.custom_cls may read either)
+    if data.seed is None:  # verl's null draws an unseeded choice of rows (data.shuffle); trainer.seed keeps runs repeatable
+        data.seed = trainer.seed
     if data.micro_batch_size is not None:  # verl's deprecated key: current verl ignores it, older verl's per-GPU size
         if given("data.micro_batch_size_per_gpu") or data.micro_batch_size < 1:
             notes.append(f"data.micro_batch_size={data.micro_batch_size} (verl's deprecated key) has no effect here: "

@@ -77,6 +77,17 @@ def _follow(value: Any, keys: list | None, column: str, key: str, where: str) ->
     return _item(value)
 
 
+def select_rows(total: int, max_samples: int, shuffle: bool = False, seed: int | None = None) -> list[int]:
+    """The rows (indices over all files) a dataset keeps, as verl's SFT datasets choose them: all of them unless
+    `max_samples` cuts the data; then the first `max_samples`, or with `shuffle` a random choice without replacement
+    (`np.random.default_rng(seed).choice`, in the order drawn; seed None: unseeded)."""
+    if not 0 < max_samples < total:
+        return list(range(total))
+    if shuffle:
+        return np.random.default_rng(seed).choice(total, size=max_samples, replace=False).tolist()
+    return list(range(max_samples))
+
+
 class SFTDataset(torch.utils.data.Dataset):
     """The rows of `files` as SFTExamples (single-turn or, with data.multiturn.enable, conversations)."""
 
@@ -88,6 +99,7 @@ class SFTDataset(torch.utils.data.Dataset):
         self.untrained = 0  # rows with no token to train on (an empty response, or all of it truncated away)
         multiturn = config.multiturn.enable
         needed = [config.multiturn.messages_key] if multiturn else [config.prompt_key, config.response_key]
+        sources = []  # (file, row index, row) of every file, in order
         for given in _file_list(files):
             rows, columns = read_rows(given)
             for column in needed:
@@ -97,16 +109,16 @@ class SFTDataset(torch.utils.data.Dataset):
                     hint = ("; for conversations in its messages column set data.multiturn.enable=true"
                             if not multiturn and config.multiturn.messages_key in columns else "")
                     raise DataError(f"{given}: no column {column!r} ({key}); its columns are {', '.join(columns)}{hint}")
-            for index, row in enumerate(rows):
-                if 0 < max_samples <= len(self.examples) + self.untrained:
-                    break
-                where = f"{given} row {index}"
-                ids, trained = self._conversation(row, where) if multiturn else self._pair(row, where)
-                example = split_example(*truncate(ids, trained, config.max_length, config.truncation, where))
-                if example is None:
-                    self.untrained += 1
-                else:
-                    self.examples.append(example)
+            sources += [(given, index, row) for index, row in enumerate(rows)]
+        for i in select_rows(len(sources), max_samples, config.get("shuffle", False), config.get("seed")):
+            given, index, row = sources[i]
+            where = f"{given} row {index}"
+            ids, trained = self._conversation(row, where) if multiturn else self._pair(row, where)
+            example = split_example(*truncate(ids, trained, config.max_length, config.truncation, where))
+            if example is None:
+                self.untrained += 1
+            else:
+                self.examples.append(example)
         if not self.examples:
             raise DataError(f"{', '.join(_file_list(files))}: no row has a token to train on")
 

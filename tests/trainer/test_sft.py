@@ -114,6 +114,29 @@ def test_long_rows_are_truncated_or_named(tokenizer, data):
     assert len(example.prompt + example.response) == config.max_length and example.response[-1] == tokenizer.eos_token_id
 
 
+def test_max_samples_keep_the_first_rows_or_with_shuffle_a_seeded_random_choice(tokenizer, data):
+    """data.train_max_samples keeps the first rows; with data.shuffle=true, verl's random choice
+    (np.random.default_rng(data.seed).choice without replacement, in the order drawn), data.seed=null being trainer.seed."""
+    import numpy as np
+
+    from reinforge.config.sft_schema import load_sft_config
+
+    base = ["model.partial_pretrain=/models/x", f"data.train_files={data / 'train.parquet'}", "trainer.seed=5"]
+
+    def answers(*extra: str) -> list[str]:
+        config, _ = load_sft_config([*base, *extra], None, 1)
+        dataset = SFTDataset(config.data.train_files, tokenizer, config.data, config.data.train_max_samples)
+        return [tokenizer.decode(example.response[:-1]) for example in dataset]  # without the EOS
+
+    def drawn(seed: int) -> list[str]:
+        return [_digits(i, 0) for i in np.random.default_rng(seed).choice(ROWS, size=8, replace=False).tolist()]
+
+    assert answers("data.train_max_samples=8") == [_digits(i, 0) for i in range(8)]
+    assert answers("data.train_max_samples=8", "data.shuffle=true") == drawn(5)
+    assert answers("data.train_max_samples=8", "data.shuffle=true", "data.seed=7") == drawn(7) != drawn(5)
+    assert len(answers("data.shuffle=true")) == ROWS  # nothing cut: every row, in the files' order
+
+
 # ---- the loss, learning, checkpoints ----------------------------------------------------------------------------
 def test_first_step_loss_is_the_token_mean_nll(tiny_model_path, tokenizer, data, tmp_path):
     """Step 1's train/loss (before any update) against the model's own cross-entropy on the same rows, worked out here."""
