@@ -301,6 +301,17 @@ def test_top_level_multi_turn_keys_are_the_multiturn_settings():
         load_sft_config([*base, "data.messages_key=conversation", "data.multiturn.messages_key=messages"], None, 1)
 
 
+def test_tracking_logger_is_wandb_with_one_note_under_torchrun(monkeypatch, capsys):
+    """verl's deprecated trainer.logger=tracking is wandb; every rank reads the config, rank 0 alone says so."""
+    from reinforge.config.sft_schema import load_sft_config
+
+    args = ["model.partial_pretrain=/models/x", "data.train_files=train.parquet", "trainer.logger=[console,tracking]"]
+    for rank, noted in (("0", True), ("1", False)):
+        monkeypatch.setenv("RANK", rank)
+        assert load_sft_config(args, None, 2)[0].trainer.logger == ["console", "wandb"]
+        assert ("trainer.logger: 'tracking' is deprecated (as in verl); it means 'wandb'" in capsys.readouterr().out) == noted
+
+
 def test_dry_run_prints_the_config_and_the_keys_without_effect(capsys):
     assert main(["sft", "--dry-run", "model.partial_pretrain=/models/x", "data.train_files=train.parquet",
                  "optim.warmup_steps_ratio=0.05", "ulysses_sequence_parallel_size=2", "data.balance_dp_token=true",

@@ -2,8 +2,9 @@
 
 Names are verl's: `console`, `file` (here also `jsonl`; both name the metrics.jsonl that is written
 anyway), `tensorboard`, `wandb` (also as `tracking`, verl's deprecated alias, with a note), `mlflow`,
-`swanlab`. Like verl, `trainer.logger` may be a list or a bare string. Each tracker's package is imported only when that tracker is asked for, and a
-missing one fails at config time (`check_loggers`) with the pip command that installs it.
+`swanlab`. Like verl, `trainer.logger` may be a list or a bare string. Each tracker's package is
+imported only when that tracker is asked for, and a missing one fails at config time
+(`check_loggers`) with the pip command that installs it.
 
 Every tracker gets the numeric metrics under their own names (`/` kept: trackers group by it;
 MLflow alone rewrites characters it forbids, see mlflow_logger.py). NaN and inf are passed on as
@@ -45,7 +46,8 @@ def logger_names(value: str | list | tuple | None) -> list[str]:
     if value is None:
         return []
     names = [value] if isinstance(value, str) else [str(name) for name in value]
-    for alias in dict.fromkeys(n for n in names if n in LOGGER_ALIASES):
+    aliases = dict.fromkeys(n for n in names if n in LOGGER_ALIASES) if os.environ.get("RANK", "0") == "0" else {}
+    for alias in aliases:  # the note once per run: every torchrun rank of `reinforge sft` reads the config
         print(f"reinforge: note: trainer.logger: {alias!r} is deprecated (as in verl); it means {LOGGER_ALIASES[alias]!r}, "
               f"use {LOGGER_ALIASES[alias]!r} instead", flush=True)
     return [LOGGER_ALIASES.get(name, name) for name in names]
