@@ -28,6 +28,8 @@ class FilterGroupsConfig(Node):
     tolerance: float = _f(1e-6, "same_value: a group whose metric max - min is at most this counts as having no variance.")
     lower_bound: float | None = _f(None, "band_pass: lowest mean metric kept (null: no bound).")
     upper_bound: float | None = _f(None, "band_pass: highest mean metric kept (null: no bound).")
+    max_inflight_gen_batches: int = _f(1, "Accepted for verl compatibility (generation batches in flight at once, in "
+                                       "train-batch units); no effect here: generation batches are drawn one at a time.")
 
 
 @dataclass

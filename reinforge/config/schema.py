@@ -19,6 +19,12 @@ from reinforge.config.algorithm_schema import AlgorithmConfig
 from reinforge.config.fields import Node, _f, _sub
 from reinforge.config.rollout_schema import PROFILER_DOC, MultiTurnConfig, RolloutConfig  # noqa: F401 (MultiTurnConfig: imported from here)
 from reinforge.config.trainer_schema import TrainerConfig
+from reinforge.config.verl_sections_schema import (
+    LegacyRewardManagerRef,
+    LegacySandboxFusionConfig,
+    RewardSectionConfig,
+    SkipSectionConfig,
+)
 
 SP_DOC = ("verl's Ulysses sequence parallelism (split each sequence over this many GPUs to save memory); accepted, any "
           "value >= 1: sequences are not split in this version, every rank computes whole sequences (the same maths).")
@@ -40,6 +46,12 @@ class SamplerRef(Node):
     )
     class_name: str | None = _f(None, "Name of the sampler class inside class_path. A class with update(batch) is a "
                                 "curriculum: it gets every training batch with its rewards after the step (docs/data.md).")
+    group_key: str | None = _f(None, "verl's GroupRatioSampler setting (the dotted path of a row's group); read by a sampler "
+                               "class of class_path that uses it (it gets this section as data_config.sampler).")
+    group_names: list | None = _f(None, "verl's GroupRatioSampler setting (the groups' values); read by a sampler class that "
+                                  "uses it.")
+    group_ratios: list | None = _f(None, "verl's GroupRatioSampler setting (each group's share of a batch); read by a "
+                                   "sampler class that uses it.")
 
 
 @dataclass
@@ -142,6 +154,11 @@ class ModelConfig(Node):
                                        "rank and targets apply, lora_rank and target_modules are not used.")
     tiled_mlp: dict = _f({}, "Accepted for verl compatibility (enabled, num_shards: compute the MLP over sequence tiles to save "
                              "memory), a free-form mapping; no effect here.")
+    truncate_padding: bool = _f(False, "Accepted for verl compatibility (move left padding to the right and trim the "
+                                       "padding rows share); padded micro-batches are trimmed to the columns their rows use here.")
+    lora: dict = _f({}, "Accepted for verl compatibility: the LoRA settings of verl's Megatron backend (type, rank, alpha, "
+                        "dropout, target_modules of Megatron's linear_qkv ..., merge, ...), a free-form mapping; only rank=0 "
+                        "here (LoRA is lora_rank, lora_alpha, target_modules; another rank is an error).")
     mtp: dict = _f({}, "verl's multi-token prediction (enable, enable_train, enable_rollout, speculative_* ...), a free-form "
                        "mapping; training the MTP layers (enable_train=true) is not in this version and is an error, the "
                        "rest (speculative decoding in the engine) has no effect here.")
@@ -166,6 +183,8 @@ class OptimConfig(Node):
     optimizer_impl: str = _f("torch.optim", "Module holding the optimizer class (torch.optim, torchao.optim, bitsandbytes.optim).")
     override_optimizer_config: dict | None = _f({}, "More keyword arguments for the optimizer, e.g. {amsgrad: true}; they "
                                                       "win over the ones above.")
+    lr_wsd_stable_steps_ratio: float = _f(0.9, "wsd schedule: the constant part, as a fraction of the steps after "
+                                          "warmup (verl's); only 0.9 in this version, another value is an error.")
     zero_indexed_step: bool = _f(True, "verl: the schedule counts steps from 0 (the first warmup step has lr 0), as here; "
                                        "false (counting from 1) is not supported in this version and is an error.")
 
@@ -208,6 +227,13 @@ class FSDPConfig(Node):
                        "only enable=false in this version (enable=true is an error).")
     turbo_config: dict = _f({}, "Accepted for verl compatibility (verl's FSDP-turbo parallel plan: distributed.*); a "
                                 "free-form mapping, no effect here.")
+    per_layer_optimizer_step: bool = _f(False, "Accepted for verl compatibility (with offloaded optimizer state, stream it "
+                                        "to the GPU layer by layer for the step); no effect here.")
+    optimizer_step_prefetch_layers: int = _f(1, "Accepted for verl compatibility (layers prefetched by "
+                                             "per_layer_optimizer_step); no effect here.")
+    offload: dict = _f({}, "Accepted for verl compatibility (where state is offloaded: param.target, optimizer.target: none, "
+                           "cpu or disk; disk.path, chunk_size_mb, cleanup_on_exit), a free-form mapping; no effect here "
+                           "(param_offload and optimizer_offload act).")
 
 
 @dataclass
@@ -285,6 +311,8 @@ class ActorConfig(Node):
     sum_pi_squared_checkpointing: bool = _f(False, "Accepted for verl compatibility (recompute sum_pi_squared in the backward "
                                                    "pass); no effect here: it is computed without gradients.")
     profiler: dict = _f({}, PROFILER_DOC)
+    truncate_padding: bool = _f(False, "Accepted for verl compatibility (verl's copy of model.truncate_padding); padded "
+                                       "micro-batches are trimmed to the columns their rows use here.")
     rollout_n: int | None = _f(None, "verl: responses per prompt in the actor's mini-batches; always actor_rollout_ref.rollout.n "
                                      "here (another value is an error).")
     freeze_vision_tower: bool = _f(False, "Accepted for verl compatibility (keep a vision-language model's vision tower "
@@ -439,6 +467,19 @@ class RewardModelConfig(Node):
                                     "n_gpus_per_node x nnodes); no effect here: it shares the training ranks' GPUs.")
     n_gpus_per_node: int = _f(0, "Accepted for verl compatibility (GPUs per node of enable_resource_pool); no effect here.")
     nnodes: int = _f(0, "Accepted for verl compatibility (nodes of enable_resource_pool); no effect here.")
+    num_workers: int | None = _f(None, "Accepted for verl compatibility (reward loop workers scoring in parallel); no effect "
+                                 "here: reward_kwargs sets the scorers' parallelism (max_concurrency, num_processes).")
+    use_reward_loop: bool = _f(True, "Accepted for verl compatibility (which of verl's two reward implementations); "
+                               "reinforge has one.")
+    reward_loop_source: str | None = _f("register", "verl: where the reward loop's manager comes from, register (by "
+                                        "reward_manager's name) or module; only register (or null) here.")
+    reward_loop_module_path: str | None = _f(None, "verl: a Python file with a reward loop manager class of one's own. Not in "
+                                             "this version: only null (another value is an error).")
+    reward_loop_class_name: str | None = _f(None, "verl: the class name inside reward_loop_module_path; only null here.")
+    rollout: dict | None = _f({}, "Accepted for verl compatibility (the inference server of a reward model: name, dtype, "
+                              "gpu_memory_utilization, prompt_length, response_length, ...), a free-form mapping; no effect "
+                              "here: the reward model runs in the training process (reward_model.judge.* for a generative "
+                              "judge).")
     profiler: dict = _f({}, PROFILER_DOC)
 
 
@@ -460,6 +501,24 @@ class CriticModelConfig(Node):
     lora_alpha: float = _f(16, "LoRA: the adapters' output is scaled by lora_alpha / lora_rank.")
     target_modules: str | list = _f("all-linear", "LoRA: the backbone's linear layers that get adapters: all-linear, or "
                                     "names such as [q_proj, v_proj].")
+    exclude_modules: str | list | None = _f(None, "LoRA: backbone layers to leave without adapters (peft's exclude_modules).")
+    lora_adapter_path: str | None = _f(None, "verl: start the critic's LoRA from a peft adapter folder. Not in this version: "
+                                       "only null (another value is an error).")
+    hf_config_path: str | None = _f(None, "Folder (or hub id) whose config.json describes the value model, when it is not in "
+                                    "path (the weights still load from path); null: path. override_config applies on top of it.")
+    custom_chat_template: str | None = _f(None, "Accepted for verl compatibility (the critic's chat template); no effect "
+                                          "here: the critic reads the actor's token ids.")
+    use_liger: bool = _f(False, "Accepted for verl compatibility (Liger kernels); no effect here.")
+    use_fused_kernels: bool = _f(False, "Accepted for verl compatibility (fused kernels); no effect here.")
+    fused_kernel_options: dict = _f({}, "Accepted for verl compatibility (options of the fused kernels); no effect here.")
+    truncate_padding: bool = _f(False, "Accepted for verl compatibility (move left padding to the right and trim the "
+                                       "padding rows share); padded micro-batches are trimmed to the columns their rows use here.")
+    tiled_mlp: dict = _f({}, "Accepted for verl compatibility (enabled, num_shards: the MLP over sequence tiles to save "
+                             "memory), a free-form mapping; no effect here.")
+    mtp: dict = _f({}, "Accepted for verl compatibility (verl's multi-token prediction settings, which its value model "
+                       "shares with hf_model.yaml), a free-form mapping; training MTP layers (enable_train=true) is an error.")
+    lora: dict = _f({}, "Accepted for verl compatibility: the LoRA settings of verl's Megatron backend, a free-form mapping; "
+                        "only rank=0 here (the critic's LoRA is lora_rank, lora_alpha, target_modules).")
     fsdp_config: FSDPConfig = _sub(FSDPConfig, "FSDP settings of the critic.")
 
 
@@ -498,6 +557,10 @@ class CriticConfig(Node):
     loss_agg_mode: str | None = _f(None, "Aggregation of the value loss (modes as actor.loss_agg_mode); null: the actor's.")
     loss_scale_factor: float | None = _f(None, "Divisor of seq-mean-token-sum-norm; null: the actor's.")
     checkpoint: CheckpointContents = _sub(CheckpointContents, "Checkpoint contents of the critic.")
+    fsdp: FSDPConfig = _sub(FSDPConfig, "verl's newer place of the critic's engine settings (critic/dp_critic.yaml: "
+                            "critic.fsdp.*); reinforge reads them at critic.model.fsdp_config.*: here they are accepted at "
+                            "verl's defaults and listed as without effect, and a setting that changes the numbers "
+                            "(model_dtype, mixed_precision, qat) is an error naming the key to use.")
     ulysses_sequence_parallel_size: int = _f(1, SP_DOC)
     profiler: dict = _f({}, PROFILER_DOC)
 
@@ -514,5 +577,19 @@ class Config(Node):
     global_profiler: dict = _f({}, "Accepted for verl compatibility: verl's global profiler settings (tool, steps, save_path, "
                                     "global_tool_config, ...), a free-form mapping; no effect here (no profiler integration: "
                                     "the timing_s/* metrics give each phase's seconds per step).")
+    reward: RewardSectionConfig = _sub(RewardSectionConfig, "verl's newer reward section (reward/reward.yaml); reinforge "
+                                       "reads custom_reward_function.* and reward_model.* (config/verl_sections_schema.py).")
+    reward_manager: LegacyRewardManagerRef = _sub(LegacyRewardManagerRef, "verl's top-level reward manager choice; reinforge "
+                                                  "reads reward_model.reward_manager.")
+    sandbox_fusion: LegacySandboxFusionConfig = _sub(LegacySandboxFusionConfig, "verl's top-level copy of "
+                                                     "reward_model.sandbox_fusion (null: unset); reinforge reads "
+                                                     "reward_model.sandbox_fusion.*.")
+    skip: SkipSectionConfig = _sub(SkipSectionConfig, "verl's newer top-level rollout skip (SkipManager); reinforge's is "
+                                   "actor_rollout_ref.rollout.skip.*.")
+    distillation: dict = _f({}, "verl's on-policy distillation from teacher models (enabled, distillation_loss.*, "
+                                "teacher_model(s).*, ...), a free-form mapping; only enabled=false in this version "
+                                "(enabled=true is an error), the other keys have no effect.")
+    transfer_queue: dict = _f({}, "Accepted for verl compatibility: verl's TransferQueue data plane between the driver and "
+                                  "the workers (enable, backend.*, metrics.*), a free-form mapping; no effect here.")
     ray_kwargs: dict = _f({}, "Ray settings of runs with more than one rank: ray_init is passed to ray.init "
                               "(address: the cluster to join, also RAY_ADDRESS; num_cpus, ...); docs/distributed.md.")

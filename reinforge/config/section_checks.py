@@ -178,6 +178,7 @@ def check_unsupported(config: Config) -> None:
     for key in ("data_parallel_size", "expert_parallel_size"):
         positive(f"actor_rollout_ref.rollout.{key}", getattr(rollout, key))
     _check_unsupported_verl_features(config)
+    check_newer_verl_layout(config)
 
 
 def _refuse(key: str, value: object, what: str, default: object) -> None:
@@ -237,3 +238,84 @@ def check_gdpo(config: Config) -> None:
         if keys is not None and len(weights) != len(keys):
             raise ConfigError(f"algorithm.gdpo_reward_weights has {len(weights)} weights for the {len(keys)} "
                               f"algorithm.gdpo_reward_keys {keys}; give one per key")
+
+
+# verl's newer places of settings reinforge reads elsewhere: (verl's key, reinforge's key); the newer key is accepted at
+# verl's default or at the value reinforge's key has (a file that sets both alike), another value names reinforge's key
+NEWER_PLACES = (
+    ("reward.custom_reward_function.path", "custom_reward_function.path"),
+    ("reward.custom_reward_function.name", "custom_reward_function.name"),
+    ("reward.reward_manager.name", "reward_model.reward_manager"),
+    ("reward.reward_model.enable", "reward_model.enable"),
+    ("reward.reward_model.model_path", "reward_model.model.path"),
+    ("reward.sandbox_fusion.url", "reward_model.sandbox_fusion.url"),
+    ("reward.sandbox_fusion.max_concurrent", "reward_model.sandbox_fusion.max_concurrent"),
+    ("reward.sandbox_fusion.memory_limit_mb", "reward_model.sandbox_fusion.memory_limit_mb"),
+    ("reward_manager.name", "reward_model.reward_manager"),
+    ("sandbox_fusion.url", "reward_model.sandbox_fusion.url"),
+    ("sandbox_fusion.max_concurrent", "reward_model.sandbox_fusion.max_concurrent"),
+    ("sandbox_fusion.memory_limit_mb", "reward_model.sandbox_fusion.memory_limit_mb"),
+    ("critic.fsdp.model_dtype", "critic.model.fsdp_config.model_dtype"),
+    ("critic.fsdp.mixed_precision", "critic.model.fsdp_config.mixed_precision"),
+)
+# newer verl settings with no counterpart here that would change what is trained: (key, verl's defaults, what it does)
+NOT_SUPPORTED = (
+    ("reward.compute_score_kwargs", ({},), "passing keyword arguments to the built-in scorers"),
+    ("reward.reward_manager.source", ("register",), "a reward manager class from a module"),
+    ("reward.reward_manager.module.path", (None,), "a reward manager class from a module"),
+    ("reward_manager.source", ("register",), "a reward manager class from a module"),
+    ("reward_manager.module.path", (None,), "a reward manager class from a module"),
+    ("reward_model.reward_loop_source", ("register", None), "a reward loop manager class from a module"),
+    ("reward_model.reward_loop_module_path", (None,), "a reward loop manager class from a module"),
+    ("reward_model.reward_loop_class_name", (None,), "a reward loop manager class from a module"),
+    ("critic.model.lora_adapter_path", (None,), "starting the critic's LoRA adapters from a saved adapter"),
+)
+
+
+def check_newer_verl_layout(config: Config) -> None:
+    """Keys of verl's newest ppo_trainer.yaml that move settings reinforge reads at their earlier keys (the `reward`,
+    `skip` and legacy top-level sections, critic.fsdp), and newer verl features that change what is trained: each is
+    accepted at verl's default only, and an error names the key to use where there is one."""
+    from reinforge.config.fields import node_at
+
+    def value(key: str):
+        section, _, name = key.rpartition(".")
+        return getattr(node_at(config, section), name)
+
+    def show(setting) -> str:  # as the command line writes it
+        return "null" if setting is None else str(setting).lower() if isinstance(setting, bool) else str(setting)
+
+    defaults, critic = Config(), config.critic.enable
+    for key, ours in NEWER_PLACES:
+        given, default = value(key), getattr(node_at(defaults, key.rpartition(".")[0]), key.rpartition(".")[2])
+        if given not in (default, value(ours)) and (critic or not key.startswith("critic.")):
+            raise ConfigError(f"{key}={show(given)}: verl's newer place of {ours}, which is where reinforge reads it; set "
+                              f"{ours}={show(given)} instead ({key} is accepted at verl's default, {show(default)}, only)")
+    for key, allowed, what in NOT_SUPPORTED:
+        if value(key) not in allowed and (critic or not key.startswith("critic.")):
+            _refuse(key, show(value(key)), what, show(allowed[0]))
+    if config.skip.rollout.enable:
+        raise ConfigError("skip.rollout.enable=true: verl's newer rollout skip (listed steps) is not supported in this "
+                          "version; use actor_rollout_ref.rollout.skip.enable=true with skip.dump_dir, max_dump_step and "
+                          "action (verl's earlier rollout skip, docs/observability.md)")
+    if config.distillation.get("enabled"):
+        _refuse("distillation.enabled", "true", "on-policy distillation from teacher models", "false")
+    mode = config.trainer.v1.get("trainer_mode", "sync")
+    if mode != "sync":
+        _refuse("trainer.v1.trainer_mode", mode, "an asynchronous trainer (rollouts of older policies)", "sync")
+    for section in ("actor_rollout_ref.model", *(("critic.model",) if critic else ())):
+        rank = (node_at(config, section).lora or {}).get("rank", 0)
+        if rank:
+            raise ConfigError(f"{section}.lora.rank={rank}: verl's LoRA settings of its Megatron backend; reinforge's LoRA "
+                              f"is {section}.lora_rank (with lora_alpha, target_modules): set {section}.lora_rank={rank}")
+    if critic and (config.critic.model.mtp or {}).get("enable_train"):
+        _refuse("critic.model.mtp.enable_train", "true", "training multi-token-prediction layers", "false")
+    if critic and (config.critic.fsdp.qat or {}).get("enable"):
+        _refuse("critic.fsdp.qat.enable", "true", "quantization-aware training", "false")
+    from reinforge.training.optim import WSD_STABLE_RATIO
+
+    for key in ("actor_rollout_ref.actor.optim", *(("critic.optim",) if critic else ())):
+        optim = node_at(config, key)
+        if optim.lr_scheduler_type == "wsd" and optim.lr_wsd_stable_steps_ratio != WSD_STABLE_RATIO:
+            _refuse(f"{key}.lr_wsd_stable_steps_ratio", optim.lr_wsd_stable_steps_ratio,
+                    "another constant part of the wsd schedule than 0.9 of the steps after warmup", WSD_STABLE_RATIO)

@@ -59,5 +59,15 @@ class TrainerConfig(Node):
                                  "not answered (repeated each period; 0: never).")
     seed: int = _f(1, "Seed of model-side randomness (dropout, and sampling: every rollout row samples with its own "
                       "seed derived from this one, the step and the row's index, so ranks and batching do not change it).")
+    balance_keep_minibatch: bool = _f(False, "Accepted for verl compatibility (balance each mini-batch's rows over the "
+                                      "ranks separately); no effect here: balance_batch always keeps every mini-batch's "
+                                      "rows, each rank getting its share of each.")
+    checkpoint_callback_class: str | None = _f(None, "Accepted for verl compatibility (a class whose on_save hook runs after "
+                                               "each checkpoint); no effect here: there are no checkpoint callbacks.")
+    use_v1: bool = _f(True, "Accepted for verl compatibility (verl's newer trainer); reinforge has one trainer, synchronous "
+                            "as verl's sync mode.")
+    v1: dict = _f({}, "verl's newer trainer's modes (trainer_mode: sync, colocate_async or separate_async; their warmup, "
+                      "parameter sync and off-policy sampler settings), a free-form mapping; only trainer_mode=sync in "
+                      "this version (the asynchronous modes, which train on older policies' rollouts, are an error).")
     peak_flops: float | None = _f(None, "Peak FLOP/s of one device, for perf/mfu/* (e.g. 989e12 for an H100 in BF16); null: "
                                         "the known peak of the CUDA GPU, and no MFU on CPU or an unknown GPU.")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from reinforge.config.fields import node_at
 from reinforge.config.schema import Config
-from reinforge.config.section_checks import lora_enabled
+from reinforge.config.section_checks import NEWER_PLACES, NOT_SUPPORTED, lora_enabled
 
 _ENGINE_ONLY = (
     "gpu_memory_utilization", "tensor_model_parallel_size", "max_num_batched_tokens", "max_model_len",
@@ -122,7 +122,45 @@ _ALWAYS_INERT = {
     "actor_rollout_ref.rollout.mtp": "no speculative decoding in this version",
     "actor_rollout_ref.rollout.qat": "quantization-aware training is not in this version",
     "actor_rollout_ref.rollout.disaggregation": "no prefill/decode disaggregation in this version",
+    **dict.fromkeys(("actor_rollout_ref.actor.truncate_padding", "actor_rollout_ref.model.truncate_padding",
+                     "critic.model.truncate_padding"), "padded micro-batches are trimmed to the columns their rows use"),
+    **dict.fromkeys(("actor_rollout_ref.model.lora", "critic.model.lora"),
+                    "verl's LoRA settings of its Megatron backend; LoRA here is the section's lora_rank, lora_alpha and "
+                    "target_modules"),
+    "actor_rollout_ref.rollout.use_preprocessed_multimodal_input": "rows with images or videos are refused in this version",
+    "critic.model.custom_chat_template": "the critic reads the actor's token ids",
+    "critic.model.use_liger": "no Liger kernels in this version",
+    **dict.fromkeys(("critic.model.use_fused_kernels", "critic.model.fused_kernel_options"), "no fused kernels in this version"),
+    "critic.model.tiled_mlp": "the MLP is computed over the whole sequence (enable_gradient_checkpointing saves memory)",
+    "critic.model.mtp": "no multi-token prediction in this version",
+    **dict.fromkeys(("reward_model.num_workers", "reward.num_workers"),
+                    "rewards are scored by the trainer; reward_model.reward_kwargs sets the parallelism (max_concurrency, "
+                    "num_processes)"),
+    "reward_model.use_reward_loop": "reinforge has one reward implementation",
+    **dict.fromkeys(("reward_model.rollout", "reward.reward_model.rollout"),
+                    "the reward model runs in the training process, not on an inference server (reward_model.judge.* "
+                    "sets a generative judge)"),
+    **dict.fromkeys(("reward.reward_model.enable_resource_pool", "reward.reward_model.n_gpus_per_node",
+                     "reward.reward_model.nnodes"), "the reward model runs on the training ranks' GPUs; there is no pool of its own"),
+    "algorithm.filter_groups.max_inflight_gen_batches": "generation batches are drawn one at a time",
+    "trainer.balance_keep_minibatch": "trainer.balance_batch always keeps each mini-batch's rows, each rank getting its "
+                                      "share of each",
+    "trainer.checkpoint_callback_class": "no checkpoint callbacks in this version",
+    "trainer.use_v1": "reinforge has one trainer, synchronous as verl's sync mode",
+    "trainer.v1": "reinforge's trainer is synchronous (verl's trainer_mode=sync); the other keys act in verl's asynchronous "
+                  "modes only",
+    "distillation": "no distillation in this version (distillation.enabled=true is an error)",
+    "transfer_queue": "no TransferQueue in this version: batches go from the driver to the Ray workers directly",
+    **dict.fromkeys(("skip.rollout_tq", "skip.async_rollout"),
+                    "verl's TransferQueue and fully asynchronous trainers' rollout skip; this version has neither "
+                    "(actor_rollout_ref.rollout.skip.* is the trainer's)"),
+    "skip.rollout": "reinforge's rollout skip is actor_rollout_ref.rollout.skip.* (skip.rollout.enable=true is an error)",
 }
+_NEWER_PLACES = {key: f"reinforge reads this setting at {ours}" for key, ours in NEWER_PLACES if not key.startswith("critic.")}
+_NEWER_PLACES.update({key: f"at verl's default; not in this version: {what}" for key, _, what in NOT_SUPPORTED})
+_NEWER_PLACES.update({"reward.reward_manager.module.name": "read only with reward.reward_manager.source=module, which is not "
+                                                           "in this version",
+                      "reward_manager.module.name": "read only with reward_manager.source=module, which is not in this version"})
 _LORA_SETTINGS = ("lora_alpha", "target_modules", "exclude_modules")
 
 
@@ -203,6 +241,9 @@ _VERL_ENGINE_FSDP = {  # keys of verl's engine config (engine/fsdp.yaml) that me
     "use_torch_compile": "no torch.compile in this version",
     "entropy_checkpointing": "the entropy is not recomputed in the backward pass in this version",
     "forward_only": "whether a model trains follows from its role",
+    **dict.fromkeys(("per_layer_optimizer_step", "optimizer_step_prefetch_layers"),
+                    "the optimizer step runs where its state is kept (optimizer_offload keeps it in CPU memory)"),
+    "offload": "param_offload and optimizer_offload decide what is offloaded in this version",
     "seed": "model-side randomness is seeded by trainer.seed",
     "full_determinism": "no deterministic-kernel mode in this version",
     "entropy_from_logits_chunk_size": "the entropy is computed from each micro-batch's logits at once",
@@ -283,6 +324,16 @@ def unused_settings(config: Config, user_keys: list[str]) -> list[str]:
         elif (reason is None and key.startswith("actor_rollout_ref.ref.fsdp_config.")
               and lora_enabled(config.actor_rollout_ref.model)):
             reason = "with LoRA the reference is the actor's own model with its adapters off, not a model of its own"
+        elif reason is None and key.startswith("critic.fsdp."):
+            reason = (f"verl's newer place of the critic's engine settings; reinforge reads "
+                      f"critic.model.fsdp_config.{key.removeprefix('critic.fsdp.')}")
+        elif reason is None and key in _NEWER_PLACES:
+            reason = _NEWER_PLACES[key]
+        elif reason is None and key.startswith("data.sampler.group_") and not config.data.sampler.class_path:
+            reason = "read by a sampler class (data.sampler.class_path) that uses it, as verl's GroupRatioSampler; none is set"
+        elif (reason is None and key.endswith(".optim.lr_wsd_stable_steps_ratio")
+              and node_at(config, key.removesuffix(".lr_wsd_stable_steps_ratio")).lr_scheduler_type != "wsd"):
+            reason = "acts only with lr_scheduler_type=wsd"
         elif reason is None and "fsdp_config" in parts:
             reason = _fsdp_reason(config, parts[0], parts[parts.index("fsdp_config") + 1])
         elif reason is None and key.startswith("actor_rollout_ref.rollout.") and parts[2] in _ENGINE_ONLY and rollout.name == "hf":

@@ -2,6 +2,7 @@
 here, refused when they would change what is trained; old names get the replacement suggested."""
 
 import dataclasses
+import re
 import shutil
 
 import pytest
@@ -267,3 +268,132 @@ def test_newer_verl_keys_that_change_training_are_refused_unless_at_verls_defaul
 ])
 def test_newer_verl_keys_that_change_training_are_accepted_at_verls_default(override):
     load_config([*TWO_RANKS, override])
+
+
+# ------------------------------------------------------------------------------ newest verl: its group files and top-level sections
+CRITIC = ["algorithm.adv_estimator=gae"]
+
+
+@pytest.mark.parametrize("override, default_value", [
+    ("actor_rollout_ref.actor.fsdp_config.per_layer_optimizer_step=true", False),
+    ("actor_rollout_ref.ref.fsdp_config.optimizer_step_prefetch_layers=2", 1),
+    ("actor_rollout_ref.actor.fsdp_config.offload.param.target=cpu", {}),
+    ("actor_rollout_ref.actor.fsdp_config.offload.disk.path=/nvme", {}),
+    ("actor_rollout_ref.actor.truncate_padding=true", False), ("actor_rollout_ref.model.truncate_padding=true", False),
+    ("critic.model.truncate_padding=true", False), ("actor_rollout_ref.model.lora.dropout=0.1", {}),
+    ("critic.model.lora.merge=true", {}), ("actor_rollout_ref.rollout.use_preprocessed_multimodal_input=false", True),
+    ("critic.model.custom_chat_template=x", None), ("critic.model.use_liger=true", False),
+    ("critic.model.use_fused_kernels=true", False), ("critic.model.fused_kernel_options.impl_backend=triton", {}),
+    ("critic.model.tiled_mlp.enabled=true", {}), ("critic.model.mtp.enable=true", {}),
+    ("critic.fsdp.param_offload=true", False), ("critic.fsdp.seed=7", 42), ("critic.fsdp.offload.optimizer.target=cpu", {}),
+    ("critic.fsdp.model_dtype=fp32", "fp32"),
+    ("reward_model.num_workers=4", None), ("reward_model.use_reward_loop=false", True),
+    ("reward_model.rollout.gpu_memory_utilization=0.3", {}), ("reward_model.reward_loop_source=register", "register"),
+    ("reward.num_workers=4", 8), ("reward.reward_model.enable_resource_pool=true", False), ("reward.reward_model.nnodes=1", 0),
+    ("reward.reward_model.rollout.name=vllm", {}), ("reward.custom_reward_function.name=compute_score", "compute_score"),
+    ("reward.reward_manager.name=naive", "naive"), ("reward.sandbox_fusion.max_concurrent=64", 64),
+    ("reward_manager.source=register", "register"), ("sandbox_fusion.url=null", None),
+    ("algorithm.filter_groups.max_inflight_gen_batches=2", 1), ("data.sampler.group_key=extra_info.task", None),
+    ("data.sampler.group_ratios=[1,2]", None), ("actor_rollout_ref.actor.optim.lr_wsd_stable_steps_ratio=0.8", 0.9),
+    ("trainer.balance_keep_minibatch=true", False), ("trainer.checkpoint_callback_class=pkg.Callback", None),
+    ("trainer.use_v1=false", True), ("trainer.v1.trainer_mode=sync", {}), ("trainer.v1.sampler.max_off_policy_threshold=4", {}),
+    ("distillation.enabled=false", {}), ("distillation.distillation_loss.topk=8", {}), ("transfer_queue.enable=true", {}),
+    ("transfer_queue.backend.storage_backend=MooncakeStore", {}), ("skip.rollout.enable=false", False),
+    ("skip.rollout_tq.enable=true", False), ("skip.async_rollout.steps=[1,2]", []),
+])
+def test_newest_verl_keys_that_change_only_speed_memory_or_logging_are_accepted_and_reported(override, default_value):
+    key = override.split("=")[0]
+    parts, config = key.split("."), load_config(VERL)[0]
+    field = next(".".join(parts[:i]) for i in range(1, len(parts) + 1)  # a free-form mapping's key: the mapping's field
+                 if i == len(parts) or isinstance(node_at(config, ".".join(parts[:i])), (dict, type(None))))
+    assert node_at(config, field) == default_value  # verl's default (a free-form mapping: empty)
+    config, keys = load_config([*TWO_RANKS, *IN_USE, *CRITIC, override])
+    assert f"{key}: " in notes(config, keys)
+
+
+@pytest.mark.parametrize("override, message", [
+    ("reward.custom_reward_function.path=/r.py", "reward.custom_reward_function.path=/r.py: verl's newer place of "
+     "custom_reward_function.path, which is where reinforge reads it; set custom_reward_function.path=/r.py instead"),
+    ("reward.custom_reward_function.name=my_score", "set custom_reward_function.name=my_score instead"),
+    ("reward.reward_manager.name=dapo", "set reward_model.reward_manager=dapo instead"),
+    ("reward.reward_model.enable=true", "set reward_model.enable=true instead"),
+    ("reward.reward_model.model_path=/rm", "set reward_model.model.path=/rm instead"),
+    ("reward.sandbox_fusion.url=http://h/run_code", "set reward_model.sandbox_fusion.url=http://h/run_code instead"),
+    ("reward.sandbox_fusion.memory_limit_mb=512", "set reward_model.sandbox_fusion.memory_limit_mb=512 instead"),
+    ("reward_manager.name=prime", "set reward_model.reward_manager=prime instead"),
+    ("sandbox_fusion.max_concurrent=8", "set reward_model.sandbox_fusion.max_concurrent=8 instead"),
+    ("critic.fsdp.model_dtype=bf16", "set critic.model.fsdp_config.model_dtype=bf16 instead"),
+    ("critic.fsdp.mixed_precision.param_dtype=bf16", "verl's newer place of critic.model.fsdp_config.mixed_precision"),
+    ("reward.compute_score_kwargs.method=flexible", "passing keyword arguments to the built-in scorers is not supported"),
+    ("reward.reward_manager.source=module", "a reward manager class from a module is not supported"),
+    ("reward_manager.module.path=/m.py", "a reward manager class from a module is not supported"),
+    ("reward_model.reward_loop_module_path=/m.py", "a reward loop manager class from a module is not supported"),
+    ("critic.model.lora_adapter_path=/a", "starting the critic's LoRA adapters from a saved adapter is not supported"),
+    ("skip.rollout.enable=true", "use actor_rollout_ref.rollout.skip.enable=true"),
+    ("distillation.enabled=true", "on-policy distillation from teacher models is not supported"),
+    ("trainer.v1.trainer_mode=separate_async", "an asynchronous trainer (rollouts of older policies) is not supported"),
+    ("actor_rollout_ref.model.lora.rank=8", "reinforge's LoRA is actor_rollout_ref.model.lora_rank (with lora_alpha, "
+     "target_modules): set actor_rollout_ref.model.lora_rank=8"),
+    ("critic.model.lora.rank=8", "set critic.model.lora_rank=8"),
+    ("critic.model.mtp.enable_train=true", "training multi-token-prediction layers is not supported"),
+    ("critic.fsdp.qat.enable=true", "quantization-aware training is not supported"),
+    ("actor_rollout_ref.actor.optim.lr_wsd_stable_steps_ratio=0.8", "another constant part of the wsd schedule"),
+])
+def test_newest_verl_keys_that_change_training_are_refused_unless_at_verls_default(override, message):
+    schedule = ["actor_rollout_ref.actor.optim.lr_scheduler_type=wsd"] if "wsd" in override else []
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        load_config([*TWO_RANKS, *CRITIC, *schedule, override])
+
+
+@pytest.mark.parametrize("override", [
+    "reward.custom_reward_function.path=null", "reward.reward_manager.name=naive", "reward.reward_model.enable=false",
+    "reward.compute_score_kwargs={}", "reward.reward_manager.source=register", "reward_model.reward_loop_source=null",
+    "critic.fsdp.model_dtype=fp32", "critic.model.lora_adapter_path=null", "skip.rollout.enable=false",
+    "distillation.enabled=false", "trainer.v1.trainer_mode=sync", "actor_rollout_ref.model.lora.rank=0",
+    "actor_rollout_ref.actor.optim.lr_wsd_stable_steps_ratio=0.9",
+])
+def test_newest_verl_keys_that_change_training_are_accepted_at_verls_default(override):
+    load_config([*TWO_RANKS, *CRITIC, "actor_rollout_ref.actor.optim.lr_scheduler_type=wsd", override])
+
+
+def test_a_newer_place_set_alike_with_reinforges_key_is_accepted():
+    config, keys = load_config([*VERL, "reward_model.reward_manager=dapo", "reward.reward_manager.name=dapo",
+                                "reward_manager.name=dapo"])
+    assert "reward.reward_manager.name: reinforge reads this setting at reward_model.reward_manager" in notes(config, keys)
+
+
+def test_critic_settings_of_verls_newer_layout_do_nothing_without_a_critic():
+    config, keys = load_config([*VERL, "critic.fsdp.model_dtype=bf16", "critic.model.lora.rank=8"])
+    assert "critic.fsdp.model_dtype: no critic in this run" in notes(config, keys)
+    config, keys = load_config([*VERL, *CRITIC, "critic.fsdp.reshard_after_forward=false"])
+    assert ("critic.fsdp.reshard_after_forward: verl's newer place of the critic's engine settings; reinforge reads "
+            "critic.model.fsdp_config.reshard_after_forward") in notes(config, keys)
+
+
+def test_critic_hf_config_path_and_exclude_modules_are_read_as_the_actors(tiny_model_path, tmp_path):
+    import torch
+
+    from reinforge.training.model import load_value_model
+
+    weights, hf_config = tmp_path / "weights", tmp_path / "hf_config"
+    for folder, names in ((weights, ["model.safetensors"]), (hf_config, ["config.json"])):
+        folder.mkdir()
+        for name in names:
+            shutil.copy(tiny_model_path / name, folder / name)
+    split, _ = load_config([*VERL[:2], *CRITIC, f"actor_rollout_ref.model.path={tiny_model_path}",
+                            f"critic.model.path={weights}", f"critic.model.hf_config_path={hf_config}"])
+    whole, _ = load_config([*VERL[:2], *CRITIC, f"actor_rollout_ref.model.path={tiny_model_path}"])
+    ids = torch.tensor([[3, 4, 5]])
+    with torch.no_grad():
+        torch.manual_seed(0)
+        from_split = load_value_model(split, "cpu")(ids).logits
+        torch.manual_seed(0)
+        from_whole = load_value_model(whole, "cpu")(ids).logits
+    assert torch.equal(from_split, from_whole)
+    from reinforge.training.lora import add_lora
+
+    lora, _ = load_config([*VERL[:2], *CRITIC, f"actor_rollout_ref.model.path={tiny_model_path}", "critic.model.lora_rank=4",
+                           "critic.model.exclude_modules=[q_proj]"])
+    adapted = {name.rsplit(".", 1)[-1] for name, module in add_lora(load_value_model(lora, "cpu"), lora.critic.model,
+                                                                      "critic.model").named_modules() if hasattr(module, "lora_A")}
+    assert "k_proj" in adapted and "q_proj" not in adapted

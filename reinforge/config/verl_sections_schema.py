@@ -1,0 +1,108 @@
+"""Top-level sections of verl's newest `ppo_trainer.yaml` that reinforge reads under other keys, or not at all.
+
+verl moved the reward settings into one `reward` section (`reward/reward.yaml`: `reward.custom_reward_function`,
+`reward.reward_manager`, `reward.reward_model`, `reward.sandbox_fusion`) and keeps the older top-level places
+(`legacy_reward_impl.yaml`: `reward_manager`, `sandbox_fusion`) with null defaults for old command lines; the rollout
+skip moved to a top-level `skip` section (`verl.utils.skip.SkipManagerConfig`). reinforge reads these settings at
+their earlier keys (`custom_reward_function.*`, `reward_model.*`, `actor_rollout_ref.rollout.skip.*`): the newer
+keys are accepted at verl's defaults (and listed as without effect when set), another value is an error that names
+the key reinforge reads (config/section_checks.py, `check_newer_verl_layout`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from reinforge.config.fields import Node, _f, _sub
+
+
+@dataclass
+class RewardFunctionRef(Node):
+    path: str | None = _f(None, "verl's newer place of custom_reward_function.path, which reinforge reads: only null here "
+                          "(another value is an error naming custom_reward_function.path).")
+    name: str = _f("compute_score", "verl's newer place of custom_reward_function.name: only compute_score here (another "
+                   "value is an error naming custom_reward_function.name).")
+
+
+@dataclass
+class ModuleRef(Node):
+    path: str | None = _f(None, "verl: a Python file with a reward manager class of one's own (reward_manager.source=module). "
+                          "Not in this version: only null (reinforge's managers are reward_model.reward_manager's names).")
+    name: str = _f("custom_reward_manager", "verl: the class name inside path; only its default here.")
+
+
+@dataclass
+class RewardManagerRef(Node):
+    source: str = _f("register", "verl: where the reward manager comes from, register (by name) or module (module.*); only "
+                     "register here.")
+    name: str = _f("naive", "verl's newer place of reward_model.reward_manager, which reinforge reads: only naive here "
+                   "(another value is an error naming reward_model.reward_manager).")
+    module: ModuleRef = _sub(ModuleRef, "verl: a reward manager class of one's own; not in this version.")
+
+
+@dataclass
+class NewerRewardModelConfig(Node):
+    enable: bool = _f(False, "verl's newer place of reward_model.enable, which reinforge reads: only false here (true is "
+                      "an error naming reward_model.enable).")
+    enable_resource_pool: bool = _f(False, "Accepted for verl compatibility (the reward model on GPUs of its own); no effect "
+                                    "here: it shares the training ranks' GPUs.")
+    n_gpus_per_node: int = _f(8, "Accepted for verl compatibility (GPUs per node of enable_resource_pool); no effect here.")
+    nnodes: int = _f(0, "Accepted for verl compatibility (nodes of enable_resource_pool); no effect here.")
+    model_path: str | None = _f(None, "verl's newer place of reward_model.model.path, which reinforge reads: only null here.")
+    rollout: dict | None = _f({}, "Accepted for verl compatibility (the inference server of a reward model: name, dtype, "
+                              "gpu_memory_utilization, tensor_model_parallel_size, ...), a free-form mapping; no effect "
+                              "here: the reward model runs in the training process (reward_model.judge.* for a generative "
+                              "judge).")
+
+
+@dataclass
+class NewerSandboxFusionConfig(Node):
+    url: str | None = _f(None, "verl's newer place of reward_model.sandbox_fusion.url, which reinforge reads: only null here.")
+    max_concurrent: int = _f(64, "verl's newer place of reward_model.sandbox_fusion.max_concurrent: only 64 here.")
+    memory_limit_mb: int = _f(1024, "verl's newer place of reward_model.sandbox_fusion.memory_limit_mb: only 1024 here.")
+
+
+@dataclass
+class RewardSectionConfig(Node):
+    num_workers: int = _f(8, "Accepted for verl compatibility (reward manager workers scoring in parallel); no effect here: "
+                          "reward_model.reward_kwargs sets the scorers' parallelism (max_concurrency, num_processes).")
+    custom_reward_function: RewardFunctionRef = _sub(RewardFunctionRef, "verl's newer place of custom_reward_function.")
+    compute_score_kwargs: dict = _f({}, "verl: keyword arguments of the built-in scorers (e.g. {method: flexible} for "
+                                    "GSM8K). Not in this version: only empty (another value is an error).")
+    reward_manager: RewardManagerRef = _sub(RewardManagerRef, "verl's newer place of reward_model.reward_manager.")
+    reward_model: NewerRewardModelConfig = _sub(NewerRewardModelConfig, "verl's newer place of the reward model's settings.")
+    sandbox_fusion: NewerSandboxFusionConfig = _sub(NewerSandboxFusionConfig, "verl's newer place of "
+                                                    "reward_model.sandbox_fusion.")
+
+
+@dataclass
+class LegacySandboxFusionConfig(Node):
+    url: str | None = _f(None, "verl's top-level copy of reward_model.sandbox_fusion.url (null: unset), which reinforge "
+                         "reads: only null here.")
+    max_concurrent: int | None = _f(None, "verl's top-level copy of reward_model.sandbox_fusion.max_concurrent: only null here.")
+    memory_limit_mb: int | None = _f(None, "verl's top-level copy of reward_model.sandbox_fusion.memory_limit_mb: only null here.")
+
+
+@dataclass
+class LegacyRewardManagerRef(Node):
+    source: str = _f("register", "verl's top-level reward_manager.source (register or module); only register here.")
+    name: str = _f("naive", "verl's top-level copy of reward_model.reward_manager, which reinforge reads: only naive here.")
+    module: ModuleRef = _sub(ModuleRef, "verl: a reward manager class of one's own; not in this version.")
+
+
+@dataclass
+class StepSkipConfig(Node):
+    enable: bool = _f(False, "verl's SkipManager: dump the generations of the listed steps and read them back.")
+    dump_dir: str = _f("~/.verl/rollout_dump", "verl: where the dumped generations are kept.")
+    steps: list = _f([], "verl: the steps whose generation is dumped or read back.")
+    action: str = _f("cache", "verl: what a listed step does (cache, repeat).")
+
+
+@dataclass
+class SkipSectionConfig(Node):
+    rollout: StepSkipConfig = _sub(StepSkipConfig, "verl's newer rollout skip of the trainer; reinforge's is "
+                                   "actor_rollout_ref.rollout.skip.* (enable=true here is an error naming it).")
+    rollout_tq: StepSkipConfig = _sub(StepSkipConfig, "Accepted for verl compatibility (the rollout skip of verl's "
+                                      "TransferQueue trainer); no effect here.")
+    async_rollout: StepSkipConfig = _sub(StepSkipConfig, "Accepted for verl compatibility (the rollout skip of verl's fully "
+                                         "asynchronous trainer); no effect here.")
