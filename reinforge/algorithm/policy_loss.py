@@ -77,11 +77,9 @@ def _metrics(clipfrac, ppo_kl, clipfrac_lower=0.0) -> dict[str, float]:
     return {"actor/pg_clipfrac": _float(clipfrac), "actor/ppo_kl": _float(ppo_kl), "actor/pg_clipfrac_lower": _float(clipfrac_lower)}
 
 
-@register_policy_loss("vanilla")
-def compute_policy_loss_vanilla(old_log_prob: torch.Tensor, log_prob: torch.Tensor, advantages: torch.Tensor,
-                                response_mask: torch.Tensor, loss_agg_mode: str = "token-mean", config=None,
-                                rollout_is_weights: torch.Tensor | None = None) -> tuple[torch.Tensor, dict[str, float]]:
-    """PPO's clipped surrogate (arXiv:1707.06347) with asymmetric clipping and dual-clip (arXiv:1912.09729)."""
+def _dual_clip(old_log_prob: torch.Tensor, log_prob: torch.Tensor, advantages: torch.Tensor, config):
+    """PPO's per-token losses with dual-clip: (log-ratio, clipped, dual-clipped losses, whether the clip won, whether
+    the cap -A c won)."""
     clip_low, clip_high = _clip_range(config)
     clip_c = getattr(config, "clip_ratio_c", 3.0)
     log_ratio = (log_prob - old_log_prob).clamp(-20.0, 20.0)
@@ -91,10 +89,18 @@ def compute_policy_loss_vanilla(old_log_prob: torch.Tensor, log_prob: torch.Tens
     loss_ppo = torch.maximum(loss_unclipped, loss_clipped)
     loss_cap = -advantages * clip_c
     token_losses = torch.where(advantages < 0, torch.minimum(loss_ppo, loss_cap), loss_ppo)
+    return log_ratio, token_losses, loss_clipped > loss_unclipped, (loss_ppo > loss_cap) & (advantages < 0)
+
+
+@register_policy_loss("vanilla")
+def compute_policy_loss_vanilla(old_log_prob: torch.Tensor, log_prob: torch.Tensor, advantages: torch.Tensor,
+                                response_mask: torch.Tensor, loss_agg_mode: str = "token-mean", config=None,
+                                rollout_is_weights: torch.Tensor | None = None) -> tuple[torch.Tensor, dict[str, float]]:
+    """PPO's clipped surrogate (arXiv:1707.06347) with asymmetric clipping and dual-clip (arXiv:1912.09729)."""
+    log_ratio, token_losses, clipped, capped = _dual_clip(old_log_prob, log_prob, advantages, config)
     loss = _aggregate(token_losses, response_mask, loss_agg_mode, config, rollout_is_weights)
-    return loss, _metrics(masked_mean((loss_clipped > loss_unclipped).float(), response_mask),
-                          masked_mean(-log_ratio, response_mask),
-                          masked_mean(((loss_ppo > loss_cap) & (advantages < 0)).float(), response_mask))
+    return loss, _metrics(masked_mean(clipped.float(), response_mask), masked_mean(-log_ratio, response_mask),
+                          masked_mean(capped.float(), response_mask))
 
 
 @register_policy_loss("gspo")
@@ -236,21 +242,12 @@ def compute_policy_loss_up(old_log_prob: torch.Tensor, log_prob: torch.Tensor, a
     pi_old or a clip; the others vanilla's clipped and dual-clipped loss. pg_clipfrac is the fraction of all tokens that
     have A <= 0 and are clipped (verl divides by the A <= 0 tokens of each micro-batch, which makes it depend on how the
     mini-batch is split)."""
-    clip_low, clip_high = _clip_range(config)
-    clip_c = getattr(config, "clip_ratio_c", 3.0)
-    log_ratio = (log_prob - old_log_prob).clamp(-20.0, 20.0)
-    ratio = log_ratio.exp()
-    loss_unclipped = -advantages * ratio
-    loss_clipped = -advantages * ratio.clamp(1 - clip_low, 1 + clip_high)
-    loss_ppo = torch.maximum(loss_unclipped, loss_clipped)
-    loss_cap = -advantages * clip_c
-    negative = torch.where(advantages < 0, torch.minimum(loss_ppo, loss_cap), loss_ppo)
+    log_ratio, negative, clipped, capped = _dual_clip(old_log_prob, log_prob, advantages, config)
     positive = -advantages * torch.exp(log_prob - log_prob.detach())  # 1 in value, the gradient of log pi
     token_losses = torch.where(advantages > 0, positive, negative)
     loss = _aggregate(token_losses, response_mask, loss_agg_mode, config, rollout_is_weights)
-    return loss, _metrics(masked_mean(((loss_clipped > loss_unclipped) & (advantages <= 0)).float(), response_mask),
-                          masked_mean(-log_ratio, response_mask),
-                          masked_mean(((loss_ppo > loss_cap) & (advantages < 0)).float(), response_mask))
+    return loss, _metrics(masked_mean((clipped & (advantages <= 0)).float(), response_mask), masked_mean(-log_ratio, response_mask),
+                          masked_mean(capped.float(), response_mask))
 
 
 def _dppo(old_log_prob: torch.Tensor, log_prob: torch.Tensor, advantages: torch.Tensor, response_mask: torch.Tensor,
