@@ -42,7 +42,8 @@ PROGRESS_DELAY_S = 2.0  # the generation bar appears only for rollouts that take
 
 
 def filter_logits(logits: torch.Tensor, top_k: int, top_p: float) -> torch.Tensor:
-    """Set logits outside the top-k and the top-p nucleus to -inf (always keeps the best token)."""
+    """Set logits outside the top-k and the top-p nucleus to -inf (always keeps the best token); `logits` itself when
+    neither filter is on."""
     if top_k is not None and 0 < top_k < logits.shape[-1]:
         kth = torch.topk(logits, top_k, dim=-1).values[..., -1:]
         logits = logits.masked_fill(logits < kth, float("-inf"))
@@ -208,21 +209,28 @@ class HFEngine(InferenceEngine):
         if params.greedy:
             next_ids = logits.argmax(-1)
             return next_ids, torch.log_softmax(logits, -1).gather(-1, next_ids[:, None]).squeeze(-1)
-        scaled = logits / params.temperature
-        log_dist = torch.log_softmax(scaled, -1)
-        probs = torch.softmax(filter_logits(scaled, params.top_k, params.top_p), -1)
+        scaled = logits / params.temperature if params.temperature != 1.0 else logits
+        kept = filter_logits(scaled, params.top_k, params.top_p)
+        # unnormalised probabilities (0 where filtered out), which the CDF inversion takes as they are
+        top = kept.amax(-1, keepdim=True)
+        weights = (kept - top).exp_()
         # one uniform number per row, inverted through the row's CDF (torch.multinomial draws one exponential number
         # per vocabulary entry on CPU: 41 ms per step for 64 rows of a 32k vocabulary, against 1 ms)
         if draws is None:
-            u = self._uniforms(len(rows), probs.device)
+            u = self._uniforms(len(rows), weights.device)
         else:
             u = draws.values[rows, t]  # a copy (indexed by a tensor)
             if draws.unseeded is not None:  # requests without a seed in the same batch: the engine's generator
                 own = draws.unseeded[rows]
                 if bool(own.any()):
-                    u[own] = self._uniforms(int(own.sum()), probs.device)
-        next_ids = sample_inverse_cdf(probs, u)
-        return next_ids, log_dist.gather(-1, next_ids[:, None]).squeeze(-1)
+                    u[own] = self._uniforms(int(own.sum()), weights.device)
+        next_ids = sample_inverse_cdf(weights, u)
+        # log softmax(scaled) at the token: the normaliser from the weights' sum when nothing was filtered out
+        if kept is scaled:
+            log_norm = top.squeeze(-1) + weights.sum(-1).log()
+        else:
+            log_norm = torch.logsumexp(scaled, -1)
+        return next_ids, scaled.gather(-1, next_ids[:, None]).squeeze(-1) - log_norm
 
     def _uniforms(self, count: int, device: torch.device) -> torch.Tensor:
         return torch.rand(count, generator=self.generator, dtype=torch.float64, device=device)

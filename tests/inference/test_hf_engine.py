@@ -7,7 +7,7 @@ from transformers import AutoModelForCausalLM
 from reinforge.batch import Batch
 from reinforge.inference import HFEngine, SamplingParams, generate_sequences
 from reinforge.inference.hf import filter_logits
-from reinforge.inference.seeds import TRAIN, VALIDATION, derive_seed, row_seeds
+from reinforge.inference.seeds import CDF_BLOCK, TRAIN, VALIDATION, derive_seed, row_seeds, sample_inverse_cdf
 from reinforge.training.actor import response_log_probs
 
 
@@ -220,6 +220,11 @@ def test_sampling_draws_from_the_filtered_distribution(tiny_model_path, tokenize
                                                                          top_p=top_p), seeds=list(range(draws)) if seeded else None)
     counts = torch.bincount(torch.tensor([o.token_ids[0] for o in outputs]), minlength=model.config.vocab_size)
     assert counts[:10].sum() == 0 and counts[16:].sum() == 0
+    # each token's log-prob is under the distribution before top-k/top-p: log softmax(logits / temperature)
+    unfiltered = torch.log_softmax(FIXED / temperature, -1)
+    for token in range(10, 16):
+        got = [o.log_probs[0] for o in outputs if o.token_ids[0] == token]
+        assert all(abs(value - unfiltered[token - 10].item()) < 1e-5 for value in got), (token, got[:3])
     assert abs(sum(expected) - 1) < 1e-4
     observed, expected = counts[10:16].double(), torch.tensor(expected, dtype=torch.float64) * draws
     assert torch.all(observed[expected == 0] == 0), observed
@@ -244,6 +249,24 @@ def test_generating_a_batch_in_two_parts_equals_generating_it_whole(tiny_model_p
         assert torch.equal(torch.cat([p["responses"] for p in parts]), whole["responses"])
         assert torch.allclose(torch.cat([p["rollout_log_probs"] for p in parts]), whole["rollout_log_probs"], atol=1e-5)
         assert [r for p in parts for r in p["finish_reason"]] == list(whole["finish_reason"])
+
+
+@pytest.mark.parametrize("vocab", [7, CDF_BLOCK, 2 * CDF_BLOCK + 88])
+def test_the_inverse_cdf_gives_each_token_its_share_of_the_unit_interval(vocab):
+    """Uniform numbers on a regular grid of N points pick token i about p_i N times (within 2: the grid's ends), across
+    block edges and a shorter last block; tokens of probability 0 are never picked; each row inverts its own CDF."""
+    g = torch.Generator().manual_seed(vocab)
+    weights = torch.rand(2, vocab, generator=g) ** 4  # uneven, not normalised
+    weights[:, ::5] = 0  # filtered-out entries, the first of each block among them
+    weights[1, : vocab // 2] = 0  # row 1: the mass in the upper half only
+    grid = 100_000
+    u = (torch.arange(grid, dtype=torch.float64) + 0.5) / grid
+    for row in range(2):
+        picked = sample_inverse_cdf(weights[row].expand(grid, vocab), u)
+        counts = torch.bincount(picked, minlength=vocab).double()
+        expected = weights[row].double() / weights[row].double().sum() * grid
+        assert torch.all(counts[weights[row] == 0] == 0)
+        assert float((counts - expected).abs().max()) <= 2, float((counts - expected).abs().max())
 
 
 def test_row_seeds_follow_from_their_parts():
