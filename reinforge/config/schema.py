@@ -1,8 +1,8 @@
 """The config schema: every key reinforge reads, its default and its meaning.
 
 Key paths and defaults follow verl's `ppo_trainer.yaml`, so a verl command line means the same
-thing here; the `algorithm.*`, `trainer.*` and `actor_rollout_ref.rollout.*` sections are in `algorithm_schema.py`,
-`trainer_schema.py` and `rollout_schema.py`, the field helpers in `fields.py`. Every field carries its documentation in `metadata["doc"]`; `reinforge train
+thing here; the `algorithm.*`, `data.*`, `trainer.*` and `actor_rollout_ref.rollout.*` sections are in
+`algorithm_schema.py`, `data_schema.py`, `trainer_schema.py` and `rollout_schema.py`, the field helpers in `fields.py`. Every field carries its documentation in `metadata["doc"]`; `reinforge train
 --dry-run` and the error messages read it from there. Keys that only matter for engines or
 strategies this run does not use are still accepted (see `config/unused.py`, which reports them).
 
@@ -13,9 +13,9 @@ defaults; those values live in `config/quickstart.py`, not here.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 from reinforge.config.algorithm_schema import AlgorithmConfig
+from reinforge.config.data_schema import DataConfig
 from reinforge.config.fields import Node, _f, _sub
 from reinforge.config.rollout_schema import PROFILER_DOC, MultiTurnConfig, RolloutConfig  # noqa: F401 (MultiTurnConfig: imported from here)
 from reinforge.config.trainer_schema import TrainerConfig
@@ -28,94 +28,6 @@ from reinforge.config.verl_sections_schema import (
 
 SP_DOC = ("verl's Ulysses sequence parallelism (split each sequence over this many GPUs to save memory); accepted, any "
           "value >= 1: sequences are not split in this version, every rank computes whole sequences (the same maths).")
-
-
-# ---------------------------------------------------------------------------------------- data
-@dataclass
-class ClassRef(Node):
-    path: str | None = _f(None, "Python file (or importable module) that defines the class.")
-    name: str | None = _f(None, "Name of the class inside `path`.")
-
-
-@dataclass
-class SamplerRef(Node):
-    class_path: str | None = _f(
-        None, "Python file (or importable module) of a sampler class, called as cls(data_source=dataset, data_config=data); "
-        "it yields the dataset indices of an epoch. Built in: reinforge.environment.sampler (LearnabilitySampler). "
-        "Null: data.shuffle and data.seed set the order.",
-    )
-    class_name: str | None = _f(None, "Name of the sampler class inside class_path. A class with update(batch) is a "
-                                "curriculum: it gets every training batch with its rewards after the step (docs/data.md).")
-    group_key: str | None = _f(None, "verl's GroupRatioSampler setting (the dotted path of a row's group); read by a sampler "
-                               "class of class_path that uses it (it gets this section as data_config.sampler).")
-    group_names: list | None = _f(None, "verl's GroupRatioSampler setting (the groups' values); read by a sampler class that "
-                                  "uses it.")
-    group_ratios: list | None = _f(None, "verl's GroupRatioSampler setting (each group's share of a batch); read by a "
-                                   "sampler class that uses it.")
-
-
-@dataclass
-class DataConfig(Node):
-    train_files: Any = _f(
-        None,
-        "Training data: a parquet, JSON or JSONL file, or a list of them, in verl's schema "
-        "(data_source, prompt as chat messages, ability, reward_model.ground_truth, extra_info). "
-        "Unset with no model path: the built-in quickstart task.",
-    )
-    val_files: Any = _f(None, "Validation data, same format as train_files. Unset: no validation (quickstart: its own held-out set).")
-    prompt_key: str = _f("prompt", "Column holding the prompt: a list of chat messages, or a plain string.")
-    image_key: str = _f("images", "Column of a row's images (verl's multimodal data). Multimodal training is not in this "
-                                  "version: rows with images are refused, naming the file and row.")
-    video_key: str = _f("videos", "Column of a row's videos (verl's multimodal data); rows with videos are refused, as images.")
-    reward_fn_key: str = _f("data_source", "Column whose value picks the scorer and groups validation metrics.")
-    max_prompt_length: int = _f(512, "Longest prompt in tokens after the chat template; longer ones follow `truncation`.")
-    max_response_length: int = _f(512, "Most tokens generated per response.")
-    train_batch_size: int = _f(1024, "Prompts per training step (each is sampled rollout.n times).")
-    gen_batch_size: int | None = _f(
-        None, "Prompts per generation batch when algorithm.filter_groups is on (DAPO's dynamic sampling draws batches "
-        "of this size until train_batch_size groups survive the filter); null: train_batch_size.",
-    )
-    val_batch_size: int | None = _f(None, "Prompts per validation generation call; null: the whole validation set at once.")
-    truncation: str = _f("error", "What to do with a prompt over max_prompt_length: error, left, right or middle.")
-    filter_overlong_prompts: bool = _f(False, "Drop prompts longer than max_prompt_length when loading (reported with a count).")
-    shuffle: bool = _f(True, "Shuffle the training data each epoch (seeded by data.seed).")
-    validation_shuffle: bool = _f(False, "Shuffle the validation data.")
-    seed: int = _f(42, "Seed of the training data order.")
-    return_raw_chat: bool = _f(False, "Keep the prompt's chat messages in the batch as `raw_prompt` (for multi-turn rollouts).")
-    return_raw_input_ids: bool = _f(False, "Accepted for verl compatibility; prompts are always re-tokenized by the one tokenizer.")
-    return_full_prompt: bool = _f(False, "Keep the prompt text after the chat template as `full_prompts`.")
-    dataloader_num_workers: int = _f(8, "Accepted for verl compatibility; prompts are prepared in-process.")
-    filter_overlong_prompts_workers: int = _f(1, "Accepted for verl compatibility (processes that measure prompts for "
-                                              "filter_overlong_prompts); prompts are measured in-process.")
-    use_shm: bool = _f(False, "Accepted for verl compatibility (copy the data files to shared memory); no effect here.")
-    return_multi_modal_inputs: bool = _f(True, "Accepted for verl compatibility (keep a row's processed images and videos in "
-                                         "the batch); no effect here: multimodal rows are refused.")
-    tokenizer: str | None = _f(None, "Tokenizer folder (or hub id) of the policy when it differs from the model's; the same "
-                               "setting as actor_rollout_ref.model.tokenizer_path (set one, or both to the same value).")
-    trust_remote_code: bool = _f(False, "Allow a tokenizer with custom code.")
-    custom_cls: ClassRef = _sub(ClassRef, "A user Dataset class (a torch Dataset taking data_files, tokenizer, config, processor, as verl calls it).")
-    sampler: SamplerRef = _sub(SamplerRef, "A user sampler or curriculum that orders the training rows (verl's data.sampler).")
-    datagen: ClassRef = _sub(
-        ClassRef, "A data generator (subclass of reinforge.environment.datagen.AbstractDataGenerator, called with this "
-        "section) whose generate(dataset) returns new training rows after every step; the training set grows (docs/data.md).",
-    )
-    apply_chat_template_kwargs: dict = _f({}, "Extra keyword arguments for tokenizer.apply_chat_template (e.g. enable_thinking).")
-    max_samples: int = _f(-1, "Use at most this many training rows (-1: all): with data.shuffle, the ones verl draws (a seeded random choice of "
-                                "data.seed), else the first ones. verl's name: train_max_samples.")
-    image_patch_size: int = _f(14, "Accepted for verl compatibility (the vision processor's patch size); no effect here: "
-                                   "multimodal rows are refused.")
-    audio_key: str = _f("audios", "Accepted for verl compatibility (column of a row's audio); no effect here: multimodal "
-                                  "rows are refused.")
-    mm_processor_kwargs: dict = _f({}, "Accepted for verl compatibility (keyword arguments of the multimodal processor); no "
-                                       "effect here: multimodal rows are refused.")
-    tool_config_path: str | None = _f(None, "Accepted for verl compatibility (verl's copy of "
-                                      "actor_rollout_ref.rollout.multi_turn.tool_config_path, which is read here).")
-    function_tool_path: str | None = _f(None, "Accepted for verl compatibility (verl's copy of "
-                                        "actor_rollout_ref.rollout.multi_turn.function_tool_path).")
-    max_val_samples: int = _f(-1, "Use at most this many validation rows (-1: all), chosen as max_samples are. verl's name: "
-                                    "val_max_samples.")
-    train_max_samples: int | None = _f(None, "verl's name of max_samples; when set it is max_samples.")
-    val_max_samples: int | None = _f(None, "verl's name of max_val_samples; when set it is max_val_samples.")
 
 
 # ------------------------------------------------------------------------------------ model/actor

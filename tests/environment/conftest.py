@@ -11,7 +11,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from reinforge.config.schema import DataConfig
+from reinforge.config.data_schema import DataConfig
 
 
 def _make_rows(n: int, start: int = 0) -> list[dict[str, Any]]:

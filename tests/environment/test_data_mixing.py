@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from reinforge.config.schema import DataConfig
+from reinforge.config.data_schema import DataConfig
 from reinforge.environment.dataloader import PromptLoader
 from reinforge.environment.dataset import RLDataset, collate_fn
 from reinforge.errors import DataError, RewardError

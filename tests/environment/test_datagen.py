@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from reinforge.config import load_config
-from reinforge.config.schema import ClassRef
+from reinforge.config.data_schema import ClassRef
 from reinforge.environment.datagen import DynamicGenDataset
 from reinforge.environment.dataloader import PromptLoader
 from reinforge.environment.dataset import RLDataset, collate_fn, create_rl_dataset

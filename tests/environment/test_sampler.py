@@ -10,7 +10,7 @@ import torch
 from torch.utils.data import Sampler
 
 from reinforge.batch import Batch
-from reinforge.config.schema import DataConfig, SamplerRef
+from reinforge.config.data_schema import DataConfig, SamplerRef
 from reinforge.environment.dataloader import PromptLoader
 from reinforge.environment.sampler import LearnabilitySampler, create_rl_sampler
 from reinforge.errors import DataError
