@@ -9,8 +9,8 @@ entropy bonus, so the entropy's gradient is computed too). Shapes: the medium mo
 `grpo_step_vs_trl.py` (64 x 64 response tokens, vocabulary 32768) and a Qwen2.5-size vocabulary
 (151936) with 1024 tokens. Each case runs both in turn (the order alternates) and reports the
 median forward and backward time; the memory is the highest resident memory above what the
-process held before the pass (sampled every 3 ms; the logits' gradient, which both return,
-included), each measured in a fresh process, where no freed memory is reused. Both results are
+process held before the pass (the kernel's high-water mark; the logits' gradient, which both
+return, included), each measured in a fresh process, where no freed memory is reused. Both results are
 checked against each other before timing.
 """
 
@@ -22,7 +22,7 @@ import statistics
 import time
 
 import torch
-from grpo_step_vs_trl import PeakSampler  # benchmarks/grpo_step_vs_trl.py
+from grpo_step_vs_trl import PeakMemory  # benchmarks/grpo_step_vs_trl.py
 
 from reinforge.algorithm import log_probs_from_logits
 
@@ -51,7 +51,7 @@ def fresh_process_memory(conn, key: str, rows: int, vocab: int, temperature: flo
 
 def one_pass(fn, logits, tokens, weights, temperature) -> dict:
     logits.grad = None
-    with PeakSampler() as memory:
+    with PeakMemory() as memory:
         start = time.perf_counter()
         log_probs, entropy = fn(logits, tokens, temperature)
         forward = time.perf_counter() - start
