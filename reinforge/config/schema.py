@@ -191,7 +191,8 @@ class ActorConfig(Node):
     clip_ratio: float = _f(0.2, "PPO clip epsilon; default for clip_ratio_low and clip_ratio_high.")
     clip_ratio_low: float | None = _f(None, "Lower clip epsilon (ratio >= 1 - low); null: clip_ratio.")
     clip_ratio_high: float | None = _f(None, "Upper clip epsilon (ratio <= 1 + high); null: clip_ratio. DAPO's clip-higher.")
-    clip_ratio_c: float = _f(3.0, "Dual-clip constant c > 1 bounding the loss for negative advantages (arXiv:1912.09729).")
+    clip_ratio_c: float = _f(3.0, "vanilla and up: the dual-clip constant c > 1 bounding the loss for negative advantages "
+                                 "(arXiv:1912.09729); dppo_tv and dppo_kl: the cap (> 0) on the ratio multiplying each token's gradient.")
     tau_pos: float = _f(1.0, "SAPO gate temperature for positive advantages (loss_mode=sapo, arXiv:2511.20347).")
     tau_neg: float = _f(1.05, "SAPO gate temperature for non-positive advantages (loss_mode=sapo).")
     loss_agg_mode: str = _f("token-mean", "How token losses become one number over the mini-batch: token-mean, token-sum, "

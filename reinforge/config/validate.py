@@ -358,8 +358,10 @@ def _check(config: Config) -> None:
     if params.clip_cov_lb > params.clip_cov_ub:
         raise ConfigError(f"actor_rollout_ref.actor.policy_loss.clip_cov_lb={params.clip_cov_lb} is above clip_cov_ub="
                           f"{params.clip_cov_ub}: clip_cov picks tokens whose covariance lies between them, so none could be picked")
-    if actor.clip_ratio_c <= 1:
-        raise ConfigError(f"actor_rollout_ref.actor.clip_ratio_c={actor.clip_ratio_c} must be > 1 (dual-clip)")
+    mode = params.loss_mode  # dppo_tv / dppo_kl take any positive clip_ratio_c (a cap on the ratio), as verl's do
+    if mode in ("vanilla", "up") and actor.clip_ratio_c <= 1:
+        raise ConfigError(f"actor_rollout_ref.actor.clip_ratio_c={actor.clip_ratio_c} must be > 1: policy_loss.loss_mode={mode} "
+                          "caps a negative advantage's loss at clip_ratio_c times it (dual-clip)")
     for key, section in (("actor_rollout_ref.actor", actor), ("critic", config.critic)):
         check_optim(f"{key}.optim", section.optim)
         for name in ("save_contents", "load_contents"):

@@ -94,6 +94,7 @@ def test_algorithm_settings_without_effect_are_listed_with_what_would_use_them()
     ("actor_rollout_ref.actor.clip_ratio_low=1.5", "actor_rollout_ref.actor.clip_ratio_low=1.5 must be in [0, 1]"),
     ("actor_rollout_ref.actor.policy_loss.clip_cov_lb=9", "clip_cov_lb=9.0 is above clip_cov_ub=5.0"),
     ("actor_rollout_ref.actor.policy_loss.ppo_kl_coef=-1", "policy_loss.ppo_kl_coef=-1.0 must be >= 0"),
+    ("actor_rollout_ref.actor.clip_ratio_c=1", "clip_ratio_c=1.0 must be > 1: policy_loss.loss_mode=vanilla caps"),
     ("+reward_model.reward_kwargs.overlong_buffer_cfg={enable: true, len: 4}",  # with reward_manager=dapo below
      "overlong_buffer_cfg.enable=true needs reward_model.reward_kwargs.max_resp_len"),
     ("data.seed=[1,2", "'data.seed' must be an integer"),
@@ -104,6 +105,20 @@ def test_bad_values_name_the_key(override, message):
         args.append("reward_model.reward_manager=dapo")
     with pytest.raises(ConfigError, match=message.replace("[", r"\[").replace("(", r"\(")):
         load_config(args)
+
+
+def test_clip_ratio_c_is_checked_for_the_loss_that_reads_it():
+    """The dual-clip losses need c > 1; dppo's ratio cap takes any positive c (verl's DPPO uses it as a truncation
+    threshold); losses that do not read it are not held to either."""
+    def with_mode(mode: str, c: float):
+        return load_config(VERL + [f"actor_rollout_ref.actor.policy_loss.loss_mode={mode}", f"actor_rollout_ref.actor.clip_ratio_c={c}"])
+
+    with pytest.raises(ConfigError, match=r"clip_ratio_c=0.5 must be > 1: policy_loss.loss_mode=up caps"):
+        with_mode("up", 0.5)
+    with pytest.raises(ConfigError, match=r"clip_ratio_c=0.0 must be > 0"):
+        with_mode("dppo_kl", 0)
+    assert with_mode("dppo_tv", 0.8)[0].actor_rollout_ref.actor.clip_ratio_c == 0.8
+    assert with_mode("gspo", 0.5)[0].actor_rollout_ref.actor.clip_ratio_c == 0.5
 
 
 def test_delete_restores_default_and_legacy_reward_location():
