@@ -63,8 +63,9 @@ class SkipConfig(Node):
     enable: bool = _f(False, "Keep the training steps' generations on disk and read them back instead of generating (to "
                       "iterate on a reward function or the update without generating each time; docs/observability.md).")
     dump_dir: str | None = _f(None, "Where; null: skip_dump_dir. The generations go to <dump_dir>/<experiment_name>_"
-                              "<project_name>/GBS<gen_batch_size or train_batch_size>_N<n>_in<max_prompt_length>_out<max_response_length>/.")
-    max_dump_step: int = _f(1, "Steps 1 to max_dump_step read their generation from there, or generate and write it.")
+                              "<project_name>/GBS<prompts per generation batch>_N<n>_in<max_prompt_length>_out<max_response_length>/.")
+    max_dump_step: int = _f(1, "Steps 1 to max_dump_step read their generation from there, or generate and write it; "
+                            "0 (action=cache only, as in verl): none.")
     action: str = _f("repeat", "Later steps: cache (generate), repeat (reuse the dumped steps in turn) or repeat_last.")
 
 

@@ -240,6 +240,9 @@ def _check(config: Config) -> None:
     choice("actor_rollout_ref.rollout.name", rollout.name, ("hf", "vllm", "sglang"))
     choice("actor_rollout_ref.rollout.skip.action", rollout.skip.action, ("cache", "repeat", "repeat_last"))
     positive("actor_rollout_ref.rollout.skip.max_dump_step", rollout.skip.max_dump_step, allow_zero=True)
+    if (rollout.skip.enable or rollout.skip_rollout) and rollout.skip.max_dump_step == 0 and rollout.skip.action != "cache":
+        raise ConfigError(f"actor_rollout_ref.rollout.skip.max_dump_step=0 dumps no step, so action={rollout.skip.action} "
+                          "would have nothing to read back; dump at least one step, or set skip.action=cache")
     choice("actor_rollout_ref.rollout.mode", rollout.mode, ("sync", "async"))
     choice("actor_rollout_ref.rollout.multi_turn.tool_response_truncate_side", rollout.multi_turn.tool_response_truncate_side,
             ("left", "right", "middle"))

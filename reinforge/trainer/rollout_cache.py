@@ -8,9 +8,12 @@ Later steps, by `action`: `cache` generates as usual; `repeat` (the default) rea
 generation is the whole batch after the rollout: its prompts, their data columns and the responses (rewards are
 scored afresh), kept with the step's prompts, so a dumped step replaces the prompts the loader drew as well.
 
-The folder is `<dump_dir>/<experiment_name>_<project_name>/GBS<gen_batch_size>_N<n>_in<max_prompt_length>_out
-<max_response_length>/` (gen_batch_size: data.gen_batch_size, else train_batch_size), as in verl, so a change of those settings starts a new one; a change of model, data or
-sampling does not, which is the point: delete the folder to generate anew.
+The folder is `<dump_dir>/<experiment_name>_<project_name>/GBS<prompts>_N<n>_in<max_prompt_length>_out
+<max_response_length>/`, as in verl, where <prompts> is the number of prompts a generation batch holds (verl's
+loader batch: data.gen_batch_size under algorithm.filter_groups, else data.train_batch_size, as reinforge reads
+gen_batch_size only there), so a change of those settings starts a new folder; a change of model, data or sampling
+does not, which is the point: delete the folder to generate anew. A dumped batch of another size than this run's
+(a folder written by hand or by another version) stops the run, naming the file.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ import torch
 
 from reinforge.batch import Batch
 from reinforge.config.schema import Config
+from reinforge.errors import ConfigError
 from reinforge.trainer.checkpoint import save_torch
 
 SKIP_ACTIONS = ("cache", "repeat", "repeat_last")
@@ -38,12 +42,14 @@ class RolloutCache:
     def __init__(self, config: Config):
         data, trainer, rollout = config.data, config.trainer, config.actor_rollout_ref.rollout
         _, dump_dir = skip_settings(config)
+        self.prompts = data.gen_batch_size if config.algorithm.filter_groups.enable else data.train_batch_size
         self.folder = (Path(dump_dir).expanduser() / f"{trainer.experiment_name}_{trainer.project_name}"
-                       / f"GBS{data.gen_batch_size or data.train_batch_size}_N{rollout.n}_in{data.max_prompt_length}"
-                         f"_out{data.max_response_length}")
+                       / f"GBS{self.prompts}_N{rollout.n}_in{data.max_prompt_length}_out{data.max_response_length}")
         self.max_dump_step, self.action = rollout.skip.max_dump_step, rollout.skip.action
 
     def describe(self) -> str:
+        if self.max_dump_step == 0:  # only with action=cache (config check)
+            return "skip.max_dump_step=0: no generation is read back or written, every step generates"
         later = {"cache": "later steps generate", "repeat": "later steps reuse the dumped ones in turn",
                  "repeat_last": "later steps reuse the last dumped one"}[self.action]
         return f"the generations of steps 1-{self.max_dump_step} are read from or written to {self.folder}; {later}"
@@ -71,7 +77,11 @@ class RolloutCache:
         if not path.is_file():
             return None
         saved = torch.load(path, weights_only=False)  # written by this class; pickled numpy arrays of the data columns
-        return tuple(Batch(part["tensors"], part["non_tensors"], part["meta_info"]) for part in saved)
+        prompts, batch = (Batch(part["tensors"], part["non_tensors"], part["meta_info"]) for part in saved)
+        if len(prompts) != self.prompts:
+            raise ConfigError(f"{path} holds a generation of {len(prompts)} prompts, and this run generates batches of "
+                              f"{self.prompts}: delete it or set actor_rollout_ref.rollout.skip.dump_dir to another folder")
+        return prompts, batch
 
     def _dump(self, step: int, round_: int, prompts: Batch, batch: Batch) -> tuple[Batch, Batch]:
         self.folder.mkdir(parents=True, exist_ok=True)

@@ -29,8 +29,9 @@ class Generator:
         return Batch({"responses": torch.full((2, 3), self.calls)}, {"extra_info": np.array([{"k": self.calls}] * 2, dtype=object)})
 
 
-def prompts_of(step: int) -> Batch:
-    return Batch({"input_ids": torch.full((1, 4), step)}, {"uid": np.array([f"step-{step}"], dtype=object)})
+def prompts_of(step: int, rows: int = 2) -> Batch:
+    """A step's prompt batch (small_run's data.train_batch_size is 2)."""
+    return Batch({"input_ids": torch.full((rows, 4), step)}, {"uid": np.array([f"step-{step}"] * rows, dtype=object)})
 
 
 def taken(pair: tuple[Batch, Batch]) -> int:
@@ -90,6 +91,31 @@ def test_a_run_reuses_its_first_generation_and_another_run_reads_it(run_steps, t
                        run_dir=tmp_path / "b")
     assert responses("b") == [step1, step1]  # read back, though this run samples at temperature 1
     assert second[1]["critic/score/mean"] != first[1]["critic/score/mean"]  # scored afresh by the new reward
+
+
+def test_the_folder_is_named_after_the_prompts_a_generation_batch_holds(small_run, tmp_path):
+    """verl names it after its loader's batch (data.gen_batch_size); reinforge's loader takes gen_batch_size only under
+    algorithm.filter_groups, so without it a gen_batch_size must not name (and mix up) the folder."""
+    assert cache_of(small_run, tmp_path, "data.gen_batch_size=6").folder.name == "GBS2_N2_in48_out4"
+    dynamic = cache_of(small_run, tmp_path, "data.gen_batch_size=6", "algorithm.filter_groups.enable=true")
+    assert dynamic.folder.name == "GBS6_N2_in48_out4"
+
+
+def test_a_dumped_batch_of_another_size_stops_the_run(small_run, tmp_path):
+    cache, engine = cache_of(small_run, tmp_path), Generator()
+    cache.generation(1, 0, prompts_of(1, rows=3), engine)  # a batch of 3 prompts where the run draws 2
+    with pytest.raises(ConfigError, match=r"step_000001_round_0.pt holds a generation of 3 prompts, and this run generates "
+                                          r"batches of 2: delete it or set actor_rollout_ref.rollout.skip.dump_dir"):
+        cache_of(small_run, tmp_path).generation(1, 0, prompts_of(1), engine)
+
+
+def test_nothing_dumped_leaves_only_the_cache_action(small_run, tmp_path):
+    with pytest.raises(ConfigError, match="skip.max_dump_step=0 dumps no step, so action=repeat would have nothing to read back"):
+        cache_of(small_run, tmp_path, "actor_rollout_ref.rollout.skip.max_dump_step=0")
+    cache, engine = cache_of(small_run, tmp_path, "actor_rollout_ref.rollout.skip.max_dump_step=0",
+                             "actor_rollout_ref.rollout.skip.action=cache"), Generator()
+    assert [taken(cache.generation(step, 0, prompts_of(step), engine))[0] for step in (1, 2)] == [1, 2]
+    assert not cache.folder.exists()
 
 
 def test_config_of_the_rollout_skip(small_run):
