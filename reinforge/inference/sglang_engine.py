@@ -27,6 +27,7 @@ from reinforge.inference.colocated import (
     engine_dtype_name,
     engine_kwargs_for,
     import_engine,
+    longest_sequence,
     stop_token_ids,
 )
 from reinforge.inference.engine import GenerationOutput, SamplingParams
@@ -48,8 +49,9 @@ def sglang_engine_kwargs(rollout: RolloutConfig, model_path: str, seed: int, tru
         "trust_remote_code": trust_remote_code,
         "log_level": "error" if rollout.disable_log_stats else "info",
     }
-    if rollout.max_model_len is not None:
-        kwargs["context_length"] = rollout.max_model_len
+    longest = rollout.max_model_len or longest_sequence(rollout)
+    if longest is not None:
+        kwargs["context_length"] = longest
     kwargs.update(engine_kwargs_for("sglang", rollout.engine_kwargs))
     return kwargs
 

@@ -29,6 +29,7 @@ from reinforge.inference.colocated import (
     engine_dtype_name,
     engine_kwargs_for,
     import_engine,
+    longest_sequence,
     stop_token_ids,
 )
 from reinforge.inference.engine import GenerationOutput, SamplingParams
@@ -52,8 +53,9 @@ def vllm_llm_kwargs(rollout: RolloutConfig, model_path: str, seed: int, trust_re
         "trust_remote_code": trust_remote_code,
         "logprobs_mode": "processed_logprobs",
     }
-    if rollout.max_model_len is not None:
-        kwargs["max_model_len"] = rollout.max_model_len
+    longest = rollout.max_model_len or longest_sequence(rollout)
+    if longest is not None:
+        kwargs["max_model_len"] = longest
     kwargs.update(engine_kwargs_for("vllm", rollout.engine_kwargs))
     return kwargs
 

@@ -68,6 +68,17 @@ def test_sglang_kwargs_use_sglang_names_and_pass_engine_kwargs_through():
     }
 
 
+def test_the_context_length_defaults_to_the_longest_rollout_sequence():
+    """verl gives vLLM max_model_len = prompt_length + response_length when max_model_len is null (not the model's own
+    maximum, whose KV cache reservation may not fit); an explicit max_model_len wins."""
+    lengths = rollout(prompt_length=100, response_length=28)
+    assert vllm_llm_kwargs(lengths, "m", 0)["max_model_len"] == 128
+    assert sglang_engine_kwargs(lengths, "m", 0)["context_length"] == 128
+    explicit = rollout(prompt_length=100, response_length=28, max_model_len=4096)
+    assert vllm_llm_kwargs(explicit, "m", 0)["max_model_len"] == 4096
+    assert sglang_engine_kwargs(explicit, "m", 0)["context_length"] == 4096
+
+
 def test_engine_kwargs_not_nested_under_an_engine_name_are_an_error():
     with pytest.raises(ConfigError, match=r"engine_kwargs\.swap_space: .*engine_kwargs\.vllm\.swap_space"):
         engine_kwargs_for("vllm", {"swap_space": 4})
