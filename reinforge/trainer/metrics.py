@@ -115,6 +115,44 @@ def compute_throughput_metrics(batch: Batch, step_seconds: float, n_devices: int
     }
 
 
+def variance_proxy_metrics(batch: Batch, grad_norm: float | None) -> dict[str, float]:
+    """verl's variance_proxy/* when the batch carries the actor's sum of squared probabilities (sum_pi_squared: the
+    optimal-token-baseline estimators, or actor.calculate_sum_pi_squared), else nothing.
+
+    A trajectory's score-norm proxy is W = sum over its tokens of 1 - 2 pi_t + sum_v pi_t(v)^2 (pi_t: the old
+    probability of the sampled token), times rho_t^2 under rollout importance weights; its scalar advantage a is the
+    token mean of its advantages. proxy2_total_power = mean(a^2 max(W, 0)) (with weights: mean(rho-bar^2 a^2 W') with
+    W' the unweighted W and rho-bar the token mean of rho), an estimate of E||g_tau||^2; proxy1_signal_strength =
+    actor/grad_norm^2 (the batch gradient's ||g||^2); proxy3_pure_noise = max(0, (proxy2 - proxy1) / (N - 1)) over
+    the N trajectories with a token; expected_a_squared = mean(a^2) and expected_w = mean(W)."""
+    if not all(key in batch for key in ("sum_pi_squared", "old_log_probs", "advantages")):
+        return {}
+    mask = batch["response_mask"].float()
+    signal = grad_norm ** 2 if grad_norm is not None else None
+    rows = mask.sum(-1) > 0
+    if not bool(rows.any()):
+        return {"variance_proxy/proxy1_signal_strength": signal or 0.0, "variance_proxy/proxy2_total_power": 0.0,
+                "variance_proxy/proxy3_pure_noise": 0.0, "variance_proxy/expected_a_squared": 0.0,
+                "variance_proxy/expected_w": 0.0}
+    per_token = 1 - 2 * batch["old_log_probs"].exp() + batch["sum_pi_squared"]
+    weights = batch.get("rollout_is_weights")
+    if weights is not None:
+        per_token = per_token * weights ** 2
+    lengths = mask.sum(-1)[rows] + 1e-8  # verl's masked mean
+    a = (batch["advantages"] * mask).sum(-1)[rows] / lengths
+    w = (per_token * mask).sum(-1)[rows]
+    if weights is None:
+        total = (a ** 2 * w.clamp(min=0)).mean()
+    else:  # the weights come back out of W, and their token mean goes in per trajectory
+        unweighted = (per_token / (weights ** 2).clamp(min=1e-10) * mask).sum(-1)[rows].clamp(min=0)
+        total = (((weights * mask).sum(-1)[rows] / lengths) ** 2 * a ** 2 * unweighted).mean()
+    count = int(rows.sum())
+    noise = max(0.0, (float(total) - signal) / (count - 1)) if signal is not None and count > 1 else 0.0
+    return {"variance_proxy/proxy1_signal_strength": signal if signal is not None else 0.0,
+            "variance_proxy/proxy2_total_power": float(total), "variance_proxy/proxy3_pure_noise": noise,
+            "variance_proxy/expected_a_squared": float((a ** 2).mean()), "variance_proxy/expected_w": float(w.mean())}
+
+
 def extra_info_metrics(extra_info: dict[str, list], gdpo_keys: list | None = None) -> dict[str, float]:
     """reward/<key>/mean for each numeric extra key a reward function returned (besides score); for the rewards GDPO
     normalises (`gdpo_keys`), verl's gdpo/<key>/mean, std (population), max and min too."""

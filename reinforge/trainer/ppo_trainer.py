@@ -71,6 +71,7 @@ from reinforge.trainer.metrics import (
     compute_timing_metrics,
     extra_info_metrics,
     timer,
+    variance_proxy_metrics,
 )
 from reinforge.trainer.rollout_cache import RolloutCache, skip_settings
 from reinforge.trainer.stop import RunStopped, StopSignals, latest_checkpoint
@@ -163,6 +164,7 @@ class RLTrainer:
         metrics.update(extra_info_metrics(extra, algo.gdpo_reward_keys if algo.adv_estimator == "gdpo" else None))
         metrics.update(compute_timing_metrics(batch, timing))
         metrics.update(compute_throughput_metrics(batch, timing["step"], wg.world_size))
+        metrics.update(variance_proxy_metrics(batch, metrics.get("actor/grad_norm")))
         scores = batch["token_level_scores"].sum(-1).tolist()
         if cfg.trainer.rollout_data_dir:
             write_generations(cfg.trainer.rollout_data_dir, self.global_steps,

@@ -11,7 +11,7 @@ from reinforge.batch import Batch
 from reinforge.config import load_config
 from reinforge.errors import ConfigError
 from reinforge.inference import HFEngine, SamplingParams, hf
-from reinforge.trainer.metrics import compute_timing_metrics
+from reinforge.trainer.metrics import compute_timing_metrics, variance_proxy_metrics
 from reinforge.training import perf as flops
 from reinforge.training.perf import compute_memory_metrics, dense_weights, device_peak_flops, mfu, training_flops
 
@@ -202,3 +202,33 @@ def test_agent_metrics_of_a_batch_that_mixes_loops_are_over_the_rows_that_report
     assert (metrics["tool_call_counts/mean"], metrics["tool_call_counts/max"], metrics["tool_errors/mean"]) == (1.0, 2.0, 0.5)
     assert metrics["interaction_errors/mean"] == 1.0
     assert metrics["timing_s/agent_loop/tool_calls/mean"] == 0.25 and metrics["timing_s/agent_loop/generate_sequences/mean"] == 2.0
+
+
+def test_variance_proxies_against_hand_arithmetic():
+    """Row 0: two tokens, pi = 0.5 and 0.25 with sum pi^2 = 0.5 and 0.25, so W = (1 - 1 + 0.5) + (1 - 0.5 + 0.25) = 1.25,
+    a = 2; row 1: three tokens with pi = sum pi^2 = 1, so W = 0, a = -1; row 2 has no token and is left out."""
+    mask = torch.tensor([[1, 1, 0], [1, 1, 1], [0, 0, 0]])
+    batch = Batch({"response_mask": mask, "old_log_probs": torch.tensor([[0.5, 0.25, 0.9], [1.0, 1.0, 1.0], [0.3, 0.3, 0.3]]).log(),
+                   "sum_pi_squared": torch.tensor([[0.5, 0.25, 0.9], [1.0, 1.0, 1.0], [0.3, 0.3, 0.3]]),
+                   "advantages": torch.tensor([[2.0, 2.0, 7.0], [-1.0, -1.0, -1.0], [5.0, 5.0, 5.0]])})
+    got = variance_proxy_metrics(batch, grad_norm=1.0)
+    assert got == pytest.approx({
+        "variance_proxy/proxy1_signal_strength": 1.0,
+        "variance_proxy/proxy2_total_power": (4 * 1.25 + 1 * 0) / 2,
+        "variance_proxy/proxy3_pure_noise": (2.5 - 1.0) / (2 - 1),
+        "variance_proxy/expected_a_squared": (4 + 1) / 2,
+        "variance_proxy/expected_w": (1.25 + 0) / 2,
+    }, rel=1e-6)
+    # rollout importance weights rho: W's terms times rho^2 (row 0: 0.5 * 4 + 0.75 * 1 = 2.75), and the total power
+    # weighs each row's unweighted W by its token-mean rho squared (row 0: ((2 + 1) / 2)^2 = 2.25); no grad norm
+    batch["rollout_is_weights"] = torch.tensor([[2.0, 1.0, 0.0], [1.0, 1.0, 1.0], [1.0, 1.0, 1.0]])
+    assert variance_proxy_metrics(batch, grad_norm=None) == pytest.approx({
+        "variance_proxy/proxy1_signal_strength": 0.0,
+        "variance_proxy/proxy2_total_power": (2.25 * 4 * 1.25 + 1 * 1 * 0) / 2,
+        "variance_proxy/proxy3_pure_noise": 0.0,
+        "variance_proxy/expected_a_squared": 2.5,
+        "variance_proxy/expected_w": (2.75 + 0) / 2,
+    }, rel=1e-6)
+    # nothing without the actor's sum of squared probabilities
+    batch.pop(["sum_pi_squared"])
+    assert variance_proxy_metrics(batch, grad_norm=1.0) == {}

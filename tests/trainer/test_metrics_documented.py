@@ -79,6 +79,7 @@ RUNS = {
         "actor_rollout_ref.rollout.dtype=bf16", "algorithm.rollout_correction.rollout_is=token",
         "algorithm.rollout_correction.rollout_is_threshold=0.999_1.001", "algorithm.rollout_correction.rollout_is_batch_normalize=true",
         'algorithm.rollout_correction.rollout_rs="token_k1,seq_max_k3"', 'algorithm.rollout_correction.rollout_rs_threshold="1.001,1e-4"',
+        "actor_rollout_ref.actor.calculate_sum_pi_squared=true",
     ],
 }
 
@@ -104,6 +105,7 @@ def test_every_logged_metric_is_documented(name, run_steps, tmp_path):
         "dapo_filter_groups_extra_reward_keys": ["train/num_gen_batches", "reward/acc/mean"],
         "rollout_correction_bf16_engine": ["training/rollout_probs_diff_mean", "rollout_corr/chi2_seq",
                                            "rollout_corr/rollout_is_oob_ratio", "rollout_corr/rollout_is_batch_norm_factor",
-                                           "rollout_corr/rollout_rs_seq_max_k3_masked_fraction"],
+                                           "rollout_corr/rollout_rs_seq_max_k3_masked_fraction",
+                                           "variance_proxy/proxy2_total_power", "variance_proxy/proxy3_pure_noise"],
     }[name]
     assert [key for key in expected if key not in keys] == []
