@@ -168,8 +168,9 @@ def _suggest(key: str, root: type = Config) -> str:
     return f"; did you mean '{close[0]}'?" if close else ""
 
 
-def _apply(tree: dict, cls: type, override: Override) -> None:
-    """Set, add or delete one key in the nested dict `tree` that mirrors the schema's root dataclass `cls`."""
+def _apply(tree: dict, cls: type, override: Override) -> list[str]:
+    """Set, add or delete one key in the nested dict `tree` that mirrors the schema's root dataclass `cls`; returns the
+    keys it set (a group given as a mapping, `data.multiturn={enable: true}`, sets the keys the mapping names)."""
     parts = override.key.split(".")
     node, node_cls = tree, cls
     for depth, part in enumerate(parts):
@@ -180,7 +181,7 @@ def _apply(tree: dict, cls: type, override: Override) -> None:
                     node.pop(part, None)
                 else:
                     node[part] = override.value
-                return
+                return [override.key]
             node = node.setdefault(part, {})
             if not isinstance(node, dict):
                 raise ConfigError(f"{override.text!r}: '{'.'.join(parts[:depth + 1])}' is not a mapping")
@@ -202,11 +203,10 @@ def _apply(tree: dict, cls: type, override: Override) -> None:
                 )
             else:
                 if sub is not None and isinstance(override.value, dict):
-                    for key, value in override.value.items():
-                        _apply(tree, cls, Override(f"{override.key}.{key}", value, override.kind, override.text))
-                    return
+                    return [set_key for key, value in override.value.items()
+                            for set_key in _apply(tree, cls, Override(f"{override.key}.{key}", value, override.kind, override.text))]
                 node[part] = override.value
-            return
+            return [override.key]
         if sub is None:
             if _is_free_dict(annotation):
                 if node.get(part) is None:
@@ -394,13 +394,12 @@ def resolve(root: type, args: list[str] | None = None, config_file: str | None =
     tree = dataclasses.asdict(root())
     for key, value in ((preset and preset([o.key for o in overrides])) or {}).items():
         _apply(tree, root, Override(key, value, "set", f"quickstart {key}"))
-    for override in overrides:
-        _apply(tree, root, override)
+    user_keys = [key for override in overrides for key in _apply(tree, root, override)]
     try:
         resolved = OmegaConf.to_container(OmegaConf.create(tree), resolve=True)
     except OmegaConfBaseException as exc:
         raise ConfigError(f"cannot resolve an interpolation in the config: {exc}") from None
-    return _build(root, resolved), [o.key for o in overrides], ignored
+    return _build(root, resolved), user_keys, ignored
 
 
 def load_config(args: list[str] | None = None, config_file: str | None = None) -> tuple[Config, list[str]]:

@@ -31,8 +31,8 @@ class SFTMultiTurnConfig(Node):
 @dataclass
 class SFTDataConfig(Node):
     train_batch_size: int = _f(256, "Rows per optimizer step, over all ranks.")
-    micro_batch_size: int | None = _f(None, "verl's deprecated key (current verl ignores it): used as the per-GPU micro batch "
-                                            "size, as older verl did, unless micro_batch_size_per_gpu is set too.")
+    micro_batch_size: int | None = _f(None, "verl's deprecated key (current verl ignores it): rows per micro-batch over all ranks, "
+                                            "split over them as older verl did, unless micro_batch_size_per_gpu is set too.")
     micro_batch_size_per_gpu: int = _f(4, "Rows per forward/backward on each rank (gradient accumulation up to the rank's share "
                                           "of train_batch_size); also the validation batch size.")
     train_files: str | list | None = _f(None, "Parquet (or JSON/JSONL) file(s) to train on.")
@@ -200,8 +200,8 @@ def finalize_sft(config: SFTConfig, ranks: int, user_keys: list[str] | tuple = (
                           "supported; leave it unset (checkpoints stay in trainer.default_local_dir)")
     notes = []
 
-    def given(key: str) -> bool:  # set by the user (also as part of a group: data={...})
-        return any(key == k or key.startswith(k + ".") for k in user_keys)
+    def given(key: str) -> bool:  # set by the user (a group given as a mapping, data={...}, sets the keys it names)
+        return key in user_keys
 
     expected = trainer.nnodes * (trainer.n_gpus_per_node or ranks // max(1, trainer.nnodes) or 1)
     if expected != ranks:  # verl reads the ranks from torchrun too, and ignores these keys
@@ -228,12 +228,15 @@ def finalize_sft(config: SFTConfig, ranks: int, user_keys: list[str] | tuple = (
         setattr(data, name, getattr(data.multiturn, name))  # both spellings hold it (a data.custom_cls may read either)
     if data.seed is None:  # verl's null draws an unseeded choice of rows (data.shuffle); trainer.seed keeps runs repeatable
         data.seed = trainer.seed
-    if data.micro_batch_size is not None:  # verl's deprecated key: current verl ignores it, older verl's per-GPU size
-        if given("data.micro_batch_size_per_gpu") or data.micro_batch_size < 1:
+    if data.micro_batch_size is not None:  # verl's deprecated key: current verl ignores it; older verl split it over the ranks
+        if given("data.micro_batch_size_per_gpu"):
             notes.append(f"data.micro_batch_size={data.micro_batch_size} (verl's deprecated key) has no effect here: "
                          f"data.micro_batch_size_per_gpu={data.micro_batch_size_per_gpu} is used")
+        elif data.micro_batch_size < ranks or data.micro_batch_size % ranks:
+            raise ConfigError(f"data.micro_batch_size={data.micro_batch_size} (verl's deprecated key, rows over all ranks) does not "
+                              f"split over {ranks} rank(s); make it a multiple, or set data.micro_batch_size_per_gpu instead")
         else:  # micro-batching changes memory use only, never the gradient
-            data.micro_batch_size_per_gpu = data.micro_batch_size
+            data.micro_batch_size_per_gpu = data.micro_batch_size // ranks
     for key, value in (("data.train_batch_size", data.train_batch_size), ("data.micro_batch_size_per_gpu", data.micro_batch_size_per_gpu),
                        ("data.max_length", data.max_length), ("trainer.total_epochs", trainer.total_epochs)):
         if value < 1:

@@ -272,17 +272,28 @@ def test_no_gradient_clip(tiny_model_path, data, tmp_path):
     assert step["train/grad_norm"] > 0 and step["train/nonfinite_skipped"] == 0
 
 
-def test_deprecated_micro_batch_size_is_the_per_gpu_size_unless_that_is_set():
-    """data.micro_batch_size (verl's deprecated key) never fails: older verl's per-GPU micro batch, on any number of
-    ranks, unless data.micro_batch_size_per_gpu is set too (then reported as without effect)."""
+def test_deprecated_micro_batch_size_is_split_over_the_ranks_unless_the_per_gpu_size_is_set():
+    """data.micro_batch_size (verl's deprecated key) is what older verl's trainer read: rows over all ranks, divided by
+    their number (and refused when it does not divide), unless data.micro_batch_size_per_gpu is set too (then reported
+    as without effect)."""
     from reinforge.config.sft_schema import load_sft_config
+    from reinforge.errors import ConfigError
 
-    base = ["model.partial_pretrain=/models/x", "data.train_files=train.parquet", "data.micro_batch_size=1"]
-    config, notes = load_sft_config(base, None, 8)
-    assert config.data.micro_batch_size_per_gpu == 1 and not any("micro_batch_size" in n for n in notes)
-    config, notes = load_sft_config([*base, "data.micro_batch_size_per_gpu=4"], None, 8)
+    base = ["model.partial_pretrain=/models/x", "data.train_files=train.parquet", "data.train_batch_size=32"]
+    config, notes = load_sft_config([*base, "data.micro_batch_size=16"], None, 8)
+    assert config.data.micro_batch_size_per_gpu == 2 and not any("micro_batch_size" in n for n in notes)
+    assert load_sft_config([*base, "data.micro_batch_size=16"], None, 1)[0].data.micro_batch_size_per_gpu == 16
+    with pytest.raises(ConfigError, match=r"data.micro_batch_size=12 \(verl's deprecated key, rows over all ranks\) does not "
+                                          r"split over 8 rank\(s\)"):
+        load_sft_config([*base, "data.micro_batch_size=12"], None, 8)
+    with pytest.raises(ConfigError, match=r"data.micro_batch_size=0 .* does not split over 1 rank"):
+        load_sft_config([*base, "data.micro_batch_size=0"], None, 1)
+    config, notes = load_sft_config([*base, "data.micro_batch_size=1", "data.micro_batch_size_per_gpu=4"], None, 8)
     assert config.data.micro_batch_size_per_gpu == 4
     assert "data.micro_batch_size=1 (verl's deprecated key) has no effect here: data.micro_batch_size_per_gpu=4 is used" in notes
+    # a group given as a mapping sets only the keys it names
+    config, notes = load_sft_config([*base, "data={micro_batch_size: 8}"], None, 2)
+    assert config.data.micro_batch_size_per_gpu == 4 and not any("micro_batch_size" in n for n in notes)
 
 
 def test_top_level_multi_turn_keys_are_the_multiturn_settings():
@@ -299,6 +310,10 @@ def test_top_level_multi_turn_keys_are_the_multiturn_settings():
     with pytest.raises(ConfigError, match="data.messages_key=conversation and data.multiturn.messages_key=messages are the "
                                           "same setting"):
         load_sft_config([*base, "data.messages_key=conversation", "data.multiturn.messages_key=messages"], None, 1)
+    # the group as a mapping sets only what it names: data.multiturn.messages_key stays unset by the user
+    config, _ = load_sft_config(["model.partial_pretrain=/models/x", "data.train_files=train.parquet",
+                                 "data.multiturn={enable: true}", "data.messages_key=conv"], None, 1)
+    assert config.data.multiturn.enable and config.data.multiturn.messages_key == "conv"
 
 
 def test_tracking_logger_is_wandb_with_one_note_under_torchrun(monkeypatch, capsys):
