@@ -62,7 +62,7 @@ class PeakMemory:
 
     Entering resets the mark (VmHWM) to the current resident memory (writing 5 to /proc/self/clear_refs), leaving
     reads it: every page counts, and no sampling thread competes with the measured code for the cores (a thread
-    reading the memory every 3 ms, used until 2026-11-27, slowed the small model's step by about 8%).
+    reading the memory every 3 ms, used until 2026-11-27, slowed the small model's step by about 6%).
     `PeakMemory.lifetime` is the process's highest resident memory so far, imports included: the mark before each
     reset and after each block."""
 

@@ -18,6 +18,7 @@ or the job is refused with the file and the entry named.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import difflib
 import re
@@ -392,7 +393,11 @@ def resolve(root: type, args: list[str] | None = None, config_file: str | None =
     file_overrides, ignored = _from_yaml(config_file, root, base) if config_file else ([], [])
     overrides = file_overrides + parse_overrides(list(args or []))
     tree = dataclasses.asdict(root())
-    for key, value in ((preset and preset([o.key for o in overrides])) or {}).items():
+    # the keys the user sets (a group given as a mapping sets the keys it names), which the preset depends on
+    if preset:
+        scratch = copy.deepcopy(tree)
+        user_keys = [key for override in overrides for key in _apply(scratch, root, override)]
+    for key, value in ((preset and preset(user_keys)) or {}).items():
         _apply(tree, root, Override(key, value, "set", f"quickstart {key}"))
     user_keys = [key for override in overrides for key in _apply(tree, root, override)]
     try:

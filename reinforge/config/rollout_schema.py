@@ -110,7 +110,8 @@ class RolloutConfig(Node):
                                        "(SGLang's mem_fraction_static); the actor trains in the rest.")
     tensor_model_parallel_size: int = _f(2, "vLLM/SGLang tensor parallel size (SGLang's tp_size); at most the GPUs visible, 1 on one GPU.")
     max_num_batched_tokens: int = _f(8192, "vLLM: tokens per scheduler step; SGLang: chunked_prefill_size.")
-    max_model_len: int | None = _f(None, "vLLM/SGLang (context_length): longest sequence; null: prompt_length + response_length, as verl.")
+    max_model_len: int | None = _f(None, "vLLM/SGLang (context_length): longest sequence; null: data.max_prompt_length + "
+                                       "response_length, as verl.")
     max_num_seqs: int = _f(1024, "vLLM: concurrent sequences; SGLang: max_running_requests.")
     enforce_eager: bool = _f(True, "vLLM: no CUDA graphs; SGLang: disable_cuda_graph.")
     free_cache_engine: bool = _f(True, "vLLM/SGLang: release the engine's GPU memory while the actor trains (vLLM sleep mode "

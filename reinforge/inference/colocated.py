@@ -192,14 +192,6 @@ def engine_kwargs_for(name: str, engine_kwargs: dict) -> dict:
     return {key: value for key, value in section.items() if value is not None}  # verl's configs ship nulls: the engine's default
 
 
-def longest_sequence(rollout) -> int | None:
-    """The engine's context length when rollout.max_model_len is null: prompt_length + response_length, as verl gives
-    vLLM (the model's own maximum would reserve KV-cache memory for sequences no rollout makes); None if either is unset."""
-    if rollout.prompt_length is None or rollout.response_length is None:
-        return None
-    return rollout.prompt_length + rollout.response_length
-
-
 def engine_dtype_name(rollout_dtype: str | None) -> str:
     """The dtype name vLLM and SGLang take for rollout.dtype (reinforge's bf16/fp32 short names spelled out; null: bfloat16)."""
     return {None: "bfloat16", "bf16": "bfloat16", "fp32": "float32", "fp16": "float16"}.get(rollout_dtype, rollout_dtype)

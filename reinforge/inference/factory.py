@@ -90,17 +90,20 @@ def make_engine(config: Config, model: torch.nn.Module | None, tokenizer, own_co
     model_cfg = config.actor_rollout_ref.model
     model_path = model_source(model_cfg.path)  # a folder with ~ expanded (the engines would take it for a hub id), or a hub id
     bucket_bytes = rollout.update_weights_bucket_megabytes << 20
+    # verl's default context length: the longest prompt the data lets through plus the response (not the model's maximum,
+    # whose KV-cache reservation may not fit)
+    longest = rollout.max_model_len or config.data.max_prompt_length + rollout.response_length
     tokenizer_path = policy_tokenizer(config)[0]  # the engines' own tokenizer and config, when not in the model folder
     if rollout.name == "vllm":
         from reinforge.inference.vllm_engine import VLLMEngine, vllm_llm_kwargs
 
         folders = {"hf_config_path": model_cfg.hf_config_path, "tokenizer": tokenizer_path}
-        kwargs = vllm_llm_kwargs(rollout, model_path, trainer.seed, model_cfg.trust_remote_code)
+        kwargs = vllm_llm_kwargs(rollout, model_path, trainer.seed, model_cfg.trust_remote_code, longest)
         engine = VLLMEngine({**{k: v for k, v in folders.items() if v}, **kwargs}, eos, rollout.free_cache_engine, bucket_bytes)
     else:
         from reinforge.inference.sglang_engine import SGLangEngine, sglang_engine_kwargs
 
-        kwargs = sglang_engine_kwargs(rollout, model_path, trainer.seed, model_cfg.trust_remote_code)
+        kwargs = sglang_engine_kwargs(rollout, model_path, trainer.seed, model_cfg.trust_remote_code, longest)
         engine = SGLangEngine({**({"tokenizer_path": tokenizer_path} if tokenizer_path else {}), **kwargs}, eos,
                               rollout.free_cache_engine, bucket_bytes)
     if model is None:

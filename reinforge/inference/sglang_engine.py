@@ -27,14 +27,15 @@ from reinforge.inference.colocated import (
     engine_dtype_name,
     engine_kwargs_for,
     import_engine,
-    longest_sequence,
     stop_token_ids,
 )
 from reinforge.inference.engine import GenerationOutput, SamplingParams
 
 
-def sglang_engine_kwargs(rollout: RolloutConfig, model_path: str, seed: int, trust_remote_code: bool = False) -> dict[str, Any]:
-    """`sglang.Engine(**kwargs)` for these rollout settings; `rollout.engine_kwargs.sglang` overrides any of them."""
+def sglang_engine_kwargs(rollout: RolloutConfig, model_path: str, seed: int, trust_remote_code: bool = False,
+                         longest: int | None = None) -> dict[str, Any]:
+    """`sglang.Engine(**kwargs)` for these rollout settings; `rollout.engine_kwargs.sglang` overrides any of them.
+    `longest`: the context length when rollout.max_model_len is null (the longest prompt plus response_length)."""
     kwargs: dict[str, Any] = {
         "model_path": model_path,
         "tp_size": rollout.tensor_model_parallel_size,
@@ -49,9 +50,8 @@ def sglang_engine_kwargs(rollout: RolloutConfig, model_path: str, seed: int, tru
         "trust_remote_code": trust_remote_code,
         "log_level": "error" if rollout.disable_log_stats else "info",
     }
-    longest = rollout.max_model_len or longest_sequence(rollout)
-    if longest is not None:
-        kwargs["context_length"] = longest
+    if (rollout.max_model_len or longest) is not None:
+        kwargs["context_length"] = rollout.max_model_len or longest
     kwargs.update(engine_kwargs_for("sglang", rollout.engine_kwargs))
     return kwargs
 

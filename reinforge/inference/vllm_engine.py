@@ -29,14 +29,15 @@ from reinforge.inference.colocated import (
     engine_dtype_name,
     engine_kwargs_for,
     import_engine,
-    longest_sequence,
     stop_token_ids,
 )
 from reinforge.inference.engine import GenerationOutput, SamplingParams
 
 
-def vllm_llm_kwargs(rollout: RolloutConfig, model_path: str, seed: int, trust_remote_code: bool = False) -> dict[str, Any]:
-    """`vllm.LLM(**kwargs)` for these rollout settings; `rollout.engine_kwargs.vllm` overrides any of them."""
+def vllm_llm_kwargs(rollout: RolloutConfig, model_path: str, seed: int, trust_remote_code: bool = False,
+                    longest: int | None = None) -> dict[str, Any]:
+    """`vllm.LLM(**kwargs)` for these rollout settings; `rollout.engine_kwargs.vllm` overrides any of them.
+    `longest`: the context length when rollout.max_model_len is null (the longest prompt plus response_length)."""
     kwargs: dict[str, Any] = {
         "model": model_path,
         "tensor_parallel_size": rollout.tensor_model_parallel_size,
@@ -53,9 +54,8 @@ def vllm_llm_kwargs(rollout: RolloutConfig, model_path: str, seed: int, trust_re
         "trust_remote_code": trust_remote_code,
         "logprobs_mode": "processed_logprobs",
     }
-    longest = rollout.max_model_len or longest_sequence(rollout)
-    if longest is not None:
-        kwargs["max_model_len"] = longest
+    if (rollout.max_model_len or longest) is not None:
+        kwargs["max_model_len"] = rollout.max_model_len or longest
     kwargs.update(engine_kwargs_for("vllm", rollout.engine_kwargs))
     return kwargs
 

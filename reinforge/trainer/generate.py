@@ -155,6 +155,8 @@ def _training_config(config: GenerationConfig) -> Any:
     engine.name, engine.dtype, engine.micro_batch_size_per_gpu = config.rollout.name, config.rollout.dtype, config.rollout.micro_batch_size_per_gpu
     for key in ENGINE_KEYS:
         setattr(engine, key, getattr(config.rollout, key))
+    # the engine's context: the prompts are cut to rollout.prompt_length here (the view's data keeps every row uncut)
+    engine.max_model_len = config.rollout.max_model_len or config.rollout.prompt_length + config.rollout.response_length
     if engine.load_format.startswith("dummy"):  # verl's default: weights synced from its actor; none are pushed here
         engine.load_format = "auto"
     return view

@@ -157,6 +157,10 @@ def test_quickstart_applies_only_without_model_and_data():
     assert tweaked.trainer.total_training_steps == 3 and tweaked.trainer.experiment_name == "quickstart"
     given, _ = load_config(["actor_rollout_ref.model.path=/m", "data.train_files=/d.parquet"])
     assert given.algorithm.adv_estimator == "gae" and given.critic.enable  # verl's defaults once a model is given
+    # the same keys given inside a mapping of their group
+    grouped, keys = load_config(["actor_rollout_ref.model={path: /m}", "data={train_files: /d.parquet}"])
+    assert grouped.algorithm.adv_estimator == "gae" and grouped.trainer.experiment_name != "quickstart"
+    assert keys == ["actor_rollout_ref.model.path", "data.train_files"]
 
 
 def test_config_round_trips_through_its_dict():

@@ -5,6 +5,7 @@ scripts/gpu_smoke.sh)."""
 from __future__ import annotations
 
 import sys
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -68,15 +69,24 @@ def test_sglang_kwargs_use_sglang_names_and_pass_engine_kwargs_through():
     }
 
 
-def test_the_context_length_defaults_to_the_longest_rollout_sequence():
-    """verl gives vLLM max_model_len = prompt_length + response_length when max_model_len is null (not the model's own
-    maximum, whose KV cache reservation may not fit); an explicit max_model_len wins."""
-    lengths = rollout(prompt_length=100, response_length=28)
-    assert vllm_llm_kwargs(lengths, "m", 0)["max_model_len"] == 128
-    assert sglang_engine_kwargs(lengths, "m", 0)["context_length"] == 128
-    explicit = rollout(prompt_length=100, response_length=28, max_model_len=4096)
-    assert vllm_llm_kwargs(explicit, "m", 0)["max_model_len"] == 4096
-    assert sglang_engine_kwargs(explicit, "m", 0)["context_length"] == 4096
+def test_the_context_length_defaults_to_the_longest_sequence_the_caller_names():
+    """verl gives vLLM max_model_len = the longest prompt + response_length when max_model_len is null (not the model's
+    own maximum, whose KV-cache reservation may not fit); an explicit max_model_len wins."""
+    assert vllm_llm_kwargs(rollout(), "m", 0, longest=128)["max_model_len"] == 128
+    assert sglang_engine_kwargs(rollout(), "m", 0, longest=128)["context_length"] == 128
+    assert vllm_llm_kwargs(rollout(max_model_len=4096), "m", 0, longest=128)["max_model_len"] == 4096
+    assert sglang_engine_kwargs(rollout(max_model_len=4096), "m", 0, longest=128)["context_length"] == 4096
+    assert "max_model_len" not in vllm_llm_kwargs(rollout(), "m", 0)
+
+
+def test_training_engines_take_the_datas_prompt_limit_plus_the_response(log, monkeypatch, tiny_model_path):
+    """In training the prompts are limited by data.max_prompt_length (rollout.prompt_length has no effect there)."""
+    monkeypatch.setattr(factory, "check_gpu_engine", lambda config: None)
+    config, _ = load_config([f"actor_rollout_ref.model.path={tiny_model_path}", "data.train_files=/d.parquet", "data.max_prompt_length=40",
+                             "data.max_response_length=24", "actor_rollout_ref.rollout.prompt_length=8",
+                             "actor_rollout_ref.rollout.name=vllm"])
+    engine = factory.make_engine(config, tiny_qwen(), SimpleNamespace(eos_token_id=2))
+    assert engine.llm.kwargs["max_model_len"] == 40 + 24
 
 
 def test_engine_kwargs_not_nested_under_an_engine_name_are_an_error():

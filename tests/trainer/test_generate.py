@@ -157,6 +157,7 @@ def test_gpu_engines_read_the_folders_weights_and_answer_every_sample(engine_nam
     kwargs = engine.kwargs
     assert kwargs["load_format"] == "auto" and kwargs.get("model", kwargs.get("model_path")) == str(tiny_model_path)
     assert kwargs.get("gpu_memory_utilization", kwargs.get("mem_fraction_static")) == 0.7
+    assert kwargs.get("max_model_len", kwargs.get("context_length")) == 1536 + 12  # rollout.prompt_length + response_length
     assert not [call for call in calls if call[0] == "load"]  # no weights pushed: the engine read the folder's
     assert [call for call in calls if call[0] == "generate"] == [("generate", 6), ("generate", 4)]  # 3 + 2 prompts x 2
     if engine_name == "vllm":  # a seed per request (SGLang takes only the engine's random_seed: see sglang_engine.py)
