@@ -471,9 +471,8 @@ class CriticConfig(Node):
     loss_scale_factor: float | None = _f(None, "Divisor of seq-mean-token-sum-norm; null: the actor's.")
     checkpoint: CheckpointContents = _sub(CheckpointContents, "Checkpoint contents of the critic.")
     fsdp: FSDPConfig = _sub(FSDPConfig, "verl's newer place of the critic's engine settings (critic/dp_critic.yaml: "
-                            "critic.fsdp.*); reinforge reads them at critic.model.fsdp_config.*: here they are accepted at "
-                            "verl's defaults and listed as without effect, and a setting that changes the numbers "
-                            "(model_dtype, mixed_precision, qat) is an error naming the key to use.")
+                            "critic.fsdp.*): a key set away from verl's default sets critic.model.fsdp_config's, which "
+                            "reinforge reads (two different values are an error).")
     ulysses_sequence_parallel_size: int = _f(1, SP_DOC)
     profiler: dict = _f({}, PROFILER_DOC)
 

@@ -6,9 +6,10 @@ allowed.
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
-from reinforge.config.schema import Config
+from reinforge.config.schema import Config, FSDPConfig
 from reinforge.errors import ConfigError
 
 STRATEGIES = ("fsdp", "fsdp2")  # the same thing: FSDP2 over several ranks, a plain module on one
@@ -191,9 +192,9 @@ def _check_unsupported_verl_features(config: Config) -> None:
 
     arr = config.actor_rollout_ref
     rollout, n = arr.rollout, arr.rollout.n
-    for key in ("actor_rollout_ref.actor.optim", "critic.optim"):
-        if not node_at(config, key).zero_indexed_step:
-            _refuse(f"{key}.zero_indexed_step", "false", "a learning-rate schedule counted from step 1", "true: from step 0")
+    for key in ("actor_rollout_ref.actor.optim", "critic.optim"):  # verl reads it in the cosine schedule only
+        if not node_at(config, key).zero_indexed_step and node_at(config, key).lr_scheduler_type == "cosine":
+            _refuse(f"{key}.zero_indexed_step", "false", "a cosine learning-rate schedule counted from step 1", "true: from step 0")
     qat_keys = ["actor_rollout_ref.actor.qat", *(f"{section}.fsdp_config.qat" for section in FSDP_SECTIONS)]
     for key in qat_keys:
         section, _, name = key.rpartition(".")
@@ -240,8 +241,8 @@ def check_gdpo(config: Config) -> None:
                               f"algorithm.gdpo_reward_keys {keys}; give one per key")
 
 
-# verl's newer places of settings reinforge reads elsewhere: (verl's key, reinforge's key); the newer key is accepted at
-# verl's default or at the value reinforge's key has (a file that sets both alike), another value names reinforge's key
+# verl's newer places of settings reinforge reads elsewhere: (verl's key, reinforge's key); a newer key set away from
+# verl's default sets reinforge's (`adopt_newer_places`), and critic.fsdp.<name> is critic.model.fsdp_config.<name>
 NEWER_PLACES = (
     ("reward.custom_reward_function.path", "custom_reward_function.path"),
     ("reward.custom_reward_function.name", "custom_reward_function.name"),
@@ -255,8 +256,6 @@ NEWER_PLACES = (
     ("sandbox_fusion.url", "reward_model.sandbox_fusion.url"),
     ("sandbox_fusion.max_concurrent", "reward_model.sandbox_fusion.max_concurrent"),
     ("sandbox_fusion.memory_limit_mb", "reward_model.sandbox_fusion.memory_limit_mb"),
-    ("critic.fsdp.model_dtype", "critic.model.fsdp_config.model_dtype"),
-    ("critic.fsdp.mixed_precision", "critic.model.fsdp_config.mixed_precision"),
 )
 # newer verl settings with no counterpart here that would change what is trained: (key, verl's defaults, what it does)
 NOT_SUPPORTED = (
@@ -272,10 +271,43 @@ NOT_SUPPORTED = (
 )
 
 
+def adopt_newer_places(config: Config) -> None:
+    """verl's newest ppo_trainer.yaml moved settings reinforge reads at their earlier keys (the reward section, the
+    top-level reward_manager and sandbox_fusion, critic.fsdp.*, rollout.checkpoint_engine's bucket size): a newer key
+    set away from verl's default sets the earlier one, so verl's current example command lines run as they are; the two
+    set to different values is an error naming both."""
+    from reinforge.config.fields import node_at
+
+    def show(setting) -> str:  # as the command line writes it
+        return "null" if setting is None else str(setting).lower() if isinstance(setting, bool) else str(setting)
+
+    def adopt(newer: str, ours: str, given, default_ours) -> None:
+        section, _, name = ours.rpartition(".")
+        current = getattr(node_at(config, section), name)
+        if current not in (default_ours, given):
+            raise ConfigError(f"{newer}={show(given)} and {ours}={show(current)} are the same setting (verl's newer and "
+                              "earlier place of it) with two values; set one of them")
+        setattr(node_at(config, section), name, given)
+
+    defaults = Config()
+    pairs = [*NEWER_PLACES, *((f"critic.fsdp.{field.name}", f"critic.model.fsdp_config.{field.name}")
+                              for field in dataclasses.fields(FSDPConfig))]
+    for newer, ours in pairs:
+        section, _, name = newer.rpartition(".")
+        given = getattr(node_at(config, section), name)
+        if given != getattr(node_at(defaults, section), name):
+            ours_section, _, ours_name = ours.rpartition(".")
+            adopt(newer, ours, given, getattr(node_at(defaults, ours_section), ours_name))
+    bucket = config.actor_rollout_ref.rollout.checkpoint_engine.get("update_weights_bucket_megabytes")
+    if bucket is not None:  # verl's newer place of the weight-sync bucket size (its default there: 2048)
+        adopt("actor_rollout_ref.rollout.checkpoint_engine.update_weights_bucket_megabytes",
+              "actor_rollout_ref.rollout.update_weights_bucket_megabytes", bucket,
+              defaults.actor_rollout_ref.rollout.update_weights_bucket_megabytes)
+
+
 def check_newer_verl_layout(config: Config) -> None:
-    """Keys of verl's newest ppo_trainer.yaml that move settings reinforge reads at their earlier keys (the `reward`,
-    `skip` and legacy top-level sections, critic.fsdp), and newer verl features that change what is trained: each is
-    accepted at verl's default only, and an error names the key to use where there is one."""
+    """Newer verl features that change what is trained (NOT_SUPPORTED, verl's newer rollout skip): each is accepted at
+    verl's default only, and an error names the key to use where there is one."""
     from reinforge.config.fields import node_at
 
     def value(key: str):
@@ -285,12 +317,7 @@ def check_newer_verl_layout(config: Config) -> None:
     def show(setting) -> str:  # as the command line writes it
         return "null" if setting is None else str(setting).lower() if isinstance(setting, bool) else str(setting)
 
-    defaults, critic = Config(), config.critic.enable
-    for key, ours in NEWER_PLACES:
-        given, default = value(key), getattr(node_at(defaults, key.rpartition(".")[0]), key.rpartition(".")[2])
-        if given not in (default, value(ours)) and (critic or not key.startswith("critic.")):
-            raise ConfigError(f"{key}={show(given)}: verl's newer place of {ours}, which is where reinforge reads it; set "
-                              f"{ours}={show(given)} instead ({key} is accepted at verl's default, {show(default)}, only)")
+    critic = config.critic.enable
     for key, allowed, what in NOT_SUPPORTED:
         if value(key) not in allowed and (critic or not key.startswith("critic.")):
             _refuse(key, show(value(key)), what, show(allowed[0]))

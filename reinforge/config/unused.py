@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from reinforge.config.fields import node_at
 from reinforge.config.schema import Config
-from reinforge.config.section_checks import NEWER_PLACES, NOT_SUPPORTED, lora_enabled
+from reinforge.config.section_checks import NOT_SUPPORTED, lora_enabled
 
 _ENGINE_ONLY = (
     "gpu_memory_utilization", "tensor_model_parallel_size", "max_num_batched_tokens", "max_model_len",
@@ -115,7 +115,8 @@ _ALWAYS_INERT = {
     "actor_rollout_ref.rollout.n_gpus_per_node": "generation runs on the training ranks; there is no rollout pool of its own",
     "actor_rollout_ref.rollout.seed": "every rollout row samples with its own seed derived from trainer.seed, the step and the row",
     "actor_rollout_ref.rollout.full_determinism": "no deterministic-kernel mode of the engines in this version",
-    "actor_rollout_ref.rollout.checkpoint_engine": "weights reach the engine in buckets of rollout.update_weights_bucket_megabytes",
+    "actor_rollout_ref.rollout.checkpoint_engine": "weights reach the engine in buckets of rollout.update_weights_bucket_megabytes "
+                                                   "(which checkpoint_engine.update_weights_bucket_megabytes sets)",
     "actor_rollout_ref.rollout.moe_load_balance_metrics_interval": "no MoE load-balance metrics of the engine in this version",
     "actor_rollout_ref.rollout.prometheus": "no Prometheus export in this version; metrics go to trainer.logger",
     "actor_rollout_ref.rollout.cast_to_rollout_dtype": "the engine gets its weights in its own dtype",
@@ -156,8 +157,7 @@ _ALWAYS_INERT = {
                     "(actor_rollout_ref.rollout.skip.* is the trainer's)"),
     "skip.rollout": "reinforge's rollout skip is actor_rollout_ref.rollout.skip.* (skip.rollout.enable=true is an error)",
 }
-_NEWER_PLACES = {key: f"reinforge reads this setting at {ours}" for key, ours in NEWER_PLACES if not key.startswith("critic.")}
-_NEWER_PLACES.update({key: f"at verl's default; not in this version: {what}" for key, _, what in NOT_SUPPORTED})
+_NEWER_PLACES = {key: f"at verl's default; not in this version: {what}" for key, _, what in NOT_SUPPORTED}
 _NEWER_PLACES.update({"reward.reward_manager.module.name": "read only with reward.reward_manager.source=module, which is not "
                                                            "in this version",
                       "reward_manager.module.name": "read only with reward_manager.source=module, which is not in this version"})
@@ -297,6 +297,8 @@ def unused_settings(config: Config, user_keys: list[str]) -> list[str]:
     lines = []
     for key in dict.fromkeys(user_keys):
         reason = next((r for prefix, r in _ALWAYS_INERT.items() if key == prefix or key.startswith(prefix + ".")), None)
+        if key == "actor_rollout_ref.rollout.checkpoint_engine.update_weights_bucket_megabytes":  # read (adopt_newer_places)
+            reason = None
         if key.startswith(("hydra.", "hydra/")):  # from a config file's hydra section or defaults list (config/loading.py)
             reason = HYDRA_REASON
         parts = key.split(".")
@@ -324,13 +326,15 @@ def unused_settings(config: Config, user_keys: list[str]) -> list[str]:
         elif (reason is None and key.startswith("actor_rollout_ref.ref.fsdp_config.")
               and lora_enabled(config.actor_rollout_ref.model)):
             reason = "with LoRA the reference is the actor's own model with its adapters off, not a model of its own"
-        elif reason is None and key.startswith("critic.fsdp."):
-            reason = (f"verl's newer place of the critic's engine settings; reinforge reads "
-                      f"critic.model.fsdp_config.{key.removeprefix('critic.fsdp.')}")
+        elif reason is None and key.startswith("critic.fsdp.") and len(parts) > 2:  # verl's newer place of critic.model.fsdp_config
+            reason = _fsdp_reason(config, "critic", parts[2])
         elif reason is None and key in _NEWER_PLACES:
             reason = _NEWER_PLACES[key]
         elif reason is None and key.startswith("data.sampler.group_") and not config.data.sampler.class_path:
             reason = "read by a sampler class (data.sampler.class_path) that uses it, as verl's GroupRatioSampler; none is set"
+        elif (reason is None and key.endswith(".optim.zero_indexed_step")
+              and node_at(config, key.removesuffix(".zero_indexed_step")).lr_scheduler_type != "cosine"):
+            reason = "read by the cosine schedule only, as in verl"
         elif (reason is None and key.endswith(".optim.lr_wsd_stable_steps_ratio")
               and node_at(config, key.removesuffix(".lr_wsd_stable_steps_ratio")).lr_scheduler_type != "wsd"):
             reason = "acts only with lr_scheduler_type=wsd"

@@ -20,6 +20,7 @@ from reinforge.config.section_checks import (
     DTYPE_NAMES,
     LR_SCHEDULES,
     STRATEGIES,
+    adopt_newer_places,
     check_gdpo,
     check_lora,
     check_mixed_precision,
@@ -46,6 +47,7 @@ def finalize(config: Config, quickstart: bool = False) -> None:
     data, arr, trainer = config.data, config.actor_rollout_ref, config.trainer
     actor, rollout, optim = arr.actor, arr.rollout, arr.actor.optim
 
+    adopt_newer_places(config)  # verl's newest layout (reward.*, critic.fsdp.*) sets the keys read below
     if rollout.response_length is None:
         rollout.response_length = data.max_response_length
     if rollout.prompt_length is None:

@@ -4,9 +4,9 @@ verl moved the reward settings into one `reward` section (`reward/reward.yaml`: 
 `reward.reward_manager`, `reward.reward_model`, `reward.sandbox_fusion`) and keeps the older top-level places
 (`legacy_reward_impl.yaml`: `reward_manager`, `sandbox_fusion`) with null defaults for old command lines; the rollout
 skip moved to a top-level `skip` section (`verl.utils.skip.SkipManagerConfig`). reinforge reads these settings at
-their earlier keys (`custom_reward_function.*`, `reward_model.*`, `actor_rollout_ref.rollout.skip.*`): the newer
-keys are accepted at verl's defaults (and listed as without effect when set), another value is an error that names
-the key reinforge reads (config/section_checks.py, `check_newer_verl_layout`).
+their earlier keys (`custom_reward_function.*`, `reward_model.*`): a newer key set away from verl's default sets the
+earlier one, and the two set to different values is an error naming both (config/section_checks.py,
+`adopt_newer_places`); the newer rollout skip (`skip.rollout`) is refused, naming `actor_rollout_ref.rollout.skip.*`.
 """
 
 from __future__ import annotations
@@ -18,10 +18,8 @@ from reinforge.config.fields import Node, _f, _sub
 
 @dataclass
 class RewardFunctionRef(Node):
-    path: str | None = _f(None, "verl's newer place of custom_reward_function.path, which reinforge reads: only null here "
-                          "(another value is an error naming custom_reward_function.path).")
-    name: str = _f("compute_score", "verl's newer place of custom_reward_function.name: only compute_score here (another "
-                   "value is an error naming custom_reward_function.name).")
+    path: str | None = _f(None, "verl's newer place of custom_reward_function.path: sets it.")
+    name: str = _f("compute_score", "verl's newer place of custom_reward_function.name: sets it.")
 
 
 @dataclass
@@ -35,20 +33,18 @@ class ModuleRef(Node):
 class RewardManagerRef(Node):
     source: str = _f("register", "verl: where the reward manager comes from, register (by name) or module (module.*); only "
                      "register here.")
-    name: str = _f("naive", "verl's newer place of reward_model.reward_manager, which reinforge reads: only naive here "
-                   "(another value is an error naming reward_model.reward_manager).")
+    name: str = _f("naive", "verl's newer place of reward_model.reward_manager: sets it.")
     module: ModuleRef = _sub(ModuleRef, "verl: a reward manager class of one's own; not in this version.")
 
 
 @dataclass
 class NewerRewardModelConfig(Node):
-    enable: bool = _f(False, "verl's newer place of reward_model.enable, which reinforge reads: only false here (true is "
-                      "an error naming reward_model.enable).")
+    enable: bool = _f(False, "verl's newer place of reward_model.enable: sets it.")
     enable_resource_pool: bool = _f(False, "Accepted for verl compatibility (the reward model on GPUs of its own); no effect "
                                     "here: it shares the training ranks' GPUs.")
     n_gpus_per_node: int = _f(8, "Accepted for verl compatibility (GPUs per node of enable_resource_pool); no effect here.")
     nnodes: int = _f(0, "Accepted for verl compatibility (nodes of enable_resource_pool); no effect here.")
-    model_path: str | None = _f(None, "verl's newer place of reward_model.model.path, which reinforge reads: only null here.")
+    model_path: str | None = _f(None, "verl's newer place of reward_model.model.path: sets it.")
     rollout: dict | None = _f({}, "Accepted for verl compatibility (the inference server of a reward model: name, dtype, "
                               "gpu_memory_utilization, tensor_model_parallel_size, ...), a free-form mapping; no effect "
                               "here: the reward model runs in the training process (reward_model.judge.* for a generative "
@@ -57,9 +53,9 @@ class NewerRewardModelConfig(Node):
 
 @dataclass
 class NewerSandboxFusionConfig(Node):
-    url: str | None = _f(None, "verl's newer place of reward_model.sandbox_fusion.url, which reinforge reads: only null here.")
-    max_concurrent: int = _f(64, "verl's newer place of reward_model.sandbox_fusion.max_concurrent: only 64 here.")
-    memory_limit_mb: int = _f(1024, "verl's newer place of reward_model.sandbox_fusion.memory_limit_mb: only 1024 here.")
+    url: str | None = _f(None, "verl's newer place of reward_model.sandbox_fusion.url: sets it.")
+    max_concurrent: int = _f(64, "verl's newer place of reward_model.sandbox_fusion.max_concurrent: sets it.")
+    memory_limit_mb: int = _f(1024, "verl's newer place of reward_model.sandbox_fusion.memory_limit_mb: sets it.")
 
 
 @dataclass
@@ -77,16 +73,15 @@ class RewardSectionConfig(Node):
 
 @dataclass
 class LegacySandboxFusionConfig(Node):
-    url: str | None = _f(None, "verl's top-level copy of reward_model.sandbox_fusion.url (null: unset), which reinforge "
-                         "reads: only null here.")
-    max_concurrent: int | None = _f(None, "verl's top-level copy of reward_model.sandbox_fusion.max_concurrent: only null here.")
-    memory_limit_mb: int | None = _f(None, "verl's top-level copy of reward_model.sandbox_fusion.memory_limit_mb: only null here.")
+    url: str | None = _f(None, "verl's top-level copy of reward_model.sandbox_fusion.url (null: unset): sets it.")
+    max_concurrent: int | None = _f(None, "verl's top-level copy of reward_model.sandbox_fusion.max_concurrent: sets it.")
+    memory_limit_mb: int | None = _f(None, "verl's top-level copy of reward_model.sandbox_fusion.memory_limit_mb: sets it.")
 
 
 @dataclass
 class LegacyRewardManagerRef(Node):
     source: str = _f("register", "verl's top-level reward_manager.source (register or module); only register here.")
-    name: str = _f("naive", "verl's top-level copy of reward_model.reward_manager, which reinforge reads: only naive here.")
+    name: str = _f("naive", "verl's top-level copy of reward_model.reward_manager: sets it.")
     module: ModuleRef = _sub(ModuleRef, "verl: a reward manager class of one's own; not in this version.")
 
 
