@@ -317,8 +317,10 @@ def test_gdpo_normalises_the_rewards_the_reward_function_returns(run_steps, tmp_
         "def compute_score(data_source, solution_str, ground_truth, extra_info=None):\n"
         "    fmt = float(len(solution_str) % 2)\n"
         "    acc = sum(map(ord, solution_str)) % 7 / 7\n"
-        "    return {'score': fmt + acc, 'format_reward': fmt, 'accuracy_reward': acc}\n")
-    steps = run_steps("algorithm.adv_estimator=gdpo", f"custom_reward_function.path={reward}",
+        "    return {'score': fmt + acc, 'format_reward': fmt, 'accuracy_reward': acc,\n"
+        "            'reward_components': {'format_reward': fmt, 'accuracy_reward': acc}}\n")
+    # the reward manager as verl's GDPO example names it, in its newer reward section
+    steps = run_steps("algorithm.adv_estimator=gdpo", f"custom_reward_function.path={reward}", "reward.reward_manager.name=gdpo",
                       "algorithm.gdpo_reward_keys=[format_reward,accuracy_reward]", "algorithm.gdpo_reward_weights=[1.0,2.0]",
                       "data.train_batch_size=4", "actor_rollout_ref.actor.ppo_mini_batch_size=4")
     for step in steps.values():

@@ -1,4 +1,6 @@
-"""The `dapo` reward manager (DAPO, arXiv:2503.14476): `naive` plus eos stripping and overlong reward shaping.
+"""The `dapo` reward manager (DAPO, arXiv:2503.14476): `naive` plus eos stripping and overlong reward shaping; also
+registered as verl's `gdpo` and `naive_gdpo`, which score the same way (GDPO's reward components are the keys the
+reward function returns beside `score`, named by `algorithm.gdpo_reward_keys`).
 
 It scores like `naive` (same calls, options `timeout_s` and `max_concurrency`, errors and
 timeouts), with these differences:
@@ -47,6 +49,8 @@ class OverlongBuffer:
 _OVERLONG_KEYS = ("enable", "len", "penalty_factor", "log")
 
 
+@register_reward_manager("naive_gdpo")
+@register_reward_manager("gdpo")  # verl's GDPO manager scores as its DAPO one; the components are the function's extra keys
 @register_reward_manager("dapo")
 class DAPORewardManager(NaiveRewardManager):
     """`naive` plus DAPO's eos stripping and overlong reward shaping; see the module docstring."""
