@@ -393,6 +393,9 @@ class RewardModelConfig(Node):
                               "gpu_memory_utilization, prompt_length, response_length, ...), a free-form mapping; no effect "
                               "here: the reward model runs in the training process (reward_model.judge.* for a generative "
                               "judge).")
+    inference: dict | None = _f({}, "Accepted for verl compatibility (the reward loop's earlier name of rollout); no effect "
+                                "here, as rollout.")
+    model_path: str | None = _f(None, "verl's reward-loop place of reward_model.model.path: sets it.")
     profiler: dict = _f({}, PROFILER_DOC)
 
 

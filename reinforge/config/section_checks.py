@@ -249,6 +249,7 @@ NEWER_PLACES = (
     ("reward.reward_manager.name", "reward_model.reward_manager"),
     ("reward.reward_model.enable", "reward_model.enable"),
     ("reward.reward_model.model_path", "reward_model.model.path"),
+    ("reward_model.model_path", "reward_model.model.path"),
     ("reward.sandbox_fusion.url", "reward_model.sandbox_fusion.url"),
     ("reward.sandbox_fusion.max_concurrent", "reward_model.sandbox_fusion.max_concurrent"),
     ("reward.sandbox_fusion.memory_limit_mb", "reward_model.sandbox_fusion.memory_limit_mb"),

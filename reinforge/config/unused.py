@@ -138,7 +138,7 @@ _ALWAYS_INERT = {
                     "rewards are scored by the trainer; reward_model.reward_kwargs sets the parallelism (max_concurrency, "
                     "num_processes)"),
     "reward_model.use_reward_loop": "reinforge has one reward implementation",
-    **dict.fromkeys(("reward_model.rollout", "reward.reward_model.rollout"),
+    **dict.fromkeys(("reward_model.rollout", "reward_model.inference", "reward.reward_model.rollout"),
                     "the reward model runs in the training process, not on an inference server (reward_model.judge.* "
                     "sets a generative judge)"),
     **dict.fromkeys(("reward.reward_model.enable_resource_pool", "reward.reward_model.n_gpus_per_node",
