@@ -13,7 +13,7 @@ from __future__ import annotations
 import torch
 
 SAMPLED_KL = ("kl", "k1", "abs", "mse", "k2", "low_var_kl", "k3")
-KL_PENALTIES = (*SAMPLED_KL, "full", *(f"{name}+" for name in SAMPLED_KL if name not in ("mse", "k2")))
+KL_PENALTIES = (*SAMPLED_KL, "full", *(f"{name}+" for name in SAMPLED_KL))  # k2+ and mse+: k2 itself, as in verl
 
 
 def _sampled_kl(log_prob: torch.Tensor, ref_log_prob: torch.Tensor, kind: str) -> torch.Tensor:

@@ -272,6 +272,8 @@ def _coerce(value: Any, annotation: Any, key: str, root: type = Config) -> Any:
         return int(value)
     if expected is list and isinstance(value, tuple):
         return list(value)
+    if expected is str and isinstance(value, (int, float)) and not isinstance(value, bool):
+        return str(value)  # as OmegaConf's string fields take them: trainer.experiment_name=2024, model_dtype=32
     if isinstance(value, expected) and not (expected is int and isinstance(value, bool)):
         return value
     type_name = {int: "an integer", float: "a number", bool: "true or false", str: "a string", list: "a list", dict: "a mapping"}

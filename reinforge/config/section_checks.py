@@ -13,7 +13,7 @@ from reinforge.config.schema import Config, FSDPConfig
 from reinforge.errors import ConfigError
 
 STRATEGIES = ("fsdp", "fsdp2")  # the same thing: FSDP2 over several ranks, a plain module on one
-DTYPE_NAMES = ("fp32", "bf16", "float32", "bfloat16")
+DTYPE_NAMES = ("fp32", "bf16", "float32", "bfloat16", "32")  # "32": verl's PrecisionType spelling of fp32
 LR_SCHEDULES = ("constant", "cosine", "wsd")
 CHECKPOINT_CONTENTS = ("model", "optimizer", "extra", "hf_model")
 

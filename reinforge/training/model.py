@@ -11,7 +11,8 @@ from reinforge.config.schema import Config
 from reinforge.errors import ModelError
 from reinforge.user_code import import_user_module
 
-DTYPES = {"fp32": torch.float32, "float32": torch.float32, "bf16": torch.bfloat16, "bfloat16": torch.bfloat16}
+DTYPES = {"fp32": torch.float32, "float32": torch.float32, "32": torch.float32, "bf16": torch.bfloat16,
+          "bfloat16": torch.bfloat16}
 
 
 # the files one of which every Hugging Face tokenizer folder holds (fast, sentencepiece, BPE and WordPiece tokenizers)

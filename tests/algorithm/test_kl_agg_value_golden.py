@@ -123,7 +123,7 @@ def test_kl_estimator_gradients(name, grad):
 
 
 @pytest.mark.parametrize(("name", "base"), [("k1+", "kl"), ("kl+", "kl"), ("abs+", "abs"), ("k3+", "k3"),
-                                            ("low_var_kl+", "k3")])
+                                            ("low_var_kl+", "k3"), ("k2+", "mse"), ("mse+", "mse")])
 def test_straight_through_kl_value_and_k2_gradient(name, base):
     lp = torch.tensor([LP], requires_grad=True)
     out = kl_penalty(lp, torch.tensor([REF]), name)
@@ -239,3 +239,12 @@ def test_value_loss_default_mode_is_token_mean():
     vpreds, returns, values, mask = value_example()
     vf_loss, _ = compute_value_loss(vpreds, returns, values, mask, 0.5)
     assert vf_loss.item() == pytest.approx(0.72875, abs=1e-6)
+
+
+def test_every_straight_through_name_is_accepted_as_verl_accepts_it():
+    from reinforge.config import load_config
+
+    for name in ("k2+", "mse+"):
+        config, _ = load_config(["actor_rollout_ref.actor.use_kl_loss=true", f"actor_rollout_ref.actor.kl_loss_type={name}",
+                                 "algorithm.use_kl_in_reward=true", f"algorithm.kl_penalty={name}"])
+        assert config.actor_rollout_ref.actor.kl_loss_type == config.algorithm.kl_penalty == name

@@ -206,3 +206,15 @@ def test_verls_optimizer_keys_and_a_plus_override_into_override_optimizer_config
     assert cfg.actor_rollout_ref.actor.optim.override_optimizer_config == {"momentum": 0.9}  # `dict | None`: a group to add to
     cfg, _ = load_config(VERL + ["actor_rollout_ref.actor.optim.override_optimizer_config=null"])  # verl's default
     assert cfg.actor_rollout_ref.actor.optim.override_optimizer_config is None
+
+
+def test_numbers_given_to_string_keys_are_strings_as_omegaconf_makes_them():
+    """verl's OmegaConf turns trainer.experiment_name=2024 into "2024"; model_dtype=32 is verl's spelling of fp32."""
+    config, _ = load_config([*VERL, "trainer.experiment_name=2024", "actor_rollout_ref.actor.fsdp_config.model_dtype=32"])
+    assert config.trainer.experiment_name == "2024"
+    assert config.actor_rollout_ref.actor.fsdp_config.model_dtype == "32"
+    from reinforge.training.model import DTYPES
+
+    assert DTYPES["32"] is DTYPES["fp32"]
+    with pytest.raises(ConfigError, match="'trainer.val_before_train' must be true or false, got 3"):  # only string keys
+        load_config([*VERL, "trainer.val_before_train=3"])

@@ -105,3 +105,26 @@ def test_update_weights_refreshes_the_bf16_copy(worker):
     assert not torch.equal(copied, trained.to(torch.bfloat16))  # the update moved the actor, not the copy
     actor.update_weights()
     assert torch.equal(next(actor.engine.model.parameters()), trained.detach().to(torch.bfloat16))
+
+
+def test_the_kl_penalty_in_the_reward_keeps_the_tokens_rejection_drops():
+    """verl applies the KL penalty in the reward before the rollout correction rejects tokens, so a rejected token keeps
+    its penalty in the score the outcome estimators sum: the trainer's correction step hands back the mask before
+    rejection for apply_kl_penalty."""
+    from types import SimpleNamespace
+
+    from reinforge.algorithm.kl import FixedKLController, apply_kl_penalty
+    from reinforge.config.algorithm_schema import RolloutCorrectionConfig
+    from reinforge.trainer.ppo_trainer import RLTrainer
+
+    mask = torch.ones(2, 3)
+    old = torch.zeros(2, 3)
+    engine = old.clone()
+    engine[0, 1] = -3.0  # log(pi_old / pi_rollout) = 3 on one token: past a token_k1 bound of 2
+    batch = Batch({"response_mask": mask.clone(), "old_log_probs": old, "rollout_log_probs": engine})
+    correction = RolloutCorrectionConfig(rollout_rs="token_k1", rollout_rs_threshold=2.0)
+    before = RLTrainer._rollout_mismatch(SimpleNamespace(correction=correction), batch, {}, {})
+    assert batch["response_mask"][0, 1] == 0 and batch["response_mask"].sum() == 5  # rejected for the update
+    assert torch.equal(before, mask)  # not for the penalty
+    rewards, metrics = apply_kl_penalty(torch.zeros(2, 3), torch.full((2, 3), 0.5), before, FixedKLController(0.1))
+    assert rewards[0, 1] == pytest.approx(-0.05) and metrics["actor/reward_kl_penalty"] == pytest.approx(0.5)
