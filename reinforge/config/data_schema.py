@@ -59,7 +59,7 @@ class DataConfig(Node):
     filter_overlong_prompts: bool = _f(False, "Drop prompts longer than max_prompt_length when loading (reported with a count).")
     shuffle: bool = _f(True, "Shuffle the training data each epoch (seeded by data.seed).")
     validation_shuffle: bool = _f(False, "Shuffle the validation data.")
-    seed: int = _f(42, "Seed of the training data order.")
+    seed: int | None = _f(42, "Seed of the training data order; null (verl's unseeded order): trainer.seed, so runs repeat.")
     return_raw_chat: bool = _f(False, "Keep the prompt's chat messages in the batch as `raw_prompt` (for multi-turn rollouts).")
     return_raw_input_ids: bool = _f(False, "Accepted for verl compatibility; prompts are always re-tokenized by the one tokenizer.")
     return_full_prompt: bool = _f(False, "Keep the prompt text after the chat template as `full_prompts`.")

@@ -63,6 +63,8 @@ def finalize(config: Config, quickstart: bool = False) -> None:
     if optim.clip_grad is not None:
         positive("actor_rollout_ref.actor.optim.clip_grad", optim.clip_grad)
         actor.grad_clip = optim.clip_grad
+    if data.seed is None:  # verl's null draws an unseeded order; trainer.seed keeps runs repeatable
+        data.seed = trainer.seed
     _finalize_sample_limits(config)
     _finalize_tokenizer(config)
     if data.gen_batch_size is None:

@@ -471,11 +471,15 @@ def _accepts(cls: type, name: str) -> bool:
 
 
 def load_user_class(path: str, name: str | None, path_key: str, name_key: str) -> type:
-    """The class `name` defined in the Python file or importable module `path` (verl's `pkg://` prefix allowed).
+    """The class `name` defined in the Python file or importable module `path`, with verl's prefixes: `file://` before a
+    file's path, `pkg://` before a module's dotted or slashed path (`pkg://pkg/module` is `pkg.module`).
 
     Errors are DataErrors that name the config keys `path_key` and `name_key` and list the classes the file defines.
     """
-    module = import_user_module(str(path).removeprefix("pkg://"), path_key, DataError)
+    source = str(path)
+    if source.startswith("pkg://"):
+        source = source.removeprefix("pkg://").replace("/", ".")
+    module = import_user_module(source.removeprefix("file://"), path_key, DataError)
     defined = sorted(k for k, v in vars(module).items() if isinstance(v, type) and v.__module__ == module.__name__)
     where = f"{path_key}={path!r}"
     if not name or not hasattr(module, name):

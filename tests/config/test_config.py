@@ -218,3 +218,9 @@ def test_numbers_given_to_string_keys_are_strings_as_omegaconf_makes_them():
     assert DTYPES["32"] is DTYPES["fp32"]
     with pytest.raises(ConfigError, match="'trainer.val_before_train' must be true or false, got 3"):  # only string keys
         load_config([*VERL, "trainer.val_before_train=3"])
+
+
+def test_a_null_data_seed_is_the_trainer_seed():
+    """verl's data.seed defaults to null (an unseeded order); here it is trainer.seed, so the run repeats."""
+    config, _ = load_config([*VERL, "data.seed=null", "trainer.seed=7"])
+    assert config.data.seed == 7

@@ -216,14 +216,16 @@ def _config(path, name) -> DataConfig:
     return DataConfig(train_batch_size=2, sampler=SamplerRef(class_path=str(path) if path else None, class_name=name))
 
 
-def test_a_user_sampler_gets_the_dataset_and_the_data_config_and_sets_the_order(sampler_file):
-    sampler = create_rl_sampler(_config(sampler_file, "EvenFirst"), list(range(5)))
+@pytest.mark.parametrize("prefix", ["", "file://"])  # verl's file:// prefix before a file's path
+def test_a_user_sampler_gets_the_dataset_and_the_data_config_and_sets_the_order(sampler_file, prefix):
+    sampler = create_rl_sampler(_config(f"{prefix}{sampler_file}", "EvenFirst"), list(range(5)))
     assert sampler.batch == 2
     loader = PromptLoader(list(range(5)), 2, _dicts, shuffle=True, seed=0, drop_last=False, sampler=sampler)
     assert [batch["dataset_index"] for batch in loader] == [[0, 2], [4, 1], [3]]
 
 
-@pytest.mark.parametrize("module", ["reinforge.environment.sampler", "pkg://reinforge.environment.sampler"])
+@pytest.mark.parametrize("module", ["reinforge.environment.sampler", "pkg://reinforge.environment.sampler",
+                                    "pkg://reinforge/environment/sampler"])  # verl turns pkg:// slashes into dots
 def test_the_built_in_curriculum_by_module_name(module):
     assert isinstance(create_rl_sampler(_config(module, "LearnabilitySampler"), list(range(3))), LearnabilitySampler)
 
