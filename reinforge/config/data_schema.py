@@ -87,8 +87,9 @@ class DataConfig(Node):
                                   "rows are refused.")
     mm_processor_kwargs: dict = _f({}, "Accepted for verl compatibility (keyword arguments of the multimodal processor); no "
                                        "effect here: multimodal rows are refused.")
-    tool_config_path: str | None = _f(None, "Accepted for verl compatibility (verl's copy of "
-                                      "actor_rollout_ref.rollout.multi_turn.tool_config_path, which is read here).")
+    tool_config_path: str | None = _f(None, "verl's copy of actor_rollout_ref.rollout.multi_turn.tool_config_path (null: that "
+                                      "one, with multi_turn.enable): data.filter_overlong_prompts measures each prompt with "
+                                      "its tool schemas, as the rollout renders it; the rollout's tools come from multi_turn's.")
     function_tool_path: str | None = _f(None, "Accepted for verl compatibility (verl's copy of "
                                         "actor_rollout_ref.rollout.multi_turn.function_tool_path).")
     max_val_samples: int = _f(-1, "Use at most this many validation rows (-1: all), chosen as max_samples are. verl's name: "

@@ -63,6 +63,9 @@ def finalize(config: Config, quickstart: bool = False) -> None:
     if optim.clip_grad is not None:
         positive("actor_rollout_ref.actor.optim.clip_grad", optim.clip_grad)
         actor.grad_clip = optim.clip_grad
+    multi_turn = rollout.multi_turn  # verl's data.tool_config_path interpolates the rollout's: the filter measures with its tools
+    if data.tool_config_path is None and multi_turn.enable and multi_turn.tool_config_path:
+        data.tool_config_path = multi_turn.tool_config_path
     if data.seed is None:  # verl's null draws an unseeded order; trainer.seed keeps runs repeatable
         data.seed = trainer.seed
     _finalize_sample_limits(config)

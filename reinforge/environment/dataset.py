@@ -220,6 +220,8 @@ class RLDataset(Dataset):
         self._rows_read = 0  # rows of the files and generated rows so far, kept or not: the default `index` of the next one
         self._has_ability = False  # whether any row has an `ability` column
         self._has_agent_name = False  # whether any row has an `agent_name` column (which agent loop runs it)
+        # verl's filter measures a prompt with the tool schemas the multi-turn rollout renders it with
+        self._tool_schemas = _tool_schemas(config) if config.filter_overlong_prompts else None
 
         rows, origins, numbers = self._read(max_samples)
         self._add_rows(rows, origins, numbers, where=", ".join(self.files), keep_none_ok=False)
@@ -301,7 +303,11 @@ class RLDataset(Dataset):
         messages = [to_messages(row.get(key), origin, key) for row, origin in zip(rows, origins, strict=True)]
         texts = [self._render(m, origin) for m, origin in zip(messages, origins, strict=True)]
         token_ids = self.tokenizer(texts, add_special_tokens=False)["input_ids"] if texts else []
-        keep = self._fit_lengths(token_ids, origins, where, keep_none_ok)
+        measured = token_ids
+        if self._tool_schemas and texts:
+            with_tools = [self._render(m, origin, self._tool_schemas) for m, origin in zip(messages, origins, strict=True)]
+            measured = self.tokenizer(with_tools, add_special_tokens=False)["input_ids"]
+        keep = self._fit_lengths(measured, origins, where, keep_none_ok)
         limit, mode = self.config.max_prompt_length, self.config.truncation
         self._has_ability |= any("ability" in rows[i] for i in keep)
         self._has_agent_name |= any("agent_name" in rows[i] for i in keep)
@@ -314,11 +320,10 @@ class RLDataset(Dataset):
             self._input_ids.append(torch.tensor(truncate(token_ids[i], limit, mode), dtype=torch.long))
         return len(keep)
 
-    def _render(self, messages: list[dict[str, Any]], origin: Origin) -> str:
+    def _render(self, messages: list[dict[str, Any]], origin: Origin, tools: list[dict] | None = None) -> str:
+        kwargs = dict(self.config.apply_chat_template_kwargs) | ({"tools": tools} if tools else {})
         try:
-            return self.tokenizer.apply_chat_template(
-                messages, add_generation_prompt=True, tokenize=False, **dict(self.config.apply_chat_template_kwargs)
-            )
+            return self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False, **kwargs)
         except Exception as err:  # a template may raise on roles or fields it does not accept
             file, row = origin
             raise DataError(
@@ -436,6 +441,17 @@ def collate_fn(pad_token_id: int) -> Callable[[list[dict[str, Any]]], dict[str, 
 
 
 # ------------------------------------------------------------------------------- dataset factory
+def _tool_schemas(config: Any) -> list[dict] | None:
+    """The tool schemas of data.tool_config_path (which the trainer sets to the multi-turn rollout's tool config), as the
+    chat template is given them; None without one."""
+    path = getattr(config, "tool_config_path", None)
+    if not path:
+        return None
+    from reinforge.inference.tools.loading import load_tools
+
+    return [tool.get_openai_tool_schema() for tool in load_tools(path).values()] or None
+
+
 def create_rl_dataset(data_files: str | Path | Sequence[str | Path], data_config: Any, tokenizer: Any,
                       processor: Any = None, is_train: bool = True, max_samples: int = -1) -> Dataset:
     """The dataset of `data_files`: the user's class when `data.custom_cls.path` is set, else `RLDataset`.

@@ -280,3 +280,43 @@ def test_template_error_names_row(tmp_path, monkeypatch, tokenizer, data_config,
 def test_unknown_truncation_mode_is_a_config_error(tmp_path, tokenizer, data_config, make_rows, write_rows):
     with pytest.raises(ConfigError, match="data.truncation='cut': use one of error, left, right, middle"):
         RLDataset(write_rows(tmp_path / "d.jsonl", make_rows(1)), tokenizer, data_config(truncation="cut"))
+
+
+TOOLS_TEMPLATE = ("{% if tools %}tools: {% for t in tools %}{{ t['function']['name'] }} {% endfor %}\n{% endif %}"
+                  "{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}\n{% endfor %}"
+                  "{% if add_generation_prompt %}assistant:{% endif %}")
+
+
+def test_the_overlong_filter_measures_prompts_with_the_rollouts_tool_schemas(tmp_path, tokenizer, data_config, make_rows,
+                                                                           write_rows):
+    """verl's filter renders each prompt with the tool schemas of data.tool_config_path (the multi-turn rollout's): a
+    prompt that fits only without them is dropped at load, not cut or refused mid-run when the rollout adds them."""
+    import copy
+
+    tok = copy.deepcopy(tokenizer)
+    tok.chat_template = TOOLS_TEMPLATE
+    tools = tmp_path / "tools.yaml"
+    tools.write_text("tools:\n  - class_name: calculator\n")
+    rows = make_rows(2)
+    rows[1]["prompt"] = [{"role": "user", "content": "Reverse the digits: " + " ".join("7" * 12)}]
+    schema = [{"type": "function", "function": {"name": "calculator"}}]
+    limit = len(_template_ids(tok, rows[1]["prompt"]))  # the long row fits without the tools
+    assert len(_template_ids(tok, rows[1]["prompt"], tools=schema)) > limit >= len(_template_ids(tok, rows[0]["prompt"], tools=schema))
+    path = write_rows(tmp_path / "d.jsonl", rows)
+    plain = RLDataset(path, tok, data_config(max_prompt_length=limit, filter_overlong_prompts=True))
+    assert plain.num_filtered == 0
+    measured = RLDataset(path, tok, data_config(max_prompt_length=limit, filter_overlong_prompts=True,
+                                                tool_config_path=str(tools)))
+    assert measured.num_filtered == 1 and measured[0]["index"] == 100
+    assert measured[0]["input_ids"].tolist() == _template_ids(tok, rows[0]["prompt"])  # the items themselves: no tools
+
+
+def test_the_trainer_gives_the_dataset_the_rollouts_tool_config(tmp_path):
+    from reinforge.config import load_config
+
+    tools = tmp_path / "tools.yaml"
+    tools.write_text("tools:\n  - class_name: calculator\n")
+    config, _ = load_config(["actor_rollout_ref.rollout.multi_turn.enable=true",
+                             f"actor_rollout_ref.rollout.multi_turn.tool_config_path={tools}"])
+    assert config.data.tool_config_path == str(tools)
+    assert load_config([])[0].data.tool_config_path is None
