@@ -16,7 +16,9 @@ LOSS_AGG_MODES = ("token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "se
 
 
 def masked_sum(values: torch.Tensor, mask: torch.Tensor, dim: int | None = None) -> torch.Tensor:
-    return (values * mask).sum() if dim is None else (values * mask).sum(dim)
+    """Sum of `values * mask`; a NaN or inf where the mask is 0 counts as 0, as in verl (0 * nan would be nan)."""
+    weighted = torch.where(mask != 0, values, 0.0) * mask
+    return weighted.sum() if dim is None else weighted.sum(dim)
 
 
 def masked_mean(values: torch.Tensor, mask: torch.Tensor, dim: int | None = None) -> torch.Tensor:

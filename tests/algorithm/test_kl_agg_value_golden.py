@@ -248,3 +248,17 @@ def test_every_straight_through_name_is_accepted_as_verl_accepts_it():
         config, _ = load_config(["actor_rollout_ref.actor.use_kl_loss=true", f"actor_rollout_ref.actor.kl_loss_type={name}",
                                  "algorithm.use_kl_in_reward=true", f"algorithm.kl_penalty={name}"])
         assert config.actor_rollout_ref.actor.kl_loss_type == config.algorithm.kl_penalty == name
+
+
+def test_values_under_the_mask_do_not_reach_the_loss():
+    """A NaN or inf at a masked position counts as 0 (verl's masked sums use torch.where), in every aggregation mode."""
+    from reinforge.algorithm.core import LOSS_AGG_MODES, agg_loss
+
+    losses = torch.tensor([[1.0, 2.0, float("nan")], [3.0, float("inf"), 0.0]], requires_grad=True)
+    mask = torch.tensor([[1.0, 1.0, 0.0], [1.0, 0.0, 0.0]])
+    clean = torch.tensor([[1.0, 2.0, 0.0], [3.0, 0.0, 0.0]], requires_grad=True)
+    for mode in LOSS_AGG_MODES:
+        got, expected = agg_loss(losses, mask, mode), agg_loss(clean, mask, mode)
+        assert torch.isfinite(got) and got.item() == pytest.approx(expected.item()), mode
+        (grad,) = torch.autograd.grad(got, losses)
+        assert torch.equal(grad, torch.autograd.grad(expected, clean)[0]), mode
