@@ -102,11 +102,13 @@ def read_rows(given: str) -> tuple[list[dict[str, Any]], list[str]]:
 
 # ----------------------------------------------------------------------------------- one prompt
 def to_messages(value: Any, origin: Origin, column: str) -> list[dict[str, Any]]:
-    """The chat messages of one prompt value: a list of role/content dicts, or a string as one user message."""
+    """The chat messages of one prompt value: a list of role/content dicts, or a string as one user message. A message
+    may have no content when it carries tool calls (an assistant turn that only calls tools), as chat templates take it."""
     if isinstance(value, str):
         return [{"role": "user", "content": value}]
     if isinstance(value, (list, tuple)) and value and all(
-        isinstance(m, dict) and isinstance(m.get("role"), str) and m.get("content") is not None for m in value
+        isinstance(m, dict) and isinstance(m.get("role"), str) and (m.get("content") is not None or m.get("tool_calls"))
+        for m in value
     ):
         return [dict(m) for m in value]
     file, row = origin

@@ -320,3 +320,24 @@ def test_the_trainer_gives_the_dataset_the_rollouts_tool_config(tmp_path):
                              f"actor_rollout_ref.rollout.multi_turn.tool_config_path={tools}"])
     assert config.data.tool_config_path == str(tools)
     assert load_config([])[0].data.tool_config_path is None
+
+
+def test_an_assistant_turn_that_only_calls_tools_has_no_content(tmp_path, tokenizer, data_config, write_rows):
+    """{"role": "assistant", "content": null, "tool_calls": [...]} is how chat data writes a turn that only calls tools
+    (verl loads it); a message without content or tool calls is still refused."""
+    import copy
+
+    tok = copy.deepcopy(tokenizer)
+    tok.chat_template = ("{% for m in messages %}{{ m['role'] }}: {% if m['content'] %}{{ m['content'] }}{% endif %}"
+                         "{% for c in m['tool_calls'] or [] %}call {{ c['function']['name'] }}{% endfor %}\n{% endfor %}"
+                         "{% if add_generation_prompt %}assistant:{% endif %}")
+    call = {"type": "function", "function": {"name": "calculator", "arguments": {"expression": "2+3"}}}
+    messages = [{"role": "user", "content": "add 2 3"}, {"role": "assistant", "content": None, "tool_calls": [call]},
+                {"role": "tool", "content": "5"}]
+    path = write_rows(tmp_path / "d.jsonl", [{"prompt": messages}])
+    item = RLDataset(path, tok, data_config())[0]
+    assert item["input_ids"].tolist() == _template_ids(tok, messages)
+    assert tok.decode(item["input_ids"]) == "user: add 2 3assistant: call calculatortool: 5assistant:"  # trim_blocks
+    path = write_rows(tmp_path / "e.jsonl", [{"prompt": [{"role": "user", "content": None}]}])
+    with pytest.raises(DataError, match="a prompt must be a string or a non-empty list of chat messages"):
+        RLDataset(path, tok, data_config())
