@@ -394,14 +394,17 @@ def resolve(root: type, args: list[str] | None = None, config_file: str | None =
 
     file_overrides, ignored = _from_yaml(config_file, root, base) if config_file else ([], [])
     overrides = file_overrides + parse_overrides(list(args or []))
-    tree = dataclasses.asdict(root())
+    defaults = dataclasses.asdict(root())
+    tree = copy.deepcopy(defaults) if preset else defaults
     # the keys the user sets (a group given as a mapping sets the keys it names), which the preset depends on
-    if preset:
-        scratch = copy.deepcopy(tree)
-        user_keys = [key for override in overrides for key in _apply(scratch, root, override)]
-    for key, value in ((preset and preset(user_keys)) or {}).items():
-        _apply(tree, root, Override(key, value, "set", f"quickstart {key}"))
     user_keys = [key for override in overrides for key in _apply(tree, root, override)]
+    values = preset(user_keys) if preset else None
+    if values:  # the preset lies under the user's overrides: applied to the defaults, then the overrides again
+        tree = defaults
+        for key, value in values.items():
+            _apply(tree, root, Override(key, value, "set", f"quickstart {key}"))
+        for override in overrides:
+            _apply(tree, root, override)
     try:
         resolved = OmegaConf.to_container(OmegaConf.create(tree), resolve=True)
     except OmegaConfBaseException as exc:

@@ -9,7 +9,8 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
-from reinforge.config.schema import Config, FSDPConfig
+from reinforge.config.engine_schema import FSDPConfig
+from reinforge.config.schema import Config
 from reinforge.errors import ConfigError
 
 STRATEGIES = ("fsdp", "fsdp2")  # the same thing: FSDP2 over several ranks, a plain module on one
@@ -272,6 +273,15 @@ NOT_SUPPORTED = (
 )
 
 
+# verl's newer place of rollout.update_weights_bucket_megabytes: a key inside a free-form mapping, adopted on its own
+CHECKPOINT_ENGINE_BUCKET = "actor_rollout_ref.rollout.checkpoint_engine.update_weights_bucket_megabytes"
+
+
+def _show(setting) -> str:
+    """A setting as the command line writes it."""
+    return "null" if setting is None else str(setting).lower() if isinstance(setting, bool) else str(setting)
+
+
 def adopt_newer_places(config: Config) -> None:
     """verl's newest ppo_trainer.yaml moved settings reinforge reads at their earlier keys (the reward section, the
     top-level reward_manager and sandbox_fusion, critic.fsdp.*, rollout.checkpoint_engine's bucket size): a newer key
@@ -279,31 +289,24 @@ def adopt_newer_places(config: Config) -> None:
     set to different values is an error naming both."""
     from reinforge.config.fields import node_at
 
-    def show(setting) -> str:  # as the command line writes it
-        return "null" if setting is None else str(setting).lower() if isinstance(setting, bool) else str(setting)
+    defaults = Config()
 
-    def adopt(newer: str, ours: str, given, default_ours) -> None:
-        section, _, name = ours.rpartition(".")
-        current = getattr(node_at(config, section), name)
-        if current not in (default_ours, given):
-            raise ConfigError(f"{newer}={show(given)} and {ours}={show(current)} are the same setting (verl's newer and "
+    def adopt(newer: str, ours: str, given) -> None:
+        current = node_at(config, ours)
+        if current not in (node_at(defaults, ours), given):
+            raise ConfigError(f"{newer}={_show(given)} and {ours}={_show(current)} are the same setting (verl's newer and "
                               "earlier place of it) with two values; set one of them")
+        section, _, name = ours.rpartition(".")
         setattr(node_at(config, section), name, given)
 
-    defaults = Config()
     pairs = [*NEWER_PLACES, *((f"critic.fsdp.{field.name}", f"critic.model.fsdp_config.{field.name}")
                               for field in dataclasses.fields(FSDPConfig))]
     for newer, ours in pairs:
-        section, _, name = newer.rpartition(".")
-        given = getattr(node_at(config, section), name)
-        if given != getattr(node_at(defaults, section), name):
-            ours_section, _, ours_name = ours.rpartition(".")
-            adopt(newer, ours, given, getattr(node_at(defaults, ours_section), ours_name))
-    bucket = config.actor_rollout_ref.rollout.checkpoint_engine.get("update_weights_bucket_megabytes")
-    if bucket is not None:  # verl's newer place of the weight-sync bucket size (its default there: 2048)
-        adopt("actor_rollout_ref.rollout.checkpoint_engine.update_weights_bucket_megabytes",
-              "actor_rollout_ref.rollout.update_weights_bucket_megabytes", bucket,
-              defaults.actor_rollout_ref.rollout.update_weights_bucket_megabytes)
+        if node_at(config, newer) != node_at(defaults, newer):
+            adopt(newer, ours, node_at(config, newer))
+    bucket = config.actor_rollout_ref.rollout.checkpoint_engine.get(CHECKPOINT_ENGINE_BUCKET.rpartition(".")[2])
+    if bucket is not None:  # verl's default there is 2048
+        adopt(CHECKPOINT_ENGINE_BUCKET, "actor_rollout_ref.rollout.update_weights_bucket_megabytes", bucket)
 
 
 def check_newer_verl_layout(config: Config) -> None:
@@ -311,17 +314,10 @@ def check_newer_verl_layout(config: Config) -> None:
     verl's default only, and an error names the key to use where there is one."""
     from reinforge.config.fields import node_at
 
-    def value(key: str):
-        section, _, name = key.rpartition(".")
-        return getattr(node_at(config, section), name)
-
-    def show(setting) -> str:  # as the command line writes it
-        return "null" if setting is None else str(setting).lower() if isinstance(setting, bool) else str(setting)
-
     critic = config.critic.enable
     for key, allowed, what in NOT_SUPPORTED:
-        if value(key) not in allowed and (critic or not key.startswith("critic.")):
-            _refuse(key, show(value(key)), what, show(allowed[0]))
+        if node_at(config, key) not in allowed and (critic or not key.startswith("critic.")):
+            _refuse(key, _show(node_at(config, key)), what, _show(allowed[0]))
     if config.skip.rollout.enable:
         raise ConfigError("skip.rollout.enable=true: verl's newer rollout skip (listed steps) is not supported in this "
                           "version; use actor_rollout_ref.rollout.skip.enable=true with skip.dump_dir, max_dump_step and "

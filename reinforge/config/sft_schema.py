@@ -10,8 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from reinforge.config.data_schema import ClassRef
+from reinforge.config.engine_schema import SP_DOC, OptimConfig
 from reinforge.config.fields import Node, _f, _sub
-from reinforge.config.schema import SP_DOC, OptimConfig
 
 NO_EFFECT = "Accepted for verl compatibility; no effect here."
 # apply_chat_template arguments the SFT datasets set themselves (data.apply_chat_template_kwargs may not)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from reinforge.config.fields import node_at
 from reinforge.config.schema import Config
-from reinforge.config.section_checks import NOT_SUPPORTED, lora_enabled
+from reinforge.config.section_checks import CHECKPOINT_ENGINE_BUCKET, NOT_SUPPORTED, lora_enabled
 
 _ENGINE_ONLY = (
     "gpu_memory_utilization", "tensor_model_parallel_size", "max_num_batched_tokens", "max_model_len",
@@ -298,7 +298,7 @@ def unused_settings(config: Config, user_keys: list[str]) -> list[str]:
     lines = []
     for key in dict.fromkeys(user_keys):
         reason = next((r for prefix, r in _ALWAYS_INERT.items() if key == prefix or key.startswith(prefix + ".")), None)
-        if key == "actor_rollout_ref.rollout.checkpoint_engine.update_weights_bucket_megabytes":  # read (adopt_newer_places)
+        if key == CHECKPOINT_ENGINE_BUCKET:  # inside an inert mapping, but read (adopt_newer_places)
             reason = None
         if key.startswith(("hydra.", "hydra/")):  # from a config file's hydra section or defaults list (config/loading.py)
             reason = HYDRA_REASON

@@ -462,6 +462,14 @@ def wants_sum_pi_squared(config: Config) -> bool:
     return config.actor_rollout_ref.actor.calculate_sum_pi_squared or needs_sum_pi_squared(config.algorithm.adv_estimator)
 
 
+def generation_batch(config: Config) -> tuple[str, int]:
+    """(the key, the prompts) of a batch the training loader draws: data.gen_batch_size under algorithm.filter_groups
+    (DAPO draws batches until enough groups are kept), else data.train_batch_size."""
+    if config.algorithm.filter_groups.enable:
+        return "data.gen_batch_size", config.data.gen_batch_size
+    return "data.train_batch_size", config.data.train_batch_size
+
+
 def batch_arithmetic(config: Config) -> dict[str, int | bool]:
     """The derived quantities that decide what one training step does."""
     from reinforge.distributed.process_group import world_size_of

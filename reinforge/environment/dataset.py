@@ -23,81 +23,22 @@ from __future__ import annotations
 
 import functools
 import inspect
-import json
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-import pyarrow.parquet as pq
 import torch
 from torch.utils.data import Dataset
 
+from reinforge.environment.data_files import file_list, read_rows
 from reinforge.errors import ConfigError, DataError, ModelError
 from reinforge.user_code import check_keywords, import_user_module, user_call
 
 TRUNCATION_MODES = ("error", "left", "right", "middle")
-FORMATS = (".parquet", ".json", ".jsonl")
 
 Origin = tuple[str, int]  # (file as the user gave it, 0-based row within that file)
-
-
-# ---------------------------------------------------------------------------------- reading files
-def _file_list(data_files: str | Path | Sequence[str | Path]) -> list[str]:
-    if isinstance(data_files, (str, Path)):
-        return [str(data_files)]
-    files = [str(f) for f in data_files]
-    if not files:
-        raise DataError("No data files given: set data.train_files / data.val_files to a file or a list of files.")
-    return files
-
-
-def parse_json_rows(text: str) -> list[Any]:
-    """The rows of a JSON text: a JSON array of rows, one JSON object (one row), or JSON lines."""
-    try:
-        whole = json.loads(text)
-    except json.JSONDecodeError as err:
-        if text.lstrip().startswith("["):
-            raise DataError(f"not valid JSON ({err}).") from err
-    else:
-        return whole if isinstance(whole, list) else [whole]
-    rows = []
-    for line_number, line in enumerate(text.splitlines(), start=1):
-        if line.strip():
-            try:
-                rows.append(json.loads(line))
-            except json.JSONDecodeError as err:
-                raise DataError(
-                    f"line {line_number} is not valid JSON ({err}); expected one JSON object per line "
-                    "(JSON lines), one JSON array of rows, or one JSON object."
-                ) from err
-    return rows
-
-
-def read_rows(given: str) -> tuple[list[dict[str, Any]], list[str]]:
-    """Rows of one data file as dicts, and its column names; raises DataError naming the file."""
-    path = Path(given).expanduser().resolve()
-    if path.is_dir():
-        raise DataError(f"{given} is a folder; data.train_files and data.val_files take data files ({', '.join(FORMATS)}), "
-                        "or a list of them: '[a.parquet,b.parquet]'.")
-    if not path.is_file():
-        raise DataError(f"Data file not found: {given} (resolved to {path}); check data.train_files and data.val_files.")
-    if path.suffix not in FORMATS:
-        raise DataError(f"{given}: unsupported file type {path.suffix or '(no extension)'!r}; use one of {', '.join(FORMATS)}.")
-    try:
-        if path.suffix == ".parquet":
-            table = pq.ParquetFile(path).read()  # one file: read_table would import pyarrow.dataset (~0.5 s quiet, seconds on busy cores)
-            return table.to_pylist(), list(table.column_names)
-        rows = parse_json_rows(path.read_text(encoding="utf-8"))
-    except DataError as err:
-        raise DataError(f"{given}: {err}") from err
-    except Exception as err:  # pyarrow, OS and decoding errors all mean: this file cannot be read
-        raise DataError(f"{given}: cannot read this {path.suffix} file ({type(err).__name__}: {err}).") from err
-    for row_number, row in enumerate(rows):
-        if not isinstance(row, dict):
-            raise DataError(f"{given}: row {row_number} is a JSON {type(row).__name__}, not an object of columns.")
-    return rows, list(dict.fromkeys(key for row in rows for key in row))
 
 
 # ----------------------------------------------------------------------------------- one prompt
@@ -211,7 +152,7 @@ class RLDataset(Dataset):
             )
         self.config = config
         self.tokenizer = tokenizer
-        self.files = _file_list(data_files)
+        self.files = file_list(data_files)
         self.num_filtered = 0
         self._rows: list[dict[str, Any]] = []
         self._origins: list[Origin] = []

@@ -28,7 +28,8 @@ import numpy as np
 import torch
 
 from reinforge.batch import Batch
-from reinforge.environment.dataset import _file_list, load_user_class, read_rows
+from reinforge.environment.data_files import file_list, read_rows
+from reinforge.environment.dataset import load_user_class
 from reinforge.errors import DataError
 
 TRUNCATIONS = ("error", "left", "right")
@@ -100,7 +101,7 @@ class SFTDataset(torch.utils.data.Dataset):
         multiturn = config.multiturn.enable
         needed = [config.multiturn.messages_key] if multiturn else [config.prompt_key, config.response_key]
         sources = []  # (file, row index, row) of every file, in order
-        for given in _file_list(files):
+        for given in file_list(files):
             rows, columns = read_rows(given)
             for column in needed:
                 if rows and column not in columns:
@@ -120,7 +121,7 @@ class SFTDataset(torch.utils.data.Dataset):
             else:
                 self.examples.append(example)
         if not self.examples:
-            raise DataError(f"{', '.join(_file_list(files))}: no row has a token to train on")
+            raise DataError(f"{', '.join(file_list(files))}: no row has a token to train on")
 
     def _pair(self, row: dict, where: str) -> tuple[list[int], list[int]]:
         config, tokenizer = self.config, self.tokenizer

@@ -72,7 +72,7 @@ class ResponseScorer(NaiveRewardManager):
 
 def run_evaluation(config: EvaluationConfig, user_keys: list[str]) -> dict[str, float]:
     """Score every response of `data.path`; returns (and prints) {'test_score/<data_source>': mean score}."""
-    from reinforge.environment.dataset import read_rows
+    from reinforge.environment.data_files import read_rows
     from reinforge.reward import default_compute_score, load_reward_function
 
     start = time.perf_counter()

@@ -196,7 +196,7 @@ def _read_table(file: Path) -> Any:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from reinforge.environment.dataset import read_rows
+    from reinforge.environment.data_files import read_rows
 
     if file.suffix == ".parquet":
         return pq.ParquetFile(file).read()

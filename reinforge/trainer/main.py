@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from reinforge.config import Config, batch_arithmetic, quickstart, to_dict, unused_settings
+from reinforge.config.validate import generation_batch
 from reinforge.trainer.startup import StartupClock
 
 if TYPE_CHECKING:
@@ -104,11 +105,7 @@ def run(config: Config, user_keys: list[str], startup: StartupClock | None = Non
     tokenizer = load_tokenizer(config)
     train_set = create_rl_dataset(data.train_files, data, tokenizer, is_train=True, max_samples=data.max_samples)
     collate = collate_fn(tokenizer.pad_token_id)
-    # with dynamic sampling (algorithm.filter_groups) a step draws batches of gen_batch_size prompts until enough groups are kept
-    if config.algorithm.filter_groups.enable:
-        batch_key, batch_size = "data.gen_batch_size", data.gen_batch_size
-    else:
-        batch_key, batch_size = "data.train_batch_size", data.train_batch_size
+    batch_key, batch_size = generation_batch(config)
     train_loader = PromptLoader(train_set, batch_size, collate, shuffle=data.shuffle, seed=data.seed, drop_last=True,
                                 batch_key=batch_key, sampler=create_rl_sampler(data, train_set))
     val_loader = None

@@ -120,7 +120,10 @@ class RLTrainer:
             if self.recompute_old_log_probs:
                 with timer("old_log_prob", timing):
                     batch = batch.union(wg.compute_log_prob(batch))  # old_log_probs (and sum_pi_squared)
-            kl_mask = self._rollout_mismatch(batch, metrics, timing)  # the response mask before any rejection
+            # verl applies the KL penalty in the reward before the rollout correction: rejected tokens keep it in the
+            # scores the outcome estimators sum (the correction replaces response_mask, it does not change it in place)
+            kl_mask = batch["response_mask"]
+            self._rollout_mismatch(batch, metrics, timing)
             if self.use_reference:
                 with timer("ref", timing):
                     batch = batch.union(wg.compute_ref_log_prob(batch))
@@ -239,16 +242,12 @@ class RLTrainer:
                 batch["reward_baselines"] = self.reward_fn(baseline).sum(-1).repeat_interleave(n)
         return batch
 
-    def _rollout_mismatch(self, batch: Batch, metrics: dict, timing: dict) -> torch.Tensor:
+    def _rollout_mismatch(self, batch: Batch, metrics: dict, timing: dict) -> None:
         """Compare the actor's old log-probs with the engine's (training/rollout_probs_diff_*, rollout_corr/*) and apply
         algorithm.rollout_correction: IS weights and rejection (decoupled), or the engine's log-probs as old (bypass).
-        On-policy without a correction there is no old-log-prob pass: the actor measures the same in its update.
-
-        Returns the response mask before any rejection: verl applies the KL penalty in the reward before the
-        correction, so rejected tokens keep their penalty in the scores the outcome estimators sum."""
-        mask = batch["response_mask"]
+        On-policy without a correction there is no old-log-prob pass: the actor measures the same in its update."""
         if "rollout_log_probs" not in batch:
-            return mask
+            return
         corr = self.correction
         if corr.bypass_mode:
             if corr.debug_rollout_actor_probs:  # an extra pass, only to see the mismatch
@@ -256,12 +255,12 @@ class RLTrainer:
                     actor_log_probs = self.actor_rollout_wg.compute_log_prob(batch)["old_log_probs"]
                 metrics.update(rollout_probs_diff_metrics(actor_log_probs, batch["rollout_log_probs"], batch["response_mask"]))
             batch["old_log_probs"] = batch["rollout_log_probs"]
-            return mask
+            return
         if "old_log_probs" not in batch:
-            return mask
+            return
         if not correction_active(corr):
             metrics.update(mismatch_metrics(batch["old_log_probs"], batch["rollout_log_probs"], batch["response_mask"]))
-            return mask
+            return
         # the correction's metrics include the off-policy ones mismatch_metrics would add: only the probs diff is missing
         metrics.update(rollout_probs_diff_metrics(batch["old_log_probs"], batch["rollout_log_probs"], batch["response_mask"]))
         weights, batch["response_mask"], corr_metrics = compute_rollout_correction(
@@ -269,7 +268,6 @@ class RLTrainer:
         if weights is not None:
             batch["rollout_is_weights"] = weights
         metrics.update(corr_metrics)
-        return mask
 
     def _timed_reward(self, batch: Batch) -> tuple[dict, float]:
         """The reward manager's result for `batch` and the seconds it took."""

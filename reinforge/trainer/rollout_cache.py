@@ -26,6 +26,7 @@ import torch
 
 from reinforge.batch import Batch
 from reinforge.config.schema import Config
+from reinforge.config.validate import generation_batch
 from reinforge.errors import ConfigError
 from reinforge.trainer.checkpoint import save_torch
 
@@ -42,7 +43,7 @@ class RolloutCache:
     def __init__(self, config: Config):
         data, trainer, rollout = config.data, config.trainer, config.actor_rollout_ref.rollout
         _, dump_dir = skip_settings(config)
-        self.prompts = data.gen_batch_size if config.algorithm.filter_groups.enable else data.train_batch_size
+        self.prompts = generation_batch(config)[1]
         self.folder = (Path(dump_dir).expanduser() / f"{trainer.experiment_name}_{trainer.project_name}"
                        / f"GBS{self.prompts}_N{rollout.n}_in{data.max_prompt_length}_out{data.max_response_length}")
         self.max_dump_step, self.action = rollout.skip.max_dump_step, rollout.skip.action

@@ -25,7 +25,7 @@ import torch
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, OffloadPolicy, fully_shard
 
-from reinforge.config.schema import FSDPConfig
+from reinforge.config.engine_schema import FSDPConfig
 from reinforge.distributed.process_group import world_size
 from reinforge.errors import ConfigError
 from reinforge.training.model import DTYPES

@@ -16,7 +16,7 @@ import warnings
 
 import torch
 
-from reinforge.config.schema import OptimConfig
+from reinforge.config.engine_schema import OptimConfig
 from reinforge.errors import ConfigError
 
 FUSED_DEVICES = ("cpu", "cuda")

@@ -109,8 +109,8 @@ def test_update_weights_refreshes_the_bf16_copy(worker):
 
 def test_the_kl_penalty_in_the_reward_keeps_the_tokens_rejection_drops():
     """verl applies the KL penalty in the reward before the rollout correction rejects tokens, so a rejected token keeps
-    its penalty in the score the outcome estimators sum: the trainer's correction step hands back the mask before
-    rejection for apply_kl_penalty."""
+    its penalty in the score the outcome estimators sum: the correction replaces the batch's mask rather than changing
+    the one the trainer kept for apply_kl_penalty."""
     from types import SimpleNamespace
 
     from reinforge.algorithm.kl import FixedKLController, apply_kl_penalty
@@ -123,7 +123,8 @@ def test_the_kl_penalty_in_the_reward_keeps_the_tokens_rejection_drops():
     engine[0, 1] = -3.0  # log(pi_old / pi_rollout) = 3 on one token: past a token_k1 bound of 2
     batch = Batch({"response_mask": mask.clone(), "old_log_probs": old, "rollout_log_probs": engine})
     correction = RolloutCorrectionConfig(rollout_rs="token_k1", rollout_rs_threshold=2.0)
-    before = RLTrainer._rollout_mismatch(SimpleNamespace(correction=correction), batch, {}, {})
+    before = batch["response_mask"]  # what train_step keeps for the penalty
+    RLTrainer._rollout_mismatch(SimpleNamespace(correction=correction), batch, {}, {})
     assert batch["response_mask"][0, 1] == 0 and batch["response_mask"].sum() == 5  # rejected for the update
     assert torch.equal(before, mask)  # not for the penalty
     rewards, metrics = apply_kl_penalty(torch.zeros(2, 3), torch.full((2, 3), 0.5), before, FixedKLController(0.1))

@@ -17,7 +17,8 @@ import torch
 from transformers import AutoModelForCausalLM
 
 from reinforge.batch import Batch
-from reinforge.config.schema import ActorConfig, FSDPConfig
+from reinforge.config.engine_schema import FSDPConfig
+from reinforge.config.schema import ActorConfig
 from reinforge.distributed.process_group import full_tensor, init_distributed, world_size
 from reinforge.training.actor import Actor
 from reinforge.training.fsdp import shard_model

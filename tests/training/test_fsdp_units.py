@@ -5,7 +5,7 @@ import torch
 from torch.distributed.fsdp import MixedPrecisionPolicy
 from transformers import AutoModelForCausalLM
 
-from reinforge.config.schema import FSDPConfig
+from reinforge.config.engine_schema import FSDPConfig
 from reinforge.errors import ConfigError
 from reinforge.training.fsdp import decoder_layers, mixed_precision_policy
 from reinforge.training.model import CausalLMWithValueHead

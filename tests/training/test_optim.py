@@ -1,7 +1,7 @@
 import pytest
 import torch
 
-from reinforge.config.schema import OptimConfig
+from reinforge.config.engine_schema import OptimConfig
 from reinforge.training.optim import lr_factor, make_optimizer, warmup_steps
 
 

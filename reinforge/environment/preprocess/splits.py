@@ -120,7 +120,7 @@ def split_named_by(parts: Iterable[str]) -> str | None:
 
 def _read_file(path: Path) -> list[dict[str, Any]]:
     if path.suffix != ".arrow":
-        from reinforge.environment.dataset import read_rows  # imported here: it pulls in torch, which `--help` does not need
+        from reinforge.environment.data_files import read_rows  # imported here: pyarrow, which `--help` does not need
 
         return read_rows(str(path))[0]
     import pyarrow as pa
