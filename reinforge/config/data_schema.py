@@ -56,11 +56,13 @@ class DataConfig(Node):
     )
     val_batch_size: int | None = _f(None, "Prompts per validation generation call; null: the whole validation set at once.")
     truncation: str = _f("error", "What to do with a prompt over max_prompt_length: error, left, right or middle.")
-    filter_overlong_prompts: bool = _f(False, "Drop prompts longer than max_prompt_length when loading (reported with a count).")
+    filter_overlong_prompts: bool = _f(False, "Drop prompts longer than max_prompt_length, and those the chat "
+                                      "template fails on, when loading (reported with a count).")
     shuffle: bool = _f(True, "Shuffle the training data each epoch (seeded by data.seed).")
     validation_shuffle: bool = _f(False, "Shuffle the validation data.")
     seed: int | None = _f(42, "Seed of the training data order; null (verl's unseeded order): trainer.seed, so runs repeat.")
-    return_raw_chat: bool = _f(False, "Keep the prompt's chat messages in the batch as `raw_prompt` (for multi-turn rollouts).")
+    return_raw_chat: bool = _f(True, "Keep the prompt's chat messages in the batch as `raw_prompt` (agent loops and reward "
+                                      "models read them); verl's default, true since it moved chat templates to its agent loops.")
     return_raw_input_ids: bool = _f(False, "Accepted for verl compatibility; prompts are always re-tokenized by the one tokenizer.")
     return_full_prompt: bool = _f(False, "Keep the prompt text after the chat template as `full_prompts`.")
     dataloader_num_workers: int = _f(8, "Accepted for verl compatibility; prompts are prepared in-process.")

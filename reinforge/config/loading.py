@@ -382,9 +382,10 @@ def _is_group(key: str, root: type = Config) -> bool:
 
 
 def resolve(root: type, args: list[str] | None = None, config_file: str | None = None, base: str = BASE_CONFIG,
-            preset: Callable[[list[str]], dict[str, Any] | None] | None = None) -> tuple[Any, list[str], list[str]]:
+            preset: Callable[[list[str]], dict[str, Any] | None] | None = None,
+            null_is_unset: frozenset[str] = frozenset()) -> tuple[Any, list[str], list[str]]:
     """Defaults of the schema `root`, a preset (the values `preset(user_keys)` returns: the quickstart's), a YAML file
-    and overrides, into an instance of `root`.
+    and overrides, into an instance of `root`. A key of `null_is_unset` set to null is left out (its default stays).
 
     Returns it, the keys the user set, and the file's ignored Hydra settings (for the report of settings without effect).
     `base` is the name of verl's config that `root`'s defaults stand for, as a file's defaults list names it.
@@ -393,7 +394,8 @@ def resolve(root: type, args: list[str] | None = None, config_file: str | None =
     from omegaconf.errors import OmegaConfBaseException
 
     file_overrides, ignored = _from_yaml(config_file, root, base) if config_file else ([], [])
-    overrides = file_overrides + parse_overrides(list(args or []))
+    overrides = [override for override in file_overrides + parse_overrides(list(args or []))
+                 if not (override.value is None and override.kind != "delete" and override.key in null_is_unset)]
     defaults = dataclasses.asdict(root())
     tree = copy.deepcopy(defaults) if preset else defaults
     # the keys the user sets (a group given as a mapping sets the keys it names), which the preset depends on
@@ -418,9 +420,10 @@ def load_config(args: list[str] | None = None, config_file: str | None = None) -
     Returns the config and the keys the user set, with the file's ignored Hydra settings (for the report of settings
     without effect).
     """
+    from reinforge.config.section_checks import LEGACY_NULLS
     from reinforge.config.validate import finalize
 
-    config, user_keys, ignored = resolve(Config, args, config_file,
+    config, user_keys, ignored = resolve(Config, args, config_file, null_is_unset=LEGACY_NULLS,
                                          preset=lambda keys: quickstart.values() if quickstart.applies(keys) else None)
     finalize(config, quickstart.applies(user_keys))
     return config, ignored + user_keys

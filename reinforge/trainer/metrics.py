@@ -10,6 +10,7 @@ CUDA, torch's peak allocated and reserved memory; the workers measure it (`reinf
 
 from __future__ import annotations
 
+import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -32,31 +33,41 @@ def timer(name: str, timing: dict[str, float]) -> Iterator[None]:
 
 
 def _stats(prefix: str, values: torch.Tensor) -> dict[str, float]:
+    """mean, max and min of `values` (nan when it is empty)."""
     values = values.float()
+    if not values.numel():
+        return {f"{prefix}/{stat}": float("nan") for stat in ("mean", "max", "min")}
     return {f"{prefix}/mean": values.mean().item(), f"{prefix}/max": values.max().item(), f"{prefix}/min": values.min().item()}
 
 
 def compute_data_metrics(batch: Batch, max_response_length: int, max_prompt_length: int) -> dict[str, float]:
-    """critic/score, critic/rewards, critic/advantages, critic/returns, response_length, prompt_length (each with
-    clip_ratio: the share at its limit); with a critic also critic/values and critic/vf_explained_var.
+    """critic/score, critic/rewards, critic/advantages, critic/returns, response_length, response_length_non_aborted,
+    response/aborted_ratio, prompt_length (the lengths with clip_ratio: the share at the limit); with a critic also
+    critic/values and critic/vf_explained_var.
 
-    response_length/* counts the tokens of `response_mask` (the model's own, those rejection kept), but its clip_ratio
-    counts every token of the response, tool and user tokens of a multi-turn conversation included, as verl does
-    from the attention mask: a conversation cut by the rollout.response_length budget reached it in total tokens."""
+    As verl: the lengths count the attention mask (a multi-turn conversation's tool and user tokens too; rejected
+    tokens too), a response of no tokens is aborted, and the scores and rewards are those of the responses that
+    were not (nan, with a warning, when none is left)."""
     response_mask = batch["response_mask"].bool()
     prompt_width = batch["prompts"].shape[1]
     prompt_length = batch["attention_mask"][:, :prompt_width].sum(-1).float()
-    response_length = response_mask.sum(-1).float()
-    response_tokens = batch["attention_mask"][:, prompt_width:].sum(-1)
+    response_length = batch["attention_mask"][:, prompt_width:].sum(-1).float()
+    aborted = response_length == 0
     valid_adv = batch["advantages"][response_mask]
     valid_ret = batch["returns"][response_mask]
+    if aborted.all():
+        print(f"reinforge: warning: all {len(batch)} responses of this step are empty (aborted): critic/score/*, "
+              "critic/rewards/* and response_length_non_aborted/* are nan", file=sys.stderr, flush=True)
     metrics = {
-        **_stats("critic/score", batch["token_level_scores"].sum(-1)),
-        **_stats("critic/rewards", batch["token_level_rewards"].sum(-1)),
+        **_stats("critic/score", batch["token_level_scores"].sum(-1)[~aborted]),
+        **_stats("critic/rewards", batch["token_level_rewards"].sum(-1)[~aborted]),
         **(_stats("critic/advantages", valid_adv) if valid_adv.numel() else {}),
         **(_stats("critic/returns", valid_ret) if valid_ret.numel() else {}),
         **_stats("response_length", response_length),
-        "response_length/clip_ratio": (response_tokens >= max_response_length).float().mean().item(),
+        "response_length/clip_ratio": (response_length >= max_response_length).float().mean().item(),
+        **_stats("response_length_non_aborted", response_length[~aborted]),
+        "response_length_non_aborted/clip_ratio": (response_length[~aborted] >= max_response_length).float().mean().item(),
+        "response/aborted_ratio": aborted.float().mean().item(),
         **_stats("prompt_length", prompt_length),
         "prompt_length/clip_ratio": (prompt_length >= max_prompt_length).float().mean().item(),
     }

@@ -389,6 +389,26 @@ def test_a_newer_place_and_the_earlier_one_with_two_values_is_an_error():
         load_config([*VERL, "custom_reward_function.path=/b.py", "reward.custom_reward_function.path=/a.py"])
 
 
+def test_verls_legacy_reward_keys_at_null_keep_the_defaults_and_the_newer_places_decide(tmp_path):
+    """verl's newest config has every legacy reward key at null ("not given"): such a command line, or a config file
+    with verl's legacy section, loads; the reward section's values are the ones used."""
+    nulls = ["reward_model.reward_manager=null", "reward_model.enable=null", "reward_model.enable_resource_pool=null",
+             "reward_model.n_gpus_per_node=null", "reward_model.nnodes=null", "reward_model.model.trust_remote_code=null",
+             "custom_reward_function.name=null", "custom_reward_function.path=null"]
+    config, keys = load_config([*VERL, *nulls, "reward.reward_manager.name=dapo"])
+    assert config.reward_model.reward_manager == "dapo" and config.reward_model.enable is False
+    assert config.custom_reward_function.name == "compute_score" and config.reward_model.nnodes == 0
+    assert not [key for key in keys if key.startswith(("reward_model.", "custom_reward_function."))]
+    file = tmp_path / "verl.yaml"
+    file.write_text("reward_model:\n  reward_manager: null\n  enable: null\n  num_workers: null\n"
+                    "  model: {path: null, external_lib: null, trust_remote_code: null}\n"
+                    "custom_reward_function: {path: null, name: null}\nreward:\n  reward_manager: {name: batch}\n")
+    config, _ = load_config(VERL, str(file))
+    assert config.reward_model.reward_manager == "batch" and config.custom_reward_function.name == "compute_score"
+    with pytest.raises(ConfigError, match="'algorithm.gamma' must be a number, got None"):  # elsewhere null is no default
+        load_config([*VERL, "algorithm.gamma=null"])
+
+
 def test_critic_settings_of_verls_newer_layout_do_nothing_without_a_critic():
     config, keys = load_config([*VERL, "critic.fsdp.model_dtype=bf16", "critic.model.lora.rank=8"])
     assert "critic.fsdp.model_dtype: no critic in this run" in notes(config, keys)

@@ -111,7 +111,9 @@ def test_optional_columns_get_defaults_and_index_falls_back_to_row_number(tmp_pa
     assert [item["reward_model"] for item in items] == [{}, {}]
     assert [item["extra_info"] for item in items] == [{"index": 0}, {"split": "x", "index": 1}]
     assert [item["index"] for item in items] == [0, 1]
-    assert "ability" not in items[0] and "raw_prompt" not in items[0] and "full_prompts" not in items[0]
+    assert "ability" not in items[0] and "full_prompts" not in items[0]
+    assert items[0]["raw_prompt"] == [{"role": "user", "content": "a"}]  # data.return_raw_chat is on by default, as verl's
+    assert "raw_prompt" not in RLDataset(path, tokenizer, data_config(return_raw_chat=False))[0]
 
 
 # ---- length: truncation and filtering --------------------------------------------------------
@@ -275,6 +277,25 @@ def test_template_error_names_row(tmp_path, monkeypatch, tokenizer, data_config,
     path = write_rows(tmp_path / "d.jsonl", [{"prompt": "a"}, {"prompt": [{"role": "system", "content": "b"}]}])
     with pytest.raises(DataError, match=r"row 1, column 'prompt': the chat template failed on this prompt .*only user turns"):
         RLDataset(path, tokenizer, data_config())
+
+
+def test_filter_drops_the_prompts_the_template_fails_on_and_says_which(tmp_path, monkeypatch, tokenizer, data_config,
+                                                                       write_rows, capsys):
+    """As verl's filter_overlong_prompts: a row the chat template raises on is dropped (counted in num_filtered),
+    the others load; the note names the first failing row and the template's message."""
+    monkeypatch.setattr(tokenizer, "chat_template", "{{ raise_exception('only user turns') if messages[0].role != 'user' }}"
+                        "{% for m in messages %}{{ m.content }}{% endfor %}")
+    system = [{"role": "system", "content": "b"}]
+    path = write_rows(tmp_path / "d.jsonl", [{"prompt": "a"}, {"prompt": system}, {"prompt": "c"}, {"prompt": system}])
+    dataset = RLDataset(path, tokenizer, data_config(filter_overlong_prompts=True))
+    assert len(dataset) == 2 and dataset.num_filtered == 2
+    assert [item["extra_info"]["index"] for item in dataset] == [0, 2]
+    assert [tokenizer.decode(item["input_ids"]) for item in dataset] == ["a", "c"]
+    err = capsys.readouterr().err
+    assert "dropped 2 of 4 prompts" in err and "row 1, column 'prompt': the chat template failed" in err and "only user turns" in err
+    only_bad = write_rows(tmp_path / "bad.jsonl", [{"prompt": system}])
+    with pytest.raises(DataError, match=r"No rows left.*failed on all 1 prompts.*row 0, column 'prompt'.*only user turns"):
+        RLDataset(only_bad, tokenizer, data_config(filter_overlong_prompts=True))
 
 
 def test_unknown_truncation_mode_is_a_config_error(tmp_path, tokenizer, data_config, make_rows, write_rows):

@@ -174,8 +174,8 @@ def test_length_clip_ratios_are_the_shares_at_the_limits():
 
 def test_a_conversation_cut_by_the_budget_counts_as_clipped_in_all_its_tokens():
     """As verl (the attention mask): a multi-turn response whose model, tool and user tokens together reached
-    rollout.response_length is clipped, though its response_mask (model tokens) holds fewer; response_length/* still
-    counts the model's tokens."""
+    rollout.response_length is clipped, though its response_mask (model tokens) holds fewer; response_length/* counts
+    all of them too."""
     from reinforge.trainer.metrics import compute_data_metrics
 
     prompt_mask = torch.ones(2, 2, dtype=torch.long)
@@ -187,7 +187,45 @@ def test_a_conversation_cut_by_the_budget_counts_as_clipped_in_all_its_tokens():
                              "advantages": zeros, "returns": zeros})
     metrics = compute_data_metrics(batch, max_response_length=4, max_prompt_length=2)
     assert metrics["response_length/clip_ratio"] == 0.5
-    assert metrics["response_length/mean"] == 2.0 and metrics["response_length/max"] == 2.0
+    assert metrics["response_length/mean"] == 3.0 and metrics["response_length/max"] == 4.0
+    assert metrics["response_length/min"] == 2.0 and metrics["response/aborted_ratio"] == 0.0
+
+
+def test_aborted_responses_leave_the_scores_and_the_non_aborted_lengths():
+    """verl's aborted responses (no tokens at all): counted in response_length/* and response/aborted_ratio, left out
+    of critic/score/*, critic/rewards/* and response_length_non_aborted/*."""
+    from reinforge.trainer.metrics import compute_data_metrics
+
+    attention = torch.tensor([[1, 1, 1], [0, 0, 0], [1, 0, 0], [0, 0, 0]])  # responses of 3, 0, 1 and 0 tokens
+    scores = torch.tensor([[0.0, 0.0, 2.0], [0.0, 0.0, 0.0], [1.0, 0.0, 0.0], [0.0, 0.0, 0.0]])
+    zeros = torch.zeros(4, 3)
+    batch = Batch.from_dict({"prompts": torch.zeros(4, 1, dtype=torch.long),
+                             "attention_mask": torch.cat([torch.ones(4, 1, dtype=torch.long), attention], 1),
+                             "response_mask": attention, "token_level_scores": scores, "token_level_rewards": scores * 2,
+                             "advantages": zeros, "returns": zeros})
+    metrics = compute_data_metrics(batch, max_response_length=3, max_prompt_length=1)
+    assert metrics["response/aborted_ratio"] == 0.5
+    assert metrics["response_length/mean"] == 1.0 and metrics["response_length/min"] == 0.0
+    assert metrics["response_length/clip_ratio"] == 0.25
+    assert metrics["response_length_non_aborted/mean"] == 2.0 and metrics["response_length_non_aborted/min"] == 1.0
+    assert metrics["response_length_non_aborted/clip_ratio"] == 0.5
+    assert (metrics["critic/score/mean"], metrics["critic/score/min"], metrics["critic/score/max"]) == (1.5, 1.0, 2.0)
+    assert (metrics["critic/rewards/mean"], metrics["critic/rewards/min"]) == (3.0, 2.0)
+
+
+def test_a_step_whose_responses_are_all_aborted_gives_nan_scores_and_says_so(capsys):
+    import math
+
+    from reinforge.trainer.metrics import compute_data_metrics
+
+    zeros = torch.zeros(2, 2)
+    batch = Batch.from_dict({"prompts": torch.zeros(2, 1, dtype=torch.long),
+                             "attention_mask": torch.tensor([[1, 0, 0], [1, 0, 0]]), "response_mask": zeros.long(),
+                             "token_level_scores": zeros, "token_level_rewards": zeros, "advantages": zeros, "returns": zeros})
+    metrics = compute_data_metrics(batch, max_response_length=2, max_prompt_length=1)
+    assert metrics["response/aborted_ratio"] == 1.0 and metrics["response_length/mean"] == 0.0
+    assert all(math.isnan(metrics[k]) for k in ("critic/score/mean", "critic/rewards/max", "response_length_non_aborted/mean"))
+    assert "all 2 responses of this step are empty (aborted)" in capsys.readouterr().err
 
 
 def test_agent_metrics_of_a_batch_that_mixes_loops_are_over_the_rows_that_report_them():
