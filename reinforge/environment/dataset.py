@@ -154,7 +154,6 @@ class RLDataset(Dataset):
         self.tokenizer = tokenizer
         self.files = file_list(data_files)
         self.num_filtered = 0
-        self._first_failure: DataError | None = None  # the first prompt the chat template failed on, while filtering
         self._rows: list[dict[str, Any]] = []
         self._origins: list[Origin] = []
         self._messages: list[list[dict[str, Any]]] = []
@@ -245,11 +244,12 @@ class RLDataset(Dataset):
             check_row(row, origin, self.config)
         key = self.config.prompt_key
         messages = [to_messages(row.get(key), origin, key) for row, origin in zip(rows, origins, strict=True)]
-        texts = self._render_rows(messages, origins)
-        with_tools = self._render_rows(messages, origins, self._tool_schemas) if self._tool_schemas else texts
+        failures: list[DataError] = []
+        texts = self._render_rows(messages, origins, failures)
+        with_tools = self._render_rows(messages, origins, failures, self._tool_schemas) if self._tool_schemas else texts
         rendered = [i for i in range(len(rows)) if texts[i] is not None and with_tools[i] is not None]
         if len(rendered) < len(rows):
-            self._drop_failed(len(rows) - len(rendered), len(rows), where, bool(keep_none_ok or rendered))
+            self._drop_failed(len(rows) - len(rendered), len(rows), where, failures[0], bool(keep_none_ok or rendered))
             rows, origins, numbers, messages, texts, with_tools = (
                 [seq[i] for i in rendered] for seq in (rows, origins, numbers, messages, texts, with_tools))
         token_ids = self.tokenizer(texts, add_special_tokens=False)["input_ids"] if texts else []
@@ -269,10 +269,10 @@ class RLDataset(Dataset):
             self._input_ids.append(torch.tensor(truncate(token_ids[i], limit, mode), dtype=torch.long))
         return len(keep)
 
-    def _render_rows(self, messages: list[list[dict[str, Any]]], origins: list[Origin],
+    def _render_rows(self, messages: list[list[dict[str, Any]]], origins: list[Origin], failures: list[DataError],
                      tools: list[dict] | None = None) -> list[str | None]:
         """Each prompt after the chat template. A prompt the template fails on stops the load, or, under
-        data.filter_overlong_prompts, is None (verl's filter drops it) and the first failure is kept to report."""
+        data.filter_overlong_prompts, is None (verl's filter drops it) and its error goes to `failures`."""
         texts: list[str | None] = []
         for m, origin in zip(messages, origins, strict=True):
             try:
@@ -280,12 +280,11 @@ class RLDataset(Dataset):
             except DataError as err:
                 if not self.config.filter_overlong_prompts:
                     raise
-                self._first_failure = self._first_failure or err
+                failures.append(err)
                 texts.append(None)
         return texts
 
-    def _drop_failed(self, failed: int, total: int, where: str, some_may_remain: bool) -> None:
-        first, self._first_failure = self._first_failure, None
+    def _drop_failed(self, failed: int, total: int, where: str, first: DataError, some_may_remain: bool) -> None:
         if not some_may_remain:
             raise DataError(f"No rows left after filtering: the chat template failed on all {total} prompts of {where}. "
                             f"The first: {first}")
