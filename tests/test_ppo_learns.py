@@ -10,7 +10,7 @@ import json
 from reinforge.config import load_config
 from reinforge.trainer.main import run
 
-KEY = "val-core/reinforge/add_one/reward/mean@1"
+KEY = "val-core/reinforge/add_one/acc/mean@1"
 
 
 def test_ppo_with_gae_raises_validation_reward(cache_dir, tmp_path):

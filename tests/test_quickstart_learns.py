@@ -10,7 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-KEY = "val-core/reinforge/add_one/reward/mean@1"
+KEY = "val-core/reinforge/add_one/acc/mean@1"
 
 
 def test_default_run_doubles_validation_reward_and_gains_at_least_0_3(tmp_path):

@@ -58,5 +58,5 @@ def test_readme_dataset_to_run_commands(tiny_model_path, tmp_path, monkeypatch):
     assert main(shlex.split(prepare)[1:]) == 0
     assert main(shlex.split(train)[1:] + small) == 0
     records = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
-    assert any("val-core/countdown/reward/mean@1" in r for r in records)
+    assert any("val-core/countdown/acc/mean@1" in r for r in records)
     assert [r["step"] for r in records if "timing_s/step" in r] == [1]

@@ -40,7 +40,7 @@ _PLAIN_OVERRIDE = re.compile(r"^(\+{0,2}|~)([A-Za-z_][\w.]*)(?:=(.*))?$", re.S)
 class Override:
     key: str
     value: Any
-    kind: str  # "set", "add" or "delete"
+    kind: str  # "set", "add", "delete" or "unset" (a delete not counted as the user's setting)
     text: str
 
 
@@ -178,7 +178,7 @@ def _apply(tree: dict, cls: type, override: Override) -> list[str]:
         last = depth == len(parts) - 1
         if node_cls is None:  # inside a free-form dict: anything goes
             if last:
-                if override.kind == "delete":
+                if override.kind in ("delete", "unset"):
                     node.pop(part, None)
                 else:
                     node[part] = override.value
@@ -195,7 +195,7 @@ def _apply(tree: dict, cls: type, override: Override) -> list[str]:
         annotation = hints[part]
         sub = _dataclass_of(annotation)
         if last:
-            if override.kind == "delete":
+            if override.kind in ("delete", "unset"):
                 node[part] = _default_at(override.key, cls)
             elif sub is not None and not isinstance(override.value, dict) and override.value is not None:
                 raise ConfigError(
@@ -385,21 +385,22 @@ def resolve(root: type, args: list[str] | None = None, config_file: str | None =
             preset: Callable[[list[str]], dict[str, Any] | None] | None = None,
             null_is_unset: frozenset[str] = frozenset()) -> tuple[Any, list[str], list[str]]:
     """Defaults of the schema `root`, a preset (the values `preset(user_keys)` returns: the quickstart's), a YAML file
-    and overrides, into an instance of `root`. A key of `null_is_unset` set to null is left out (its default stays).
+    and overrides, into an instance of `root`.
 
     Returns it, the keys the user set, and the file's ignored Hydra settings (for the report of settings without effect).
     `base` is the name of verl's config that `root`'s defaults stand for, as a file's defaults list names it.
+    A key of `null_is_unset` set to null goes back to its default, as `~key` would, and is not counted as set.
     """
     from omegaconf import OmegaConf
     from omegaconf.errors import OmegaConfBaseException
 
     file_overrides, ignored = _from_yaml(config_file, root, base) if config_file else ([], [])
-    overrides = [override for override in file_overrides + parse_overrides(list(args or []))
-                 if not (override.value is None and override.kind != "delete" and override.key in null_is_unset)]
+    overrides = [dataclasses.replace(override, kind="unset") if override.value is None and override.kind != "delete"
+                 and override.key in null_is_unset else override for override in file_overrides + parse_overrides(list(args or []))]
     defaults = dataclasses.asdict(root())
     tree = copy.deepcopy(defaults) if preset else defaults
     # the keys the user sets (a group given as a mapping sets the keys it names), which the preset depends on
-    user_keys = [key for override in overrides for key in _apply(tree, root, override)]
+    user_keys = [key for override in overrides for key in _apply(tree, root, override) if override.kind != "unset"]
     values = preset(user_keys) if preset else None
     if values:  # the preset lies under the user's overrides: applied to the defaults, then the overrides again
         tree = defaults

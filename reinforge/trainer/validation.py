@@ -56,9 +56,10 @@ def validate(config: Config, wg: WorkerGroup, reward_fn, val_loader, tokenizer, 
         if wanted is None or len(samples) < wanted:
             samples += generation_records(batch, scores, tokenizer, step, extra_info)
 
+    # a plain-number result: verl's reward loop records it as acc alone (the manager's score is the same number)
+    extras = [{"acc": extra["acc"]} if extra.keys() == {"score", "acc"} and extra["acc"] == extra["score"] else extra
+              for extra in extras]
     names = list(dict.fromkeys(k for extra in extras for k in extra))
-    if names == ["score"]:  # plain-number results: verl has no extra information then (and score is reward)
-        names = []
     infos = {"reward": rewards, **{name: [extra.get(name) for extra in extras] for name in names}}  # None: not in this row
     _report_samples(config, samples, step, tracking)
     metrics = validation_metric_dict(process_validation_metrics(sources, uids, infos))

@@ -127,7 +127,8 @@ def test_batch_calls_the_function_once_with_lists_and_passes_reward_kwargs(token
     batch = make_batch(tokenizer, rows("a", "b", "dict", "a"))
     result = manager(batch, return_dict=True)
     assert fn.__globals__["CALLS"] == [4]
-    assert result["reward_extra_info"] == {"score": [3.0, 0.0, 0.5, 3.0], "acc": [None, None, True, None]}
+    # a plain number's acc is the number (verl's reward loop), a dict's acc its own
+    assert result["reward_extra_info"] == {"score": [3.0, 0.0, 0.5, 3.0], "acc": [3.0, 0.0, True, 3.0]}
     assert result["reward_metrics"] == {"reward/errors": 0, "reward/timeouts": 0}
     assert result["reward_tensor"].sum(-1).tolist() == [3.0, 0.0, 0.5, 3.0]
     assert result["reward_tensor"][0, 0].item() == 3.0  # the one-letter response's only token

@@ -86,7 +86,7 @@ def test_log_fills_overlong_reward_and_overlong(tokenizer):
 def test_without_log_no_overlong_keys(tokenizer):
     manager = dapo(tokenizer, max_resp_len=8, overlong_buffer_cfg=BUFFER)
     info = manager(length_batch(tokenizer, [8]), return_dict=True)["reward_extra_info"]
-    assert info == {"score": [1.0]}
+    assert info == {"score": [1.0], "acc": [1.0]}  # acc: the plain number, as verl's reward loop records it
 
 
 @pytest.mark.parametrize(
@@ -104,7 +104,7 @@ def test_disabled_shaping_leaves_scores_unchanged(tokenizer, reward_kwargs):
     result = dapo(tokenizer, **reward_kwargs)(batch, return_dict=True)
     naive = make_reward_manager("naive", tokenizer, lambda **kw: 1.0)(batch, return_dict=True)
     assert torch.equal(result["reward_tensor"], naive["reward_tensor"])
-    assert result["reward_extra_info"] == naive["reward_extra_info"] == {"score": [1.0, 1.0, 1.0]}
+    assert result["reward_extra_info"] == naive["reward_extra_info"] == {"score": [1.0, 1.0, 1.0], "acc": [1.0, 1.0, 1.0]}
 
 
 def test_reward_lands_on_the_last_valid_token(tokenizer):

@@ -88,11 +88,22 @@ def test_dict_scores_become_extra_info_with_none_for_missing_keys(tokenizer):
     result = make_reward_manager("naive", tokenizer, compute_score)(batch, return_dict=True)
     assert result["reward_extra_info"] == {
         "score": [0.5, 0.25, 0.5],
-        "acc": [True, None, True],
+        "acc": [True, 0.25, True],  # a plain number's acc is the number, as verl's reward loop records it
         "index": [0, None, 2],
     }
     assert result["reward_metrics"] == {"reward/errors": 0, "reward/timeouts": 0}
     assert result["reward_tensor"].sum().item() == pytest.approx(1.25)
+
+
+def test_a_failed_row_gets_no_acc_when_no_other_row_has_one(tokenizer, capsys):
+    def compute_score(data_source, solution_str, ground_truth, extra_info=None):
+        if extra_info is None:
+            raise ValueError("no extra_info")
+        return {"score": 0.5, "index": extra_info["index"]}
+
+    result = make_reward_manager("naive", tokenizer, compute_score)(make_batch(tokenizer, GSM8K_ROWS), return_dict=True)
+    assert result["reward_extra_info"] == {"score": [0.5, 0.0, 0.5], "index": [0, None, 2]}
+    assert "ValueError: no extra_info" in capsys.readouterr().err
 
 
 def test_zero_length_response_gets_no_token_reward_but_is_recorded(tokenizer):
@@ -147,6 +158,7 @@ def test_failing_rows_score_zero_are_counted_and_first_traceback_printed_once(to
     result = manager(batch, return_dict=True)
     assert result["reward_metrics"]["reward/errors"] == 2
     assert result["reward_extra_info"]["score"] == [1.0, 0.0, 0.0]
+    assert result["reward_extra_info"]["acc"] == [1.0, 0.0, 0.0]  # a failed row's acc is 0, as its score
     assert result["reward_tensor"].sum().item() == 1.0
     err = capsys.readouterr().err
     assert err.count("Traceback") == 1

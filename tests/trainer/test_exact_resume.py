@@ -50,4 +50,4 @@ def test_stop_and_resume_equals_a_straight_run(case, small_run, tmp_path):
     if case == "ppo_critic":
         assert all("critic/vf_loss" in s for s in steps.values())
     if case == "after_validation":
-        assert sorted(r["step"] for r in straight if "val-core/reinforge/add_one/reward/mean@2" in r) == [0, 2, 3]
+        assert sorted(r["step"] for r in straight if "val-core/reinforge/add_one/acc/mean@2" in r) == [0, 2, 3]

@@ -60,7 +60,7 @@ def test_grpo_steps_write_metrics_validation_and_checkpoints(tiny_model_path, ta
     assert all(0.0 <= s["critic/score/mean"] <= 1.0 for s in steps.values())
     assert all(s["response_length/max"] <= 6 for s in steps.values())
 
-    vals = [r for r in records(run_dir) if "val-core/reinforge/add_one/reward/mean@1" in r]
+    vals = [r for r in records(run_dir) if "val-core/reinforge/add_one/acc/mean@1" in r]
     assert [r["step"] for r in vals] == [0, 2, 4]  # before training, then every test_freq
 
     assert (run_dir / "latest_checkpointed_iteration.txt").read_text().strip() == "4"
@@ -73,7 +73,7 @@ def test_grpo_steps_write_metrics_validation_and_checkpoints(tiny_model_path, ta
     assert "actor_rollout_ref" in (run_dir / "config.yaml").read_text()
 
     rollouts = [json.loads(line) for line in (tmp_path / "rollouts" / "3.jsonl").read_text().splitlines()]
-    assert len(rollouts) == 8 and set(rollouts[0]) == {"input", "output", "gts", "score", "step"}
+    assert len(rollouts) == 8 and set(rollouts[0]) == {"input", "output", "gts", "score", "acc", "step"}  # acc: verl's, of a plain number
     assert rollouts[0]["step"] == 3 and "Add 1:" in rollouts[0]["input"]
     assert sorted(p.name for p in (tmp_path / "val").iterdir()) == ["0.jsonl", "2.jsonl", "4.jsonl"]
 
@@ -102,7 +102,8 @@ def test_val_only_validates_once_and_exits(tiny_model_path, task_files, tmp_path
     config, keys = load_config(overrides(tiny_model_path, task_files, run_dir, "trainer.val_only=true",
                                          f"trainer.val_before_train={val_before_train}"))
     metrics = run(config, keys)
-    assert sorted(metrics) == ["timing_s/testing", "val-core/reinforge/add_one/reward/mean@1"]
+    # the built-in scorer returns plain numbers: acc is the core variable (verl's reward loop), reward an aux one
+    assert sorted(metrics) == ["timing_s/testing", "val-aux/reinforge/add_one/reward/mean@1", "val-core/reinforge/add_one/acc/mean@1"]
     assert [r["step"] for r in records(run_dir)] == [0] and not train_steps(run_dir)
 
 

@@ -98,7 +98,7 @@ def test_every_logged_metric_is_documented(name, run_steps, tmp_path):
     assert undocumented(keys) == [], f"add these to {DOC} (a table row each)"
     # the run did produce the families it is here to cover
     expected = {
-        "grpo_kl_loss_validation_n2": ["actor/kl_loss", "val-core/reinforge/add_one/reward/mean@2", "timing_s/testing"],
+        "grpo_kl_loss_validation_n2": ["actor/kl_loss", "val-core/reinforge/add_one/acc/mean@2", "timing_s/testing"],
         "gae_critic_kl_in_reward_checkpoint": ["critic/vf_loss", "critic/values/mean", "timing_s/values",
                                                "timing_s/update_critic", "timing_s/save_checkpoint", "timing_s/old_log_prob",
                                                "actor/reward_kl_penalty"],

@@ -238,6 +238,7 @@ class RewardManager:
         scores: list[float] = []
         extras: list[dict[str, Any]] = []
         metrics = {"reward/errors": 0, "reward/timeouts": 0}
+        failed: list[bool] = []
         self.last_failure = None
         for sample, result in zip(samples, results, strict=True):
             score, extra, failure = 0.0, {}, None
@@ -258,6 +259,9 @@ class RewardManager:
             self.last_failure = self.last_failure or failure
             scores.append(score)
             extras.append(extra)
+            failed.append(failure is not None)
+        if any("acc" in extra for extra in extras):  # a failed row's score is 0: so is its accuracy
+            extras = [{"acc": 0.0} if row_failed else extra for extra, row_failed in zip(extras, failed, strict=True)]
         return scores, extras, metrics
 
     def _decode_response(self, token_ids: list[int]) -> str:
@@ -368,8 +372,9 @@ def _ground_truth(reward_model: Any, data_source: Any, extra_info: Any) -> Any:
 
 
 def _parse_result(result: Any) -> tuple[float, dict[str, Any]]:
-    """(score, other keys) of a reward function's result; ScoreFunctionError when it is not a score."""
-    extra: dict[str, Any] = {}
+    """(score, other keys) of a reward function's result; ScoreFunctionError when it is not a score. A plain number's
+    other key is `acc`, the number, as verl's reward loop records it (validation's core variable is acc)."""
+    extra: dict[str, Any] | None = None
     score = result
     if isinstance(result, dict):
         if "score" not in result:
@@ -389,7 +394,7 @@ def _parse_result(result: Any) -> tuple[float, dict[str, Any]]:
                                  "for a float score") from None
     if not math.isfinite(value):
         raise ScoreFunctionError(f"the reward function returned a non-finite score {score!r}")
-    return value, extra
+    return value, {"acc": value} if extra is None else extra
 
 
 def _one_line(error: BaseException) -> str:
