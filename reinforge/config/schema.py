@@ -114,9 +114,9 @@ class ActorConfig(Node):
     ppo_max_token_len_per_gpu: int = _f(16384, "Real (attended) prompt + response tokens per update micro-batch on one rank "
                                         "when use_dynamic_bsz; a longer trajectory gets a micro-batch of its own.")
     grad_clip: float = _f(1.0, "Clip the global gradient norm to this (the pre-clip norm is logged as actor/grad_norm).")
-    clip_ratio: float = _f(0.2, "PPO clip epsilon; default for clip_ratio_low and clip_ratio_high.")
-    clip_ratio_low: float | None = _f(None, "Lower clip epsilon (ratio >= 1 - low); null: clip_ratio.")
-    clip_ratio_high: float | None = _f(None, "Upper clip epsilon (ratio <= 1 + high); null: clip_ratio. DAPO's clip-higher.")
+    clip_ratio: float = _f(0.2, "PPO clip epsilon, read only where clip_ratio_low or clip_ratio_high is null (as verl).")
+    clip_ratio_low: float | None = _f(0.2, "Lower clip epsilon (ratio >= 1 - low); null: clip_ratio.")
+    clip_ratio_high: float | None = _f(0.2, "Upper clip epsilon (ratio <= 1 + high); null: clip_ratio. DAPO's clip-higher.")
     clip_ratio_c: float = _f(3.0, "vanilla and up: the dual-clip constant c > 1 bounding the loss for negative advantages "
                                  "(arXiv:1912.09729); dppo_tv and dppo_kl: the cap (> 0) on the ratio multiplying each token's gradient.")
     tau_pos: float = _f(1.0, "SAPO gate temperature for positive advantages (loss_mode=sapo, arXiv:2511.20347).")

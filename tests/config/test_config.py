@@ -58,7 +58,14 @@ def test_algorithm_settings_without_effect_are_listed_with_what_would_use_them()
     assert "actor_rollout_ref.actor.clip_ratio_c: policy_loss.loss_mode=gspo does not use it (read by vanilla, up, dppo_tv, dppo_kl)" in notes
     assert "actor_rollout_ref.actor.policy_loss.clip_cov_ratio: policy_loss.loss_mode=gspo does not use it (read by clip_cov)" in notes
     assert "algorithm.filter_groups.metric: acts only with algorithm.filter_groups.enable=true" in notes
-    assert not [n for n in notes if n.startswith(("actor_rollout_ref.actor.clip_ratio:", "actor_rollout_ref.actor.use_kl_loss"))]
+    assert not [n for n in notes if n.startswith("actor_rollout_ref.actor.use_kl_loss")]
+    # as in verl, clip_ratio only stands in for a null clip_ratio_low or clip_ratio_high (0.2 each by default)
+    assert ("actor_rollout_ref.actor.clip_ratio: the clip range is clip_ratio_low=0.2 and clip_ratio_high=0.2 (verl's defaults "
+            "0.2 each); as in verl, clip_ratio stands in only for one of them set to null: set those instead") in notes
+    assert (cfg.actor_rollout_ref.actor.clip_ratio_low, cfg.actor_rollout_ref.actor.clip_ratio_high) == (0.2, 0.2)
+    cfg, keys = load_config(VERL + ["actor_rollout_ref.actor.clip_ratio=0.3", "actor_rollout_ref.actor.clip_ratio_high=null"])
+    assert (cfg.actor_rollout_ref.actor.clip_ratio_low, cfg.actor_rollout_ref.actor.clip_ratio_high) == (0.2, 0.3)
+    assert not [n for n in unused_settings(cfg, keys) if n.startswith("actor_rollout_ref.actor.clip_ratio")]
     cfg, keys = load_config(VERL + ["algorithm.adv_estimator=gae", "algorithm.lam=0.95", "algorithm.gamma=0.9",
                                     "algorithm.use_kl_in_reward=true", "algorithm.kl_ctrl.kl_coef=0.1"])
     assert not [n for n in unused_settings(cfg, keys) if n.startswith("algorithm.")]  # used: nothing listed
