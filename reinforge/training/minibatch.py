@@ -47,8 +47,10 @@ FORWARD_KEYS = ("input_ids", "attention_mask", "position_ids", "responses")  # w
 
 def global_batch_info(response_mask: torch.Tensor, loss_scale_factor: float | None) -> dict:
     """The mini-batch totals that `agg_loss` normalises by (verl's `config.global_batch_info`): tokens and
-    sequences summed over the data-parallel ranks (each holds its share of the mini-batch), and their number."""
-    tokens, sequences = all_reduce([int(response_mask.sum()), int((response_mask.sum(-1) > 0).sum())])
+    sequences summed over the data-parallel ranks (each holds its share of the mini-batch), and their number.
+    As verl's trainer, the sequences are all the mini-batch's rows (ppo_mini_batch_size x rollout.n), those that
+    rejection sampling emptied included, and the tokens those of the response mask after rejection."""
+    tokens, sequences = all_reduce([int(response_mask.sum()), int(response_mask.shape[0])])
     return {"dp_size": world_size(), "batch_num_tokens": int(tokens), "global_batch_size": int(sequences),
             "loss_scale_factor": loss_scale_factor}
 

@@ -181,3 +181,18 @@ def test_critic_values_and_update_are_the_same_trimmed_untrimmed_and_with_a_toke
     for kwargs in ({"ppo_micro_batch_size_per_gpu": 2}, {"use_dynamic_bsz": True, "ppo_max_token_len_per_gpu": 20}):
         got = grads(True, **kwargs)
         assert torch.allclose(got, want, atol=1e-5, rtol=1e-4), (kwargs, (got - want).abs().max().item())
+
+
+def test_global_batch_info_counts_every_row_as_verls_trainer_and_the_tokens_left_after_rejection():
+    """verl's trainer passes global_batch_size = ppo_mini_batch_size x rollout.n: a row that rejection sampling emptied
+    still counts in the seq-mean-* denominators (its loss is 0), while token-mean divides by the tokens kept."""
+    from reinforge.algorithm.core import agg_loss
+    from reinforge.training.minibatch import global_batch_info
+
+    mask = torch.tensor([[1.0, 1.0, 0.0], [0.0, 0.0, 0.0], [1.0, 1.0, 1.0], [0.0, 0.0, 0.0]])  # rows 1 and 3 rejected
+    info = global_batch_info(mask, None)
+    assert (info["global_batch_size"], info["batch_num_tokens"], info["dp_size"]) == (4, 5, 1)
+    losses = torch.tensor([[2.0, 4.0, 9.0], [5.0, 5.0, 5.0], [3.0, 3.0, 6.0], [7.0, 7.0, 7.0]])
+    # per-row token means 3 and 4 over the 4 rows of the mini-batch (verl: masked sum of seq losses / global_batch_size)
+    assert agg_loss(losses, mask, "seq-mean-token-mean", **info).item() == pytest.approx((3.0 + 4.0) / 4)
+    assert agg_loss(losses, mask, "token-mean", **info).item() == pytest.approx((2 + 4 + 3 + 3 + 6) / 5)
