@@ -92,8 +92,8 @@ class CheckpointContents(Node):
     save_contents: list = _f(["model", "optimizer", "extra"], "What a checkpoint holds: model, optimizer, extra (scheduler, RNG) "
                                                                   "in each rank's files, and hf_model: the full weights as safetensors in "
                                                                   "huggingface/ (gathered from every rank; `reinforge merge` writes them later).")
-    load_contents: list = _f(["model", "optimizer", "extra"], "What resuming loads, from a checkpoint saved by any "
-                                                                  "number of ranks (resharded to this run's).")
+    load_contents: list | None = _f(None, "What resuming loads, from a checkpoint saved by any number of ranks (resharded "
+                                          "to this run's); null: save_contents (verl's ${.save_contents}).")
     async_save: bool = _f(False, "Accepted for verl compatibility (save checkpoints in the background); checkpoints are "
                                  "saved before the next step starts.")
     strict: bool = _f(True, "Accepted for verl compatibility (fail on missing or unexpected keys when loading a "

@@ -155,6 +155,16 @@ def test_a_model_only_checkpoint_names_the_load_contents_that_resume_it(run_step
     assert 3 in steps  # the advice works
 
 
+def test_the_command_that_saved_a_model_only_checkpoint_resumes_from_it(run_steps, tmp_path, capsys):
+    """load_contents follows save_contents (verl's ${.save_contents}): relaunching the same command resumes."""
+    run_dir, model_only = tmp_path / "run", ["trainer.save_freq=2", "actor_rollout_ref.actor.checkpoint.save_contents=[model]"]
+    run_steps(*model_only, run_dir=run_dir)
+    assert not list((run_dir / "global_step_2" / "actor").glob("optim_*"))
+    capsys.readouterr()
+    steps = run_steps("trainer.total_training_steps=3", *model_only, run_dir=run_dir)
+    assert 3 in steps and "global_step_2 (step 2); continuing at step 3" in capsys.readouterr().out
+
+
 def test_resuming_with_another_optimizer_class_is_refused_naming_the_keys(run_steps, tmp_path):
     run_dir = tmp_path / "run"
     sgd = ["actor_rollout_ref.actor.optim.optimizer=SGD", "actor_rollout_ref.actor.optim.override_optimizer_config={momentum: 0.9}"]
