@@ -6,7 +6,7 @@
     reinforge sft [--dry-run] [--config FILE.yaml] [key=value ...]
     reinforge data {gsm8k,math,countdown} [--local_dir DIR] [--input PATH ...] [...]
     reinforge report RUN_DIR [RUN_DIR ...] [--out DIR]
-    reinforge merge CHECKPOINT OUT_DIR
+    reinforge merge CHECKPOINT OUT_DIR   (or verl's --backend fsdp --local_dir CHECKPOINT --target_dir OUT_DIR)
 
 Overrides use verl's key paths and Hydra's grammar, so a verl command line works with
 `reinforge train` in place of `python3 -m verl.trainer.main_ppo`. Mistakes in config, data, model
@@ -113,9 +113,21 @@ def _report(args: argparse.Namespace) -> int:
 
 
 def _merge(args: argparse.Namespace) -> int:
+    from reinforge.errors import ConfigError
     from reinforge.training.merge import merge_checkpoint
 
-    out = merge_checkpoint(args.checkpoint, args.out_dir)
+    if args.backend == "megatron":
+        raise ConfigError("--backend megatron: reinforge saves checkpoints in the FSDP layout only; use --backend fsdp")
+    if args.hf_upload_path:
+        raise ConfigError(f"--hf_upload_path {args.hf_upload_path}: reinforge merge writes a local folder only; upload it "
+                          "afterwards (e.g. `hf upload <repo> <target_dir>`)")
+    for given, flag, name in ((args.checkpoint, args.local_dir, "--local_dir"), (args.out_dir, args.target_dir, "--target_dir")):
+        if given and flag and given != flag:
+            raise ConfigError(f"{name} {flag} and the positional {given} name two folders; give one")
+    checkpoint, out_dir = args.checkpoint or args.local_dir, args.out_dir or args.target_dir
+    if not checkpoint:
+        raise ConfigError("reinforge merge needs the checkpoint folder: CHECKPOINT or --local_dir (.../global_step_<N>/actor)")
+    out = merge_checkpoint(checkpoint, out_dir or "tmp", trust_remote_code=args.trust_remote_code)
     print(f"reinforge: Hugging Face model written to {out.resolve()}")
     return 0
 
@@ -179,8 +191,21 @@ def build_parser() -> argparse.ArgumentParser:
                                             "it where AutoModelForCausalLM.from_pretrained (a critic: "
                                             "AutoModelForTokenClassification) loads it, with the run's tokenizer and "
                                             "generation config.")
-    merge.add_argument("checkpoint", metavar="CHECKPOINT", help="a worker folder of a saved step: .../global_step_<N>/actor")
-    merge.add_argument("out_dir", metavar="OUT_DIR", help="the Hugging Face model folder to write")
+    merge.add_argument("checkpoint", metavar="CHECKPOINT", nargs="?", help="a worker folder of a saved step: .../global_step_<N>/actor")
+    merge.add_argument("out_dir", metavar="OUT_DIR", nargs="?", help="the Hugging Face model folder to write")
+    verl = merge.add_argument_group("verl's model merger options (python -m verl.model_merger merge ...)")
+    verl.add_argument("--local_dir", help="CHECKPOINT, as verl names it")
+    verl.add_argument("--target_dir", help="OUT_DIR, as verl names it (default there and here: tmp)")
+    verl.add_argument("--backend", choices=("fsdp", "megatron"), default="fsdp", help="fsdp: reinforge's checkpoint layout")
+    verl.add_argument("--trust-remote-code", dest="trust_remote_code", action="store_true",
+                      help="let the checkpoint's model config run its own code")
+    verl.add_argument("--hf_upload_path", help="refused: merge writes a local folder (no hub access)")
+    for flag, what in (("--private", "an upload's visibility"), ("--tie-word-embedding", "Megatron only"),
+                       ("--is-value-model", "Megatron only; a critic is recognised by its value head"),
+                       ("--use_cpu_initialization", "merging runs on the CPU anyway")):
+        verl.add_argument(flag, action="store_true", help=f"accepted, no effect ({what})")
+    verl.add_argument("--lora_alpha", type=int, help="accepted, no effect: LoRA adapters are merged into the weights with "
+                                                     "the scaling they were trained with")
     add_debug_argument(merge)
     merge.set_defaults(func=_merge)
     return parser

@@ -120,13 +120,14 @@ def full_model_state(model: torch.nn.Module) -> dict[str, torch.Tensor]:
     return get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
 
 
-def write_hf_model(config, state_dict: dict[str, torch.Tensor], out_dir: Path, model_class) -> None:
+def write_hf_model(config, state_dict: dict[str, torch.Tensor], out_dir: Path, model_class,
+                   trust_remote_code: bool = False) -> None:
     """`state_dict` as a Hugging Face model folder (config.json and safetensors) of `model_class` built from
     a copy of `config` on the meta device (nothing is allocated or initialised: the weights come from `state_dict`;
     the copy because `save_pretrained` sets the dtype and architectures of the config it is given)."""
     dtype = next(value.dtype for value in state_dict.values() if value.is_floating_point())
     with torch.device("meta"):
-        model = model_class.from_config(copy.deepcopy(config), dtype=dtype)
+        model = model_class.from_config(copy.deepcopy(config), dtype=dtype, trust_remote_code=trust_remote_code)
     model.save_pretrained(out_dir, state_dict=state_dict, safe_serialization=True)
 
 

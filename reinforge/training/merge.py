@@ -24,7 +24,7 @@ ADVICE = "Name a worker folder of a saved step, e.g. checkpoints/<project>/<expe
 WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin", "config.json")
 
 
-def merge_checkpoint(folder: str, out: str) -> Path:
+def merge_checkpoint(folder: str, out: str, trust_remote_code: bool = False) -> Path:
     """Write the model of checkpoint folder `folder` as a Hugging Face model folder `out`; returns `out`."""
     from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForTokenClassification
 
@@ -35,7 +35,7 @@ def merge_checkpoint(folder: str, out: str) -> Path:
     if out_dir.resolve() in (path.resolve(), hf_dir.resolve()):
         raise ConfigError(f"the output folder {out} is the checkpoint folder itself or its huggingface/; name another one")
     state = read_full_model_state(path, ADVICE)
-    config = AutoConfig.from_pretrained(hf_dir)
+    config = AutoConfig.from_pretrained(hf_dir, trust_remote_code=trust_remote_code)
     model_class = AutoModelForCausalLM
     if "score.weight" in state:  # a critic's value model
         if type(config) not in AutoModelForTokenClassification._model_mapping:
@@ -44,7 +44,7 @@ def merge_checkpoint(folder: str, out: str) -> Path:
         model_class = AutoModelForTokenClassification
     if any(".lora_A." in name for name in state):  # LoRA adapters: the folder gets the merged weights
         state = merge_lora_state(state, saved_scaling(path, model_class, config))
-    write_hf_model(config, state, out_dir, model_class)
+    write_hf_model(config, state, out_dir, model_class, trust_remote_code)
     for file in hf_dir.iterdir():  # the generation config and tokenizer as the run had them
         if file.is_file() and file.name not in WEIGHT_FILES and not file.name.startswith("model-"):
             shutil.copy(file, out_dir / file.name)

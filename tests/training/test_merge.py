@@ -39,3 +39,25 @@ def test_merging_into_the_checkpoint_itself_is_refused_and_changes_nothing(tiny_
         assert cli_main(["merge", str(actor), str(out)]) == 2
         assert "is the checkpoint folder itself or its huggingface/" in capsys.readouterr().err
     assert {p.relative_to(actor): p.read_bytes() for p in actor.rglob("*") if p.is_file()} == before
+
+
+def test_verls_model_merger_command_line_works(tiny_model_path, tmp_path, capsys):
+    """`python -m verl.model_merger merge --backend fsdp --local_dir ... --target_dir ...` with reinforge merge in front."""
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_path)
+    actor = tmp_path / "global_step_1" / "actor"
+    save_training_state(str(actor), ["model"], model, torch.optim.AdamW(model.parameters()), {})
+    out = tmp_path / "merged"
+    assert cli_main(["merge", "--backend", "fsdp", "--local_dir", str(actor), "--target_dir", str(out), "--use_cpu_initialization"]) == 0
+    merged = AutoModelForCausalLM.from_pretrained(out)
+    assert all(torch.equal(merged.state_dict()[name], value) for name, value in model.state_dict().items())
+    capsys.readouterr()
+    for argv, message in (
+        (["--backend", "megatron", "--local_dir", str(actor)], "reinforge saves checkpoints in the FSDP layout only"),
+        (["--local_dir", str(actor), "--hf_upload_path", "me/model"], "writes a local folder only"),
+        (["--target_dir", str(out)], "needs the checkpoint folder: CHECKPOINT or --local_dir"),
+        ([str(actor), str(out), "--local_dir", str(tmp_path)], "--local_dir"),
+    ):
+        assert cli_main(["merge", *argv]) == 2
+        assert message in capsys.readouterr().err
