@@ -17,7 +17,7 @@ def reward_extra_info(batch: Batch) -> dict[str, list]:
 
 
 def generation_records(batch: Batch, scores: list[float], tokenizer, step: int, extra: dict[str, list] | None = None) -> list[dict]:
-    """One record per row: decoded prompt (with its template) and response, ground truth, score, and
+    """One record per row: decoded prompt and response (without special tokens, as verl), ground truth, score, and
     the reward's extra values (`extra`, by default the batch's `reward_extra_info/` columns)."""
     extra = reward_extra_info(batch) if extra is None else extra
     prompts = batch["prompts"]
@@ -27,7 +27,7 @@ def generation_records(batch: Batch, scores: list[float], tokenizer, step: int, 
         response = batch["responses"][row][batch["attention_mask"][row, prompts.shape[1]:].bool()]  # multi-turn: tool turns too
         reward_model = batch["reward_model"][row] if "reward_model" in batch else {}
         out.append({
-            "input": tokenizer.decode(prompts[row][prompt_mask[row]], skip_special_tokens=False),
+            "input": tokenizer.decode(prompts[row][prompt_mask[row]], skip_special_tokens=True),
             "output": tokenizer.decode(response, skip_special_tokens=True),
             "gts": (reward_model or {}).get("ground_truth"),
             "score": scores[row],
@@ -41,7 +41,7 @@ def write_generations(folder: str | Path, step: int, records: list[dict]) -> Pat
     """Write `records` to <folder>/<step>.jsonl, one JSON object per line."""
     path = Path(folder) / f"{step}.jsonl"
     path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("w") as f:
+    with path.open("w", encoding="utf-8") as f:
         for record in records:
-            f.write(json.dumps(record, default=str) + "\n")
+            f.write(json.dumps(record, default=str, ensure_ascii=False) + "\n")
     return path

@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import sys
 
+import numpy as np
+
 from reinforge.batch import Batch
 from reinforge.config.schema import Config
 from reinforge.distributed import WorkerGroup
@@ -37,8 +39,8 @@ def validate(config: Config, wg: WorkerGroup, reward_fn, val_loader, tokenizer, 
     rewards: list[float] = []
     failed = {"reward/errors": 0, "reward/timeouts": 0}  # responses whose reward function failed (scored 0)
     samples = []
-    # decoded only as far as they are used: all of them for validation_data_dir, else the log_val_generations shown
-    wanted = None if config.trainer.validation_data_dir else config.trainer.log_val_generations
+    # decoded when used: for validation_data_dir, or to pick the log_val_generations shown from all of them
+    decode = bool(config.trainer.validation_data_dir or config.trainer.log_val_generations)
     for number, prompts in enumerate(val_loader):
         batch = Batch.from_dict(prompts, meta_info={"validate": True}).repeat(n, interleave=True)
         batch[SEED_KEY] = row_seeds(len(batch), config.trainer.seed, VALIDATION, step, number)  # see RLTrainer._generate
@@ -53,7 +55,7 @@ def validate(config: Config, wg: WorkerGroup, reward_fn, val_loader, tokenizer, 
         rewards += scores
         for name in failed:
             failed[name] += scored.get("reward_metrics", {}).get(name, 0)
-        if wanted is None or len(samples) < wanted:
+        if decode:
             samples += generation_records(batch, scores, tokenizer, step, extra_info)
 
     # a plain-number result: verl's reward loop records it as acc alone (the manager's score is the same number)
@@ -74,10 +76,14 @@ def validate(config: Config, wg: WorkerGroup, reward_fn, val_loader, tokenizer, 
 
 
 def _report_samples(config: Config, samples: list[dict], step: int, tracking: Tracking | None) -> None:
-    count = config.trainer.log_val_generations
+    """Log log_val_generations samples, picked as verl picks them: sorted by input, shuffled with seed 42, the first
+    ones (the same prompts at every validation); write all of them to validation_data_dir."""
+    shown = sorted(samples, key=lambda sample: sample["input"])
+    np.random.RandomState(42).shuffle(shown)
+    shown = shown[:config.trainer.log_val_generations]
     if tracking is not None:
-        tracking.log_generations(samples[:count], step)
-    for sample in samples[:count]:
+        tracking.log_generations(shown, step)
+    for sample in shown:
         print(f"[val sample @ step {step}] score={sample['score']:.3f} gts={sample['gts']!r}\n"
               f"  input:  {sample['input']!r}\n  output: {sample['output']!r}", flush=True)
     if config.trainer.validation_data_dir:

@@ -247,8 +247,9 @@ def test_wandb_offline_without_an_api_key_read_back(tmp_path, monkeypatch):
     assert history[2]["critic/score/mean"] == 0.75 and math.isnan(history[2]["actor/pg_loss"]) and "note" not in history[2]
     assert history[2]["val/generations/_type"] == "table-file"
     table = json.loads((run_file.parent / "files" / history[2]["val/generations/path"]).read_text())
-    assert table["columns"] == ["step", "input", "output", "gts", "score"]
-    assert table["data"] == [[s["step"], s["input"], s["output"], s["gts"], s["score"]] for s in SAMPLES]
+    # verl's layout: one row per validation, the samples side by side
+    assert table["columns"] == ["step", "input_1", "output_1", "score_1", "input_2", "output_2", "score_2"]
+    assert table["data"] == [[2, *(s[name] for s in SAMPLES for name in ("input", "output", "score"))]]
 
 
 def test_swanlab_offline_without_an_api_key_read_back(tmp_path, monkeypatch):

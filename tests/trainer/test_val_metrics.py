@@ -172,3 +172,25 @@ def test_a_validation_run_reports_the_metrics_of_its_samples(tiny_model_path, tm
     assert metrics["val-aux/reinforge/add_one/reward/mean@4"] == pytest.approx(np.mean(per_prompt))
     assert metrics["val-aux/reinforge/add_one/score/mean@4"] == pytest.approx(np.mean(per_prompt))  # verl keeps `score` too
     assert not math.isnan(mean_val_reward(metrics))
+
+
+def test_the_logged_validation_samples_are_picked_as_verl_picks_them(capsys):
+    """verl's _maybe_log_val_generations: sort by input, shuffle with RandomState(42), the first N: the same prompts
+    whatever order the validation set came in, not just its first rows."""
+    from reinforge.config.schema import Config
+    from reinforge.trainer.validation import _report_samples
+
+    class Tracker:
+        def log_generations(self, samples, step):
+            self.logged = [s["input"] for s in samples]
+
+    config = Config()
+    config.trainer.log_val_generations = 3
+    samples = [{"input": f"prompt {i:02d}", "output": "x", "gts": "y", "score": 0.0, "step": 5} for i in range(20)]
+    expected = sorted(s["input"] for s in samples)
+    np.random.RandomState(42).shuffle(expected)
+    for order in (samples, samples[::-1]):
+        tracker = Tracker()
+        _report_samples(config, list(order), 5, tracker)
+        assert tracker.logged == expected[:3] != ["prompt 00", "prompt 01", "prompt 02"]
+    assert capsys.readouterr().out.count("[val sample @ step 5]") == 6

@@ -37,7 +37,6 @@ OPTIONAL_TRACKERS = {
 BUILTIN_LOGGERS = ("console", "file", "jsonl")
 LOGGER_NAMES = BUILTIN_LOGGERS + tuple(OPTIONAL_TRACKERS)
 LOGGER_ALIASES = {"tracking": "wandb"}  # verl's deprecated name: it warns and uses wandb
-GENERATION_COLUMNS = ("step", "input", "output", "gts", "score")  # a validation sample, as generations.py writes it
 
 
 def logger_names(value: str | list | tuple | None) -> list[str]:

@@ -4,9 +4,9 @@ Never asks for a login: without an API key (`WANDB_API_KEY`, or a `wandb login` 
 the run is offline, and so is it with `WANDB_MODE=offline`; the offline run lives in
 `<run_dir>/wandb/` and `wandb sync <that folder>` uploads it later. `WANDB_ENTITY` and the other
 `WANDB_*` variables work as wandb documents them. wandb's capture of stdout is off, so the
-console lines stay ours. Validation samples go to `val/generations` as a wandb.Table with the
-columns step, input, output, gts, score; as in verl, the table grows with every validation (wandb
-tables cannot be appended to, so each is logged anew with the earlier rows).
+console lines stay ours. Validation samples go to `val/generations` as verl's wandb.Table: a row per
+validation with the columns step, input_1, output_1, score_1, input_2, ...; it grows with every
+validation (wandb tables cannot be appended to, so each is logged anew with the earlier rows).
 """
 
 from __future__ import annotations
@@ -15,8 +15,6 @@ import netrc
 import os
 from pathlib import Path
 from urllib.parse import urlparse
-
-from reinforge.trainer.tracking import GENERATION_COLUMNS
 
 
 def has_api_key() -> bool:
@@ -46,8 +44,11 @@ class WandbLogger:
         self.run.log(scalars, step=step)
 
     def log_generations(self, samples: list[dict], step: int) -> None:
-        self.rows += [[s[column] if column != "gts" else str(s["gts"]) for column in GENERATION_COLUMNS] for s in samples]
-        self.run.log({"val/generations": self.wandb.Table(columns=list(GENERATION_COLUMNS), data=self.rows)}, step=step)
+        """verl's table: a row per validation, columns step, input_1, output_1, score_1, input_2, ..."""
+        names = ("input", "output", "score")
+        columns = ["step", *(f"{name}_{i + 1}" for i in range(len(samples)) for name in names)]
+        self.rows.append([step, *(sample[name] for sample in samples for name in names)])
+        self.run.log({"val/generations": self.wandb.Table(columns=columns, data=self.rows)}, step=step)
 
     def close(self) -> None:
         self.run.finish()
