@@ -42,7 +42,8 @@ class TrainerConfig(Node):
     default_hdfs_dir: str | None = _f(None, "Accepted for verl compatibility; no HDFS copy.")
     resume_mode: str = _f("auto", "auto: continue from the latest checkpoint in the run folder; disable; resume_path.")
     resume_from_path: str | None = _f(None, "A global_step_<N> folder to resume from (resume_mode=resume_path).")
-    del_local_ckpt_after_load: bool = _f(False, "Delete the checkpoint after resuming from it.")
+    del_local_ckpt_after_load: bool = _f(False, "Accepted for verl compatibility (verl deletes a downloaded copy of the "
+                                                "checkpoint after loading it); checkpoints are read in place and kept.")
     max_actor_ckpt_to_keep: int | None = _f(None, "Keep at most this many actor checkpoints (null: all).")
     max_critic_ckpt_to_keep: int | None = _f(None, "Keep at most this many critic checkpoints (null: all).")
     balance_batch: bool = _f(True, "Balance tokens across data-parallel ranks: of every world-size rows, the longest "
