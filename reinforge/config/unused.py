@@ -349,6 +349,11 @@ def unused_settings(config: Config, user_keys: list[str]) -> list[str]:
             reason = f"hf engine setting; {rollout.name} schedules its own batches"
         elif reason is None and key == "actor_rollout_ref.rollout.mode" and rollout.mode == "async":
             reason = "asynchronous rollout is planned; this run generates synchronously"
+        elif (reason is None and key.startswith("actor_rollout_ref.rollout.val_kwargs.") and not rollout.val_kwargs.do_sample
+              and parts[-1] in ("temperature", "top_k", "top_p", "n")):
+            reason = ("validation decodes greedily while val_kwargs.do_sample=false, as verl's vLLM and SGLang rollouts did (its "
+                      "newer agent loop samples regardless): " + ("the n responses are one response n times" if parts[-1] == "n"
+                                                                  else "set val_kwargs.do_sample=true to sample"))
         elif reason is None and key.startswith("algorithm.rollout_correction."):
             reason = _rollout_correction_reason(config.algorithm.rollout_correction, parts[-1])
         elif (reason is None and (key == "actor_rollout_ref.rollout.skip_dump_dir" or key.startswith("actor_rollout_ref.rollout.skip."))

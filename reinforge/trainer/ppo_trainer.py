@@ -350,14 +350,14 @@ class RLTrainer:
                 self._count_nonfinite_step(metrics)
                 metrics["training/global_step"] = self.global_steps
                 metrics["training/epoch"] = self.train_loader.epoch
-                if self.val_loader is not None and cfg.test_freq > 0 and (last or self.global_steps % cfg.test_freq == 0):
-                    val_metrics = self._validate(tracking)
-                    metrics.update(val_metrics)
-                if cfg.save_freq > 0 and (last or self.global_steps % cfg.save_freq == 0):
+                if cfg.save_freq > 0 and (last or self.global_steps % cfg.save_freq == 0):  # before validating, as verl
                     with timer("save_checkpoint", timing := {}):
                         saved = self._save_checkpoint()
                     metrics["timing_s/save_checkpoint"] = timing["save_checkpoint"]
                     metrics["checkpoint/save_failed"] = 0 if saved else 1  # 1: skipped, the disk was full
+                if self.val_loader is not None and cfg.test_freq > 0 and (last or self.global_steps % cfg.test_freq == 0):
+                    val_metrics = self._validate(tracking)
+                    metrics.update(val_metrics)
                 tracking.log(metrics, self.global_steps)
                 self._stop_if_nonfinite()
         finally:

@@ -40,6 +40,17 @@ def test_seed_overrides_parse(tmp_path):
     assert "engine_kwargs" in notes and "n_gpus_per_node" not in notes  # 8 ranks: Ray would run them
 
 
+def test_validation_sampling_settings_under_greedy_validation_are_listed():
+    cfg, keys = load_config(VERL + ["actor_rollout_ref.rollout.val_kwargs.temperature=1.0", "actor_rollout_ref.rollout.val_kwargs.n=4"])
+    notes = unused_settings(cfg, keys)
+    assert [n.split(":")[0] for n in notes if "greedily" in n] == ["actor_rollout_ref.rollout.val_kwargs.temperature",
+                                                                   "actor_rollout_ref.rollout.val_kwargs.n"]
+    assert any(n.endswith("set val_kwargs.do_sample=true to sample") for n in notes)
+    cfg, keys = load_config(VERL + ["actor_rollout_ref.rollout.val_kwargs.temperature=1.0", "actor_rollout_ref.rollout.val_kwargs.n=4",
+                                    "actor_rollout_ref.rollout.val_kwargs.do_sample=true"])
+    assert not [n for n in unused_settings(cfg, keys) if "val_kwargs" in n]
+
+
 def test_algorithm_settings_without_effect_are_listed_with_what_would_use_them():
     cfg, keys = load_config(VERL + [
         "actor_rollout_ref.actor.use_kl_loss=false", "actor_rollout_ref.actor.kl_loss_coef=0.5", "algorithm.kl_ctrl.kl_coef=0.1",
