@@ -39,6 +39,7 @@ def validate(config: Config, wg: WorkerGroup, reward_fn, val_loader, tokenizer, 
     rewards: list[float] = []
     failed = {"reward/errors": 0, "reward/timeouts": 0}  # responses whose reward function failed (scored 0)
     samples = []
+    turns: list[int] = []  # multi-turn rollouts: turns per conversation
     # decoded when used: for validation_data_dir, or to pick the log_val_generations shown from all of them
     decode = bool(config.trainer.validation_data_dir or config.trainer.log_val_generations)
     for number, prompts in enumerate(val_loader):
@@ -53,6 +54,7 @@ def validate(config: Config, wg: WorkerGroup, reward_fn, val_loader, tokenizer, 
         uids += [first_uid + row // n for row in range(len(scores))]
         extras += [{k: values[row] for k, values in extra_info.items()} for row in range(len(scores))]
         rewards += scores
+        turns += [int(t) for t in batch["__num_turns__"]] if "__num_turns__" in batch else []
         for name in failed:
             failed[name] += scored.get("reward_metrics", {}).get(name, 0)
         if decode:
@@ -65,6 +67,9 @@ def validate(config: Config, wg: WorkerGroup, reward_fn, val_loader, tokenizer, 
     infos = {"reward": rewards, **{name: [extra.get(name) for extra in extras] for name in names}}  # None: not in this row
     _report_samples(config, samples, step, tracking)
     metrics = validation_metric_dict(process_validation_metrics(sources, uids, infos))
+    if turns:  # as verl's validation
+        metrics.update({"val-aux/num_turns/min": min(turns), "val-aux/num_turns/max": max(turns),
+                        "val-aux/num_turns/mean": float(np.mean(turns))})
     if any(failed.values()):
         metrics.update({f"val-aux/{name}": count for name, count in failed.items()})
         if sum(failed.values()) == len(rewards):
