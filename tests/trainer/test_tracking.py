@@ -3,6 +3,7 @@
 import io
 import json
 import math
+import os
 import struct
 import subprocess
 import sys
@@ -41,14 +42,15 @@ def write_run(run_dir: Path, logger: str) -> None:
 # ---- names and packages ---------------------------------------------------------------------
 def test_unknown_logger_lists_the_valid_names():
     with pytest.raises(ConfigError, match="'neptune' is not a logger; choose from console, file, jsonl, tensorboard, "
-                                          "wandb, mlflow, swanlab"):
+                                          "wandb, mlflow, swanlab, trackio"):
         load_config(["trainer.logger=[console,neptune]"])
 
 
 @pytest.mark.parametrize("logger, module, command", [("wandb", "wandb", "pip install wandb"),
                                                      ("mlflow", "mlflow", "pip install mlflow-skinny"),
                                                      ("tensorboard", "tensorboard", "pip install tensorboard"),
-                                                     ("swanlab", "swanlab", "pip install swanlab")])
+                                                     ("swanlab", "swanlab", "pip install swanlab"),
+                                                     ("trackio", "trackio", "pip install trackio")])
 def test_missing_tracker_package_fails_at_start_with_the_pip_command(monkeypatch, logger, module, command):
     monkeypatch.setitem(sys.modules, module, None)  # what an uninstalled package looks like to import and find_spec
     with pytest.raises(ConfigError, match=f"trainer.logger: '{logger}' needs .* run `{command}`"):
@@ -58,7 +60,7 @@ def test_missing_tracker_package_fails_at_start_with_the_pip_command(monkeypatch
 def test_logger_may_be_a_bare_string_as_in_verl():
     assert load_config(["trainer.logger=console"])[0].trainer.logger == ["console"]
     assert load_config(["trainer.logger=[console,jsonl,file]"])[0].trainer.logger == ["console", "jsonl", "file"]
-    check_loggers(["console", "file", "jsonl", "tensorboard", "wandb", "mlflow", "swanlab"])  # all installed in CI
+    check_loggers(["console", "file", "jsonl", "tensorboard", "wandb", "mlflow", "swanlab", "trackio"])  # all installed in CI
 
 
 def test_tracking_is_verls_deprecated_alias_of_wandb(capsys):
@@ -69,7 +71,7 @@ def test_tracking_is_verls_deprecated_alias_of_wandb(capsys):
 def test_a_run_without_trackers_imports_none_of_them(tmp_path):
     code = ("import sys; from reinforge.trainer.tracking import Tracking\n"
             f"t = Tracking({str(tmp_path)!r}, ['console', 'file'], 1); t.log({{'x': 1.0}}, 1); t.close()\n"
-            "print(sorted(m for m in ('wandb', 'mlflow', 'swanlab', 'tensorboard', 'torch.utils.tensorboard') if m in sys.modules))")
+            "print(sorted(m for m in ('wandb', 'mlflow', 'swanlab', 'trackio', 'tensorboard', 'torch.utils.tensorboard') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=Path(__file__).parents[2])
     assert out.stdout.strip() == "[]"
 
@@ -280,6 +282,27 @@ def test_swanlab_offline_without_an_api_key_read_back(tmp_path, monkeypatch):
     text = next(run_file.parent.glob(f"media/**/{media[('val/generations', 2)]}")).read_text()
     assert text == generations_markdown(SAMPLES)
     assert "experiment_name: exp1" in (run_file.parent / "files" / "config.yaml").read_text()
+
+
+def test_trackio_run_read_back_from_its_local_store(tmp_path):
+    """In a fresh process, so trackio reads TRACKIO_DIR (its store) when it is first imported."""
+    code = ("import json, sys; from pathlib import Path; sys.path.insert(0, '.')\n"
+            "from tests.trainer.test_tracking import write_run\n"
+            f"write_run(Path({str(tmp_path / 'run')!r}), 'trackio')\n"
+            "from trackio.sqlite_storage import SQLiteStorage\n"
+            "print(json.dumps({'runs': SQLiteStorage.get_runs('proj'), 'logs': SQLiteStorage.get_logs('proj', 'exp1'),\n"
+            "                  'config': SQLiteStorage.get_run_config('proj', 'exp1')}, default=str))")
+    env = {**os.environ, "TRACKIO_DIR": str(tmp_path / "store")}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=Path(__file__).parents[2], env=env)
+    assert out.returncode == 0, out.stderr[-2000:]
+    got = json.loads(out.stdout.strip().splitlines()[-1])
+    assert got["runs"] == ["exp1"] and (tmp_path / "store" / "proj.db").is_file()
+    scalars = {(key, log["step"]): value for log in got["logs"] for key, value in log.items() if key not in ("step", "timestamp")}
+    assert scalars[("critic/score/mean", 1)] == 0.25 and scalars[("critic/score/mean", 2)] == 0.75
+    assert scalars[("val-core/gsm8k/acc/mean@4", 1)] == 0.5 and math.isnan(float(scalars[("actor/pg_loss", 2)]))
+    table = scalars[("val/generations", 2)]["_value"]
+    assert table == [{"step": 2, **{f"{name}_{i + 1}": s[name] for i, s in enumerate(SAMPLES) for name in ("input", "output", "score")}}]
+    assert got["config"]["trainer"]["experiment_name"] == "exp1"
 
 
 # ---- a short training run ----------------------------------------------------------------------

@@ -2,13 +2,13 @@
 
 Names are verl's: `console`, `file` (here also `jsonl`; both name the metrics.jsonl that is written
 anyway), `tensorboard`, `wandb` (also as `tracking`, verl's deprecated alias, with a note), `mlflow`,
-`swanlab`. Like verl, `trainer.logger` may be a list or a bare string. Each tracker's package is
+`swanlab`, `trackio`. Like verl, `trainer.logger` may be a list or a bare string. Each tracker's package is
 imported only when that tracker is asked for, and a missing one fails at config time
 (`check_loggers`) with the pip command that installs it.
 
 Every tracker gets the numeric metrics under their own names (`/` kept: trackers group by it;
 MLflow alone rewrites characters it forbids, see mlflow_logger.py). NaN and inf are passed on as
-they are (each of the four trackers stores them; a diverging loss must show); non-numeric values
+they are (each of the trackers stores them; a diverging loss must show); non-numeric values
 stay in metrics.jsonl only, where non-finite floats are written as strings ("nan") so every line
 is strict JSON. `log_generations` hands the validation samples of `trainer.log_val_generations`
 to the trackers that show tables or text.
@@ -33,6 +33,7 @@ OPTIONAL_TRACKERS = {
     "wandb": ("wandb", "wandb", "wandb_logger", "WandbLogger"),
     "mlflow": ("mlflow", "mlflow-skinny", "mlflow_logger", "MlflowLogger"),
     "swanlab": ("swanlab", "swanlab", "swanlab_logger", "SwanlabLogger"),
+    "trackio": ("trackio", "trackio", "trackio_logger", "TrackioLogger"),
 }
 BUILTIN_LOGGERS = ("console", "file", "jsonl")
 LOGGER_NAMES = BUILTIN_LOGGERS + tuple(OPTIONAL_TRACKERS)
