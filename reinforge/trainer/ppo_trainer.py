@@ -79,6 +79,11 @@ from reinforge.trainer.tracking import Tracking
 from reinforge.trainer.validation import validate
 
 
+class DataExhausted(Exception):
+    """The prompt stream ended (trainer.total_epochs served) before a step could be made; the message says how far
+    the step had come."""
+
+
 class RLTrainer:
     def __init__(self, config: Config, actor_rollout_wg: WorkerGroup, reward_fn, train_loader, val_loader, tokenizer,
                  total_training_steps: int, critic_wg: WorkerGroup | None = None):
@@ -210,7 +215,11 @@ class RLTrainer:
                     f"step {self.global_steps}: after {gen_batches} generation batches only {kept_groups} of "
                     f"{wanted} prompt groups had {passing} (algorithm.filter_groups); the prompts may be too easy "
                     "or too hard for the model. Raise algorithm.filter_groups.max_num_gen_batches (0: no limit) or data.gen_batch_size")
-            batch = self._generate(next(self.prompt_stream), gen_batches, timing)
+            prompts = next(self.prompt_stream, None)
+            if prompts is None:
+                raise DataExhausted(f"algorithm.filter_groups had kept {kept_groups} of {wanted} prompt groups from "
+                                    f"{gen_batches} generation batches when")
+            batch = self._generate(prompts, gen_batches, timing)
             self._add_scores(batch, self._timed_reward(batch), metrics, timing)
         metrics.update({"train/num_gen_batches": gen_batches, "train/num_generated_groups": generated,
                         "train/num_dropped_groups": dropped})
@@ -283,9 +292,8 @@ class RLTrainer:
         batch["token_level_scores"] = scored["reward_tensor"]
         for key, value in scored.get("reward_metrics", {}).items():  # counts: summed over generation batches
             metrics[key] = metrics.get(key, 0) + value
-        for key, values in scored.get("reward_extra_info", {}).items():
-            if key != "score":
-                batch[EXTRA + key] = values
+        for key, values in scored.get("reward_extra_info", {}).items():  # score too: filter_groups.metric=score reads it
+            batch[EXTRA + key] = values
 
     def _stop_if_every_reward_failed(self, responses: int, counts: dict) -> None:
         """A RewardError when the reward function failed on every response of a training batch: a broken function
@@ -304,8 +312,9 @@ class RLTrainer:
 
     # ---- the loop -----------------------------------------------------------------------------
     def _prompt_batches(self) -> Iterator[Batch]:
-        """Batches of prompts from the loader, epoch after epoch."""
-        while True:
+        """Batches of prompts from the loader, epoch after epoch, until trainer.total_epochs are served (which
+        algorithm.filter_groups can reach before total_training_steps: a step may draw several batches)."""
+        while self.train_loader.epoch < self.config.trainer.total_epochs:
             for prompts in self.train_loader:
                 yield Batch.from_dict(prompts)
 
@@ -343,10 +352,17 @@ class RLTrainer:
             while self.global_steps < self.total_training_steps:
                 if stop.requested is not None:
                     self._stop_run(stop.requested, first_step)
-                prompts = next(self.prompt_stream)
+                prompts = next(self.prompt_stream, None)
                 self.global_steps += 1
                 last = self.global_steps >= self.total_training_steps
-                metrics = self.train_step(prompts)
+                try:
+                    if prompts is None:
+                        raise DataExhausted("")
+                    metrics = self.train_step(prompts)
+                except DataExhausted as end:  # as verl's loop over total_epochs: the run ends after the last whole step
+                    self.global_steps -= 1
+                    val_metrics = self._end_of_data(str(end), first_step, tracking) or val_metrics
+                    break
                 self._count_nonfinite_step(metrics)
                 metrics["training/global_step"] = self.global_steps
                 metrics["training/epoch"] = self.train_loader.epoch
@@ -364,6 +380,24 @@ class RLTrainer:
             tracking.close()
             if self.reward_thread is not None:
                 self.reward_thread.shutdown(cancel_futures=True)
+        return val_metrics
+
+    def _end_of_data(self, during_step: str, first_step: int, tracking: Tracking) -> dict[str, float]:
+        """Say that the data ran out and, unless done at the last step, checkpoint and validate it; returns the
+        validation metrics (empty if none ran)."""
+        cfg, step = self.config.trainer, self.global_steps
+        during = f" during step {step + 1}: {during_step}" if during_step else ":"
+        print(f"reinforge: the training data ran out{during} the {cfg.total_epochs} epochs (trainer.total_epochs) of "
+              f"data.train_files were used up; training ends after step {step}, as verl's does (raise trainer.total_epochs "
+              "to train on)", flush=True)
+        metrics: dict[str, float] = {}
+        val_metrics: dict[str, float] = {}
+        if step > first_step and cfg.save_freq > 0 and self._saved_step != step:
+            metrics["checkpoint/save_failed"] = 0 if self._save_checkpoint() else 1
+        if step > first_step and self.val_loader is not None and cfg.test_freq > 0 and step % cfg.test_freq:
+            val_metrics = self._validate(tracking)
+        if metrics or val_metrics:
+            tracking.log({**metrics, **val_metrics}, step)
         return val_metrics
 
     def _stop_run(self, signum: int, first_step: int) -> None:

@@ -129,6 +129,31 @@ def test_dynamic_sampling_keeps_only_groups_whose_reward_varies(run_steps, tmp_p
         assert all(r["score"] != 0.5 for r in kept)
 
 
+def test_dynamic_sampling_ends_the_run_when_total_epochs_are_used_up_as_verl(run_steps, tmp_path, capsys):
+    """10 prompts, one epoch, each step needs 2 generation batches of 2 (half the groups never vary): verl's loop over
+    total_epochs trains 2 steps; the 3rd runs out of data after its first batch, and the run ends after step 2,
+    checkpointed. The filter's metric may be the reward function's own `score` (verl's reward managers keep it)."""
+    reward = tmp_path / "reward.py"
+    reward.write_text(
+        "def compute_score(data_source, solution_str, ground_truth, extra_info=None):\n"
+        "    if extra_info['index'] % 2 == 0:\n"
+        "        return {'score': 0.5, 'acc': 1.0}\n"
+        "    return {'score': sum(map(ord, solution_str)) % 7 / 7, 'acc': 1.0}  # acc never varies: score must be read\n")
+    overrides = [f"custom_reward_function.path={reward}", "algorithm.filter_groups.enable=true",
+                 "algorithm.filter_groups.metric=score", "data.gen_batch_size=2", "data.train_batch_size=2",
+                 "actor_rollout_ref.rollout.n=4", "data.shuffle=false", "data.max_samples=10", "trainer.total_epochs=1",
+                 "trainer.total_training_steps=null", "trainer.save_freq=5", "actor_rollout_ref.rollout.temperature=3.0"]
+    steps = run_steps(*overrides)
+    assert sorted(steps) == [1, 2] and all(s["train/num_gen_batches"] == 2 for s in steps.values())
+    out = capsys.readouterr().out
+    assert ("the training data ran out during step 3: algorithm.filter_groups had kept 1 of 2 prompt groups from 1 "
+            "generation batches when the 1 epochs (trainer.total_epochs) of data.train_files were used up; training ends "
+            "after step 2") in out
+    assert (tmp_path / "run" / "latest_checkpointed_iteration.txt").read_text().strip() == "2"
+    again = run_steps(*overrides)  # resumed: the data stays used up, nothing more is trained
+    assert sorted(again) == [1, 2] and "training ends after step 2" in capsys.readouterr().out
+
+
 def test_pf_ppo_trains_on_a_redraw_of_the_batch(run_steps, tmp_path):
     """max_min redraws only the batch's best and worst responses; the same step without PF-PPO generated the same ones."""
     common = ["algorithm.adv_estimator=gae", "actor_rollout_ref.rollout.n=4", "trainer.total_training_steps=1",
