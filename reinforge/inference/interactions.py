@@ -78,15 +78,16 @@ class Gsm8kInteraction(BaseInteraction):
         self._instances.pop(instance_id, None)
 
 
-def response_result(result: Any) -> tuple[bool, str, float]:
-    """(should_terminate, text, turn_score) of what `generate_response` returned, checked: ReturnValueError says what is wrong."""
+def response_result(result: Any) -> tuple[bool, str, float | None]:
+    """(should_terminate, text, turn_score) of what `generate_response` returned, checked: ReturnValueError says what is
+    wrong. A turn score of None is no score for that turn (verl's agent loop skips it)."""
     if not isinstance(result, (tuple, list)) or len(result) != 4:
         raise ReturnValueError(f"returned {show_value(result)} from generate_response; it returns "
                                "(should_terminate, text, turn_score, extra)")
     done, text, score, _ = result
     if not isinstance(text, str):
         raise ReturnValueError(f"returned the text {show_value(text)} from generate_response, not a string")
-    return bool(done), text, number(score, "the turn score from generate_response")
+    return bool(done), text, None if score is None else number(score, "the turn score from generate_response")
 
 
 BUILTIN_INTERACTIONS = {"gsm8k": Gsm8kInteraction,
@@ -107,7 +108,8 @@ def load_interactions(path: str | Path) -> dict[str, BaseInteraction]:
             raise ConfigError(f"{where}: {entry['class_name']} is not a subclass of "
                               f"reinforge.inference.interactions.BaseInteraction; an interaction implements {', '.join(INTERFACE)}")
         config = dict(entry.get("config") or {})
-        name = entry.get("name") or config.get("name") or cls.__name__
+        simple = cls.__name__  # without a name, verl's: the class name without "Interaction", lowercased
+        name = entry.get("name") or config.get("name") or (simple[:-len("Interaction")] if simple.endswith("Interaction") else simple).lower()
         config.setdefault("name", name)
         if name in interactions:
             raise ConfigError(f"{where}: a second interaction named {name!r}")

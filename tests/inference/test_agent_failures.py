@@ -185,6 +185,45 @@ def test_the_gsm8k_interaction_scores_the_last_answer_as_verl(tok, tmp_path):
                                           {"interaction_score": 0.0, "turn_scores": [0.0, 0.0]}]
 
 
+VERL_STYLE_INTERACTION = '''
+from reinforge.inference.interactions import BaseInteraction
+
+CALLS = []
+
+class EchoInteraction(BaseInteraction):  # written to verl's contract
+    async def start_interaction(self, instance_id=None, **kwargs):
+        CALLS.append(("start", instance_id, sorted(kwargs)))
+        return None  # verl's agent loop ignores what it returns
+    async def generate_response(self, instance_id, messages, **kwargs):
+        CALLS.append(("respond", instance_id, kwargs["ground_truth"]))
+        return len(CALLS) > 3, "again", None if len(CALLS) == 2 else 0.5, {}  # no score for the first turn
+    async def calculate_score(self):  # verl's BaseInteraction declares these without an instance id
+        return 0.25
+    async def finalize_interaction(self):
+        CALLS.append(("finalize",))
+'''
+
+
+def test_an_interaction_written_to_verls_contract_runs_unchanged(tok, tmp_path, capsys):
+    """verl's agent loop: start_interaction(request_id, **interaction_kwargs) with the name, its return value unused;
+    generate_response(request_id, messages, **interaction_kwargs); a None turn score is no score; calculate_score and
+    finalize_interaction as BaseInteraction declares them; no name in the config: the class name without
+    'Interaction', lowercased."""
+    import sys
+
+    (tmp_path / "echo_interaction.py").write_text(VERL_STYLE_INTERACTION)
+    config = tmp_path / "interaction.yaml"
+    config.write_text(f"interaction:\n  - class_name: {tmp_path / 'echo_interaction.py'}:EchoInteraction\n")
+    extra = [{"index": 0, "interaction_kwargs": {"name": "echo", "ground_truth": "7"}}]
+    out = run_texts(tok, tmp_path, [["a", "b", "c"]], extra, interaction_config_path=str(config), max_user_turns=3)
+    assert list(out["reward_scores"]) == [{"interaction_score": 0.25, "turn_scores": [0.5, 0.5]}]
+    assert out["agent_metrics"][0].get("interaction_errors", 0) == 0 and "failed in" not in capsys.readouterr().err
+    calls = next(m for m in list(sys.modules.values()) if getattr(m, "__file__", None) == str(tmp_path / "echo_interaction.py")).CALLS
+    request_id = calls[0][1]
+    assert isinstance(request_id, str) and calls[0] == ("start", request_id, ["ground_truth", "name"])
+    assert calls[1:4] == [("respond", request_id, "7")] * 3 and calls[-1] == ("finalize",)
+
+
 # ------------------------------------------------------------------------------ text environments
 GAME = {"name": "guess_number", "low": 1, "high": 8, "target": 5, "max_attempts": 8}
 

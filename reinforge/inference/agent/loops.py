@@ -18,7 +18,9 @@ conversation; a failed `calculate_score` scores 0.
 from __future__ import annotations
 
 import asyncio
+import inspect
 import time
+import uuid
 from dataclasses import dataclass, field
 
 from reinforge.environment.dataset import truncate as truncate_ids
@@ -61,13 +63,23 @@ class _ToolState:
     seconds: float = 0.0
 
 
+async def _call_for_instance(method, instance_id: str):
+    """calculate_score / finalize_interaction: with the instance id, as interactions that keep per-row state take it
+    (verl's Gsm8kInteraction), or bare, as verl's BaseInteraction declares them (its agent loop calls neither)."""
+    parameters = inspect.signature(method).parameters.values()
+    if any(p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD, p.VAR_POSITIONAL) for p in parameters):
+        return await method(instance_id)
+    return await method()
+
+
 class _RowInteraction:
     """The row's interaction with its failures contained: a method that raises or returns another shape is counted in
     `errors` and reported once; the conversation then ends (generate_response) or scores 0 (calculate_score)."""
 
-    def __init__(self, interaction, name: str, row: AgentRow, report: FailureReport):
+    def __init__(self, interaction, name: str, row: AgentRow, report: FailureReport, kwargs: dict):
         self.interaction, self.name, self.row, self.report = interaction, name, row, report
-        self.instance_id = None
+        self.kwargs = kwargs  # the row's interaction_kwargs, name included: every call gets them, as verl's agent loop
+        self.instance_id = uuid.uuid4().hex  # verl's request id: the interaction's instance id for this row
         self.started = False  # a row whose start_interaction failed goes on as a row without an interaction
         self.turn_scores: list[float] = []
         self.errors = 0
@@ -77,9 +89,9 @@ class _RowInteraction:
         self.report("interaction", f"interaction {self.name!r} ({_class_of(self.interaction)}) failed in {method} on "
                                    f"{_row_name(self.row)}; {cost}", error)
 
-    async def start(self, kwargs: dict) -> None:
+    async def start(self) -> None:
         try:
-            self.instance_id = await self.interaction.start_interaction(None, **kwargs)
+            await self.interaction.start_interaction(self.instance_id, **self.kwargs)
             self.started = True
         except Exception as err:
             self._failed("start_interaction", err, "the row goes on without it")
@@ -89,11 +101,13 @@ class _RowInteraction:
         if not self.started:
             return True, None
         try:
-            done, text, score = response_result(await self.interaction.generate_response(self.instance_id, messages))
+            done, text, score = response_result(await self.interaction.generate_response(self.instance_id, messages,
+                                                                                         **self.kwargs))
         except Exception as err:
             self._failed("generate_response", err, "the conversation ends there")
             return True, None
-        self.turn_scores.append(score)
+        if score is not None:
+            self.turn_scores.append(score)
         return done, text
 
     async def finish(self) -> dict:
@@ -101,12 +115,13 @@ class _RowInteraction:
         if not self.started:
             return {"interaction_score": 0.0, "turn_scores": []}
         try:
-            score = number(await self.interaction.calculate_score(self.instance_id), "the score from calculate_score")
+            score = number(await _call_for_instance(self.interaction.calculate_score, self.instance_id),
+                           "the score from calculate_score")
         except Exception as err:
             self._failed("calculate_score", err, "interaction_score is 0.0")
             score = 0.0
         try:
-            await self.interaction.finalize_interaction(self.instance_id)
+            await _call_for_instance(self.interaction.finalize_interaction, self.instance_id)
         except Exception as err:
             self._failed("finalize_interaction", err, "nothing else is lost")
         return {"interaction_score": score, "turn_scores": self.turn_scores}
@@ -183,14 +198,14 @@ class ToolAgentLoop(AgentLoopBase):
         kwargs = dict(row.extra_info.get("interaction_kwargs") or {})
         if not kwargs or not self.ctx.interactions:
             return None
-        name = kwargs.pop("name", None)
+        name = kwargs.get("name")
         if name is None and len(self.ctx.interactions) == 1:
             name = next(iter(self.ctx.interactions))
         if name not in self.ctx.interactions:
             raise DataError(f"{_row_name(row)} asks for interaction {name!r} "
                             f"(extra_info.interaction_kwargs.name); the interaction config defines {sorted(self.ctx.interactions)}")
-        user = _RowInteraction(self.ctx.interactions[name], name, row, self.ctx.report)
-        await user.start(kwargs)
+        user = _RowInteraction(self.ctx.interactions[name], name, row, self.ctx.report, kwargs)
+        await user.start()
         return user
 
     async def _call_tools(self, parsed, row: AgentRow, tools: _ToolState) -> list[str]:
