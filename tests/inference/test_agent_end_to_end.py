@@ -37,7 +37,9 @@ REWARD = '''
 def compute_score(data_source, solution_str, ground_truth, extra_info=None):
     scores = extra_info["rollout_reward_scores"]
     flow = scores.get("tool_step_reward", 0.0) + sum(scores.get("turn_scores", [])) + scores.get("env_reward", 0.0)
-    return {"score": flow + sum(map(ord, solution_str)) % 7 / 70, "flow": flow, "turns": extra_info["num_turns"]}
+    return {"score": flow + sum(map(ord, solution_str)) % 7 / 70, "flow": flow, "turns": extra_info["num_turns"],
+            # verl's agent loop also hands over each tool call's reward and each user turn's score at the top level
+            "tool_rewards": sum(extra_info.get("tool_rewards", [])), "turn_scores": len(extra_info.get("turn_scores", []))}
 '''
 RUN = ["data.train_batch_size=2", "data.max_prompt_length=64", "data.max_response_length=64", "data.return_raw_chat=true",
        "actor_rollout_ref.rollout.n=4", "actor_rollout_ref.actor.ppo_mini_batch_size=2",
@@ -93,6 +95,7 @@ def test_tool_rollouts_train(agent_run, tmp_path):
     assert step["timing_s/agent_loop/generate_sequences/mean"] > 0 and undocumented(set(step)) == []
     called = [r for r in rollouts if "tool\n5\n" in r["output"]]  # the dump shows the whole conversation
     assert len(called) >= 6 and all(r["flow"] >= 1.0 and r["turns"] == 4 for r in called)  # the step reward reached the reward
+    assert all(r["tool_rewards"] == r["flow"] for r in rollouts)
 
 
 def test_interaction_rollouts_train(agent_run, tmp_path):
@@ -101,6 +104,7 @@ def test_interaction_rollouts_train(agent_run, tmp_path):
     assert_trained(step)
     # The model never says 987: wrong, "try again", another turn, then the user-turn limit.
     assert step["num_turns/min"] == 4 and all(r["turns"] == 4 and r["flow"] == 0.0 for r in rollouts)
+    assert all(r["turn_scores"] == 1 for r in rollouts)  # one user turn, one turn score
     validation = json.loads((tmp_path / "run" / "metrics.jsonl").read_text().splitlines()[0])
     assert validation["step"] == 0 and validation["val-aux/num_turns/min"] == validation["val-aux/num_turns/max"] == 4
     assert all("Your answer is wrong. Please try again." in r["output"] for r in rollouts)

@@ -116,7 +116,7 @@ def test_model_tokens_are_kept_exactly_and_only_tool_tokens_are_added(tok, tmp_p
     assert rerendered[: len(prompt) + len(response)] != prompt + response
     assert "add them" not in tok.decode(rerendered) and "add them" in tok.decode(prompt + response)
     assert out["__num_turns__"][0] == 4 and out["finish_reason"][0] == "stop"
-    assert out["reward_scores"][0] == {"tool_step_reward": 0.0, "tool_reward": 0.0}
+    assert out["reward_scores"][0] == {"tool_step_reward": 0.0, "tool_reward": 0.0, "tool_rewards": [0.0]}  # one call
     assert out["agent_metrics"][0]["tool_calls"] == 1 and out["agent_metrics"][0]["tool_errors"] == 0
 
 

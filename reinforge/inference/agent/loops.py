@@ -57,7 +57,7 @@ class _ToolState:
     """A row's tool instances and tallies."""
 
     instances: dict = field(default_factory=dict)  # tool name -> instance id
-    step_reward: float = 0.0
+    step_rewards: list = field(default_factory=list)  # each call's step reward, in order (verl's tool_rewards)
     calls: int = 0
     errors: int = 0
     seconds: float = 0.0
@@ -165,7 +165,7 @@ class ToolAgentLoop(AgentLoopBase):
                 scores.update(await user.finish())
         metrics = {"tool_calls": tools.calls, "tool_errors": tools.errors, "tool_s": tools.seconds}
         if ctx.tools:
-            scores.update(tool_step_reward=tools.step_reward, tool_reward=tool_reward)
+            scores.update(tool_step_reward=sum(tools.step_rewards), tool_reward=tool_reward, tool_rewards=tools.step_rewards)
         if user is not None:
             metrics["interaction_errors"] = user.errors
         return conv.output(scores, **metrics, user_turns=conv.user_turns)
@@ -235,7 +235,7 @@ class ToolAgentLoop(AgentLoopBase):
         except Exception as err:  # a tool's failure is the row's, answered to the model, not the run's
             self._tool_failed(tool, call.name, "execute", row, tools, err, "the model is answered with the error")
             return f"Error: tool {call.name!r} failed: {type(err).__name__}: {err}"
-        tools.step_reward += reward
+        tools.step_rewards.append(reward)
         tools.errors += int(bool(metrics.get("error")))
         return text
 

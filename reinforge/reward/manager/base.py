@@ -281,9 +281,12 @@ class RewardManager:
                 f"{prompt_len} + {responses.shape[1]}"
             )
         extra_infos = list(batch["extra_info"]) if "extra_info" in batch else [None] * len(batch)
-        if "reward_scores" in batch:  # multi-turn rollouts: what tools, interactions and environments scored (verl's keys)
+        if "reward_scores" in batch:  # multi-turn rollouts: what tools, interactions and environments scored
             turns = batch["__num_turns__"] if "__num_turns__" in batch else [None] * len(batch)
-            extra_infos = [{**(info or {}), "num_turns": turns[i], "rollout_reward_scores": batch["reward_scores"][i]}
+            # verl's agent loop hands its reward function turn_scores and tool_rewards (lists) at the top level
+            extra_infos = [{**(info or {}), "num_turns": turns[i], "rollout_reward_scores": batch["reward_scores"][i],
+                            **{key: batch["reward_scores"][i][key] for key in ("turn_scores", "tool_rewards")
+                               if key in batch["reward_scores"][i]}}
                            for i, info in enumerate(extra_infos)]
         return [
             Sample(
