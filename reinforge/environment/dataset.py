@@ -419,9 +419,9 @@ def _tool_schemas(config: Any) -> list[dict] | None:
     path = getattr(config, "tool_config_path", None)
     if not path:
         return None
-    from reinforge.inference.tools.loading import load_tools
+    from reinforge.inference.tools import load_tools, plain_schema
 
-    return [tool.get_openai_tool_schema() for tool in load_tools(path).values()] or None
+    return [plain_schema(tool.get_openai_tool_schema()) for tool in load_tools(path).values()] or None
 
 
 def create_rl_dataset(data_files: str | Path | Sequence[str | Path], data_config: Any, tokenizer: Any,

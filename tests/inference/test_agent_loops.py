@@ -180,6 +180,66 @@ def test_prompt_is_rendered_with_the_tool_schemas_when_the_template_shows_them(t
     assert out["input_ids"].shape[1] == out["prompts"].shape[1] + 100
 
 
+VERL_STYLE_TOOL = '''
+from pydantic import BaseModel
+
+
+class Function(BaseModel):  # verl's OpenAIFunctionToolSchema, reduced
+    name: str
+    description: str | None = None
+    parameters: dict | None = None
+
+
+class Schema(BaseModel):
+    type: str
+    function: Function
+
+
+class Calculator:  # written as a subclass of verl's BaseTool is
+    def __init__(self, config, tool_schema):
+        self.config, self.tool_schema = config, tool_schema
+        self.name = self.tool_schema.function.name  # verl's BaseTool.__init__ reads the schema's attributes
+
+    def get_openai_tool_schema(self):
+        return Schema.model_validate(self.tool_schema.model_dump())
+
+    async def create(self, instance_id=None, **kwargs):
+        return instance_id or "calc-1", None
+
+    async def execute(self, instance_id, parameters, **kwargs):
+        return {"text": str(eval(parameters["expression"]))}, 0.0, {}
+
+    async def calc_reward(self, instance_id, **kwargs):
+        return 0.0
+
+    async def release(self, instance_id, **kwargs):
+        return None
+'''
+
+
+def test_a_tool_written_against_verls_base_tool_reads_its_schema_as_attributes(tok, tmp_path):
+    """verl hands a tool its schema as a pydantic model (schema.function.name) and renders get_openai_tool_schema()'s
+    model_dump: such a tool loads, is offered to the chat template by its name, and answers."""
+    (tmp_path / "verl_tools.py").write_text(VERL_STYLE_TOOL)
+    config = tmp_path / "tools.yaml"
+    config.write_text(f"tools:\n  - class_name: {tmp_path / 'verl_tools.py'}:Calculator\n    config: {{type: native}}\n"
+                      "    tool_schema: {type: function, function: {name: calculator, description: adds,\n"
+                      "                  parameters: {type: object, properties: {expression: {type: string}}}}}\n")
+    tok.chat_template = TOOLS_TEMPLATE
+    messages = [{"role": "user", "content": "add 2 3"}]
+    with_tools = tok(tok.apply_chat_template(messages, tools=[{"type": "function", "function": {"name": "calculator"}}],
+                                             add_generation_prompt=True, tokenize=False), add_special_tokens=False)["input_ids"]
+    turn1 = tok(CALL, add_special_tokens=False)["input_ids"] + [tok.eos_token_id]
+    turn2 = tok("#### 5", add_special_tokens=False)["input_ids"] + [tok.eos_token_id]
+    engine = ScriptedEngine([(with_tools, [turn1, turn2])])
+    runner = AgentRunner(tok, MultiTurnConfig(enable=True, tool_config_path=str(config)))
+    out = runner.generate_sequences(engine, prompts_batch(tok, [messages]), SamplingParams(max_tokens=100), tok.pad_token_id)
+    _, response, _ = row_ids(out, 0)
+    tool_turn = tok("\n<|im_start|>tool\n5<|im_end|>\n<|im_start|>assistant\n", add_special_tokens=False)["input_ids"]
+    assert engine.batches[0] == [with_tools] and response == turn1 + tool_turn + turn2
+    assert out["agent_metrics"][0]["tool_calls"] == 1 and out["agent_metrics"][0]["tool_errors"] == 0
+
+
 @pytest.mark.parametrize("truncation", ["error", "left", "right"])
 def test_a_prompt_rendered_with_tools_keeps_to_max_prompt_length(tok, tmp_path, truncation):
     tok.chat_template = TOOLS_TEMPLATE

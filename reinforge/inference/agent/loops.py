@@ -28,7 +28,7 @@ from reinforge.environment.envs import make_env
 from reinforge.errors import DataError
 from reinforge.inference.agent.base import AgentLoopBase, AgentOutput, AgentRow, Conversation, FailureReport, register_agent_loop
 from reinforge.inference.interactions import response_result
-from reinforge.inference.tools import execute_result, number, parse_tool_calls, truncate
+from reinforge.inference.tools import execute_result, number, parse_tool_calls, plain_schema, truncate
 from reinforge.user_code import class_label
 
 
@@ -131,7 +131,7 @@ class _RowInteraction:
 class ToolAgentLoop(AgentLoopBase):
     async def run(self, row: AgentRow) -> AgentOutput:
         ctx, cfg = self.ctx, self.ctx.multi_turn
-        schemas = [tool.get_openai_tool_schema() for tool in ctx.tools.values()] or None
+        schemas = [plain_schema(tool.get_openai_tool_schema()) for tool in ctx.tools.values()] or None
         row.prompt_ids = self._prompt_with_tools(row, schemas)
         conv = Conversation(ctx, row)
         tools = _ToolState()

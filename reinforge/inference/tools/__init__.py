@@ -1,9 +1,20 @@
 """Tools for multi-turn rollouts: the interface (verl's BaseTool), the YAML loader, the Hermes parser, built-ins."""
 
-from reinforge.inference.tools.base import BaseTool, ReturnValueError, execute_result, number, response_text, show_value, truncate
+from reinforge.inference.tools.base import (
+    BaseTool,
+    ReturnValueError,
+    ToolSchema,
+    execute_result,
+    number,
+    plain_schema,
+    response_text,
+    show_value,
+    truncate,
+)
 from reinforge.inference.tools.builtin import CalculatorTool, Gsm8kTool, PythonTool
 from reinforge.inference.tools.loading import BUILTIN_TOOLS, load_tools
 from reinforge.inference.tools.parser import ParsedTurn, ToolCall, parse_tool_calls
 
 __all__ = ["BUILTIN_TOOLS", "BaseTool", "CalculatorTool", "Gsm8kTool", "ParsedTurn", "PythonTool", "ReturnValueError", "ToolCall",
-           "execute_result", "load_tools", "number", "parse_tool_calls", "response_text", "show_value", "truncate"]
+           "ToolSchema", "execute_result", "load_tools", "number", "parse_tool_calls", "plain_schema", "response_text",
+           "show_value", "truncate"]

@@ -53,8 +53,35 @@ class BaseTool:
         return None
 
 
+class ToolSchema(dict):
+    """A tool's OpenAI function schema as the tool config gives it: a dict that also reads as attributes
+    (`schema.function.name`) and has `model_dump()`, as verl's pydantic OpenAIFunctionToolSchema, so a tool written
+    against verl's BaseTool, which reads `self.tool_schema.function.name`, finds what it reads."""
+
+    def __getattr__(self, name: str) -> Any:
+        try:
+            value = self[name]
+        except KeyError:
+            raise AttributeError(f"the tool schema has no {name!r}") from None
+        return ToolSchema(value) if isinstance(value, dict) and not isinstance(value, ToolSchema) else value
+
+    def model_dump(self, **kwargs: Any) -> dict:
+        return plain_schema(self)
+
+
+def plain_schema(schema: Any) -> Any:
+    """A tool schema as plain dicts and lists (what the chat template renders): a pydantic model (what a verl tool's
+    get_openai_tool_schema may return) dumped without unset and None fields, as verl's agent loop does."""
+    if not isinstance(schema, dict) and callable(getattr(schema, "model_dump", None)):
+        return schema.model_dump(exclude_unset=True, exclude_none=True)
+    if isinstance(schema, dict):
+        return {key: plain_schema(value) for key, value in schema.items()}
+    return [plain_schema(value) for value in schema] if isinstance(schema, list) else schema
+
+
 def schema_name(schema: Any) -> str | None:
     """The function name of an OpenAI tool schema, the name the model calls the tool by (None when it has none)."""
+    schema = plain_schema(schema)
     function = schema.get("function") if isinstance(schema, dict) else None
     name = function.get("name") if isinstance(function, dict) else None
     return name if isinstance(name, str) and name else None

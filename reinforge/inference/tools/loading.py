@@ -17,7 +17,7 @@ from typing import Any
 import yaml
 
 from reinforge.errors import ConfigError
-from reinforge.inference.tools.base import BaseTool, schema_name
+from reinforge.inference.tools.base import BaseTool, ToolSchema, schema_name
 from reinforge.inference.tools.builtin import CalculatorTool, Gsm8kTool, PythonTool
 from reinforge.user_code import class_label, import_module, import_user_module, user_call
 
@@ -105,7 +105,8 @@ def load_tools(path: str | Path) -> dict[str, BaseTool]:
             raise ConfigError(f"{where}: {entry['class_name']} has no execute method; tools implement BaseTool's interface")
         _check_mapping(where, entry, "tool_schema", "an OpenAI function schema: {type: function, function: {name, description, "
                                                      "parameters}}")
-        tool = build(cls, where, entry.get("config") or {}, entry.get("tool_schema"))
+        schema = entry.get("tool_schema")
+        tool = build(cls, where, entry.get("config") or {}, None if schema is None else ToolSchema(schema))
         name = schema_name(tool.get_openai_tool_schema())
         if not name:
             raise ConfigError(f"{where}: the tool has no tool_schema.function.name to be called by")
