@@ -25,7 +25,7 @@ class ValKwargs(Node):
 class MultiTurnConfig(Node):
     enable: bool = _f(False, "Run an agent loop per row (tools, interactions, text environments; docs/agents.md) "
                       "instead of one plain response; rows pick the loop by their agent_name column.")
-    max_assistant_turns: int | None = _f(None, "Most model turns per conversation; null: until the budget is spent.")
+    max_assistant_turns: int | None = _f(None, "Most model turns per conversation; null or 0 (as verl): until the budget is spent.")
     max_user_turns: int | None = _f(None, "Most rounds of tool answers and user replies per conversation (env_agent: "
                                     "observations); null or 0: no limit (verl's).")
     max_parallel_calls: int = _f(1, "Most tool calls run from one model turn (the first ones; they run concurrently).")

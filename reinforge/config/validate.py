@@ -256,7 +256,7 @@ def _check(config: Config) -> None:
     choice("actor_rollout_ref.rollout.multi_turn.format", rollout.multi_turn.format, ("hermes",))
     positive("actor_rollout_ref.rollout.multi_turn.max_parallel_calls", rollout.multi_turn.max_parallel_calls)
     positive("actor_rollout_ref.rollout.multi_turn.max_tool_response_length", rollout.multi_turn.max_tool_response_length)
-    positive("actor_rollout_ref.rollout.multi_turn.max_assistant_turns", rollout.multi_turn.max_assistant_turns)
+    positive("actor_rollout_ref.rollout.multi_turn.max_assistant_turns", rollout.multi_turn.max_assistant_turns, allow_zero=True)
     positive("actor_rollout_ref.rollout.multi_turn.max_user_turns", rollout.multi_turn.max_user_turns, allow_zero=True)
     for name in ("tool_config_path", "interaction_config_path"):  # checked at start, before any model loads
         path = getattr(rollout.multi_turn, name)

@@ -47,6 +47,9 @@ class BaseInteraction:
         return None
 
 
+RETRY = "Your response is incorrect! You need to reflect on your answer and try again."  # verl's Gsm8kInteraction's
+
+
 class Gsm8kInteraction(BaseInteraction):
     """Scores the model's last turn against `ground_truth` (from interaction_kwargs) as verl's Gsm8kInteraction: the
     GSM8K scorer, "#### " put in front when missing, flexible extraction (`score_answer`). Right ends the conversation
@@ -67,8 +70,8 @@ class Gsm8kInteraction(BaseInteraction):
         self._instances[instance_id]["response"] = last or ""
         score = await self.calculate_score(instance_id)
         if score == 1.0:
-            return True, "Your answer is correct!", 1.0, {}
-        return False, self.config.get("retry_message", "Your answer is wrong. Please try again."), 0.0, {}
+            return True, "Your response is correct!", 1.0, {}  # verl's words, which the model reads
+        return False, self.config.get("retry_message", RETRY), 0.0, {}
 
     async def calculate_score(self, instance_id, **kwargs):
         state = self._instances[instance_id]

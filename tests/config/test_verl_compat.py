@@ -183,3 +183,11 @@ def test_multi_turn_settings_with_multi_turn_off_are_reported_not_refused(overri
     config, keys = load_config([*VERL, "actor_rollout_ref.rollout.multi_turn.enable=true",
                                 "actor_rollout_ref.rollout.multi_turn.max_assistant_turns=4"])
     assert "multi-turn rollouts are off" not in notes(config, keys)
+
+
+def test_max_assistant_turns_zero_means_no_limit_as_in_verl():
+    base = ["actor_rollout_ref.rollout.multi_turn.enable=true"]
+    config, _ = load_config([*base, "actor_rollout_ref.rollout.multi_turn.max_assistant_turns=0"])
+    assert config.actor_rollout_ref.rollout.multi_turn.max_assistant_turns == 0  # falsy: no limit, as verl reads it
+    with pytest.raises(ConfigError, match="max_assistant_turns=-1 must be >= 0"):
+        load_config([*base, "actor_rollout_ref.rollout.multi_turn.max_assistant_turns=-1"])

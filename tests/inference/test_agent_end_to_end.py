@@ -100,14 +100,15 @@ def test_tool_rollouts_train(agent_run, tmp_path):
 
 def test_interaction_rollouts_train(agent_run, tmp_path):
     step, rollouts = agent_run(add_rows(2, answer="987"), f"actor_rollout_ref.rollout.multi_turn.interaction_config_path={tmp_path / 'interaction.yaml'}",
-                               "actor_rollout_ref.rollout.multi_turn.max_user_turns=1", "trainer.val_before_train=true")
+                               "actor_rollout_ref.rollout.multi_turn.max_user_turns=1", "trainer.val_before_train=true",
+                               "data.max_response_length=96")  # room for verl's retry message and a second model turn
     assert_trained(step)
     # The model never says 987: wrong, "try again", another turn, then the user-turn limit.
     assert step["num_turns/min"] == 4 and all(r["turns"] == 4 and r["flow"] == 0.0 for r in rollouts)
     assert all(r["turn_scores"] == 1 for r in rollouts)  # one user turn, one turn score
     validation = json.loads((tmp_path / "run" / "metrics.jsonl").read_text().splitlines()[0])
     assert validation["step"] == 0 and validation["val-aux/num_turns/min"] == validation["val-aux/num_turns/max"] == 4
-    assert all("Your answer is wrong. Please try again." in r["output"] for r in rollouts)
+    assert all("Your response is incorrect! You need to reflect on your answer and try again." in r["output"] for r in rollouts)
 
 
 def test_text_game_trains(agent_run):

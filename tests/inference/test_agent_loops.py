@@ -316,7 +316,7 @@ def test_interaction_turns_and_scores(tok, tmp_path):
     assert out["reward_scores"][0] == {"interaction_score": 1.0, "turn_scores": [0.0, 1.0]}  # the last answer is right
     assert out["__num_turns__"][0] == 4  # prompt, wrong answer, "try again", right answer
     user = tok.decode([t for t, m in zip(response, mask, strict=True) if m == 0])
-    assert user == "\n<|im_start|>user\nYour answer is wrong. Please try again.<|im_end|>\n<|im_start|>assistant\n"
+    assert user == "\n<|im_start|>user\nYour response is incorrect! You need to reflect on your answer and try again.<|im_end|>\n<|im_start|>assistant\n"
 
     bad = prompts_batch(tok, [[{"role": "user", "content": "x"}]], [{"index": 7, "interaction_kwargs": {"name": "nope"}}])
     with pytest.raises(DataError, match=r"extra_info.index=7 asks for interaction 'nope'.*\['checker'\]"):
