@@ -177,3 +177,17 @@ def extra_info_metrics(extra_info: dict[str, list], gdpo_keys: list | None = Non
             metrics.update({f"gdpo/{key}/mean": float(array.mean()), f"gdpo/{key}/std": float(array.std()),
                             f"gdpo/{key}/max": float(array.max()), f"gdpo/{key}/min": float(array.min())})
     return metrics
+
+
+def seqlen_balance_metrics(lengths: torch.Tensor, world_size: int) -> dict[str, float]:
+    """verl's global_seqlen/*, logged with trainer.balance_batch: the tokens (prompt and response) per rank if the batch
+    were cut into world_size consecutive pieces (min, max, minmax_diff, mean) and per rank as balanced (balanced_min,
+    balanced_max; reinforge/distributed/layout.py)."""
+    from reinforge.distributed.layout import dp_order
+
+    lengths = lengths.long()
+    plain = lengths.view(world_size, -1).sum(-1)
+    balanced = lengths[torch.as_tensor(dp_order(lengths.numpy(), world_size, True))].view(world_size, -1).sum(-1)
+    return {"global_seqlen/min": int(plain.min()), "global_seqlen/max": int(plain.max()),
+            "global_seqlen/minmax_diff": int(plain.max() - plain.min()), "global_seqlen/balanced_min": int(balanced.min()),
+            "global_seqlen/balanced_max": int(balanced.max()), "global_seqlen/mean": float(lengths.sum()) / world_size}

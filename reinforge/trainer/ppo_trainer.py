@@ -70,6 +70,7 @@ from reinforge.trainer.metrics import (
     compute_throughput_metrics,
     compute_timing_metrics,
     extra_info_metrics,
+    seqlen_balance_metrics,
     timer,
     variance_proxy_metrics,
 )
@@ -172,6 +173,8 @@ class RLTrainer:
         metrics.update(extra_info_metrics(extra, algo.gdpo_reward_keys if algo.adv_estimator == "gdpo" else None))
         metrics.update(compute_timing_metrics(batch, timing))
         metrics.update(compute_throughput_metrics(batch, timing["step"], wg.world_size))
+        if cfg.trainer.balance_batch:
+            metrics.update(seqlen_balance_metrics(batch["attention_mask"].sum(-1), wg.world_size))
         metrics.update(variance_proxy_metrics(batch, metrics.get("actor/grad_norm")))
         scores = batch["token_level_scores"].sum(-1).tolist()
         if cfg.trainer.rollout_data_dir:

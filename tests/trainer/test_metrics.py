@@ -270,3 +270,14 @@ def test_variance_proxies_against_hand_arithmetic():
     # nothing without the actor's sum of squared probabilities
     batch.pop(["sum_pi_squared"])
     assert variance_proxy_metrics(batch, grad_norm=1.0) == {}
+
+
+def test_global_seqlen_metrics_are_verls_per_rank_token_counts():
+    from reinforge.trainer.metrics import seqlen_balance_metrics
+
+    lengths = torch.tensor([9, 8, 1, 2])  # consecutive halves: 17 and 3 tokens; balanced: the longest of each block of 2
+    metrics = seqlen_balance_metrics(lengths, 2)  # rows 0,1 -> ranks by length, then rows 2,3 to the lighter rank first
+    assert (metrics["global_seqlen/min"], metrics["global_seqlen/max"], metrics["global_seqlen/minmax_diff"]) == (3, 17, 14)
+    assert (metrics["global_seqlen/balanced_min"], metrics["global_seqlen/balanced_max"]) == (10, 10)  # 9+1 and 8+2
+    assert metrics["global_seqlen/mean"] == 10.0
+    assert seqlen_balance_metrics(lengths, 1)["global_seqlen/balanced_max"] == 20  # one rank: everything
