@@ -15,6 +15,7 @@ import numpy as np
 import torch
 
 PF_PPO_METHODS = ("pow", "max_min", "max_random")
+BOUND_TOLERANCE = 1e-7  # band_pass: a mean within this of a bound counts as on it, as verl's filter
 
 
 def keep_groups(index, values, filter_type: str = "same_value", tolerance: float = 1e-6,
@@ -23,7 +24,8 @@ def keep_groups(index, values, filter_type: str = "same_value", tolerance: float
 
     - same_value: keep a group when its metric varies: max - min > `tolerance` (a group of one
       has no spread and is dropped).
-    - band_pass: keep a group when its mean metric lies in [lower_bound, upper_bound] (None: no bound).
+    - band_pass: keep a group when its mean metric lies in [lower_bound, upper_bound] (None: no bound), to within
+      BOUND_TOLERANCE.
     """
     values = np.asarray(values, dtype=float)
     rows: dict[object, list[int]] = defaultdict(list)
@@ -35,8 +37,9 @@ def keep_groups(index, values, filter_type: str = "same_value", tolerance: float
         if filter_type == "same_value":
             passed = group.max() - group.min() > tolerance
         elif filter_type == "band_pass":
-            mean = group.mean()
-            passed = (lower_bound is None or mean >= lower_bound) and (upper_bound is None or mean <= upper_bound)
+            mean = group.mean()  # verl's bounds tolerance: a mean of 0.7 and 0.1 (0.39999999999999997) is in [0.4, ...]
+            passed = ((lower_bound is None or mean >= lower_bound - BOUND_TOLERANCE)
+                      and (upper_bound is None or mean <= upper_bound + BOUND_TOLERANCE))
         else:
             raise ValueError(f"unknown filter_groups.filter_type {filter_type!r}; known: same_value, band_pass")
         keep[members] = passed

@@ -61,3 +61,10 @@ def test_pf_ppo_draw_follows_its_generator():
     assert not torch.equal(first, pf_ppo_resample(scores, "pow", 2.0, torch.Generator().manual_seed(8)))
     with pytest.raises(ValueError, match="unknown pf_ppo.reweight_method 'maxmin'; known: pow, max_min, max_random"):
         pf_ppo_resample(scores, "maxmin")
+
+
+def test_band_pass_bounds_hold_to_within_verls_tolerance():
+    """0.7 and 0.1 average to 0.39999999999999997 in floats: on the bound 0.4, as verl's filter counts it (1e-7)."""
+    assert keep_groups(["a", "a"], [0.7, 0.1], "band_pass", lower_bound=0.4).tolist() == [True, True]
+    assert keep_groups(["a"] * 3, [0.1, 0.2, 0.3], "band_pass", upper_bound=0.2).tolist() == [True] * 3  # 0.20000000000000004
+    assert keep_groups(["a", "a"], [0.7, 0.0999], "band_pass", lower_bound=0.4).tolist() == [False, False]
