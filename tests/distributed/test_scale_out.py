@@ -75,12 +75,15 @@ def runs(tiny_model_path, tmp_path_factory) -> dict[str, Path]:
             "one_from_two": train("one_from_two", 1, resume, f"trainer.resume_from_path={two / 'global_step_2'}")}
 
 
+PER_RANK = "global_seqlen/"  # tokens per data-parallel rank: the number of ranks is what these runs vary
+
+
 def records(run_dir: Path) -> dict[int, dict]:
-    """metrics.jsonl by step (a step's validation metrics are in its record), wall-clock keys left out."""
+    """metrics.jsonl by step (a step's validation metrics are in its record), wall-clock and per-rank keys left out."""
     out = {}
     for line in (run_dir / "metrics.jsonl").read_text().splitlines():
         record = json.loads(line)
-        out[record["step"]] = {k: v for k, v in record.items() if not is_wall_clock(k)}
+        out[record["step"]] = {k: v for k, v in record.items() if not is_wall_clock(k) and not k.startswith(PER_RANK)}
     return out
 
 
