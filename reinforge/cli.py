@@ -121,13 +121,18 @@ def _merge(args: argparse.Namespace) -> int:
     if args.hf_upload_path:
         raise ConfigError(f"--hf_upload_path {args.hf_upload_path}: reinforge merge writes a local folder only; upload it "
                           "afterwards (e.g. `hf upload <repo> <target_dir>`)")
-    for given, flag, name in ((args.checkpoint, args.local_dir, "--local_dir"), (args.out_dir, args.target_dir, "--target_dir")):
-        if given and flag and given != flag:
-            raise ConfigError(f"{name} {flag} and the positional {given} name two folders; give one")
-    checkpoint, out_dir = args.checkpoint or args.local_dir, args.out_dir or args.target_dir
-    if not checkpoint:
-        raise ConfigError("reinforge merge needs the checkpoint folder: CHECKPOINT or --local_dir (.../global_step_<N>/actor)")
-    out = merge_checkpoint(checkpoint, out_dir or "tmp", trust_remote_code=args.trust_remote_code)
+    positional = [folder for folder in (args.checkpoint, args.out_dir) if folder]
+    if args.local_dir and args.target_dir and positional or len(positional) > 1 and (args.local_dir or args.target_dir):
+        raise ConfigError(f"reinforge merge: {' and '.join(positional)} beside --local_dir/--target_dir; give the folders one way")
+    if args.local_dir:  # verl's form; a positional folder beside it is the output
+        checkpoint, out_dir = args.local_dir, args.target_dir or (positional[0] if positional else "tmp")  # verl's default
+    else:
+        checkpoint, out_dir = (positional + [None, None])[:2]
+        out_dir = args.target_dir or out_dir
+    if not checkpoint or not out_dir:
+        raise ConfigError("reinforge merge needs the checkpoint folder (.../global_step_<N>/actor) and the output folder: "
+                          "CHECKPOINT OUT_DIR, or verl's --local_dir CHECKPOINT --target_dir OUT_DIR")
+    out = merge_checkpoint(checkpoint, out_dir, trust_remote_code=args.trust_remote_code)
     print(f"reinforge: Hugging Face model written to {out.resolve()}")
     return 0
 

@@ -405,12 +405,12 @@ def _algorithm_reason(config: Config, key: str) -> str | None:
     reads_config = ADV_ESTIMATOR_REGISTRY.is_users(estimator) and ADV_ESTIMATOR_REGISTRY.accepts(estimator, "config")
     if name in _ESTIMATOR_ARGUMENTS and not reads_config and not ADV_ESTIMATOR_REGISTRY.accepts(estimator, name):
         return f"algorithm.adv_estimator={estimator} does not use it"
-    if key == "actor_rollout_ref.actor.clip_ratio" and actor.clip_ratio not in (actor.clip_ratio_low, actor.clip_ratio_high):
-        return (f"the clip range is clip_ratio_low={actor.clip_ratio_low} and clip_ratio_high={actor.clip_ratio_high} (verl's "
-                "defaults 0.2 each); as in verl, clip_ratio stands in only for one of them set to null: set those instead")
     name, loss = key.removeprefix("actor_rollout_ref.actor."), actor.policy_loss.loss_mode
     if name in _LOSS_KEYS and loss in POLICY_LOSS_REGISTRY and not POLICY_LOSS_REGISTRY.is_users(loss) and loss not in _LOSS_KEYS[name]:
         return f"policy_loss.loss_mode={loss} does not use it (read by {', '.join(_LOSS_KEYS[name])})"
+    if key == "actor_rollout_ref.actor.clip_ratio" and actor.clip_ratio not in (actor.clip_ratio_low, actor.clip_ratio_high):
+        return (f"the clip range is clip_ratio_low={actor.clip_ratio_low} and clip_ratio_high={actor.clip_ratio_high} (verl's "
+                "defaults 0.2 each); as in verl, clip_ratio stands in only for one of them set to null: set those instead")
     return None
 
 

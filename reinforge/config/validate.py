@@ -374,8 +374,8 @@ def _check(config: Config) -> None:
                           "caps a negative advantage's loss at clip_ratio_c times it (dual-clip)")
     for key, section in (("actor_rollout_ref.actor", actor), ("critic", config.critic)):
         check_optim(f"{key}.optim", section.optim)
-        if section.checkpoint.load_contents is None:
-            section.checkpoint.load_contents = list(section.checkpoint.save_contents)
+        if section.checkpoint.load_contents is None:  # what was saved, but the huggingface/ export, which is not resumed from
+            section.checkpoint.load_contents = [c for c in section.checkpoint.save_contents if c != "hf_model"]
         for name in ("save_contents", "load_contents"):
             contents = getattr(section.checkpoint, name)
             unknown = [entry for entry in contents if entry not in CHECKPOINT_CONTENTS]

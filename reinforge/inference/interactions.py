@@ -1,19 +1,22 @@
 """Interactions: a simulated user that answers the model's turns (verl's `BaseInteraction`).
 
 An interaction is a class built as `cls(config)` from the interaction config YAML
-(`interaction: [{name, class_name, config}]`). A row picks one by
-`extra_info.interaction_kwargs.name` (the other keys of `interaction_kwargs` go to
-`start_interaction`). After each model turn without tool calls, the agent loop calls, as
-coroutines:
+(`interaction: [{name, class_name, config}]`; without a name: the class name without
+`Interaction`, lowercased, as verl). A row picks one by `extra_info.interaction_kwargs.name`.
+The agent loop calls it as verl's does, as coroutines, with a request id of its own per row:
 
-- `start_interaction(instance_id=None, **interaction_kwargs)` -> instance id (once per row);
-- `generate_response(instance_id, messages)` -> `(should_terminate, text, turn_score, extra)`:
-  `text` becomes the next user message unless the conversation ends;
-- `calculate_score(instance_id)` -> float, and `finalize_interaction(instance_id)` at the end.
+- `start_interaction(request_id, **interaction_kwargs)` once per row (the name included; what it
+  returns is not used);
+- `generate_response(request_id, messages, **interaction_kwargs)` after each model turn without
+  tool calls -> `(should_terminate, text, turn_score, extra)`: `text` becomes the next user
+  message unless the conversation ends; a `turn_score` of None is no score for that turn;
+- `calculate_score` -> float and `finalize_interaction` at the end, given the request id when they
+  take one (verl's BaseInteraction declares them without).
 
 A method that raises or returns another shape is the row's interaction error (counted in the
 `interaction_errors` metric; the conversation ends there and a failed `calculate_score` scores 0),
-never the batch's. Turn scores reach the reward function as `extra_info["rollout_reward_scores"]["turn_scores"]`.
+never the batch's. Turn scores reach the reward function as `extra_info["turn_scores"]` (verl's
+key) and in `extra_info["rollout_reward_scores"]`.
 """
 
 from __future__ import annotations

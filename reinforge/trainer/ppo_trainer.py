@@ -226,6 +226,10 @@ class RLTrainer:
             self._add_scores(batch, self._timed_reward(batch), metrics, timing)
         metrics.update({"train/num_gen_batches": gen_batches, "train/num_generated_groups": generated,
                         "train/num_dropped_groups": dropped})
+        columns = {key for part in kept for key in part.keys() if key.startswith(EXTRA)}  # a batch may lack a reward key
+        for part in kept:
+            for key in columns - set(part.keys()):
+                part[key] = [None] * len(part)
         return concat_trajectories(kept, self.tokenizer.pad_token_id).index(slice(0, wanted * n)), None
 
     def _generate(self, prompts: Batch, gen_batch: int, timing: dict) -> Batch:

@@ -2,9 +2,10 @@
 
 Input: one entry per validation response: its data source, the prompt it answers (`uid`), and
 its variables: `reward` (the summed reward on the response's tokens) and, as in verl, the reward's
-extra information (`score`, the task score before any shaping, `acc`, `pred`, ...). Each data source
-has the variables its own responses have values for (a source whose reward returns plain numbers
-has no `acc`, even when another source's does). A variable is numeric when all its values are
+extra information (`score`, the task score before any shaping, `acc`, `pred`, ...; a plain-number
+result is `acc` alone, as verl's reward loop records it). Each data source has the variables its own
+responses have values for (a source whose reward returns dicts without `acc` has no `acc`, even
+when another source's does). A variable is numeric when all its values are
 numbers or bools (None, a row of the source whose reward function failed, counts 0); others are
 skipped. `pred` is the vote of majority voting and is not a variable itself.
 
@@ -134,7 +135,7 @@ def process_validation_metrics(data_sources: Sequence[str], sample_uids: Sequenc
 
     `sample_uids` says which prompt each response answers; `infos_dict` maps each variable to one value per response
     (None where a response lacks it). A data source reports only the variables its own responses have: one source's
-    reward returning `acc` gives no `acc` (of zeros) to another whose reward returns plain numbers.
+    reward returning `acc` gives no `acc` (of zeros) to another whose reward returns dicts without it.
     """
     prompts: dict[str, dict[Any, list[int]]] = defaultdict(dict)  # data source -> prompt -> its response rows
     for row, (source, uid) in enumerate(zip(data_sources, sample_uids, strict=True)):

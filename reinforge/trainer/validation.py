@@ -4,10 +4,10 @@ Each prompt gets `actor_rollout_ref.rollout.val_kwargs.n` responses; the metrics
 (`trainer/val_metrics.py`): `val-core/<data_source>/<var>/mean@<n>` for the core variable (`acc`
 when that data source's rewards return one, else `reward`), with `best@<n>/*` and `maj@<n>/*` beside
 it when n > 1, and `val-aux/...` for the rest (std@n, best/worst/maj@k for smaller k, pass@k,
-and, as in verl, the numeric keys of the reward's extra information: `score` and the other keys
-of dict results; `score` differs from `reward` where the reward adds to it, e.g. DAPO's overlong
+and, as in verl, the numeric keys of the reward's extra information: `acc` for plain-number
+results, `score` and the other keys of dict results; `score` differs from `reward` where the reward adds to it, e.g. DAPO's overlong
 penalty or a reward model's score). `trainer.log_val_generations` prints that many samples and hands
-them to the trackers (a table in wandb and mlflow, text in tensorboard and swanlab);
+them to the trackers (a table in wandb, trackio and mlflow, text in tensorboard and swanlab);
 `trainer.validation_data_dir` writes every sample as JSONL. Responses whose reward function failed
 (scored 0) are counted in `val-aux/reward/errors` and `val-aux/reward/timeouts` when there are any,
 with a warning when every response failed.
@@ -15,6 +15,7 @@ with a warning when every response failed.
 
 from __future__ import annotations
 
+import numbers
 import sys
 
 import numpy as np
@@ -60,9 +61,7 @@ def validate(config: Config, wg: WorkerGroup, reward_fn, val_loader, tokenizer, 
         if decode:
             samples += generation_records(batch, scores, tokenizer, step, extra_info)
 
-    # a plain-number result: verl's reward loop records it as acc alone (the manager's score is the same number)
-    extras = [{"acc": extra["acc"]} if extra.keys() == {"score", "acc"} and extra["acc"] == extra["score"] else extra
-              for extra in extras]
+    extras = _plain_sources_without_score(sources, extras)
     names = list(dict.fromkeys(k for extra in extras for k in extra))
     infos = {"reward": rewards, **{name: [extra.get(name) for extra in extras] for name in names}}  # None: not in this row
     _report_samples(config, samples, step, tracking)
@@ -78,6 +77,21 @@ def validate(config: Config, wg: WorkerGroup, reward_fn, val_loader, tokenizer, 
                   f"({failed['reward/errors']} errors, {failed['reward/timeouts']} timeouts), so the validation reward is 0"
                   + (f"; it is {summary()}" if summary else ""), file=sys.stderr, flush=True)
     return metrics
+
+
+def _plain_sources_without_score(sources: list[str], extras: list[dict]) -> list[dict]:
+    """A data source whose reward function returns plain numbers has acc and no score as a variable, as verl's reward
+    loop records them (the manager's score is the same number); a source with any other result keeps its score."""
+    def plain(extra: dict) -> bool:
+        present = {key for key, value in extra.items() if value is not None}
+        acc, score = extra.get("acc"), extra.get("score")
+        same = acc is None or (isinstance(acc, numbers.Real) and isinstance(score, numbers.Real) and float(acc) == float(score))
+        return present <= {"score", "acc"} and same
+
+    mixed = {source for source, extra in zip(sources, extras, strict=True) if not plain(extra)}
+    with_acc = {source for source, extra in zip(sources, extras, strict=True) if extra.get("acc") is not None}
+    return [{key: value for key, value in extra.items() if key != "score"} if source in with_acc - mixed else extra
+            for source, extra in zip(sources, extras, strict=True)]
 
 
 def _report_samples(config: Config, samples: list[dict], step: int, tracking: Tracking | None) -> None:

@@ -154,6 +154,10 @@ def load_training_state(folder: str, contents: list, model: torch.nn.Module, opt
     (None when not loaded). `key` is the config section whose checkpoint.load_contents is `contents`, for messages."""
     path = Path(folder)
     parts = [content for content in ("model", "optimizer", "extra") if content in contents]
+    if not parts:
+        raise ConfigError(f"{key}.checkpoint.load_contents={list(contents)} names nothing to resume {path} from: a run resumes "
+                          f"from model, optimizer and extra (hf_model is an export); save them (checkpoint.save_contents) "
+                          "or start fresh with trainer.resume_mode=disable")
     elsewhere = "trainer.resume_from_path at a global_step_<N> folder that reinforge saved, or start fresh with trainer.resume_mode=disable"
     advice = f"Point {elsewhere}"
     saved = [part for part in parts if path.is_dir() and any(path.glob(f"{PARTS[part]}_world_size_*_rank_*.pt"))]

@@ -106,6 +106,23 @@ def test_a_failed_row_gets_no_acc_when_no_other_row_has_one(tokenizer, capsys):
     assert "ValueError: no extra_info" in capsys.readouterr().err
 
 
+def test_a_failed_row_gets_acc_0_only_where_its_data_source_records_acc(tokenizer, capsys):
+    """Rows of two data sources: one returns plain numbers (acc), the other dicts without acc; a failed row of the
+    second gets no acc (its source would otherwise get an acc variable of zeros)."""
+    rows = [(*row[:2], source, *row[3:]) for row, source in zip(GSM8K_ROWS, ("plain", "dicts", "dicts"), strict=True)]
+
+    def compute_score(data_source, solution_str, ground_truth, extra_info=None):
+        if data_source == "plain":
+            return 1.0
+        if extra_info is None:
+            raise ValueError("no extra_info")
+        return {"score": 0.5, "pred": "7"}
+
+    result = make_reward_manager("naive", tokenizer, compute_score)(make_batch(tokenizer, rows), return_dict=True)
+    assert result["reward_extra_info"]["acc"] == [1.0, None, None]
+    assert result["reward_extra_info"]["pred"] == [None, None, "7"]
+
+
 def test_zero_length_response_gets_no_token_reward_but_is_recorded(tokenizer):
     batch = make_batch(tokenizer, [("Q", "", "d", "x", None), ("Q", "abc", "d", "x", None)])
     assert response_lengths(batch)[0] == 0

@@ -154,6 +154,21 @@ def test_dynamic_sampling_ends_the_run_when_total_epochs_are_used_up_as_verl(run
     assert sorted(again) == [1, 2] and "training ends after step 2" in capsys.readouterr().out
 
 
+def test_dynamic_sampling_joins_batches_whose_reward_keys_differ(run_steps, tmp_path):
+    """The first generation batch's rows return plain numbers (an acc column), the next ones dicts without acc: the
+    kept rows are joined with acc None where a batch had none."""
+    reward = tmp_path / "reward.py"
+    reward.write_text(
+        "def compute_score(data_source, solution_str, ground_truth, extra_info=None):\n"
+        "    if extra_info['index'] < 2:\n"
+        "        return 0.5  # constant: these groups are dropped, but their batch has an acc column\n"
+        "    return {'score': sum(map(ord, solution_str)) % 7 / 7}\n")
+    steps = run_steps(f"custom_reward_function.path={reward}", "algorithm.filter_groups.enable=true",
+                      "data.gen_batch_size=2", "data.train_batch_size=2", "actor_rollout_ref.rollout.n=4", "data.shuffle=false",
+                      "trainer.total_training_steps=1", "actor_rollout_ref.rollout.temperature=3.0")
+    assert steps[1]["train/num_gen_batches"] >= 2 and steps[1]["train/num_dropped_groups"] >= 2
+
+
 def test_pf_ppo_trains_on_a_redraw_of_the_batch(run_steps, tmp_path):
     """max_min redraws only the batch's best and worst responses; the same step without PF-PPO generated the same ones."""
     common = ["algorithm.adv_estimator=gae", "actor_rollout_ref.rollout.n=4", "trainer.total_training_steps=1",

@@ -165,6 +165,18 @@ def test_the_command_that_saved_a_model_only_checkpoint_resumes_from_it(run_step
     assert 3 in steps and "global_step_2 (step 2); continuing at step 3" in capsys.readouterr().out
 
 
+def test_a_checkpoint_of_the_huggingface_export_alone_is_refused_on_resume_with_what_to_do(run_steps, tmp_path):
+    from reinforge.config import load_config
+
+    config, _ = load_config(["actor_rollout_ref.actor.checkpoint.save_contents=[model,optimizer,extra,hf_model]"])
+    assert config.actor_rollout_ref.actor.checkpoint.load_contents == ["model", "optimizer", "extra"]  # the export is not loaded
+    run_dir, export_only = tmp_path / "run", ["trainer.save_freq=2", "actor_rollout_ref.actor.checkpoint.save_contents=[hf_model]"]
+    run_steps(*export_only, run_dir=run_dir)
+    with pytest.raises(ConfigError, match=r"actor_rollout_ref.actor.checkpoint.load_contents=\[\] names nothing to resume .*"
+                                          r"global_step_2/actor from"):
+        run_steps("trainer.total_training_steps=3", *export_only, run_dir=run_dir)
+
+
 def test_resuming_with_another_optimizer_class_is_refused_naming_the_keys(run_steps, tmp_path):
     run_dir = tmp_path / "run"
     sgd = ["actor_rollout_ref.actor.optim.optimizer=SGD", "actor_rollout_ref.actor.optim.override_optimizer_config={momentum: 0.9}"]

@@ -194,3 +194,18 @@ def test_the_logged_validation_samples_are_picked_as_verl_picks_them(capsys):
         _report_samples(config, list(order), 5, tracker)
         assert tracker.logged == expected[:3] != ["prompt 00", "prompt 01", "prompt 02"]
     assert capsys.readouterr().out.count("[val sample @ step 5]") == 6
+
+
+def test_only_sources_whose_rewards_are_plain_numbers_lose_score_as_a_variable():
+    """Per data source, not per row: a dict result {score: -1, acc: False} beside {score: 1, acc: True} keeps its score
+    in every row; a plain-number source (score and acc the same number, other keys absent) has acc alone."""
+    from reinforge.trainer.validation import _plain_sources_without_score
+
+    sources = ["dicts", "dicts", "plain", "plain"]
+    extras = [{"score": 1.0, "acc": True, "pred": "4"}, {"score": -1.0, "acc": False, "pred": "5"},
+              {"score": 0.5, "acc": 0.5, "pred": None}, {"score": 0.0, "acc": 0.0, "pred": None}]
+    kept = _plain_sources_without_score(sources, extras)
+    assert kept[:2] == extras[:2]
+    assert [sorted(k for k, v in extra.items() if v is not None) for extra in kept[2:]] == [["acc"], ["acc"]]
+    arrays = [{"score": 1.0, "acc": np.array([1.0, 0.0])}]  # not a number: kept as it is, no ambiguous comparison
+    assert _plain_sources_without_score(["s"], arrays) == arrays

@@ -52,12 +52,15 @@ def test_verls_model_merger_command_line_works(tiny_model_path, tmp_path, capsys
     assert cli_main(["merge", "--backend", "fsdp", "--local_dir", str(actor), "--target_dir", str(out), "--use_cpu_initialization"]) == 0
     merged = AutoModelForCausalLM.from_pretrained(out)
     assert all(torch.equal(merged.state_dict()[name], value) for name, value in model.state_dict().items())
+    assert cli_main(["merge", "--local_dir", str(actor), str(tmp_path / "beside")]) == 0  # a positional folder: the output
+    assert (tmp_path / "beside" / "config.json").is_file()
     capsys.readouterr()
     for argv, message in (
         (["--backend", "megatron", "--local_dir", str(actor)], "reinforge saves checkpoints in the FSDP layout only"),
         (["--local_dir", str(actor), "--hf_upload_path", "me/model"], "writes a local folder only"),
-        (["--target_dir", str(out)], "needs the checkpoint folder: CHECKPOINT or --local_dir"),
-        ([str(actor), str(out), "--local_dir", str(tmp_path)], "--local_dir"),
+        (["--target_dir", str(out)], "needs the checkpoint folder (.../global_step_<N>/actor) and the output folder"),
+        ([str(actor)], "needs the checkpoint folder (.../global_step_<N>/actor) and the output folder"),
+        ([str(actor), str(out), "--local_dir", str(tmp_path)], "beside --local_dir/--target_dir; give the folders one way"),
     ):
         assert cli_main(["merge", *argv]) == 2
         assert message in capsys.readouterr().err

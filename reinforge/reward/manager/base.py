@@ -260,8 +260,10 @@ class RewardManager:
             scores.append(score)
             extras.append(extra)
             failed.append(failure is not None)
-        if any("acc" in extra for extra in extras):  # a failed row's score is 0: so is its accuracy
-            extras = [{"acc": 0.0} if row_failed else extra for extra, row_failed in zip(extras, failed, strict=True)]
+        # a failed row's score is 0, and so is its accuracy where its data source's rows record one
+        with_acc = {sample.data_source for sample, extra in zip(samples, extras, strict=True) if "acc" in extra}
+        extras = [{"acc": 0.0} if row_failed and sample.data_source in with_acc else extra
+                  for sample, extra, row_failed in zip(samples, extras, failed, strict=True)]
         return scores, extras, metrics
 
     def _decode_response(self, token_ids: list[int]) -> str:
