@@ -396,7 +396,8 @@ def resolve(root: type, args: list[str] | None = None, config_file: str | None =
 
     file_overrides, ignored = _from_yaml(config_file, root, base) if config_file else ([], [])
     overrides = [dataclasses.replace(override, kind="unset") if override.value is None and override.kind != "delete"
-                 and override.key in null_is_unset else override for override in file_overrides + parse_overrides(list(args or []))]
+                 and override.key in null_is_unset else override for override in file_overrides + parse_overrides(list(args or []))
+                 if override.key.rpartition(".")[2] != "_target_"]  # verl's class for Hydra to build a section: no setting
     defaults = dataclasses.asdict(root())
     tree = copy.deepcopy(defaults) if preset else defaults
     # the keys the user sets (a group given as a mapping sets the keys it names), which the preset depends on

@@ -265,6 +265,8 @@ LEGACY_NULLS = frozenset({
     *(f"reward_model.{name}" for name in ("num_workers", "reward_manager", "enable", "enable_resource_pool", "n_gpus_per_node",
                                           "nnodes", "model.path", "model.external_lib", "model.trust_remote_code")),
     "custom_reward_function.path", "custom_reward_function.name",
+    # null in some verl versions' defaults, meaning the default: newest verl's filter metric, older verl's cosine floors
+    "algorithm.filter_groups.metric", "actor_rollout_ref.actor.optim.min_lr_ratio", "critic.optim.min_lr_ratio",
 })
 # newer verl settings with no counterpart here that would change what is trained: (key, verl's defaults, what it does)
 NOT_SUPPORTED = (

@@ -409,6 +409,21 @@ def test_verls_legacy_reward_keys_at_null_keep_the_defaults_and_the_newer_places
         load_config([*VERL, "algorithm.gamma=null"])
 
 
+def test_a_verl_config_dump_with_target_lines_and_null_defaults_loads(tmp_path):
+    """verl's generated config names a class per section (`_target_`, Hydra's, no setting) and has some defaults at null
+    (the newest filter_groups.metric, older versions' min_lr_ratio): such a file loads, those keys at reinforge's defaults."""
+    file = tmp_path / "verl_dump.yaml"
+    file.write_text("actor_rollout_ref:\n  actor:\n    _target_: verl.workers.config.FSDPActorConfig\n"
+                    "    optim: {_target_: verl.workers.config.FSDPOptimizerConfig, lr: 2.0e-06, min_lr_ratio: null}\n"
+                    "algorithm:\n  _target_: verl.trainer.config.AlgoConfig\n"
+                    "  filter_groups: {_target_: verl.trainer.config.FilterGroupsConfig, enable: false, metric: null}\n"
+                    "critic:\n  optim: {min_lr_ratio: null}\n")
+    config, keys = load_config(VERL, str(file))
+    assert config.actor_rollout_ref.actor.optim.lr == 2e-6 and config.algorithm.filter_groups.metric == "seq_reward"
+    assert config.actor_rollout_ref.actor.optim.min_lr_ratio == config.critic.optim.min_lr_ratio == 0.0
+    assert not [key for key in keys if key.endswith("_target_")]
+
+
 def test_critic_settings_of_verls_newer_layout_do_nothing_without_a_critic():
     config, keys = load_config([*VERL, "critic.fsdp.model_dtype=bf16", "critic.model.lora.rank=8"])
     assert "critic.fsdp.model_dtype: no critic in this run" in notes(config, keys)
