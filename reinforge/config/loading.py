@@ -381,6 +381,13 @@ def _is_group(key: str, root: type = Config) -> bool:
     return any(k.startswith(key + ".") for k in all_keys(root))
 
 
+def _as_read(override: Override, null_is_unset: frozenset[str]) -> Override:
+    """`override`, or, for a key of `null_is_unset` set to null, a return to its default that is not the user's setting."""
+    if override.value is None and override.kind != "delete" and override.key in null_is_unset:
+        return dataclasses.replace(override, kind="unset")
+    return override
+
+
 def resolve(root: type, args: list[str] | None = None, config_file: str | None = None, base: str = BASE_CONFIG,
             preset: Callable[[list[str]], dict[str, Any] | None] | None = None,
             null_is_unset: frozenset[str] = frozenset()) -> tuple[Any, list[str], list[str]]:
@@ -395,8 +402,7 @@ def resolve(root: type, args: list[str] | None = None, config_file: str | None =
     from omegaconf.errors import OmegaConfBaseException
 
     file_overrides, ignored = _from_yaml(config_file, root, base) if config_file else ([], [])
-    overrides = [dataclasses.replace(override, kind="unset") if override.value is None and override.kind != "delete"
-                 and override.key in null_is_unset else override for override in file_overrides + parse_overrides(list(args or []))
+    overrides = [_as_read(override, null_is_unset) for override in file_overrides + parse_overrides(list(args or []))
                  if override.key.rpartition(".")[2] != "_target_"]  # verl's class for Hydra to build a section: no setting
     defaults = dataclasses.asdict(root())
     tree = copy.deepcopy(defaults) if preset else defaults
@@ -422,10 +428,10 @@ def load_config(args: list[str] | None = None, config_file: str | None = None) -
     Returns the config and the keys the user set, with the file's ignored Hydra settings (for the report of settings
     without effect).
     """
-    from reinforge.config.section_checks import LEGACY_NULLS
+    from reinforge.config.section_checks import NULL_MEANS_DEFAULT
     from reinforge.config.validate import finalize
 
-    config, user_keys, ignored = resolve(Config, args, config_file, null_is_unset=LEGACY_NULLS,
+    config, user_keys, ignored = resolve(Config, args, config_file, null_is_unset=NULL_MEANS_DEFAULT,
                                          preset=lambda keys: quickstart.values() if quickstart.applies(keys) else None)
     finalize(config, quickstart.applies(user_keys))
     return config, ignored + user_keys

@@ -259,9 +259,10 @@ NEWER_PLACES = (
     ("sandbox_fusion.max_concurrent", "reward_model.sandbox_fusion.max_concurrent"),
     ("sandbox_fusion.memory_limit_mb", "reward_model.sandbox_fusion.memory_limit_mb"),
 )
-# verl's legacy reward keys, all null in its newest ppo_trainer.yaml (legacy_reward_impl.yaml): null there means "not
-# given, the reward section decides", so a null here (a command line or a config file from that verl) keeps the default
-LEGACY_NULLS = frozenset({
+# keys verl's configs leave at null to mean "not given": its legacy reward keys (all null in its newest ppo_trainer.yaml,
+# legacy_reward_impl.yaml: the reward section decides) and the defaults below; a null here (a command line or a config
+# file from that verl) keeps reinforge's default
+NULL_MEANS_DEFAULT = frozenset({
     *(f"reward_model.{name}" for name in ("num_workers", "reward_manager", "enable", "enable_resource_pool", "n_gpus_per_node",
                                           "nnodes", "model.path", "model.external_lib", "model.trust_remote_code")),
     "custom_reward_function.path", "custom_reward_function.name",

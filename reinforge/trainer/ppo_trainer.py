@@ -80,6 +80,11 @@ from reinforge.trainer.tracking import Tracking
 from reinforge.trainer.validation import validate
 
 
+def _due(step: int, freq: int) -> bool:
+    """Whether `step` is one of every `freq` (save_freq, test_freq; 0 or less: none is)."""
+    return freq > 0 and step % freq == 0
+
+
 class DataExhausted(Exception):
     """The prompt stream ended (trainer.total_epochs served) before a step could be made; the message says how far
     the step had come."""
@@ -373,14 +378,8 @@ class RLTrainer:
                 self._count_nonfinite_step(metrics)
                 metrics["training/global_step"] = self.global_steps
                 metrics["training/epoch"] = self.train_loader.epoch
-                if cfg.save_freq > 0 and (last or self.global_steps % cfg.save_freq == 0):  # before validating, as verl
-                    with timer("save_checkpoint", timing := {}):
-                        saved = self._save_checkpoint()
-                    metrics["timing_s/save_checkpoint"] = timing["save_checkpoint"]
-                    metrics["checkpoint/save_failed"] = 0 if saved else 1  # 1: skipped, the disk was full
-                if self.val_loader is not None and cfg.test_freq > 0 and (last or self.global_steps % cfg.test_freq == 0):
-                    val_metrics = self._validate(tracking)
-                    metrics.update(val_metrics)
+                val_metrics = self._save_and_validate(metrics, tracking, last or _due(self.global_steps, cfg.save_freq),
+                                                      last or _due(self.global_steps, cfg.test_freq)) or val_metrics
                 tracking.log(metrics, self.global_steps)
                 self._stop_if_nonfinite()
         finally:
@@ -397,14 +396,26 @@ class RLTrainer:
         print(f"reinforge: the training data ran out{during} the {cfg.total_epochs} epochs (trainer.total_epochs) of "
               f"data.train_files were used up; training ends after step {step}, as verl's does (raise trainer.total_epochs "
               "to train on)", flush=True)
+        if step == first_step:
+            return {}
         metrics: dict[str, float] = {}
-        val_metrics: dict[str, float] = {}
-        if step > first_step and cfg.save_freq > 0 and self._saved_step != step:
-            metrics["checkpoint/save_failed"] = 0 if self._save_checkpoint() else 1
-        if step > first_step and self.val_loader is not None and cfg.test_freq > 0 and step % cfg.test_freq:
+        val_metrics = self._save_and_validate(metrics, tracking, self._saved_step != step, not _due(step, cfg.test_freq))
+        if metrics:
+            tracking.log(metrics, step)
+        return val_metrics
+
+    def _save_and_validate(self, metrics: dict, tracking: Tracking, save: bool, validate: bool) -> dict[str, float]:
+        """Checkpoint the current step (when `save` and save_freq > 0), then validate it (when `validate`, test_freq > 0 and
+        there are validation data), as verl orders them; adds to `metrics` and returns the validation metrics."""
+        cfg, val_metrics = self.config.trainer, {}
+        if cfg.save_freq > 0 and save:
+            with timer("save_checkpoint", timing := {}):
+                saved = self._save_checkpoint()
+            metrics["timing_s/save_checkpoint"] = timing["save_checkpoint"]
+            metrics["checkpoint/save_failed"] = 0 if saved else 1  # 1: skipped, the disk was full
+        if self.val_loader is not None and cfg.test_freq > 0 and validate:
             val_metrics = self._validate(tracking)
-        if metrics or val_metrics:
-            tracking.log({**metrics, **val_metrics}, step)
+            metrics.update(val_metrics)
         return val_metrics
 
     def _stop_run(self, signum: int, first_step: int) -> None:

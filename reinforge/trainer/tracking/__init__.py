@@ -154,6 +154,14 @@ def _run_identity(config) -> tuple[str, str, dict]:
     return config.trainer.project_name, config.trainer.experiment_name, to_dict(config)
 
 
+def add_generations_row(rows: list[list], samples: list[dict], step: int) -> list[str]:
+    """verl's validation-samples table (wandb, trackio): append this validation's row (step, then each sample's input,
+    output and score) to `rows`, the earlier validations' rows; returns the columns (step, input_1, output_1, score_1, ...)."""
+    names = ("input", "output", "score")
+    rows.append([step, *(sample[name] for sample in samples for name in names)])
+    return ["step", *(f"{name}_{i + 1}" for i in range(len(samples)) for name in names)]
+
+
 def generations_markdown(samples: list[dict]) -> str:
     """The samples as a Markdown table (step, input, output, ground truth, score) for text-only trackers."""
     def cell(value) -> str:

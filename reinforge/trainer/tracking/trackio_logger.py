@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from reinforge.trainer.tracking import add_generations_row
+
 
 class TrackioLogger:
     def __init__(self, run_dir: Path, project: str, experiment: str, config: dict):
@@ -24,9 +26,7 @@ class TrackioLogger:
         self.trackio.log(scalars, step=step)
 
     def log_generations(self, samples: list[dict], step: int) -> None:
-        names = ("input", "output", "score")
-        columns = ["step", *(f"{name}_{i + 1}" for i in range(len(samples)) for name in names)]
-        self.rows.append([step, *(sample[name] for sample in samples for name in names)])
+        columns = add_generations_row(self.rows, samples, step)
         self.trackio.log({"val/generations": self.trackio.Table(columns=columns, data=self.rows)}, step=step)
 
     def close(self) -> None:

@@ -16,6 +16,8 @@ import os
 from pathlib import Path
 from urllib.parse import urlparse
 
+from reinforge.trainer.tracking import add_generations_row
+
 
 def has_api_key() -> bool:
     if os.environ.get("WANDB_API_KEY"):
@@ -44,10 +46,7 @@ class WandbLogger:
         self.run.log(scalars, step=step)
 
     def log_generations(self, samples: list[dict], step: int) -> None:
-        """verl's table: a row per validation, columns step, input_1, output_1, score_1, input_2, ..."""
-        names = ("input", "output", "score")
-        columns = ["step", *(f"{name}_{i + 1}" for i in range(len(samples)) for name in names)]
-        self.rows.append([step, *(sample[name] for sample in samples for name in names)])
+        columns = add_generations_row(self.rows, samples, step)
         self.run.log({"val/generations": self.wandb.Table(columns=columns, data=self.rows)}, step=step)
 
     def close(self) -> None:
