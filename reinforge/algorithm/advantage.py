@@ -223,18 +223,21 @@ def compute_rloo_vectorized_outcome_advantage(token_level_rewards: torch.Tensor,
 @torch.no_grad()
 def compute_reinforce_plus_plus_outcome_advantage(token_level_rewards: torch.Tensor, response_mask: torch.Tensor,
                                                   config=None, gamma: float | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-    """REINFORCE++ (arXiv:2501.03262): discounted returns, restarted after each response's end, whitened over the batch.
+    """REINFORCE++ (arXiv:2501.03262): discounted returns over the response's own tokens, whitened over the batch.
 
-    gamma is `config.gamma` (algorithm.gamma), as in verl; the `gamma` argument is used without a config.
+    A token outside the mask (padding, or a tool's or user's span inside a multi-turn response) neither adds its
+    reward nor discounts: the return is carried through it unchanged, as in verl, so a turn before a tool answer
+    still gets the outcome reward that comes after it. gamma is `config.gamma` (algorithm.gamma), as in verl; the
+    `gamma` argument is used without a config.
     """
     gamma = config.gamma if config is not None else (1.0 if gamma is None else gamma)
     returns = torch.zeros_like(token_level_rewards)
     running = torch.zeros_like(token_level_rewards[:, 0])
     for t in reversed(range(token_level_rewards.shape[1])):
-        running = token_level_rewards[:, t] + gamma * running
-        returns[:, t] = running
-        running = running * response_mask[:, t]
-    return masked_whiten(returns, response_mask), returns * response_mask
+        mask = response_mask[:, t]
+        running = torch.where(mask != 0, token_level_rewards[:, t] + gamma * running, running)
+        returns[:, t] = running * mask
+    return masked_whiten(returns, response_mask), returns
 
 
 @register_adv_est("reinforce_plus_plus_baseline")

@@ -15,6 +15,7 @@ import numpy as np
 import torch
 
 PF_PPO_METHODS = ("pow", "max_min", "max_random")
+SUMMED_REWARD = ("seq_reward", "reward")  # filter_groups.metric naming the summed pre-KL reward (verl's recipe; its v1 name)
 BOUND_TOLERANCE = 1e-7  # band_pass: a mean within this of a bound counts as on it, as verl's filter
 
 

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import torch
 
+from reinforge.algorithm.core import masked_mean
+
 SAMPLED_KL = ("kl", "k1", "abs", "mse", "k2", "low_var_kl", "k3")
 KL_PENALTIES = (*SAMPLED_KL, "full", *(f"{name}+" for name in SAMPLED_KL))  # k2+ and mse+: k2 itself, as in verl
 
@@ -91,6 +93,6 @@ def apply_kl_penalty(token_level_scores: torch.Tensor, kld: torch.Tensor, respon
     kld = kld * response_mask
     beta = kl_ctrl.value
     rewards = token_level_scores - beta * kld
-    current_kl = ((kld.sum(-1) / response_mask.sum(-1).clamp(min=1)).mean()).item()
+    current_kl = masked_mean(kld, response_mask, -1).mean().item()  # a NaN or inf where masked counts 0, as in verl
     kl_ctrl.update(current_kl, n_steps=token_level_scores.shape[0])
     return rewards, {"actor/reward_kl_penalty": current_kl, "actor/reward_kl_penalty_coeff": beta}

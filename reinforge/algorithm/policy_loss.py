@@ -107,7 +107,8 @@ def compute_policy_loss_vanilla(old_log_prob: torch.Tensor, log_prob: torch.Tens
 def compute_policy_loss_gspo(old_log_prob: torch.Tensor, log_prob: torch.Tensor, advantages: torch.Tensor,
                              response_mask: torch.Tensor, loss_agg_mode: str = "seq-mean-token-mean", config=None,
                              rollout_is_weights: torch.Tensor | None = None) -> tuple[torch.Tensor, dict[str, float]]:
-    """GSPO (arXiv:2507.18071): PPO clip on the sequence's geometric-mean ratio; always seq-mean-token-mean."""
+    """GSPO (arXiv:2507.18071): PPO clip on the sequence's geometric-mean ratio, aggregated by `loss_agg_mode` as verl
+    does since 0.6 (the paper's aggregation is seq-mean-token-mean, which verl's GSPO examples set)."""
     clip_low, clip_high = _clip_range(config)
     log_ratio = log_prob - old_log_prob
     seq_log_ratio = (log_ratio * response_mask).sum(-1) / response_mask.sum(-1).clamp(min=1)  # (batch,)
@@ -117,7 +118,7 @@ def compute_policy_loss_gspo(old_log_prob: torch.Tensor, log_prob: torch.Tensor,
     loss_unclipped = -advantages * ratio
     loss_clipped = -advantages * ratio.clamp(1 - clip_low, 1 + clip_high)
     token_losses = torch.maximum(loss_unclipped, loss_clipped)
-    loss = _aggregate(token_losses, response_mask, "seq-mean-token-mean", config, rollout_is_weights)
+    loss = _aggregate(token_losses, response_mask, loss_agg_mode, config, rollout_is_weights)
     return loss, _metrics(masked_mean((loss_clipped > loss_unclipped).float(), response_mask),
                           masked_mean(-log_ratio, response_mask))
 

@@ -21,7 +21,8 @@ class KLControlConfig(Node):
 class FilterGroupsConfig(Node):
     enable: bool = _f(False, "DAPO dynamic sampling (arXiv:2503.14476): drop groups whose metric does not vary, generate more until "
                       "data.train_batch_size groups are kept.")
-    metric: str = _f("seq_reward", "What must vary within a group: seq_reward (the summed reward) or a key the reward function returns (score, acc, ...).")
+    metric: str = _f("seq_reward", "What must vary within a group: seq_reward (the summed reward; verl's newer name: reward) or a key the "
+                                   "reward function returns (score, acc, ...).")
     max_num_gen_batches: int = _f(10, "Most generation batches per step; the step fails with a clear message past it (0: no limit).")
     filter_type: str = _f("same_value", "same_value: drop groups whose metric spread is <= tolerance; band_pass: keep groups whose "
                           "mean metric lies in [lower_bound, upper_bound].")

@@ -15,13 +15,13 @@ SP_DOC = ("verl's Ulysses sequence parallelism (split each sequence over this ma
 @dataclass
 class OptimConfig(Node):
     lr: float = _f(1e-6, "Peak learning rate of AdamW.")
-    lr_warmup_steps: int = _f(-1, "Linear warmup steps; negative: use lr_warmup_steps_ratio.")
-    lr_warmup_steps_ratio: float = _f(0.0, "Warmup as a fraction of total training steps (used when lr_warmup_steps < 0).")
+    lr_warmup_steps: int = _f(-1, "Linear warmup steps; 0 or negative: use lr_warmup_steps_ratio.")
+    lr_warmup_steps_ratio: float = _f(0.0, "Warmup as a fraction of total training steps (used when lr_warmup_steps <= 0).")
     lr_scheduler_type: str = _f("constant", "Learning-rate schedule after warmup: constant, cosine, or wsd (warmup-stable-decay: constant, then the cosine over the last 10% of the steps after warmup).")
     warmup_style: str | None = _f(None, "Older verl name of lr_scheduler_type; when set it wins.")
     min_lr_ratio: float = _f(0.0, "Cosine schedule floor as a fraction of lr.")
     num_cycles: float = _f(0.5, "Cosine cycles over training (0.5: a half cosine down to min_lr).")
-    total_training_steps: int = _f(-1, "Steps the schedule spans; -1: filled in by the trainer.")
+    total_training_steps: int = _f(-1, "Steps the schedule spans: filled in by the trainer with the run's steps, as verl does.")
     weight_decay: float = _f(0.01, "AdamW weight decay.")
     betas: list = _f([0.9, 0.999], "AdamW betas.")
     eps: float = _f(1e-8, "AdamW epsilon.")

@@ -29,7 +29,11 @@ PROFILER_REASON = "no profiler integration in this version; the timing_s/* metri
 NO_REF_REASON = ("no reference model in this run (it is used by actor_rollout_ref.actor.use_kl_loss or "
                  "algorithm.use_kl_in_reward)")
 
+_SCHEDULE_LENGTH = ("the learning-rate schedule spans the run's training steps (trainer.total_training_steps, or "
+                    "trainer.total_epochs of the data), which the trainer fills in here whatever it says, as verl's does")
 _ALWAYS_INERT = {
+    "actor_rollout_ref.actor.optim.total_training_steps": _SCHEDULE_LENGTH,
+    "critic.optim.total_training_steps": _SCHEDULE_LENGTH,
     "actor_rollout_ref.model.use_remove_padding": "padded micro-batches are used in this version (packing needs varlen attention)",
     "actor_rollout_ref.model.use_shm": "the model is read from its folder",
     "actor_rollout_ref.actor.use_torch_compile": "no torch.compile in this version",

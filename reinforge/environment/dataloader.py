@@ -102,11 +102,19 @@ class PromptLoader:
         return size // self.batch_size if self.drop_last else -(-size // self.batch_size)
 
     def order(self, epoch: int, rows: int | None = None) -> list[int]:
-        """Dataset indices of `epoch` in the order they are served without a sampler (`rows`: the dataset's length)."""
+        """Dataset indices of `epoch` in the order they are served without a sampler (`rows`: the dataset's length).
+
+        Shuffled, epoch e is the (e+1)-th permutation of one generator seeded with data.seed, as verl's sampler draws
+        them (torchdata's RandomSampler: one torch.randperm per epoch from the generator it was given), so a seed
+        gives verl's order in every epoch; computed from the seed and the epoch alone, so a resumed run needs no
+        generator state."""
         rows = len(self.dataset) if rows is None else rows
         if not self.shuffle:
             return list(range(rows))
-        return torch.randperm(rows, generator=torch.Generator().manual_seed(self.seed + epoch)).tolist()
+        generator = torch.Generator().manual_seed(self.seed)
+        for _ in range(epoch):
+            torch.randperm(rows, generator=generator)
+        return torch.randperm(rows, generator=generator).tolist()
 
     def __iter__(self) -> Iterator[Any]:
         self._skip_finished_epoch()

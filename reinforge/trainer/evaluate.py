@@ -47,7 +47,7 @@ class ResponseScorer(NaiveRewardManager):
 
     def score(self, samples: list[ResponseSample]) -> tuple[list[float], dict[str, int]]:
         """Each response's score (0.0 for a failed call), and the counts of failed calls."""
-        scores, _, metrics = self._parse(samples, self._watched_compute(samples))
+        scores, _, _, metrics = self._parse(samples, self._watched_compute(samples))
         return scores, metrics
 
     def _check_signature(self, fn: Callable[..., Any]) -> None:

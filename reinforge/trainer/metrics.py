@@ -18,6 +18,7 @@ from contextlib import contextmanager
 import numpy as np
 import torch
 
+from reinforge.algorithm.core import masked_mean, masked_sum
 from reinforge.batch import Batch
 from reinforge.trainer.val_metrics import NUMBER_TYPES
 
@@ -102,17 +103,20 @@ def agent_metrics(batch: Batch) -> dict[str, float]:
 
 # verl's token counts for timing_per_token_ms: generation produces the response tokens; these passes
 # read every prompt and response token. Other phases (reward, old_log_prob, testing, ...) get only timing_s.
-PER_TOKEN_PHASES = ("ref", "values", "adv", "update_critic", "update_actor", "rollout")
+PER_TOKEN_PHASES = ("ref", "values", "adv", "update_critic", "update_actor")
 
 
 def compute_timing_metrics(batch: Batch, timing: dict[str, float]) -> dict[str, float]:
-    """timing_s/<phase> for every timed phase; timing_per_token_ms/<phase> for gen (per response token)
-    and for the passes of PER_TOKEN_PHASES (per prompt + response token), as verl counts them."""
-    tokens = {"gen": int(batch["response_mask"].sum()), **dict.fromkeys(PER_TOKEN_PHASES, int(batch["attention_mask"].sum()))}
+    """timing_s/<phase> for every timed phase; timing_per_token_ms/<phase> for gen (per response token: the
+    response's attention mask, so a multi-turn response's tool and user tokens count, as generating them took part
+    of the time) and for the passes of PER_TOKEN_PHASES (per prompt + response token), as verl counts them (0 when
+    there are no tokens)."""
+    attention = batch["attention_mask"]
+    tokens = {"gen": int(attention[:, batch["prompts"].shape[1]:].sum()), **dict.fromkeys(PER_TOKEN_PHASES, int(attention.sum()))}
     metrics = {f"timing_s/{name}": seconds for name, seconds in timing.items()}
     for name, seconds in timing.items():
         if name in tokens:
-            metrics[f"timing_per_token_ms/{name}"] = 1000 * seconds / max(tokens[name], 1)
+            metrics[f"timing_per_token_ms/{name}"] = 1000 * seconds / tokens[name] if tokens[name] else 0.0
     return metrics
 
 
@@ -135,29 +139,24 @@ def variance_proxy_metrics(batch: Batch, grad_norm: float | None) -> dict[str, f
     token mean of its advantages. proxy2_total_power = mean(a^2 max(W, 0)) (with weights: mean(rho-bar^2 a^2 W') with
     W' the unweighted W and rho-bar the token mean of rho), an estimate of E||g_tau||^2; proxy1_signal_strength =
     actor/grad_norm^2 (the batch gradient's ||g||^2); proxy3_pure_noise = max(0, (proxy2 - proxy1) / (N - 1)) over
-    the N trajectories with a token; expected_a_squared = mean(a^2) and expected_w = mean(W)."""
+    the batch's N trajectories; expected_a_squared = mean(a^2) and expected_w = mean(W). As in verl, a trajectory
+    without a token (aborted, or rejected whole by rollout_rs) counts in the means with a = W = 0, and in N."""
     if not all(key in batch for key in ("sum_pi_squared", "old_log_probs", "advantages")):
         return {}
     mask = batch["response_mask"].float()
     signal = grad_norm ** 2 if grad_norm is not None else None
-    rows = mask.sum(-1) > 0
-    if not bool(rows.any()):
-        return {"variance_proxy/proxy1_signal_strength": signal or 0.0, "variance_proxy/proxy2_total_power": 0.0,
-                "variance_proxy/proxy3_pure_noise": 0.0, "variance_proxy/expected_a_squared": 0.0,
-                "variance_proxy/expected_w": 0.0}
     per_token = 1 - 2 * batch["old_log_probs"].exp() + batch["sum_pi_squared"]
     weights = batch.get("rollout_is_weights")
     if weights is not None:
         per_token = per_token * weights ** 2
-    lengths = mask.sum(-1)[rows] + 1e-8  # verl's masked mean
-    a = (batch["advantages"] * mask).sum(-1)[rows] / lengths
-    w = (per_token * mask).sum(-1)[rows]
+    a = masked_mean(batch["advantages"], mask, -1)
+    w = masked_sum(per_token, mask, -1)
     if weights is None:
         total = (a ** 2 * w.clamp(min=0)).mean()
     else:  # the weights come back out of W, and their token mean goes in per trajectory
-        unweighted = (per_token / (weights ** 2).clamp(min=1e-10) * mask).sum(-1)[rows].clamp(min=0)
-        total = (((weights * mask).sum(-1)[rows] / lengths) ** 2 * a ** 2 * unweighted).mean()
-    count = int(rows.sum())
+        unweighted = masked_sum(per_token / (weights ** 2).clamp(min=1e-10), mask, -1).clamp(min=0)
+        total = (masked_mean(weights, mask, -1) ** 2 * a ** 2 * unweighted).mean()
+    count = mask.shape[0]
     noise = max(0.0, (float(total) - signal) / (count - 1)) if signal is not None and count > 1 else 0.0
     return {"variance_proxy/proxy1_signal_strength": signal if signal is not None else 0.0,
             "variance_proxy/proxy2_total_power": float(total), "variance_proxy/proxy3_pure_noise": noise,

@@ -49,6 +49,7 @@ from reinforge.algorithm import (
     needs_reward_baselines,
     pf_ppo_resample,
 )
+from reinforge.algorithm.filter import SUMMED_REWARD
 from reinforge.algorithm.rollout_correction import (
     compute_rollout_correction,
     correction_active,
@@ -205,7 +206,7 @@ class RLTrainer:
         kept: list[Batch] = []
         generated = dropped = kept_groups = 0
         for gen_batches in itertools.count(1):
-            values = batch["token_level_scores"].sum(-1).tolist() if groups.metric == "seq_reward" else batch.get(EXTRA + groups.metric)
+            values = batch["token_level_scores"].sum(-1).tolist() if groups.metric in SUMMED_REWARD else batch.get(EXTRA + groups.metric)
             if values is None:
                 raise ConfigError(f"algorithm.filter_groups.metric={groups.metric!r}: the reward function returns no such key; "
                                   f"use seq_reward or one of {sorted(reward_extra_info(batch))}")

@@ -37,6 +37,7 @@ def validate(config: Config, wg: WorkerGroup, reward_fn, val_loader, tokenizer, 
     sources: list[str] = []
     uids: list[int] = []  # the validation prompt each response answers
     extras: list[dict] = []  # per response: the reward's extra information (`score`, the keys of dict results, ...)
+    plain: list[bool] = []  # per response: its reward function returned a plain number (the manager says so)
     rewards: list[float] = []
     failed = {"reward/errors": 0, "reward/timeouts": 0}  # responses whose reward function failed (scored 0)
     samples = []
@@ -54,6 +55,7 @@ def validate(config: Config, wg: WorkerGroup, reward_fn, val_loader, tokenizer, 
         sources += [str(s) for s in batch[key]] if key in batch else ["unknown"] * len(scores)
         uids += [first_uid + row // n for row in range(len(scores))]
         extras += [{k: values[row] for k, values in extra_info.items()} for row in range(len(scores))]
+        plain += scored.get("plain_scores") or [False] * len(scores)  # a manager that does not say: its keys as given
         rewards += scores
         turns += [int(t) for t in batch["__num_turns__"]] if "__num_turns__" in batch else []
         for name in failed:
@@ -61,7 +63,7 @@ def validate(config: Config, wg: WorkerGroup, reward_fn, val_loader, tokenizer, 
         if decode:
             samples += generation_records(batch, scores, tokenizer, step, extra_info)
 
-    extras = _plain_sources_without_score(sources, extras)
+    extras = _plain_sources_without_score(sources, extras, plain)
     names = list(dict.fromkeys(k for extra in extras for k in extra))
     infos = {"reward": rewards, **{name: [extra.get(name) for extra in extras] for name in names}}  # None: not in this row
     _report_samples(config, samples, step, tracking)
@@ -79,18 +81,13 @@ def validate(config: Config, wg: WorkerGroup, reward_fn, val_loader, tokenizer, 
     return metrics
 
 
-def _plain_sources_without_score(sources: list[str], extras: list[dict]) -> list[dict]:
+def _plain_sources_without_score(sources: list[str], extras: list[dict], plain: list[bool]) -> list[dict]:
     """A data source whose reward function returns plain numbers has acc and no score as a variable, as verl's reward
-    loop records them (the manager's score is the same number); a source with any other result keeps its score."""
-    def plain(extra: dict) -> bool:
-        present = {key for key, value in extra.items() if value is not None}
-        acc, score = extra.get("acc"), extra.get("score")
-        same = acc is None or (isinstance(acc, numbers.Real) and isinstance(score, numbers.Real) and float(acc) == float(score))
-        return present <= {"score", "acc"} and same
-
-    mixed = {source for source, extra in zip(sources, extras, strict=True) if not plain(extra)}
+    loop records them (`acc` is the number; the manager's `score` repeats it); a source with any dict result keeps
+    its score, whatever its values (verl logs every key of a dict result)."""
+    with_dicts = {source for source, is_plain in zip(sources, plain, strict=True) if not is_plain}
     with_acc = {source for source, extra in zip(sources, extras, strict=True) if extra.get("acc") is not None}
-    return [{key: value for key, value in extra.items() if key != "score"} if source in with_acc - mixed else extra
+    return [{key: value for key, value in extra.items() if key != "score"} if source in with_acc - with_dicts else extra
             for source, extra in zip(sources, extras, strict=True)]
 
 

@@ -61,8 +61,8 @@ def make_optimizer(params, optim: OptimConfig) -> torch.optim.Optimizer:
 
 
 def warmup_steps(optim: OptimConfig, total_steps: int) -> int:
-    """lr_warmup_steps when >= 0, else lr_warmup_steps_ratio of the total."""
-    return optim.lr_warmup_steps if optim.lr_warmup_steps >= 0 else int(optim.lr_warmup_steps_ratio * total_steps)
+    """lr_warmup_steps when > 0, else lr_warmup_steps_ratio of the total (0 too, as verl's engine reads it)."""
+    return optim.lr_warmup_steps if optim.lr_warmup_steps > 0 else int(optim.lr_warmup_steps_ratio * total_steps)
 
 
 def lr_factor(step: int, optim: OptimConfig, total_steps: int) -> float:

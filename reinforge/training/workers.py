@@ -95,8 +95,7 @@ class ActorRolloutRefWorker:
                 self.engine.update_weights(engine_weights(model))
             model = shard_model(model, cfg.actor.fsdp_config, self.device)
             optimizer = make_optimizer(model.parameters(), cfg.actor.optim)
-            total = cfg.actor.optim.total_training_steps
-            self.scheduler = make_scheduler(optimizer, cfg.actor.optim, total if total > 0 else total_training_steps)
+            self.scheduler = make_scheduler(optimizer, cfg.actor.optim, total_training_steps)
             self.actor = Actor(model, cfg.actor, optimizer, rollout_correction=self.config.algorithm.rollout_correction,
                                device=self.device, share_prompt=cfg.model.share_prompt_forward)
             self.agents = None
@@ -178,8 +177,8 @@ class ActorRolloutRefWorker:
         offload_optimizer(self.actor.optimizer, cfg.actor.fsdp_config, "cpu")
         metrics.update(update_perf_metrics("actor", self.actor.model, batch, time.perf_counter() - start,
                                            cfg.actor.ppo_epochs, self.config.trainer))
-        metrics["actor/lr"] = self.scheduler.get_last_lr()[0]
         advance_schedule(self.scheduler)
+        metrics["actor/lr"] = self.scheduler.get_last_lr()[0]  # the next update's, as verl logs it
         return Batch(meta_info={"metrics": metrics})
 
     @register(Dispatch.ALL)
@@ -251,8 +250,7 @@ class CriticWorker:
             model = add_lora(model, cfg.model, "critic.model")
         model = shard_model(model, cfg.model.fsdp_config, self.device)
         optimizer = make_optimizer(model.parameters(), cfg.optim)
-        total = cfg.optim.total_training_steps
-        self.scheduler = make_scheduler(optimizer, cfg.optim, total if total > 0 else total_training_steps)
+        self.scheduler = make_scheduler(optimizer, cfg.optim, total_training_steps)
         self.critic = Critic(model, cfg, optimizer, device=self.device)
 
     @register(Dispatch.DP)
@@ -269,8 +267,8 @@ class CriticWorker:
         offload_optimizer(self.critic.optimizer, fsdp_config, "cpu")
         metrics.update(update_perf_metrics("critic", self.critic.model, batch, time.perf_counter() - start,
                                            self.config.critic.ppo_epochs, self.config.trainer))
-        metrics["critic/lr"] = self.scheduler.get_last_lr()[0]
         advance_schedule(self.scheduler)
+        metrics["critic/lr"] = self.scheduler.get_last_lr()[0]  # the next update's, as verl logs it
         return Batch(meta_info={"metrics": metrics})
 
     @register(Dispatch.ALL)

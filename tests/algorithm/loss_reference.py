@@ -85,7 +85,7 @@ def np_loss(name, old, lp, a, m, mode, low=0.2, high=0.2, c=3.0, tau_pos=1.0, ta
         s = np.exp(np.minimum(seq, 10.0))[:, None] * np.ones_like(a)
         l1, l2 = -a * s, -a * np.clip(s, 1 - low, 1 + high)
         tok = np.maximum(l1, l2)
-        return np_agg(tok, m, "seq-mean-token-mean"), {CLIPFRAC: mmean(l2 > l1, m), LOWER: 0.0, KL: mmean(-x_raw, m)}
+        return np_agg(tok, m, mode), {CLIPFRAC: mmean(l2 > l1, m), LOWER: 0.0, KL: mmean(-x_raw, m)}
     if name == "sapo":
         x = np.clip(x_raw, -20, 20)
         ratio = np.exp(x)

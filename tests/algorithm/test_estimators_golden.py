@@ -62,9 +62,9 @@ def np_rpp_returns(r, m, gamma):
     for i in range(b):
         g = 0.0
         for t in reversed(range(t_len)):
-            g = r[i, t] + gamma * g
-            ret[i, t] = g
-            g = g * m[i, t]
+            if m[i, t]:  # a masked token carries g through
+                g = r[i, t] + gamma * g
+            ret[i, t] = g * m[i, t]
     return ret
 
 
@@ -204,7 +204,7 @@ def test_rloo_by_hand():
 # --------------------------------------------------------------------------- reinforce_plus_plus
 def test_reinforce_plus_plus_by_hand():
     # gamma 0.5. row 0: r [0, 0, 1], mask [1,1,1] -> G = [0.25, 0.5, 1]
-    # row 1: r [0, 2, 0], mask [1,1,0] -> t=2: G=0, reset; t=1: 2; t=0: 1 -> [1, 2, 0]
+    # row 1: r [0, 2, 0], mask [1,1,0] -> t=2 (padding): G stays 0; t=1: 2; t=0: 1 -> [1, 2, 0]
     r = torch.tensor([[0.0, 0.0, 1.0], [0.0, 2.0, 0.0]])
     m = torch.tensor([[1.0, 1.0, 1.0], [1.0, 1.0, 0.0]])
     adv, ret = run("reinforce_plus_plus", token_level_rewards=r, response_mask=m, index=np.array([0, 1]),
@@ -228,6 +228,23 @@ def test_reinforce_plus_plus_random_restart_after_eos():
     np.testing.assert_allclose(ret.double().numpy() * m, ret_ref * m, atol=1e-5)
     np.testing.assert_allclose(adv.double().numpy(), exp_adv, atol=1e-5)
     assert torch.all(adv[2] == 0) and torch.all(ret[2] == 0)
+
+
+def test_reinforce_plus_plus_carries_the_return_through_a_tool_span():
+    # multi-turn: row 0's middle token is a tool answer (mask 0). gamma 0.5, r [0, 0, 0, 1], mask [1, 0, 1, 1]:
+    # t=3: G=1; t=2: 0 + 0.5*1 = 0.5; t=1 masked: G carried (0.5), return 0; t=0: 0 + 0.5*0.5 = 0.25.
+    # Restarting at the masked token instead would give t=0 a return of 0: no credit for the first turn.
+    # row 1: r [0, 0, 2, 0], mask [1, 1, 1, 0] (trailing padding): [0.5, 1, 2, 0]
+    r = torch.tensor([[0.0, 0.0, 0.0, 1.0], [0.0, 0.0, 2.0, 0.0]])
+    m = torch.tensor([[1.0, 0.0, 1.0, 1.0], [1.0, 1.0, 1.0, 0.0]])
+    adv, ret = run("reinforce_plus_plus", token_level_rewards=r, response_mask=m, index=np.array([0, 1]),
+                   config=AlgorithmConfig(gamma=0.5))
+    assert torch.allclose(ret, torch.tensor([[0.25, 0.0, 0.5, 1.0], [0.5, 1.0, 2.0, 0.0]]), atol=1e-6)
+    # whiten [0.25, 0.5, 1, 0.5, 1, 2]: mean 0.875; squares 0.390625+0.140625+0.015625+0.140625+0.015625+1.265625
+    # = 1.96875, unbiased var 1.96875 / 5 = 0.39375
+    s = math.sqrt(0.39375 + 1e-8)
+    expected = torch.tensor([[-0.625, 0.0, -0.375, 0.125], [-0.375, 0.125, 1.125, 0.0]]) / s
+    assert torch.allclose(adv, expected, atol=1e-5)
 
 
 def test_reinforce_plus_plus_baseline_by_hand():

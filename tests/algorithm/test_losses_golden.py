@@ -80,11 +80,13 @@ def test_vanilla_extreme_log_ratios_are_clamped_and_dual_clipped():
 
 
 # --------------------------------------------------------------------------------------------- gspo
-@pytest.mark.parametrize("mode", ["token-mean", "seq-mean-token-sum", "seq-mean-token-mean"])
-def test_gspo_by_hand_always_seq_mean_token_mean(mode):
+@pytest.mark.parametrize("mode,total,divisor", [("token-mean", -2.4, 3), ("seq-mean-token-sum", -2.4, 2),
+                                                ("seq-mean-token-mean", -1.2, 2)])
+def test_gspo_by_hand_in_each_aggregation(mode, total, divisor):
     # row 0: x = [0.1, 0.3] -> mean 0.2, s = e^0.2 = 1.2214 > 1.2, A = 1 -> both tokens -1.2 (clipped)
     # row 1: mask [1, 0], x = [-0.05, 9] -> s = e^-0.05 = 0.951229, A = -1 -> 0.951229 (unclipped)
-    # seq-mean-token-mean: (-1.2 + 0.951229) / 2
+    # aggregated by loss_agg_mode, as verl 0.6+: token-mean (-2.4 + s1) / 3 tokens; seq-mean-token-sum
+    # (-2.4 + s1) / 2 rows; seq-mean-token-mean (-1.2 + s1) / 2 rows
     old = torch.tensor([[-1.0, -2.0], [-1.0, -1.0]])
     lp = (old + torch.tensor([[0.1, 0.3], [-0.05, 9.0]])).requires_grad_(True)
     adv = torch.tensor([[1.0, 1.0], [-1.0, 5.0]])
@@ -92,13 +94,13 @@ def test_gspo_by_hand_always_seq_mean_token_mean(mode):
     cfg = actor_cfg(clip_ratio=0.2, clip_ratio_low=0.2, clip_ratio_high=0.2)
     loss, metrics = call("gspo", old, lp, adv, mask, mode, cfg)
     s1 = math.exp(-0.05)
-    assert loss.item() == pytest.approx((-1.2 + s1) / 2, abs=1e-6)
+    assert loss.item() == pytest.approx((total + s1) / divisor, abs=1e-6)
     assert metrics[CLIPFRAC] == pytest.approx(2 / 3)
     assert metrics[LOWER] == pytest.approx(0.0)
     assert metrics[KL] == pytest.approx(-(0.1 + 0.3 - 0.05) / 3, abs=1e-6)
-    # d s_{i,t} / d logp_{i,t} = s_i (the sequence mean is detached); row 0 clipped; row 1 token 0:
-    # -A * s / (1 token) / (2 sequences)
-    assert torch.allclose(grad_of(loss, lp), torch.tensor([[0.0, 0.0], [s1 / 2, 0.0]]), atol=1e-6)
+    # d s_{i,t} / d logp_{i,t} = s_i (the sequence mean is detached); row 0 clipped; row 1 token 0: -A * s / divisor
+    # (its row has one token, so seq-mean-token-mean's token mean divides by 1)
+    assert torch.allclose(grad_of(loss, lp), torch.tensor([[0.0, 0.0], [s1 / divisor, 0.0]]), atol=1e-6)
 
 
 def test_gspo_sequence_log_ratio_is_capped_at_10():

@@ -70,6 +70,16 @@ def test_kl_in_reward_and_controllers():
     assert ctrl.value == pytest.approx(0.11)
 
 
+def test_kl_in_reward_metric_ignores_nan_where_masked():
+    # a NaN log-prob at a padded position (mask 0) must not reach the metric or the adaptive coefficient:
+    # KL on the two valid tokens: (-1 - -1.5) = 0.5 and 0 -> mean 0.25
+    kld = kl_penalty(torch.tensor([[-1.0, -1.0, 0.0]]), torch.tensor([[-1.5, -1.0, float("nan")]]), "kl")
+    ctrl = AdaptiveKLController(0.1, target_kl=0.1, horizon=100)
+    _, metrics = apply_kl_penalty(torch.zeros(1, 3), kld, torch.tensor([[1.0, 1.0, 0.0]]), ctrl)
+    assert metrics["actor/reward_kl_penalty"] == pytest.approx(0.25)
+    assert ctrl.value == pytest.approx(0.1 * (1 + 0.2 * 1 / 100))  # error (0.25 / 0.1 - 1) clipped to 0.2, one row
+
+
 def test_zero_lower_clip_is_respected_not_replaced_by_clip_ratio():
     cfg = SimpleNamespace(clip_ratio=0.2, clip_ratio_low=0.0, clip_ratio_high=0.2, clip_ratio_c=3.0)
     ratio = torch.tensor([[0.905]])

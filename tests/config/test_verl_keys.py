@@ -269,6 +269,11 @@ def test_zero_indexed_step_false_is_read_by_the_cosine_schedule_only():
     assert "actor_rollout_ref.actor.optim.zero_indexed_step: read by the cosine schedule only, as in verl" in notes(config, keys)
 
 
+def test_optim_total_training_steps_is_filled_in_by_the_trainer_as_in_verl():
+    config, keys = load_config([*TWO_RANKS, "actor_rollout_ref.actor.optim.total_training_steps=100"])
+    assert "actor_rollout_ref.actor.optim.total_training_steps: the learning-rate schedule spans the run's" in notes(config, keys)
+
+
 @pytest.mark.parametrize("override", [
     "actor_rollout_ref.actor.optim.zero_indexed_step=true", "actor_rollout_ref.actor.qat.enable=false",
     "actor_rollout_ref.actor.router_replay.mode=disabled", "actor_rollout_ref.actor.rollout_n=2", "actor_rollout_ref.ref.rollout_n=2",

@@ -32,12 +32,22 @@ def test_len_is_batches_per_epoch():
 
 def test_shuffled_order_is_the_seeded_permutation_of_each_epoch():
     batches = _epochs(_loader(seed=7), 2)
+    generator = torch.Generator().manual_seed(7)  # one generator, one permutation per epoch, as verl's sampler draws
     for epoch in range(2):
-        order = torch.randperm(10, generator=torch.Generator().manual_seed(7 + epoch)).tolist()
+        order = torch.randperm(10, generator=generator).tolist()
         assert batches[3 * epoch: 3 * epoch + 3] == [order[0:3], order[3:6], order[6:9]]
     assert batches[:3] != batches[3:]
     assert _epochs(_loader(seed=7), 2) == batches
     assert _epochs(_loader(seed=8), 1) != batches[:3]
+
+
+def test_shuffled_order_is_verls_in_every_epoch():
+    # verl 0.9.1's sampler (torchdata's RandomSampler on torch.Generator().manual_seed(42)) over 10 rows, as it printed
+    # them: each epoch continues the one generator rather than reseeding it
+    verl = [[2, 6, 1, 8, 4, 5, 0, 9, 3, 7], [3, 5, 8, 9, 4, 6, 1, 0, 7, 2], [7, 5, 0, 3, 1, 6, 9, 8, 4, 2]]
+    loader = _loader(rows=10, batch_size=10, seed=42)
+    assert [loader.order(epoch) for epoch in range(3)] == verl
+    assert _epochs(loader, 3) == verl
 
 
 def test_epoch_advances_after_each_full_pass():

@@ -108,7 +108,8 @@ def test_critic_checkpoints_have_their_own_retention(run_steps, tmp_path):
     assert all((run_dir / f"global_step_{s}" / "actor").is_dir() for s in (1, 2, 3))
 
 
-def test_dynamic_sampling_keeps_only_groups_whose_reward_varies(run_steps, tmp_path):
+@pytest.mark.parametrize("metric", ["seq_reward", "reward"])  # the recipe's name of the summed reward, and verl v1's
+def test_dynamic_sampling_keeps_only_groups_whose_reward_varies(run_steps, tmp_path, metric):
     reward = tmp_path / "reward.py"
     reward.write_text(
         "def compute_score(data_source, solution_str, ground_truth, extra_info=None):\n"
@@ -118,7 +119,7 @@ def test_dynamic_sampling_keeps_only_groups_whose_reward_varies(run_steps, tmp_p
     )
     rollouts = tmp_path / "rollouts"
     steps = run_steps(f"custom_reward_function.path={reward}", "algorithm.filter_groups.enable=true",
-                      "algorithm.filter_groups.metric=seq_reward", "data.gen_batch_size=2", "data.train_batch_size=2",
+                      f"algorithm.filter_groups.metric={metric}", "data.gen_batch_size=2", "data.train_batch_size=2",
                       "actor_rollout_ref.rollout.n=4", "data.shuffle=false", f"trainer.rollout_data_dir={rollouts}",
                       "data.max_response_length=6", "actor_rollout_ref.rollout.temperature=3.0")
     for step, metrics in steps.items():

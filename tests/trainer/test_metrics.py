@@ -69,13 +69,19 @@ def test_timing_per_token_uses_verls_token_counts():
     # 2 rows: prompts of 3 and 2 tokens, responses of 2 and 1 tokens -> 3 response tokens, 8 tokens in all
     attention_mask = torch.tensor([[1, 1, 1, 1, 1, 0], [0, 1, 1, 1, 0, 0]])
     response_mask = torch.tensor([[1, 1, 0], [1, 0, 0]])
-    batch = Batch({"attention_mask": attention_mask, "response_mask": response_mask})
+    batch = Batch({"prompts": torch.zeros(2, 3, dtype=torch.long), "attention_mask": attention_mask, "response_mask": response_mask})
     timing = {"gen": 0.3, "reward": 1.0, "old_log_prob": 0.4, "ref": 0.8, "update_actor": 1.6, "update_weights": 0.0, "step": 5.0}
     metrics = compute_timing_metrics(batch, timing)
     assert {k: metrics[f"timing_s/{k}"] for k in timing} == timing
     per_token = {k: v for k, v in metrics.items() if k.startswith("timing_per_token_ms/")}
     assert per_token == pytest.approx({"timing_per_token_ms/gen": 100.0, "timing_per_token_ms/ref": 100.0,
                                        "timing_per_token_ms/update_actor": 200.0})
+    # multi-turn: a tool's answer inside row 0's response is out of the response mask but was generated with it, so
+    # gen still counts 3 tokens (verl counts the attention mask); a batch without tokens gets 0, not a division by 1
+    batch["response_mask"] = torch.tensor([[1, 0, 0], [1, 0, 0]])
+    assert compute_timing_metrics(batch, {"gen": 0.3})["timing_per_token_ms/gen"] == pytest.approx(100.0)
+    batch["attention_mask"] = torch.zeros(2, 6, dtype=torch.long)
+    assert compute_timing_metrics(batch, {"gen": 0.3, "ref": 0.8})["timing_per_token_ms/gen"] == 0.0
 
 
 def test_memory_metrics_report_this_process_rss():
@@ -145,6 +151,15 @@ def test_without_a_peak_a_cpu_run_logs_no_mfu(run_steps, tmp_path, capsys):
     # without trainer.rollout_data_dir the summary names the samples kept for the report, if the run kept any
     kept = tmp_path / "run" / "rollouts"
     assert (f"rollouts     {kept}" in out) == kept.is_dir()
+
+
+def test_the_lr_schedule_spans_the_runs_steps_and_logs_the_next_updates_lr(run_steps):
+    """As verl: the schedule's length is the run's (optim.total_training_steps is filled in by the trainer), and actor/lr
+    is the learning rate after the step's scheduler step. Cosine over 2 steps, no warmup, min_lr_ratio 0, lr 1e-3:
+    after step 1, 1e-3 * (1 + cos(pi / 2)) / 2 = 5e-4; after step 2, 1e-3 * (1 + cos(pi)) / 2 = 0."""
+    steps = run_steps("actor_rollout_ref.actor.optim.lr_scheduler_type=cosine",
+                      "actor_rollout_ref.actor.optim.total_training_steps=100")
+    assert steps[1]["actor/lr"] == pytest.approx(5e-4) and steps[2]["actor/lr"] == pytest.approx(0.0, abs=1e-12)
 
 
 def test_numeric_reward_extra_info_is_averaged_numpy_values_included():
@@ -244,7 +259,8 @@ def test_agent_metrics_of_a_batch_that_mixes_loops_are_over_the_rows_that_report
 
 def test_variance_proxies_against_hand_arithmetic():
     """Row 0: two tokens, pi = 0.5 and 0.25 with sum pi^2 = 0.5 and 0.25, so W = (1 - 1 + 0.5) + (1 - 0.5 + 0.25) = 1.25,
-    a = 2; row 1: three tokens with pi = sum pi^2 = 1, so W = 0, a = -1; row 2 has no token and is left out."""
+    a = 2; row 1: three tokens with pi = sum pi^2 = 1, so W = 0, a = -1; row 2 has no token: a = W = 0, and it counts
+    in the means and in N = 3, as in verl."""
     mask = torch.tensor([[1, 1, 0], [1, 1, 1], [0, 0, 0]])
     batch = Batch({"response_mask": mask, "old_log_probs": torch.tensor([[0.5, 0.25, 0.9], [1.0, 1.0, 1.0], [0.3, 0.3, 0.3]]).log(),
                    "sum_pi_squared": torch.tensor([[0.5, 0.25, 0.9], [1.0, 1.0, 1.0], [0.3, 0.3, 0.3]]),
@@ -252,20 +268,20 @@ def test_variance_proxies_against_hand_arithmetic():
     got = variance_proxy_metrics(batch, grad_norm=1.0)
     assert got == pytest.approx({
         "variance_proxy/proxy1_signal_strength": 1.0,
-        "variance_proxy/proxy2_total_power": (4 * 1.25 + 1 * 0) / 2,
-        "variance_proxy/proxy3_pure_noise": (2.5 - 1.0) / (2 - 1),
-        "variance_proxy/expected_a_squared": (4 + 1) / 2,
-        "variance_proxy/expected_w": (1.25 + 0) / 2,
+        "variance_proxy/proxy2_total_power": (4 * 1.25 + 1 * 0 + 0) / 3,
+        "variance_proxy/proxy3_pure_noise": (5 / 3 - 1.0) / (3 - 1),
+        "variance_proxy/expected_a_squared": (4 + 1 + 0) / 3,
+        "variance_proxy/expected_w": (1.25 + 0 + 0) / 3,
     }, rel=1e-6)
     # rollout importance weights rho: W's terms times rho^2 (row 0: 0.5 * 4 + 0.75 * 1 = 2.75), and the total power
     # weighs each row's unweighted W by its token-mean rho squared (row 0: ((2 + 1) / 2)^2 = 2.25); no grad norm
     batch["rollout_is_weights"] = torch.tensor([[2.0, 1.0, 0.0], [1.0, 1.0, 1.0], [1.0, 1.0, 1.0]])
     assert variance_proxy_metrics(batch, grad_norm=None) == pytest.approx({
         "variance_proxy/proxy1_signal_strength": 0.0,
-        "variance_proxy/proxy2_total_power": (2.25 * 4 * 1.25 + 1 * 1 * 0) / 2,
+        "variance_proxy/proxy2_total_power": (2.25 * 4 * 1.25 + 1 * 1 * 0 + 0) / 3,
         "variance_proxy/proxy3_pure_noise": 0.0,
-        "variance_proxy/expected_a_squared": 2.5,
-        "variance_proxy/expected_w": (2.75 + 0) / 2,
+        "variance_proxy/expected_a_squared": 5 / 3,
+        "variance_proxy/expected_w": (2.75 + 0 + 0) / 3,
     }, rel=1e-6)
     # nothing without the actor's sum of squared probabilities
     batch.pop(["sum_pi_squared"])

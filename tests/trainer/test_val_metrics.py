@@ -7,6 +7,8 @@ import json
 import math
 from collections import Counter
 
+from types import SimpleNamespace
+
 import numpy as np
 import pytest
 
@@ -197,15 +199,24 @@ def test_the_logged_validation_samples_are_picked_as_verl_picks_them(capsys):
 
 
 def test_only_sources_whose_rewards_are_plain_numbers_lose_score_as_a_variable():
-    """Per data source, not per row: a dict result {score: -1, acc: False} beside {score: 1, acc: True} keeps its score
-    in every row; a plain-number source (score and acc the same number, other keys absent) has acc alone."""
+    """Per data source, not per row, and by what the reward function returned, not by the values: dict results keep
+    their score in every row of their source, even {score: 1, acc: True} or {score: s, acc: s}, whose values look like
+    a plain number's (verl logs every key of a dict result); a plain-number source has acc alone."""
+    from reinforge.reward.manager.naive import NaiveRewardManager
     from reinforge.trainer.validation import _plain_sources_without_score
 
     sources = ["dicts", "dicts", "plain", "plain"]
-    extras = [{"score": 1.0, "acc": True, "pred": "4"}, {"score": -1.0, "acc": False, "pred": "5"},
+    extras = [{"score": 1.0, "acc": True}, {"score": 0.5, "acc": 0.5},
               {"score": 0.5, "acc": 0.5, "pred": None}, {"score": 0.0, "acc": 0.0, "pred": None}]
-    kept = _plain_sources_without_score(sources, extras)
+    kept = _plain_sources_without_score(sources, extras, [False, False, True, True])
     assert kept[:2] == extras[:2]
     assert [sorted(k for k, v in extra.items() if v is not None) for extra in kept[2:]] == [["acc"], ["acc"]]
-    arrays = [{"score": 1.0, "acc": np.array([1.0, 0.0])}]  # not a number: kept as it is, no ambiguous comparison
-    assert _plain_sources_without_score(["s"], arrays) == arrays
+    # a manager that does not say which rows were plain (a custom one): every key as it gave them
+    assert _plain_sources_without_score(sources, extras, [False] * 4) == extras
+    # the manager's flags: a dict result is not plain, a number is, a failed row is neither a dict nor in the way
+    results = [{"score": 1.0, "acc": True}, 0.5, ValueError("boom")]
+    samples = [SimpleNamespace(data_source="s", row=i) for i in range(3)]
+    manager = NaiveRewardManager(tokenizer=None, compute_score=lambda **kwargs: 0.0)
+    manager._report = lambda *args: "failed"
+    _, parsed_extras, plain, _ = manager._parse(samples, results)
+    assert plain == [False, True, True] and parsed_extras[1] == {"acc": 0.5}

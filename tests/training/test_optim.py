@@ -12,7 +12,8 @@ def test_constant_schedule_with_warmup_steps():
 
 def test_warmup_ratio_used_when_steps_negative():
     assert warmup_steps(OptimConfig(lr_warmup_steps=-1, lr_warmup_steps_ratio=0.1), 50) == 5
-    assert warmup_steps(OptimConfig(lr_warmup_steps=0, lr_warmup_steps_ratio=0.1), 50) == 0
+    assert warmup_steps(OptimConfig(lr_warmup_steps=0, lr_warmup_steps_ratio=0.1), 50) == 5  # 0: the ratio, as verl's engine
+    assert warmup_steps(OptimConfig(lr_warmup_steps=0, lr_warmup_steps_ratio=0.0), 50) == 0
 
 
 def test_cosine_decays_to_min_lr_ratio():

@@ -149,7 +149,7 @@ class RewardManager:
 
     def __call__(self, batch: Batch, return_dict: bool = False) -> torch.Tensor | dict[str, Any]:
         samples = self._samples(batch)
-        scores, extras, metrics = self._parse(samples, self._watched_compute(samples))
+        scores, extras, plain, metrics = self._parse(samples, self._watched_compute(samples))
         rewards, shaping_info = self._shape(samples, scores)
 
         responses = batch["responses"]
@@ -171,6 +171,7 @@ class RewardManager:
             "reward_tensor": reward_tensor,
             "reward_extra_info": {**_extra_info_lists(scores, extras), **shaping_info},
             "reward_metrics": metrics,
+            "plain_scores": plain,
         }
 
     def close(self) -> None:
@@ -233,10 +234,13 @@ class RewardManager:
         """Each row's reward from its score, plus extra-info lists about the shaping; by default the scores."""
         return scores, {}
 
-    def _parse(self, samples: list[Sample], results: list[Any]) -> tuple[list[float], list[dict[str, Any]], dict[str, int]]:
-        """Scores and other dict keys (0.0 and none for a failed row), and the counts of failed rows."""
+    def _parse(self, samples: list[Sample], results: list[Any]
+               ) -> tuple[list[float], list[dict[str, Any]], list[bool], dict[str, int]]:
+        """Scores and other dict keys (0.0 and none for a failed row), whether each row's result was a plain number
+        (or failed: no dict either), and the counts of failed rows."""
         scores: list[float] = []
         extras: list[dict[str, Any]] = []
+        plain: list[bool] = []
         metrics = {"reward/errors": 0, "reward/timeouts": 0}
         failed: list[bool] = []
         self.last_failure = None
@@ -259,12 +263,13 @@ class RewardManager:
             self.last_failure = self.last_failure or failure
             scores.append(score)
             extras.append(extra)
+            plain.append(failure is not None or not isinstance(result, dict))
             failed.append(failure is not None)
         # a failed row's score is 0, and so is its accuracy where its data source's rows record one
         with_acc = {sample.data_source for sample, extra in zip(samples, extras, strict=True) if "acc" in extra}
         extras = [{"acc": 0.0} if row_failed and sample.data_source in with_acc else extra
                   for sample, extra, row_failed in zip(samples, extras, failed, strict=True)]
-        return scores, extras, metrics
+        return scores, extras, plain, metrics
 
     def _decode_response(self, token_ids: list[int]) -> str:
         """The solution_str of a row's valid response tokens."""
