@@ -24,7 +24,7 @@ class OptimConfig(Node):
     total_training_steps: int = _f(-1, "Steps the schedule spans: filled in by the trainer with the run's steps, as verl does.")
     weight_decay: float = _f(0.01, "AdamW weight decay.")
     betas: list = _f([0.9, 0.999], "AdamW betas.")
-    eps: float = _f(1e-8, "AdamW epsilon.")
+    eps: float = _f(1e-8, "Epsilon of AdamW (and of the optimizer class named, where it takes one; at 1e-8 another class keeps its own default).")
     clip_grad: float | None = _f(None, "Gradient-norm clip; when set it overrides actor.grad_clip (verl's newer name).")
     optimizer: str = _f("AdamW", "Optimizer class, looked up in optimizer_impl (AdamW, Adam, SGD, ... or another module's "
                                  "class); built with lr, weight_decay, betas and eps where it takes them.")

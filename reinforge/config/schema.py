@@ -113,7 +113,8 @@ class ActorConfig(Node):
                                "passes follow it unless their own keys are set (as in verl).")
     ppo_max_token_len_per_gpu: int = _f(16384, "Real (attended) prompt + response tokens per update micro-batch on one rank "
                                         "when use_dynamic_bsz; a longer trajectory gets a micro-batch of its own.")
-    grad_clip: float = _f(1.0, "Clip the global gradient norm to this (the pre-clip norm is logged as actor/grad_norm).")
+    grad_clip: float = _f(1.0, "Clip the global gradient norm to this (the pre-clip norm is logged as actor/grad_norm); "
+                               "optim.clip_grad, verl's newer place, wins when set (verl 0.9 reads only that one).")
     clip_ratio: float = _f(0.2, "PPO clip epsilon, read only where clip_ratio_low or clip_ratio_high is null (as verl).")
     clip_ratio_low: float | None = _f(0.2, "Lower clip epsilon (ratio >= 1 - low); null: clip_ratio.")
     clip_ratio_high: float | None = _f(0.2, "Upper clip epsilon (ratio <= 1 + high); null: clip_ratio. DAPO's clip-higher.")

@@ -1,8 +1,8 @@
 """PromptLoader: seeded, resumable batches of prompts, epoch after epoch.
 
 Without a sampler, the order of epoch `e` is a pure function of `(seed, e)` and the number of
-rows at the epoch's start: a permutation drawn from `torch.Generator().manual_seed(seed + e)`
-when shuffling, the dataset order otherwise. With a sampler (`data.sampler`, see
+rows at the epoch's start: when shuffling, the (e+1)-th permutation drawn from
+`torch.Generator().manual_seed(seed)` (verl's sampler), the dataset order otherwise. With a sampler (`data.sampler`, see
 `environment/sampler.py`), the sampler yields the indices, drawn lazily: a batch's indices are
 taken from it only when that batch is built, so a curriculum's `update` after a step shapes the
 next batch.
@@ -49,7 +49,7 @@ class PromptLoader:
         batch_size: items per batch.
         collate_fn: turns a list of items into a batch (see `reinforge.environment.dataset.collate_fn`).
         shuffle: draw a fresh permutation each epoch; otherwise the dataset order. Unused with a sampler.
-        seed: epoch `e` is shuffled by `torch.Generator().manual_seed(seed + e)`.
+        seed: epoch `e` is the (e+1)-th permutation of `torch.Generator().manual_seed(seed)`.
         drop_last: skip the last, smaller batch of an epoch.
         batch_key: the config key that set `batch_size`, for error messages.
         sampler: yields the dataset indices of each epoch instead (see `environment/sampler.py`).

@@ -19,7 +19,7 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 from reinforge.errors import RewardError
-from reinforge.reward.scorers import code, countdown, digits, gsm8k, math, math_dapo, text_env
+from reinforge.reward.scorers import code, countdown, digits, gsm8k, math, math_dapo, qa_em, text_env
 
 Scorer = Callable[..., Any]
 _F = TypeVar("_F", bound=Scorer)
@@ -44,19 +44,25 @@ def register_scorer(name: str, fn: _F | None = None, *, prefix: bool = False) ->
     return register if fn is None else register(fn)
 
 
+class UnknownDataSource(RewardError, NotImplementedError):
+    """No scorer for the data source: a RewardError (a user mistake, reported without a traceback) that is also the
+    NotImplementedError verl's default_compute_score raises there, so a custom reward function that falls back to
+    its own scoring on that error works unchanged."""
+
+
 def known_data_sources() -> list[str]:
     """Registered data sources; prefixes are shown as `name*`."""
     return sorted(_EXACT) + sorted(f"{name}*" for name in _PREFIX)
 
 
 def find_scorer(data_source: str) -> Scorer:
-    """The scorer registered for `data_source`; RewardError when there is none."""
+    """The scorer registered for `data_source`; UnknownDataSource when there is none."""
     if data_source in _EXACT:
         return _EXACT[data_source]
     matches = [name for name in _PREFIX if str(data_source).startswith(name)]
     if matches:
         return _PREFIX[max(matches, key=len)]
-    raise RewardError(
+    raise UnknownDataSource(
         f"no reward function for data_source {data_source!r}. Built-in scorers exist for: "
         f"{', '.join(known_data_sources())}. For other data, write a function "
         "compute_score(data_source, solution_str, ground_truth, extra_info=None, **kwargs) in a Python file "
@@ -114,3 +120,5 @@ register_scorer("reinforge/add_one", digits.compute_score)
 register_scorer("text_env/", text_env.compute_score, prefix=True)
 for _name in code.CODE_DATA_SOURCES:
     register_scorer(_name, code.compute_score)
+for _name in qa_em.SEARCH_R1_DATA_SOURCES:
+    register_scorer(_name, qa_em.compute_score)

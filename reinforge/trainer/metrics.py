@@ -48,7 +48,8 @@ def compute_data_metrics(batch: Batch, max_response_length: int, max_prompt_leng
 
     As verl: the lengths count the attention mask (a multi-turn conversation's tool and user tokens too; rejected
     tokens too), a response of no tokens is aborted, and the scores and rewards are those of the responses that
-    were not (nan, with a warning, when none is left)."""
+    were not (nan, with a warning, when none is left); the advantages, returns and values are over the response
+    mask's tokens (nan when it has none, so the keys stay the same from step to step)."""
     response_mask = batch["response_mask"].bool()
     prompt_width = batch["prompts"].shape[1]
     prompt_length = batch["attention_mask"][:, :prompt_width].sum(-1).float()
@@ -62,8 +63,8 @@ def compute_data_metrics(batch: Batch, max_response_length: int, max_prompt_leng
     metrics = {
         **_stats("critic/score", batch["token_level_scores"].sum(-1)[~aborted]),
         **_stats("critic/rewards", batch["token_level_rewards"].sum(-1)[~aborted]),
-        **(_stats("critic/advantages", valid_adv) if valid_adv.numel() else {}),
-        **(_stats("critic/returns", valid_ret) if valid_ret.numel() else {}),
+        **_stats("critic/advantages", valid_adv),
+        **_stats("critic/returns", valid_ret),
         **_stats("response_length", response_length),
         "response_length/clip_ratio": (response_length >= max_response_length).float().mean().item(),
         **_stats("response_length_non_aborted", response_length[~aborted]),
@@ -74,11 +75,12 @@ def compute_data_metrics(batch: Batch, max_response_length: int, max_prompt_leng
     }
     if "__num_turns__" in batch:
         metrics.update(agent_metrics(batch))
-    if "values" in batch and valid_ret.numel():
+    if "values" in batch:
         valid_values = batch["values"][response_mask]
         metrics.update(_stats("critic/values", valid_values))
-        # 1 - Var(G - V) / Var(G): the share of the returns' variance the critic explains
-        metrics["critic/vf_explained_var"] = (1.0 - torch.var(valid_ret - valid_values) / (torch.var(valid_ret) + 1e-5)).item()
+        # 1 - Var(G - V) / Var(G): the share of the returns' variance the critic explains (nan without tokens)
+        metrics["critic/vf_explained_var"] = (1.0 - torch.var(valid_ret - valid_values) / (torch.var(valid_ret) + 1e-5)).item() \
+            if valid_ret.numel() else float("nan")
     return metrics
 
 

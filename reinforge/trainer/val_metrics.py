@@ -19,7 +19,9 @@ For each data source, numeric variable and prompt with N responses (values v_1..
   mean and population std over the draws of the largest (smallest) value in each draw.
 - `maj@k/mean`, `maj@k/std` when the reward function returns `pred`: in each draw, the value
   of the response whose `pred` is the most frequent in the draw; on a tie, the `pred` that comes
-  first in the draw; its first response's value (verl's `calc_maj_val`).
+  first in the draw; its first response's value (verl's `calc_maj_val`). As in verl, a prompt
+  one of whose responses has no `pred` (None: a failed reward call, `strict_box_verify` without a
+  box) takes no part in these, which average over the prompts that vote.
 - For N > 1, `pass@k` for k in 1, 2, 4, ... below N, and N: the unbiased estimator 1 - C(N-c, k) / C(N, k)
   of the chance that at least one of k responses passes, c the responses with value >= 1 (full
   marks on 0/1 and -1/1 scores; `acc` true). verl has no pass@k; this is reinforge's addition.
@@ -162,11 +164,16 @@ def _source_metrics(by_prompt: dict[Any, list[int]], infos_dict: dict[str, Seque
         by_size[len(rows)].append([position[row] for row in rows])
     per_prompt: dict[str, dict[str, list[np.ndarray]]] = defaultdict(lambda: defaultdict(list))
     for groups in by_size.values():
-        rows = np.array(groups)  # (prompts, N)
-        codes = None if votes is None else np.array([_vote_codes([votes[i] for i in group]) for group in groups])
-        for name, values in numeric.items():
-            for metric, per in prompt_metrics(values[rows], codes, seed).items():
-                per_prompt[name][metric].append(per)
+        # a prompt votes only when every one of its responses has a `pred` (verl skips maj@ for the others)
+        voting = [group for group in groups if votes is not None and all(votes[i] is not None for i in group)]
+        silent = [group for group in groups if not (votes is not None and all(votes[i] is not None for i in group))]
+        for part, codes in ((voting, np.array([_vote_codes([votes[i] for i in group]) for group in voting])), (silent, None)):
+            if not part:
+                continue
+            rows = np.array(part)  # (prompts, N)
+            for name, values in numeric.items():
+                for metric, per in prompt_metrics(values[rows], codes, seed).items():
+                    per_prompt[name][metric].append(per)
     return {name: {metric: float(np.concatenate(parts).mean()) for metric, parts in by_metric.items()}
             for name, by_metric in per_prompt.items()}
 

@@ -41,9 +41,12 @@ def optimizer_class(optim: OptimConfig, key: str = "actor_rollout_ref.actor.opti
 
 def optimizer_settings(optim: OptimConfig) -> dict:
     """The keyword arguments the optimizer is built with, but lr: weight_decay, betas and eps as its class takes them,
-    then override_optimizer_config over them."""
+    then override_optimizer_config over them. eps at its default (AdamW's 1e-8) is left to the class, as verl passes
+    none: Adagrad keeps its 1e-10, Adadelta its 1e-6."""
     accepted = inspect.signature(optimizer_class(optim)).parameters
-    settings = {"weight_decay": optim.weight_decay, "betas": tuple(optim.betas), "eps": optim.eps}
+    settings = {"weight_decay": optim.weight_decay, "betas": tuple(optim.betas)}
+    if optim.eps != OptimConfig.eps:
+        settings["eps"] = optim.eps
     settings = {name: value for name, value in settings.items() if name in accepted}
     return {**settings, **(optim.override_optimizer_config or {})}
 

@@ -130,6 +130,7 @@ def test_pass_rate_of_stdio_cases():
     result = compute_score(fenced(DOUBLE), {"inputs": ["1\n", "2\n", "3\n"], "outputs": ["2\n", "4\n", "7\n"]})
     assert result == {
         "score": 2 / 3,
+        "acc": 2 / 3,  # verl records its code scorer's float as acc
         "passed": 2,
         "total": 3,
         "reason": "passed 2 of 3 test cases; case 3: wrong answer: expected '7\\n', got '6\\n'",
@@ -193,7 +194,7 @@ def test_a_forged_result_line_is_a_wrong_answer():
 
 def test_no_code_block_scores_zero():
     result = compute_score("I think the answer is print(2 * int(input()))", {"inputs": ["1"], "outputs": ["2"]})
-    assert result == {"score": 0.0, "passed": 0, "total": 1, "reason": "no ```python code block in the response"}
+    assert result == {"score": 0.0, "acc": 0.0, "passed": 0, "total": 1, "reason": "no ```python code block in the response"}
 
 
 def test_a_program_that_does_not_compile_scores_zero_without_running(monkeypatch):
@@ -305,7 +306,7 @@ def test_a_sandbox_that_cannot_run_programs_raises_instead_of_scoring_zero(monke
 @pytest.mark.parametrize("data_source", CODE_DATA_SOURCES)
 def test_code_data_sources_route_to_the_code_scorer(data_source):
     result = default_compute_score(data_source, fenced(DOUBLE), {"inputs": ["21\n"], "outputs": ["42\n"]})
-    assert result == {"score": 1.0, "passed": 1, "total": 1, "reason": "passed all 1 test cases"}
+    assert result == {"score": 1.0, "acc": 1.0, "passed": 1, "total": 1, "reason": "passed all 1 test cases"}
 
 
 def test_sandbox_arguments_reach_only_scorers_that_declare_them(monkeypatch):

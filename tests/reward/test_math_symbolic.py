@@ -92,6 +92,15 @@ def test_symbolic_stage_works_off_the_main_thread():
         (r"Answer: $\frac{1}{2}$", "0.5", 1.0, r"\frac{1}{2}"),
         (r"Answer: $\boxed{1,000}$", "1000", 1.0, "1000"),
         ("answer: 3\nthen Answer: -7", "-7", 1.0, "-7"),  # the last one counts, case-insensitive
+        # verl 0.9.1's own results on these (its math_dapo.compute_score, run side by side): Minerva's normaliser keeps
+        # the last right-hand side and drops unit words and filler; without an Answer: line, the last box
+        ("Answer: 72 dollars", "72", 1.0, "72"),
+        ("Final Answer: The final answer is $72$. I hope it is correct.", "72", 1.0, "72"),
+        ("Answer: x = 3, y = 4", "4", 1.0, "4"),
+        (r"So it is $\boxed{72}$.", "72", 1.0, "72"),
+        (r"\boxed{71}", "72", -1.0, "71"),
+        # where verl's string comparison says -1 and the MATH scorer's comparison finds them equal (documented)
+        ("Answer: 72.0", "72", 1.0, "72.0"),
     ],
 )
 def test_dapo_math_scores_plus_or_minus_one(solution, truth, score, pred):

@@ -236,10 +236,14 @@ def test_a_step_whose_responses_are_all_aborted_gives_nan_scores_and_says_so(cap
     zeros = torch.zeros(2, 2)
     batch = Batch.from_dict({"prompts": torch.zeros(2, 1, dtype=torch.long),
                              "attention_mask": torch.tensor([[1, 0, 0], [1, 0, 0]]), "response_mask": zeros.long(),
-                             "token_level_scores": zeros, "token_level_rewards": zeros, "advantages": zeros, "returns": zeros})
+                             "token_level_scores": zeros, "token_level_rewards": zeros, "advantages": zeros, "returns": zeros,
+                             "values": zeros})
     metrics = compute_data_metrics(batch, max_response_length=2, max_prompt_length=1)
     assert metrics["response/aborted_ratio"] == 1.0 and metrics["response_length/mean"] == 0.0
     assert all(math.isnan(metrics[k]) for k in ("critic/score/mean", "critic/rewards/max", "response_length_non_aborted/mean"))
+    # no token to average: the keys are still there, nan, as verl logs them (dashboards keep their series)
+    assert all(math.isnan(metrics[k]) for k in ("critic/advantages/mean", "critic/returns/min", "critic/values/max",
+                                                 "critic/vf_explained_var"))
     assert "all 2 responses of this step are empty (aborted)" in capsys.readouterr().err
 
 

@@ -220,3 +220,15 @@ def test_only_sources_whose_rewards_are_plain_numbers_lose_score_as_a_variable()
     manager._report = lambda *args: "failed"
     _, parsed_extras, plain, _ = manager._parse(samples, results)
     assert plain == [False, True, True] and parsed_extras[1] == {"acc": 0.5}
+
+
+def test_a_prompt_with_a_missing_pred_takes_no_part_in_the_majority_vote():
+    """Prompt 2's third response has no pred: verl leaves that prompt out of maj@k and averages over the other three.
+    The expected numbers are verl 0.9.1's process_validation_metrics on this input (run side by side); mean@4 and
+    best@4 still count every prompt."""
+    acc = [1, 0, 1, 1, 0, 0, 1, 0, 1, 1, 1, 0, 0, 1, 0, 0]
+    pred = ["4", "5", "4", "4", "x", "y", "z", "x", "7", "7", None, "8", "1", "2", "1", "1"]
+    metrics = process_validation_metrics(["a"] * 16, [i // 4 for i in range(16)], {"acc": acc, "pred": pred})["a"]["acc"]
+    assert metrics["maj@4/mean"] == pytest.approx(0.3936666666666666, abs=1e-12)
+    assert metrics["maj@2/mean"] == pytest.approx(0.4136666666666667, abs=1e-12)
+    assert (metrics["mean@4"], metrics["best@4/mean"]) == (0.5, pytest.approx(0.83125))

@@ -48,6 +48,10 @@ def test_another_optimizer_class_gets_the_settings_it_takes_and_the_overrides():
     assert torch.allclose(weight.detach(), torch.full((3,), 0.5))  # 1 - lr * g
     adamw = make_optimizer([weight], OptimConfig(override_optimizer_config={"amsgrad": True}))
     assert isinstance(adamw, torch.optim.AdamW) and adamw.param_groups[0]["amsgrad"]
+    # eps at its default is the class's own, as verl passes none (Adagrad's 1e-10); a set eps is passed
+    assert make_optimizer([weight], OptimConfig(optimizer="Adagrad")).param_groups[0]["eps"] == 1e-10
+    assert make_optimizer([weight], OptimConfig(optimizer="Adagrad", eps=1e-3)).param_groups[0]["eps"] == 1e-3
+    assert make_optimizer([weight], OptimConfig()).param_groups[0]["eps"] == 1e-8
 
 
 @pytest.mark.parametrize("settings, message", [

@@ -38,9 +38,10 @@ it count as failed without being run, which bounds the time one response can tak
 that does not compile scores 0 without running (it is compiled, never run, in the calling
 process).
 
-`compute_score` returns `{"score": passed / total, "passed": passed, "total": total, "reason": ...}`
+`compute_score` returns `{"score": passed / total, "acc": the same, "passed": passed, "total": total, "reason": ...}`
 where `total` is the number of cases the score counts, and `reason` says which case failed and
-how. With `sandbox_fusion_url` the programs run on that Sandbox Fusion service (cases of one
+how; `acc` is the score, as verl's reward loop records the float its code scorer returns, so that
+validation's headline is `val-core/<data_source>/acc/...` here too. With `sandbox_fusion_url` the programs run on that Sandbox Fusion service (cases of one
 response in parallel, at most `concurrent_semaphore`'s count in flight); otherwise in the local
 sandbox, one after another. Test cases of the wrong shape, a sandbox service that cannot be
 reached, and a sandbox that cannot run programs (status `sandbox_error`) raise: the reward
@@ -318,7 +319,8 @@ def _failure_reason(passed: int, total: int, index: int, outcome: CaseOutcome, s
 
 
 def _result(passed: int, total: int, reason: str) -> dict[str, Any]:
-    return {"score": passed / total if total else 0.0, "passed": passed, "total": total, "reason": reason}
+    score = passed / total if total else 0.0
+    return {"score": score, "acc": score, "passed": passed, "total": total, "reason": reason}
 
 
 def _assert_cases(spec: Mapping[str, Any], asserts: Any) -> list[CodeTestCase]:

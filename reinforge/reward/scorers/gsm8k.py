@@ -9,7 +9,9 @@ Two extraction modes, as in verl:
 Only the last 300 characters are searched, so a long chain of thought cannot hide a stray
 "#### 3" early on. Thousands separators and `$` are removed from the extracted number; the
 comparison with the ground truth is then exact string equality (no numeric tolerance: "72.0"
-does not match "72"), which keeps scores identical to verl's.
+does not match "72"), as verl's. The ground truth is taken as a string with its spaces, separators
+and `$` removed, so an int or `" 72 "` or `"1,000"` matches where verl's comparison with the value
+as given never does; for GSM8K's own answers (plain digit strings) the scores are verl's.
 """
 
 from __future__ import annotations

@@ -5,8 +5,9 @@ The answer is the content of the last `\\boxed{...}` (braces balanced), `\\boxed
 answer and the ground truth (a bare answer or itself a `\\boxed{}` string) are compared in two
 stages, and the score is 1.0 when either says equal, else 0.0 (verl's values):
 
-1. `normalize_answer`, a Hendrycks-style string normaliser, then exact string equality. Fast,
-   no sympy, and what verl's default MATH scorer does.
+1. `normalize_answer`, a Hendrycks-style string normaliser, then exact string equality. Fast and
+   without sympy, like verl's default MATH scorer, but more lenient (`72.0`, `1,000`, `\\fbox{}`,
+   `\\boxed {x}` and `-3/4` pass here and fail there).
 2. When the strings differ: symbolic equivalence by `math-verify` (both sides parsed as LaTeX,
    compared by sympy: `\\frac{\\sqrt{2}}{2}` equals `\\frac{1}{\\sqrt{2}}`, `0.25` equals `\\frac14`,
    `x^2+2x+1` equals `(x+1)^2`, sets and intervals by content). Parsing and comparison each get
@@ -19,6 +20,9 @@ stages, and the score is 1.0 when either says equal, else 0.0 (verl's values):
    `reward_kwargs.timeout_s`). On any other thread (`reward_model.launch_reward_fn_async`'s
    reward thread) math-verify runs with no limit of its own, and only the manager's
    `reward_kwargs.timeout_s` bounds a row: set it (or use `prime`) when scoring in that thread.
+
+verl scores the `numina_*` data sources with its PRIME grader instead (it also reads an answer
+without a box, and refuses unreduced fractions); reinforge scores them as MATH.
 
 What the normaliser makes equal (and nothing more; it does no symbolic maths):
 
