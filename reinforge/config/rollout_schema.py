@@ -30,7 +30,7 @@ class MultiTurnConfig(Node):
                                     "observations); null or 0: no limit (verl's).")
     max_parallel_calls: int = _f(1, "Most tool calls run from one model turn (the first ones; they run concurrently).")
     max_tool_response_length: int = _f(256, "Tool answers are cut to this many characters.")
-    tool_response_truncate_side: str = _f("middle", "Which part of a long tool answer is kept: left, right or middle (both ends).")
+    tool_response_truncate_side: str = _f("middle", "Which part of a long tool answer is cut: left (keep its end), right (keep its beginning) or middle (keep both ends).")
     tool_config_path: str | None = _f(None, "Tool config YAML (tools: [{class_name, config, tool_schema}]).")
     interaction_config_path: str | None = _f(None, "Interaction config YAML (interaction: [{name, class_name, config}]).")
     format: str = _f("hermes", "Tool-call format: hermes (<tool_call>{json}</tool_call>).")

@@ -146,7 +146,8 @@ class SFTTrainerConfig(Node):
     logger: list | str = _f(["console"], "Where metrics go: console, tensorboard, wandb (verl's deprecated tracking too), mlflow, "
                                          "swanlab; metrics.jsonl in the "
                                          "run folder is always written (verl's default adds wandb).")
-    seed: int = _f(1, "Seed of the data order and of model-side randomness.")
+    seed: int = _f(1, "Seed of model-side randomness (and of data.shuffle's choice of rows when data.seed is null); "
+                      "the data order is verl's, whose sampler takes no seed: 0 + the epoch.")
     save_freq: int = _f(-1, "Save a checkpoint every this many steps (-1: only the last step).")
     test_freq: int = _f(-1, "Compute val/loss every this many steps (-1: only after the last step).")
     nnodes: int = _f(1, "Nodes; launch one process per rank with torchrun (docs/sft.md).")

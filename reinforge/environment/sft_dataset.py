@@ -50,6 +50,11 @@ def split_example(ids: list[int], trained: list[int]) -> SFTExample | None:
     return SFTExample(list(ids[:first]), list(ids[first:]), [int(bool(m)) for m in trained[first:]])
 
 
+def untrained_example(ids: list[int]) -> SFTExample:
+    """A row with no token to train on, kept as verl keeps it: it takes its place in a batch and adds nothing to the loss."""
+    return SFTExample(ids[:1], ids[1:] or ids[:1], [0] * max(1, len(ids) - 1))
+
+
 def truncate(ids: list[int], trained: list[int], max_length: int, mode: str, where: str) -> tuple[list[int], list[int]]:
     if len(ids) <= max_length:
         return ids, trained
@@ -97,7 +102,7 @@ class SFTDataset(torch.utils.data.Dataset):
             raise DataError(f"data.truncation={config.truncation!r} is not one of: {', '.join(TRUNCATIONS)}")
         self.tokenizer, self.config = tokenizer, config
         self.examples: list[SFTExample] = []
-        self.untrained = 0  # rows with no token to train on (an empty response, or all of it truncated away)
+        self.untrained = 0  # rows with no token to train on (an empty response, or all of it truncated away): kept
         multiturn = config.multiturn.enable
         needed = [config.multiturn.messages_key] if multiturn else [config.prompt_key, config.response_key]
         sources = []  # (file, row index, row) of every file, in order
@@ -115,12 +120,12 @@ class SFTDataset(torch.utils.data.Dataset):
             given, index, row = sources[i]
             where = f"{given} row {index}"
             ids, trained = self._conversation(row, where) if multiturn else self._pair(row, where)
-            example = split_example(*truncate(ids, trained, config.max_length, config.truncation, where))
+            ids, trained = truncate(ids, trained, config.max_length, config.truncation, where)
+            example = split_example(ids, trained)
             if example is None:
                 self.untrained += 1
-            else:
-                self.examples.append(example)
-        if not self.examples:
+            self.examples.append(example or untrained_example(ids))
+        if self.untrained == len(self.examples):
             raise DataError(f"{', '.join(file_list(files))}: no row has a token to train on")
 
     def _pair(self, row: dict, where: str) -> tuple[list[int], list[int]]:
@@ -161,6 +166,10 @@ class SFTDataset(torch.utils.data.Dataset):
         for i, message in enumerate(messages):
             if message["role"] != "assistant":
                 continue
+            if i == 0:
+                raise DataError(f"{where}: the conversation starts with an assistant message, so there is no prompt to "
+                                "tell its tokens from (the chat template renders nothing before it); begin it with a "
+                                "system or user message")
             start, end = render(i, generation_prompt=True), render(i + 1)
             if not (text.startswith(start) and text.startswith(end) and len(start) <= len(end)):
                 raise DataError(f"{where}: the chat template does not render the conversation up to message {i} as the "
@@ -197,7 +206,7 @@ class UserSFTDataset(torch.utils.data.Dataset):
         ids, loss = torch.as_tensor(item["input_ids"]).flatten(), torch.as_tensor(item["loss_mask"]).flatten()
         keep = torch.as_tensor(item.get("attention_mask", torch.ones_like(ids))).flatten().bool()
         ids, loss = ids[keep].tolist(), loss[keep].tolist()
-        return split_example(ids, loss) or SFTExample(ids[:1], ids[1:] or ids[:1], [0] * max(1, len(ids) - 1))  # nothing to train
+        return split_example(ids, loss) or untrained_example(ids)
 
 
 def create_sft_dataset(files, config, tokenizer, max_samples: int = -1) -> torch.utils.data.Dataset:

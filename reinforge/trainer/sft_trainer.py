@@ -3,12 +3,15 @@
 One process per rank: `reinforge sft ...` runs one; `torchrun --nproc_per_node=N -m reinforge sft ...` runs N,
 the model sharded over them with FSDP2 (gloo on CPU, nccl on GPUs), each rank taking every N-th row of a step.
 
-A step takes `data.train_batch_size` rows of the epoch's shuffled order (seeded by trainer.seed and the epoch;
-a last partial batch is dropped, as verl's sampler does), in micro-batches of `micro_batch_size_per_gpu` rows per
-rank, each padded to its own longest row. The loss is the mean negative log-likelihood over every trained
-token of the step, on all ranks (verl averages the micro-batches' means unless balance_dp_token; this is the
-token mean in every case, so the gradient does not depend on how the step is split). A step with a non-finite loss
-or gradient norm is skipped, as verl's is. val/loss is the token mean over the validation files.
+A step takes `data.train_batch_size` rows of the epoch's shuffled order (verl's: its DistributedSampler, which verl
+builds without a seed, permutes the rows by the seed 0 + epoch; a last partial batch is dropped, as there), in
+micro-batches of `micro_batch_size_per_gpu` rows per rank, each padded to its own longest row. A row with no token
+to train on (its response empty or cut away by max_length) keeps its place, as in verl, and the run says how many
+there are. The loss is the mean negative log-likelihood over every trained token of the step, on all ranks (verl's
+older fsdp_sft_trainer averaged the micro-batches' means unless balance_dp_token; verl 0.9's trainer takes this
+token mean), so the gradient does not depend on how the step is split. A step with a non-finite loss or gradient
+norm is skipped, as verl's is. val/loss is the token mean over the validation files (verl's: the mean of its
+validation batches' means, a last partial batch left out).
 
 Checkpoints are verl's layout in `trainer.default_local_dir`: global_step_<N>/ with the rank files of model,
 optimizer and extra state (checkpoint_io.py), huggingface/ (a model `reinforge train
@@ -32,6 +35,8 @@ from reinforge.environment.sft_dataset import collate_examples
 from reinforge.training.minibatch import backward_if_finite, clip_and_step, eval_mode, trim_padding
 from reinforge.training.optim import advance_schedule
 
+SAMPLER_SEED = 0  # torch's DistributedSampler's default seed, which verl's SFT trainer leaves as it is
+
 
 class SFTTrainer:
     def __init__(self, config: SFTConfig, model, tokenizer, optimizer, scheduler, train_data, val_data, device: str):
@@ -50,7 +55,8 @@ class SFTTrainer:
         """This rank's rows (dataset indices) of training step `step` (1-based)."""
         batch = self.config.data.train_batch_size
         epoch, index = divmod(step - 1, self.steps_per_epoch)
-        order = torch.randperm(len(self.train_data), generator=torch.Generator().manual_seed(self.config.trainer.seed + epoch))
+        # verl's DistributedSampler, built without a seed: a permutation seeded by 0 + epoch, rank r taking every N-th row
+        order = torch.randperm(len(self.train_data), generator=torch.Generator().manual_seed(SAMPLER_SEED + epoch))
         rows = order[index * batch:(index + 1) * batch].tolist()
         return rows[rank()::world_size()]
 
@@ -259,8 +265,13 @@ def run_sft(config: SFTConfig, notes: list[str]) -> dict[str, float]:
     train = create_sft_dataset(config.data.train_files, config.data, tokenizer, config.data.train_max_samples)
     val = create_sft_dataset(config.data.val_files, config.data, tokenizer, config.data.val_max_samples) if config.data.val_files else None
     if len(train) < config.data.train_batch_size:
-        raise ConfigError(f"data.train_batch_size={config.data.train_batch_size} is more than the {len(train)} training rows "
-                          "that have tokens to train on; lower it")
+        raise ConfigError(f"data.train_batch_size={config.data.train_batch_size} is more than the {len(train)} training rows; "
+                          "lower it")
+    untrained = getattr(train, "untrained", 0)
+    if untrained:
+        say(f"reinforge: {untrained} of {len(train)} training rows have no token to train on (an empty response, or all of "
+            f"it beyond data.max_length={config.data.max_length}); they keep their place in the batches, as in verl, and "
+            "add nothing to the loss", flush=True)
     model = load_sft_model(config, device)
     optimizer = make_optimizer(model.parameters(), config.optim)
     trainer = SFTTrainer(config, model, tokenizer, optimizer, None, train, val, device)

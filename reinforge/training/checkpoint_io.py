@@ -4,6 +4,8 @@
     optim_world_size_{W}_rank_{r}.pt        the optimizer state (AdamW's exp_avg/exp_avg_sq, step, param groups)
     extra_state_world_size_{W}_rank_{r}.pt  what the worker adds: the scheduler, rank r's RNG streams
     huggingface/                            the model's config (rank 0), and what the actor adds
+    fsdp_config.json                        W=1 only: {"FSDP_version": 2, "world_size": 1}, what verl's model merger
+                                            needs to read the folder
 
 With one rank (W=1) the files are torch's plain full state dicts, loadable with `torch.load` alone.
 With W > 1 (an FSDP2 model) each rank writes only its own shards: every DTensor of the sharded
@@ -21,7 +23,9 @@ each rank restores its own; otherwise every rank restores rank 0's (the schedule
 every rank; the RNG streams then restart from rank 0's, so a resharded run is not bit-for-bit the run
 it would have been with W' ranks).
 
-`read_full_model_state` and `write_hf_model` are what `reinforge merge` uses (merge.py).
+`read_full_model_state` and `write_hf_model` are what `reinforge merge` uses (merge.py). They also read verl's
+own FSDP2 checkpoints, whose rank files hold DTensors: their local shards are joined by placement, as verl's
+merger joins them (a tied lm_head, which verl's state dict holds twice, is written once).
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ import copy
 import json
 import random
 import re
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -65,6 +70,8 @@ def save_training_state(folder: str, contents: list, model: torch.nn.Module, opt
         save_torch(extra, path / file_name("extra_state", ranks, index))
     if index == 0:
         model.config.save_pretrained(path / "huggingface")
+    if ranks == 1 and "model" in contents:  # verl's model merger reads one rank's plain tensors given this file
+        (path / "fsdp_config.json").write_text(json.dumps({"FSDP_version": 2, "world_size": 1}))
     return path
 
 
@@ -128,6 +135,9 @@ def write_hf_model(config, state_dict: dict[str, torch.Tensor], out_dir: Path, m
     dtype = next(value.dtype for value in state_dict.values() if value.is_floating_point())
     with torch.device("meta"):
         model = model_class.from_config(copy.deepcopy(config), dtype=dtype, trust_remote_code=trust_remote_code)
+    tied = getattr(model, "_tied_weights_keys", None)
+    if getattr(config, "tie_word_embeddings", False) and isinstance(tied, dict):  # a verl checkpoint holds them twice
+        state_dict = {name: value for name, value in state_dict.items() if name not in tied or tied[name] not in state_dict}
     model.save_pretrained(out_dir, state_dict=state_dict, safe_serialization=True)
 
 
@@ -260,17 +270,36 @@ def saved_world_size(path: Path, prefixes: list[str], advice: str) -> int:
 
 
 def read_full(path: Path, prefix: str, ranks: int, device: str = "cpu") -> dict:
-    """The full state in the `prefix` files of a checkpoint saved by `ranks` ranks (shard records reassembled)."""
-    if ranks == 1:
-        return torch.load(path / file_name(prefix, 1, 0), map_location="cpu")  # not the GPU: set_*_state_dict shards it
-    pieces = [torch.load(path / file_name(prefix, ranks, index), map_location="cpu") for index in range(ranks)]
+    """The full state in the `prefix` files of a checkpoint saved by `ranks` ranks (shard records, or the DTensors of a
+    verl checkpoint, reassembled)."""
+    pieces = [load_rank_file(path / file_name(prefix, ranks, index)) for index in range(ranks)]
     return merge_shard_records(pieces, f"{path / file_name(prefix, ranks, 0)} ... rank_{ranks - 1}.pt")
+
+
+def load_rank_file(file: Path):
+    """One rank's file, on the CPU (not the GPU: set_*_state_dict shards it). verl's files hold FSDP2 DTensors, which
+    torch.load reads (weights only) once torch.distributed.tensor is imported; their device mesh names process groups
+    that do not exist here, which torch warns about and which nothing needs: only their local shards are read."""
+    import logging
+
+    import torch.distributed.tensor  # noqa: F401
+
+    mesh_log = logging.getLogger("torch.distributed.device_mesh")
+    level = mesh_log.level
+    mesh_log.setLevel(logging.ERROR)
+    try:
+        return torch.load(file, map_location="cpu")
+    finally:
+        mesh_log.setLevel(level)
 
 
 def merge_shard_records(pieces: list, where: str):
     """The full tree from the same tree of every rank: shard records concatenated in rank order, anything else
     taken from rank 0; ConfigError naming `where` when the ranks' trees or pieces do not fit together."""
     first = pieces[0]
+    dtensor = getattr(sys.modules.get("torch.distributed.tensor"), "DTensor", None)  # none can exist before its import
+    if dtensor is not None and isinstance(first, dtensor):  # a verl checkpoint's: one shard per rank of a 1-D mesh
+        return _merge_dtensor_shards(pieces, where)
     if isinstance(first, dict) and SHARD_DIM in first:
         full = torch.cat([piece["local"] for piece in pieces], dim=first[SHARD_DIM])
         if list(full.shape) != first["shape"]:
@@ -284,6 +313,23 @@ def merge_shard_records(pieces: list, where: str):
     if isinstance(first, (list, tuple)):
         return type(first)(merge_shard_records(list(column), where) for column in zip(*pieces, strict=True))
     return first
+
+
+def _merge_dtensor_shards(pieces: list, where: str) -> torch.Tensor:
+    """The full tensor of every rank's DTensor: local shards concatenated along the sharded dim (FSDP's Shard), or
+    rank 0's (Replicate), as verl's model merger joins them; ConfigError for meshes of more dimensions."""
+    first = pieces[0]
+    if len(first.placements) != 1:
+        raise ConfigError(f"{where}: a tensor sharded over a {len(first.placements)}-dimensional device mesh "
+                          f"({first.placements}); reinforge reads FSDP checkpoints of one mesh dimension, as verl's FSDP "
+                          "trainer saves them")
+    placement = first.placements[0]
+    shards = [piece._local_tensor for piece in pieces]
+    full = torch.cat(shards, dim=placement.dim) if placement.is_shard() else shards[0]
+    if tuple(full.shape) != tuple(first.shape):
+        raise ConfigError(f"{where}: the shards of a tensor make shape {list(full.shape)}, not its {list(first.shape)}; "
+                          "the files come from different saves")
+    return full.contiguous()
 
 
 def read_full_model_state(path: Path, advice: str) -> dict[str, torch.Tensor]:

@@ -294,7 +294,7 @@ def test_malformed_calls_and_parallel_limit(tok, tmp_path):
     turns = [tok(text, add_special_tokens=False)["input_ids"] + [2], tok("done", add_special_tokens=False)["input_ids"] + [2]]
     engine = ScriptedEngine([(prompts["input_ids"][0].tolist(), turns)])
     config = MultiTurnConfig(enable=True, tool_config_path=tools_yaml(tmp_path), max_parallel_calls=1, max_tool_response_length=30,
-                             tool_response_truncate_side="left")
+                             tool_response_truncate_side="right")
     out = AgentRunner(tok, config).generate_sequences(engine, prompts, SamplingParams(max_tokens=300), tok.pad_token_id)
     _, response, mask = row_ids(out, 0)
     added = tok.decode([t for t, m in zip(response, mask, strict=True) if m == 0])
@@ -345,3 +345,18 @@ def test_text_game_episode(tok):
     unknown = prompts_batch(tok, [[{"role": "user", "content": "x"}]], agent_names=["chess_agent"])
     with pytest.raises(DataError, match="agent_name='chess_agent'; the agent loops are"):
         AgentRunner(tok, MultiTurnConfig(enable=True)).generate_sequences(engine, unknown, SamplingParams(max_tokens=10), 0)
+
+
+def test_tool_calls_are_read_with_the_special_tokens_a_tokenizer_makes_of_their_tags(tok, tmp_path):
+    """A tokenizer may register <tool_call> and </tool_call> as special tokens; decoding the turn without them would
+    erase the tags, and the call with them. verl parses the turn with its special tokens, and so does reinforge."""
+    tok.add_special_tokens({"additional_special_tokens": ["<tool_call>", "</tool_call>"]})
+    assert tok.decode(tok(CALL, add_special_tokens=False)["input_ids"], skip_special_tokens=True).startswith('{"name"')
+    prompts = prompts_batch(tok, [[{"role": "user", "content": "go"}]])
+    turns = [tok(CALL, add_special_tokens=False)["input_ids"] + [2], tok("done", add_special_tokens=False)["input_ids"] + [2]]
+    engine = ScriptedEngine([(prompts["input_ids"][0].tolist(), turns)])
+    config = MultiTurnConfig(enable=True, tool_config_path=tools_yaml(tmp_path))
+    out = AgentRunner(tok, config).generate_sequences(engine, prompts, SamplingParams(max_tokens=300), tok.pad_token_id)
+    _, response, mask = row_ids(out, 0)
+    assert out["agent_metrics"][0]["tool_calls"] == 1 and out["agent_metrics"][0]["tool_errors"] == 0
+    assert "<|im_start|>tool\n5<|im_end|>" in tok.decode([t for t, m in zip(response, mask, strict=True) if m == 0])

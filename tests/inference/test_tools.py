@@ -17,6 +17,7 @@ from reinforge.inference.tools import (
     parse_tool_calls,
     truncate,
 )
+from reinforge.inference.tools.base import plain_schema
 from reinforge.inference.tools.builtin import evaluate_arithmetic
 
 
@@ -41,11 +42,13 @@ def test_parser_keeps_calls_and_malformed_calls_in_the_order_written():
     assert turn.items[1] == ToolCall("calculator", {})
 
 
-def test_truncate_keeps_the_chosen_side():
+def test_truncate_cuts_the_side_named_as_verl():
+    # verl's tool agent loop: left drops the beginning, right the end, middle keeps limit // 2 of each end
     text = "abcdefghij"
-    assert truncate(text, 4, "left") == "abcd...(truncated)"
-    assert truncate(text, 4, "right") == "(truncated)...ghij"
-    assert truncate(text, 5, "middle") == "ab...(truncated)...hij"
+    assert truncate(text, 4, "left") == "(truncated)...ghij"
+    assert truncate(text, 4, "right") == "abcd...(truncated)"
+    assert truncate(text, 5, "middle") == "ab...(truncated)...ij"
+    assert truncate(text, 1, "middle") == "...(truncated)..."  # verl's text[-0:] would keep it all
     assert truncate(text, 10, "middle") == text
 
 
@@ -155,6 +158,36 @@ def test_load_tools_from_yaml(tmp_path):
     assert sorted(tools) == ["calculator", "check_answer", "echo"]
     assert tools["echo"].config == {"times": 2}
     assert asyncio.run(tools["echo"].execute("i", {"say": "hi"})) == ({"text": "hihi"}, 0.5, {})
+
+
+def test_a_tool_schema_keeps_the_fields_verls_pydantic_schema_knows(tmp_path):
+    """verl validates tool_schema into OpenAIFunctionToolSchema, which drops what it does not know (a property's items,
+    minimum, default; a function's extra keys), and dumps it without unset or None fields: the model sees that."""
+    (tmp_path / "my_tools.py").write_text(USER_TOOL)
+    config = tmp_path / "tools.yaml"
+    config.write_text(f"""tools:
+  - class_name: {tmp_path / 'my_tools.py'}:Echo
+    config: {{times: 1}}
+    tool_schema:
+      type: function
+      function:
+        name: echo
+        description: Say it.
+        examples: [hi]
+        parameters:
+          type: object
+          additionalProperties: false
+          properties:
+            say: {{type: string, description: what, default: hi}}
+            times: {{type: array, items: {{type: integer}}, minimum: 1, enum: [[1], [2]]}}
+          required: [say]
+""")
+    schema = plain_schema(load_tools(config)["echo"].get_openai_tool_schema())
+    assert schema == {"type": "function", "function": {
+        "name": "echo", "description": "Say it.",
+        "parameters": {"type": "object", "properties": {"say": {"type": "string", "description": "what"},
+                                                        "times": {"type": "array", "enum": [[1], [2]]}},
+                       "required": ["say"]}}}
 
 
 def test_verls_own_gsm8k_tool_and_interaction_class_names_are_the_built_ins(tmp_path):

@@ -6,7 +6,8 @@ on CPU with gloo, and then:
 
 1. loads WORKDIR/full (saved by one rank) into a fresh sharded model;
 2. trains another one AdamW step on fixed data and saves it with checkpoint_io into WORKDIR/sharded (each
-   rank's extra state is {"rank": r}; rank 0 adds the tokenizer). Rank 0 then writes WORKDIR/reference.pt
+   rank's extra state is {"rank": r}; rank 0 adds the tokenizer), and its model as verl saves one into
+   WORKDIR/verl/actor (each rank's DTensor state dict, fsdp_config.json, huggingface/config.json). Rank 0 then writes WORKDIR/reference.pt
    (the full parameters and optimizer state gathered by torch's distributed-checkpoint API, the logits and
    greedy tokens of the sharded model) and, as the actor worker does with hf_model in save_contents, the
    full weights as a Hugging Face folder WORKDIR/hf_at_save;
@@ -64,6 +65,14 @@ def train_and_save(model_path: str, workdir: Path) -> None:
     save_training_state(str(workdir / "sharded"), CONTENTS, model, optimizer, {"rank": rank()})
     if rank() == 0:  # as the actor worker does
         AutoTokenizer.from_pretrained(model_path).save_pretrained(workdir / "sharded" / "huggingface")
+    # the model part of a verl checkpoint, as verl's FSDP checkpoint manager writes it with FSDP2: each rank's sharded
+    # state dict (DTensors) as it is, and fsdp_config.json and the Hugging Face config beside them
+    verl = workdir / "verl" / "actor"
+    verl.mkdir(parents=True, exist_ok=True)
+    torch.save(model.state_dict(), verl / f"model_world_size_2_rank_{rank()}.pt")
+    if rank() == 0:
+        (verl / "fsdp_config.json").write_text('{"FSDP_version": 2, "world_size": 2}')
+        model.config.save_pretrained(verl / "huggingface")
     full = StateDictOptions(full_state_dict=True, cpu_offload=True)
     params, optim = get_model_state_dict(model, options=full), get_optimizer_state_dict(model, optimizer, options=full)
     model.eval()

@@ -117,6 +117,7 @@ class Conversation:
         self.user_turns = 0
         self.metrics: dict[str, float] = {"generate_s": 0.0}
         self.finish_reason = "stop"
+        self.raw_text = ""  # the last assistant turn decoded with its special tokens (what tool calls are parsed from)
 
     @property
     def remaining(self) -> int:
@@ -140,6 +141,9 @@ class Conversation:
         self.num_turns += 1
         self.assistant_turns += 1
         text = self.ctx.tokenizer.decode(tokens, skip_special_tokens=True)
+        # tool calls are read from the turn with its special tokens, as verl's parser reads them: a tokenizer may make
+        # <tool_call> itself a special token, which skipping would erase
+        self.raw_text = self.ctx.tokenizer.decode(tokens)
         self.messages.append({"role": "assistant", "content": text})
         if output.finish_reason != "stop":
             self.finish_reason = "length"  # cut by the budget: no tool call or reply can follow

@@ -142,7 +142,7 @@ class ToolAgentLoop(AgentLoopBase):
                 text = await conv.model_turn()
                 if text is None or _over(cfg.max_assistant_turns, conv.assistant_turns):
                     break
-                parsed = parse_tool_calls(text) if ctx.tools else None
+                parsed = parse_tool_calls(conv.raw_text) if ctx.tools else None
                 calls_tools = parsed is not None and bool(parsed.items)
                 if (not calls_tools and user is None) or _over(cfg.max_user_turns, conv.user_turns):
                     break

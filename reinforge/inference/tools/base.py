@@ -69,6 +69,33 @@ class ToolSchema(dict):
         return plain_schema(self)
 
 
+# The fields of verl's pydantic tool schema (OpenAIFunctionToolSchema and the models inside it), by level: what a
+# tool_schema of the tool config keeps there, as pydantic drops the others when verl validates it.
+_TOOL_FIELDS = ("type", "function")
+_FUNCTION_FIELDS = ("name", "description", "parameters", "strict")
+_PARAMETERS_FIELDS = ("type", "properties", "required")
+_PROPERTY_FIELDS = ("type", "description", "enum")
+
+
+def verl_tool_schema(schema: dict) -> dict:
+    """A tool config's `tool_schema` as verl's pydantic model keeps it and its agent loop dumps it (`exclude_unset`,
+    `exclude_none`): the fields the model knows, others dropped (a parameter's `items`, `minimum`, `default`, ...), so
+    the chat template renders, and the model reads, the same tool description as under verl."""
+    def keep(value: Any, fields: tuple[str, ...]) -> Any:
+        return {key: value[key] for key in fields if key in value and value[key] is not None} if isinstance(value, dict) else value
+
+    out = keep(schema, _TOOL_FIELDS)
+    function = out.get("function")
+    if isinstance(function, dict):
+        function = out["function"] = keep(function, _FUNCTION_FIELDS)
+        parameters = function.get("parameters")
+        if isinstance(parameters, dict):
+            parameters = function["parameters"] = keep(parameters, _PARAMETERS_FIELDS)
+            if isinstance(parameters.get("properties"), dict):
+                parameters["properties"] = {name: keep(spec, _PROPERTY_FIELDS) for name, spec in parameters["properties"].items()}
+    return out
+
+
 def plain_schema(schema: Any) -> Any:
     """A tool schema as plain dicts and lists (what the chat template renders): a pydantic model (what a verl tool's
     get_openai_tool_schema may return) dumped without unset and None fields, as verl's agent loop does."""
@@ -120,12 +147,14 @@ def show_value(value: Any) -> str:
 
 
 def truncate(text: str, limit: int, side: str) -> str:
-    """`text` cut to `limit` characters, keeping the left, right or both ends (`middle`), marked as cut."""
+    """`text` cut to `limit` characters on the `side` named, as verl cuts a tool answer (and as data.truncation cuts a
+    prompt): `left` drops its beginning (keeps the last `limit`), `right` its end, `middle` keeps `limit // 2` of each
+    end; marked as cut."""
     if limit <= 0 or len(text) <= limit:
         return text
     if side == "left":
-        return text[:limit] + "...(truncated)"
-    if side == "right":
         return "(truncated)..." + text[-limit:]
-    head = limit // 2
-    return text[:head] + "...(truncated)..." + text[len(text) - (limit - head):]
+    if side == "right":
+        return text[:limit] + "...(truncated)"
+    half = limit // 2
+    return text[:half] + "...(truncated)..." + text[len(text) - half:]

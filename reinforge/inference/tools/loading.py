@@ -4,7 +4,8 @@
 too, as under `python -m`), a Python file and class (`path/to/tools.py:SearchTool`), or a
 built-in's short name (`calculator`, `python`, `gsm8k`; verl's `verl.tools.gsm8k_tool.Gsm8kTool`, as
 its example YAMLs name it, is the built-in `gsm8k`). `tool_schema` is the OpenAI function
-schema; built-ins have a default one. A tool is called by its schema's `function.name`. Every
+schema, kept as verl's pydantic model keeps it (`verl_tool_schema`: the fields it knows); built-ins
+have a default one. A tool is called by its schema's `function.name`. Every
 mistake, a tool whose `__init__` raises included, raises ConfigError naming the file and the entry.
 """
 
@@ -17,7 +18,7 @@ from typing import Any
 import yaml
 
 from reinforge.errors import ConfigError
-from reinforge.inference.tools.base import BaseTool, ToolSchema, schema_name
+from reinforge.inference.tools.base import BaseTool, ToolSchema, schema_name, verl_tool_schema
 from reinforge.inference.tools.builtin import CalculatorTool, Gsm8kTool, PythonTool
 from reinforge.user_code import class_label, import_module, import_user_module, user_call
 
@@ -106,7 +107,7 @@ def load_tools(path: str | Path) -> dict[str, BaseTool]:
         _check_mapping(where, entry, "tool_schema", "an OpenAI function schema: {type: function, function: {name, description, "
                                                      "parameters}}")
         schema = entry.get("tool_schema")
-        tool = build(cls, where, entry.get("config") or {}, None if schema is None else ToolSchema(schema))
+        tool = build(cls, where, entry.get("config") or {}, None if schema is None else ToolSchema(verl_tool_schema(schema)))
         name = schema_name(tool.get_openai_tool_schema())
         if not name:
             raise ConfigError(f"{where}: the tool has no tool_schema.function.name to be called by")
