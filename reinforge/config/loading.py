@@ -3,7 +3,8 @@
 Overrides use Hydra's grammar as verl users type it: `a.b=c`, `+a.b=c` (add), `++a.b=c`,
 `~a.b` (delete: back to the default), lists `'[x,y]'`, `null`. Values that Hydra's parser rejects
 but that are plainly a path (`data.train_files=~/x.parquet`) are taken as strings, and a
-bracketed list of them (`'[~/a.parquet,~/b.parquet]'`) as a list of strings.
+bracketed list of them (`'[~/a.parquet,~/b.parquet]'`) as a list of strings; a rejected value with
+quotes, brackets or braces in it (an unclosed quote, `{a:1`) is refused with Hydra's message.
 
 The schema is strict: a key that is not in it fails before anything loads, with the closest
 valid key suggested. Keys under free-form dicts (`reward_kwargs`, `engine_kwargs`, ...) are open.
@@ -34,6 +35,7 @@ from reinforge.config.schema import Config
 from reinforge.errors import ConfigError
 
 _PLAIN_OVERRIDE = re.compile(r"^(\+{0,2}|~)([A-Za-z_][\w.]*)(?:=(.*))?$", re.S)
+_RAW_VALUE = re.compile(r"""^[^'"{}()\[\]]*$""")  # a value Hydra refuses taken as it is: no quotes, brackets, braces
 
 
 @dataclasses.dataclass(frozen=True)
@@ -54,7 +56,7 @@ def parse_overrides(args: list[str]) -> list[Override]:
     for arg in args:
         try:
             (parsed,) = parser.parse_overrides([arg])
-        except OverrideParseException:
+        except OverrideParseException as err:
             match = _PLAIN_OVERRIDE.match(arg)
             if not match or match.group(3) is None and match.group(1) != "~":
                 raise ConfigError(
@@ -62,8 +64,14 @@ def parse_overrides(args: list[str]) -> list[Override]:
                     "(Hydra's override grammar, as verl uses)"
                 ) from None
             prefix, key, value = match.groups()
-            if value is not None and value.startswith("[") and value.endswith("]"):  # a list of such values: [~/a,~/b]
-                value = [item.strip() for item in value[1:-1].split(",") if item.strip()]
+            listed = value is not None and value.startswith("[") and value.endswith("]")  # a list of such values: [~/a,~/b]
+            items = [item.strip() for item in value[1:-1].split(",")] if listed else [value or ""]
+            if not all(_RAW_VALUE.match(item) for item in items) or (listed and value != "[]" and not all(items)):
+                first = str(err).strip().splitlines()[0] if str(err).strip() else "not Hydra's override grammar"
+                raise ConfigError(f"cannot parse override {arg!r}: {first} (Hydra's override grammar, as verl uses; quote "
+                                  "a value with spaces or special characters, e.g. key='a b')") from None
+            if listed:
+                value = [item for item in items if item]
             kind = {"": "set", "+": "add", "++": "add", "~": "delete"}[prefix]
             result.append(Override(key, value, kind, arg))
             continue
@@ -181,7 +189,7 @@ def _apply(tree: dict, cls: type, override: Override) -> list[str]:
                 if override.kind in ("delete", "unset"):
                     node.pop(part, None)
                 else:
-                    node[part] = override.value
+                    node[part] = _merged(node.get(part), override.value)
                 return [override.key]
             node = node.setdefault(part, {})
             if not isinstance(node, dict):
@@ -206,7 +214,7 @@ def _apply(tree: dict, cls: type, override: Override) -> list[str]:
                 if sub is not None and isinstance(override.value, dict):
                     return [set_key for key, value in override.value.items()
                             for set_key in _apply(tree, cls, Override(f"{override.key}.{key}", value, override.kind, override.text))]
-                node[part] = override.value
+                node[part] = _merged(node.get(part), override.value) if _is_free_dict(annotation) else override.value
             return [override.key]
         if sub is None:
             if _is_free_dict(annotation):
@@ -218,6 +226,14 @@ def _apply(tree: dict, cls: type, override: Override) -> list[str]:
         if node.get(part) is None:
             node[part] = dataclasses.asdict(sub())
         node, node_cls = node[part], sub
+
+
+def _merged(old: Any, new: Any) -> Any:
+    """A mapping given to a mapping merges into it, key by key, as Hydra merges `key={...}` into a dict node; any other
+    value replaces the old one."""
+    if not (isinstance(old, dict) and isinstance(new, dict)):
+        return new
+    return {**old, **{key: _merged(old.get(key), value) for key, value in new.items()}}
 
 
 def _is_free_dict(annotation: Any) -> bool:

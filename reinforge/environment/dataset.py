@@ -316,7 +316,8 @@ class RLDataset(Dataset):
                 f"{file}: row {row}, column {self.config.prompt_key!r}: the prompt is {len(token_ids[overlong[0]])} "
                 f"tokens after the chat template, over data.max_prompt_length={limit} ({len(overlong)} of "
                 f"{len(token_ids)} rows are). Raise data.max_prompt_length, or set data.truncation to left, right "
-                "or middle (or data.filter_overlong_prompts=true to drop such rows)."
+                "or middle (or data.filter_overlong_prompts=true to drop such rows); verl 0.9's agent loop keeps the last "
+                "max_prompt_length tokens of such a prompt whatever data.truncation says, which data.truncation=left does."
             )
         self.num_filtered += len(overlong)
         print(

@@ -115,7 +115,7 @@ def test_algorithm_settings_without_effect_are_listed_with_what_would_use_them()
     ("actor_rollout_ref.actor.clip_ratio_c=1", "clip_ratio_c=1.0 must be > 1: policy_loss.loss_mode=vanilla caps"),
     ("+reward_model.reward_kwargs.overlong_buffer_cfg={enable: true, len: 4}",  # with reward_manager=dapo below
      "overlong_buffer_cfg.enable=true needs reward_model.reward_kwargs.max_resp_len"),
-    ("data.seed=[1,2", "'data.seed' must be an integer"),
+    ("data.seed=[1,2", "cannot parse override 'data.seed=[1,2': no viable alternative"),  # Hydra refuses it, so does reinforge
 ])
 def test_bad_values_name_the_key(override, message):
     args = [a for a in VERL if not a.startswith(override.split("=")[0] + "=")] + [override]
@@ -206,6 +206,24 @@ def test_paths_with_a_tilde_and_lists_of_them_parse_as_written(value, expected):
     # Hydra's grammar rejects `~` inside a value; docs/data.md's multi-file example writes one in a list
     config, _ = load_config(["actor_rollout_ref.model.path=/m", f"data.train_files={value.strip(chr(39))}"])
     assert config.data.train_files == expected
+
+
+@pytest.mark.parametrize("value", ['"x', "'unterminated", '"a"b', "{a:1", '[~/a.parquet,"~/b c.parquet"]', "[a,b,]",
+                                   "extend_list(x)"])
+def test_values_hydra_refuses_with_quotes_or_brackets_in_them_are_refused_not_taken_as_text(value):
+    # only a plain value (a path with `~`, text with `=` or unicode) Hydra rejects is taken as the text written
+    with pytest.raises(ConfigError, match=r"cannot parse override .trainer.project_name=.*Hydra's override grammar"):
+        load_config(["actor_rollout_ref.model.path=/m", "data.train_files=a.parquet", f"trainer.project_name={value}"])
+    config, _ = load_config(["actor_rollout_ref.model.path=/m", "data.train_files=a.parquet", "trainer.project_name=a=b"])
+    assert config.trainer.project_name == "a=b"
+
+
+def test_a_mapping_given_to_a_mapping_merges_into_it_as_in_hydra():
+    config, _ = load_config(["actor_rollout_ref.model.path=/m", "data.train_files=a.parquet",
+                             "++reward_model.reward_kwargs={x:1,n:{a:1}}", "++reward_model.reward_kwargs={y:2,n:{b:2}}",
+                             "custom_reward_function.reward_kwargs={k:1}", "custom_reward_function.reward_kwargs.k=3"])
+    assert config.reward_model.reward_kwargs == {"x": 1, "y": 2, "n": {"a": 1, "b": 2}}
+    assert config.custom_reward_function.reward_kwargs == {"k": 3}
 
 
 def test_config_sections_read_like_verls_omegaconf_configs():
