@@ -104,13 +104,20 @@ def test_execute_returning_the_wrong_shape_is_the_rows_tool_error(tok, tmp_path,
     assert out["reward_scores"][0]["tool_step_reward"] == 0.0
 
 
-def test_tool_answers_come_back_in_the_order_of_the_calls(tok, tmp_path):
+def test_tool_answers_come_back_in_the_order_of_the_calls_and_malformed_calls_are_dropped(tok, tmp_path):
+    """verl's parser drops a call it cannot read; a valid call of an unknown tool is answered. Both count as errors."""
     turn = '<tool_call>not json</tool_call>' + CALL + '<tool_call>{"name": "nope", "arguments": {}}</tool_call>'
     out = run_texts(tok, tmp_path, [[turn, "done"]], tool_config_path=tools_yaml(tmp_path), max_parallel_calls=2)
     answers = added_text(tok, out, 0).split("<|im_start|>tool\n")[1:]
-    assert [a.split("<|im_end|>")[0][:30] for a in answers] == [
-        "Error: the tool call is not va", "5", "Error: there is no tool named "]
+    assert [a.split("<|im_end|>")[0][:30] for a in answers] == ["5", "Error: there is no tool named "]
     assert out["agent_metrics"][0]["tool_errors"] == 2
+
+
+def test_a_turn_of_malformed_calls_only_ends_the_conversation_as_in_verl(tok, tmp_path):
+    out = run_texts(tok, tmp_path, [['<tool_call>not json</tool_call>', "never generated"]],
+                    tool_config_path=tools_yaml(tmp_path))
+    assert added_text(tok, out, 0) == "" and out["__num_turns__"][0] == 2  # the prompt and the one model turn
+    assert (out["agent_metrics"][0]["tool_calls"], out["agent_metrics"][0]["tool_errors"]) == (0, 1)
 
 
 BAD_INTERACTIONS = '''

@@ -298,8 +298,8 @@ def test_malformed_calls_and_parallel_limit(tok, tmp_path):
     out = AgentRunner(tok, config).generate_sequences(engine, prompts, SamplingParams(max_tokens=300), tok.pad_token_id)
     _, response, mask = row_ids(out, 0)
     added = tok.decode([t for t, m in zip(response, mask, strict=True) if m == 0])
-    assert added.count("<|im_start|>tool\n") == 2 and "\n5<|im_end|>" in added and "42" not in added
-    assert "\n<|im_start|>tool\nError: the tool call is not va...(truncated)<|im_end|>" in added  # first 30 characters
+    # the malformed call is dropped (verl's parser drops it), the first of the two valid ones runs (max_parallel_calls=1)
+    assert added.count("<|im_start|>tool\n") == 1 and "\n5<|im_end|>" in added and "42" not in added
     assert out["agent_metrics"][0]["tool_calls"] == 1 and out["agent_metrics"][0]["tool_errors"] == 1
 
 

@@ -8,8 +8,9 @@ conversation, or, when the row names an interaction (`extra_info.interaction_kwa
 as a `user` message. `max_assistant_turns` bounds model turns; `max_user_turns` bounds the rounds of tool answers and
 user replies together (verl counts both as user turns; null or 0: no limit, as verl's falsy check).
 
-Nothing the model writes and nothing a tool or an interaction does stops the batch: a malformed call or an unknown tool
-is answered with an error message; a tool or interaction method that raises or returns a value of the wrong shape is
+Nothing the model writes and nothing a tool or an interaction does stops the batch: a malformed call is dropped (as
+verl's parser drops it; a turn of malformed calls only is a turn without calls) and counted in `tool_errors`, a call
+of an unknown tool is answered with an error message; a tool or interaction method that raises or returns a value of the wrong shape is
 the row's error, counted in `tool_errors` / `interaction_errors`, its first traceback printed once (`FailureReport`).
 A failed `execute` is answered with the error; a failed `calc_reward` scores 0; a failed `generate_response` ends the
 conversation; a failed `calculate_score` scores 0.
@@ -143,7 +144,8 @@ class ToolAgentLoop(AgentLoopBase):
                 if text is None or _over(cfg.max_assistant_turns, conv.assistant_turns):
                     break
                 parsed = parse_tool_calls(conv.raw_text) if ctx.tools else None
-                calls_tools = parsed is not None and bool(parsed.items)
+                tools.errors += len(parsed.errors) if parsed is not None else 0
+                calls_tools = parsed is not None and bool(parsed.calls)  # malformed calls alone: no call, as verl
                 if (not calls_tools and user is None) or _over(cfg.max_user_turns, conv.user_turns):
                     break
                 if calls_tools:
@@ -210,14 +212,12 @@ class ToolAgentLoop(AgentLoopBase):
 
     async def _call_tools(self, parsed, row: AgentRow, tools: _ToolState) -> list[str]:
         """The answers to a turn's calls, in the order written: the first max_parallel_calls valid calls run
-        (concurrently), each malformed call is answered with its error."""
+        (concurrently); the malformed ones are not (verl's parser drops them; run() counts them in tool_errors)."""
         cfg = self.ctx.multi_turn
         start = time.perf_counter()
-        runs = iter(await asyncio.gather(*(self._call_one(call, row, tools) for call in parsed.calls[: cfg.max_parallel_calls])))
+        answers = await asyncio.gather(*(self._call_one(call, row, tools) for call in parsed.calls[: cfg.max_parallel_calls]))
         tools.seconds += time.perf_counter() - start
-        tools.errors += len(parsed.errors)
-        answers = [item if isinstance(item, str) else next(runs, None) for item in parsed.items]
-        return [truncate(text, cfg.max_tool_response_length, cfg.tool_response_truncate_side) for text in answers if text is not None]
+        return [truncate(text, cfg.max_tool_response_length, cfg.tool_response_truncate_side) for text in answers]
 
     async def _call_one(self, call, row: AgentRow, tools: _ToolState) -> str:
         tools.calls += 1

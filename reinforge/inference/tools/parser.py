@@ -2,8 +2,8 @@
 
 `parse_tool_calls(text)` never raises: a call that is not valid JSON, not an object, lacks a
 string `name`, has non-object `arguments`, or an opening tag without its closing one becomes an
-error message, which the agent loop sends back to the model as the tool's answer. `items` keeps
-the calls and the errors in the order the model wrote them, so that the answers come back in it.
+error message in `items` (in the order written, beside the calls): the agent loop counts them in
+`tool_errors` and, as verl's parser does, runs only the valid calls.
 """
 
 from __future__ import annotations
