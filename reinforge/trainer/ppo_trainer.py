@@ -412,7 +412,11 @@ class RLTrainer:
         if cfg.save_freq > 0 and save:
             with timer("save_checkpoint", timing := {}):
                 saved = self._save_checkpoint()
-            metrics["timing_s/save_checkpoint"] = timing["save_checkpoint"]
+            metrics["timing_s/save_checkpoint"] = seconds = timing["save_checkpoint"]
+            if "timing_s/step" in metrics:  # verl times the save within the step (validation outside it)
+                step_s = metrics["timing_s/step"]
+                metrics["timing_s/step"] = metrics["perf/time_per_step"] = step_s + seconds
+                metrics["perf/throughput"] *= step_s / (step_s + seconds)
             metrics["checkpoint/save_failed"] = 0 if saved else 1  # 1: skipped, the disk was full
         if self.val_loader is not None and cfg.test_freq > 0 and validate:
             val_metrics = self._validate(tracking)

@@ -162,6 +162,16 @@ def test_the_lr_schedule_spans_the_runs_steps_and_logs_the_next_updates_lr(run_s
     assert steps[1]["actor/lr"] == pytest.approx(5e-4) and steps[2]["actor/lr"] == pytest.approx(0.0, abs=1e-12)
 
 
+def test_a_steps_checkpoint_counts_in_its_time_as_in_verl(run_steps):
+    """verl times save_checkpoint inside the step (validation outside it), so timing_s/step and the throughput include it."""
+    steps = run_steps("trainer.save_freq=1", "trainer.total_training_steps=1")
+    s = steps[1]
+    parts = sum(s[f"timing_s/{phase}"] for phase in ("gen", "adv", "update_actor", "save_checkpoint"))
+    assert s["timing_s/save_checkpoint"] > 0 and s["timing_s/step"] >= parts
+    assert s["perf/time_per_step"] == s["timing_s/step"]
+    assert s["perf/throughput"] == pytest.approx(s["perf/total_num_tokens"] / s["timing_s/step"])
+
+
 def test_numeric_reward_extra_info_is_averaged_numpy_values_included():
     import numpy as np
 
