@@ -2,7 +2,10 @@
 
 verl users run `torchrun -m verl.trainer.fsdp_sft_trainer data.train_files=... model.partial_pretrain=...`;
 the same overrides work with `reinforge sft` (or `torchrun ... -m reinforge sft` for several ranks). Defaults
-are verl's, but where they assume a GPU cluster (8 GPUs, wandb) or refuse what works here.
+are verl's, but where they assume a GPU cluster (8 GPUs, wandb) or refuse what works here. verl 0.9's trainer
+(`verl.trainer.sft_trainer`: model.path, engine.*, checkpoint.*, conversations only) is driven with other names of
+the same settings, which this config takes too (`_newer_places`), with that trainer's optimizer defaults for a
+command line in its form.
 """
 
 from __future__ import annotations
@@ -51,8 +54,18 @@ class SFTDataConfig(Node):
     max_length: int = _f(1024, "Most tokens of one row, prompt and response together.")
     truncation: str = _f("error", "A row longer than max_length: error (stop, naming the row), left (drop its first tokens) "
                                   "or right (drop its last tokens).")
-    pad_mode: str | None = _f(None, "verl's padding mode: right is accepted without effect (micro-batches are padded to their "
-                                    "longest row); other modes (no_padding) are refused.")
+    pad_mode: str | None = _f(None, "verl's padding mode: right and no_padding (verl 0.9's) are accepted without effect "
+                                    "(micro-batches are padded to their longest row; the loss is the same token mean).")
+    use_dynamic_bsz: bool = _f(False, "verl 0.9: micro-batches by a token budget (max_token_len_per_gpu). Without effect here "
+                                      "(reported when set): micro-batches are micro_batch_size_per_gpu rows, which changes "
+                                      "memory use only, never the loss.")
+    max_token_len_per_gpu: int | None = _f(None, "verl 0.9: the token budget of use_dynamic_bsz; without effect here.")
+    ignore_input_ids_mismatch: bool = _f(False, "verl 0.9: train a conversation whose whole render differs from its turns' "
+                                                "renders on the turns' tokens. Here such a row is refused, naming it; true is "
+                                                "reported as without effect.")
+    enable_thinking_default: str | bool | None = _f(None, "verl 0.9: enable_thinking for rows without the enable_thinking "
+                                                          "column (null or 'none': the template's own default).")
+    num_workers: int = _f(0, "verl's DataLoader workers; without effect here (rows are tokenized when the run starts).")
     balance_dp_token: bool = _f(False, "verl: normalise the loss by the tokens of all ranks. No effect here (reported when "
                                        "set): the loss is always the mean over every trained token of the step, on any "
                                        "number of ranks and micro-batches.")
@@ -98,6 +111,13 @@ class SFTFSDPConfig(Node):
 @dataclass
 class SFTModelConfig(Node):
     partial_pretrain: str | None = _f(None, "Folder (or hub id) of the Hugging Face causal LM to fine-tune.")
+    path: str | None = _f(None, "verl 0.9's name of partial_pretrain (the same setting).")
+    use_remove_padding: bool = _f(False, "verl 0.9's place of the top-level use_remove_padding: without effect here.")
+    custom_chat_template: str | None = _f(None, "verl 0.9's place of data.chat_template (the same setting).")
+    enable_activation_offload: bool = _f(False, NO_EFFECT)
+    use_fused_kernels: bool = _f(False, NO_EFFECT)
+    fused_kernel_options: dict = _f({}, NO_EFFECT)
+    tiled_mlp: dict = _f({}, NO_EFFECT)
     use_shm: bool = _f(False, NO_EFFECT)
     fsdp_config: SFTFSDPConfig = _sub(SFTFSDPConfig, "Sharding over several ranks (FSDP2).")
     external_lib: str | None = _f(None, "A module to import before loading the model (registers custom architectures).")
@@ -115,20 +135,18 @@ class SFTModelConfig(Node):
     attn_implementation: str | None = _f(None, "The model's attention implementation (eager, sdpa, ...); null: transformers' "
                                                "default (verl asks for flash_attention_2, which needs a GPU).")
 
-    @property
-    def path(self) -> str | None:  # the name model loading (training/model.py) reads
-        return self.partial_pretrain
 
 
 @dataclass
 class SFTOptimConfig(OptimConfig):
     lr: float = _f(1e-5, "Peak learning rate.")
     betas: list = _f([0.9, 0.95], "AdamW betas.")
-    lr_warmup_steps_ratio: float = _f(0.1, "Linear warmup as a fraction of the run's steps (used when lr_warmup_steps < 0).")
+    lr_warmup_steps_ratio: float = _f(0.1, "Linear warmup as a fraction of the run's steps (used when lr_warmup_steps <= 0).")
     warmup_steps_ratio: float | None = _f(None, "verl's older name of lr_warmup_steps_ratio; when set it wins.")
     clip_grad: float | None = _f(1.0, "Gradient-norm clip.")
     lr_scheduler: str = _f("cosine", "Schedule after warmup: cosine (down to min_lr_ratio), wsd (constant, then a cosine "
-                                     "decay over the last 10% of the steps: warmup-stable-decay) or constant.")
+                                     "decay over the last 10% of the steps: warmup-stable-decay) or constant. verl 0.9's "
+                                     "lr_scheduler_type (or warmup_style), when set, is the same setting.")
 
 
 @dataclass
@@ -148,8 +166,12 @@ class SFTTrainerConfig(Node):
                                          "run folder is always written (verl's default adds wandb).")
     seed: int = _f(1, "Seed of model-side randomness (and of data.shuffle's choice of rows when data.seed is null); "
                       "the data order is verl's, whose sampler takes no seed: 0 + the epoch.")
-    save_freq: int = _f(-1, "Save a checkpoint every this many steps (-1: only the last step).")
-    test_freq: int = _f(-1, "Compute val/loss every this many steps (-1: only after the last step).")
+    save_freq: int | str = _f(-1, "Save a checkpoint every this many steps (-1: only the last step; after_each_epoch, as "
+                                  "verl 0.9: at the end of every epoch).")
+    test_freq: int | str = _f(-1, "Compute val/loss every this many steps (-1: only after the last step; after_each_epoch: "
+                                  "at the end of every epoch).")
+    balance_batch: bool = _f(True, NO_EFFECT)
+    profile_interval: list = _f([-1, -1], NO_EFFECT)
     nnodes: int = _f(1, "Nodes; launch one process per rank with torchrun (docs/sft.md).")
     n_gpus_per_node: int | None = _f(None, "Ranks per node; the ranks are torchrun's processes (WORLD_SIZE), this key is "
                                            "checked against them when set (verl's default is 8).")
@@ -170,17 +192,48 @@ class SFTConfig(Node):
     use_remove_padding: bool = _f(False, "verl: pack sequences without padding. Micro-batches here are padded to their "
                                          "longest row only, not to max_length.")
     trainer: SFTTrainerConfig = _sub(SFTTrainerConfig, "The loop, checkpoints and logging.")
+    engine: dict = _f({}, "verl 0.9's training engine settings: strategy, model_dtype, param_offload, reshard_after_forward, "
+                          "wrap_policy and ulysses_sequence_parallel_size are model.strategy, model.fsdp_config.* and "
+                          "ulysses_sequence_parallel_size; the others (GPU tuning) are without effect here.")
+    checkpoint: dict = _f({}, "verl 0.9's place of trainer.checkpoint (save_contents, load_contents).")
+    profiler: dict = _f({}, NO_EFFECT)
+
+
+# verl 0.9's SFT optimizer defaults (optim/fsdp.yaml) where the older trainer's differ: a command line in its form
+# (model.path) gets them for what it leaves out
+NEWEST_OPTIM_DEFAULTS = {"lr": 1e-3, "betas": [0.9, 0.999], "lr_warmup_steps_ratio": 0.0, "lr_scheduler": "constant"}
+EACH_EPOCH = "after_each_epoch"  # verl 0.9's save_freq / test_freq at the end of every epoch
+# verl 0.9's Hydra group choices on the command line (engine=fsdp): the group's settings are this schema's
+GROUP_CHOICES = {"engine": ("fsdp", "fsdp2"), "optim": ("fsdp", "fsdp2"), "model": ("hf_model",)}
+# verl 0.9's engine keys that name a setting of this schema
+ENGINE_KEYS = {"strategy": "model.strategy", "model_dtype": "model.fsdp_config.model_dtype",
+               "param_offload": "model.fsdp_config.cpu_offload", "reshard_after_forward": "model.fsdp_config.reshard_after_forward",
+               "wrap_policy": "model.fsdp_config.wrap_policy", "ulysses_sequence_parallel_size": "ulysses_sequence_parallel_size"}
 
 
 def load_sft_config(args: list[str], config_file: str | None, ranks: int) -> tuple[SFTConfig, list[str]]:
     """The config of `reinforge sft` from overrides (and a YAML file), checked for `ranks` ranks, and the notes on
     settings without effect. Nothing here loads a model or imports the training stack, so a mistake in the keys fails
     in a moment, as `reinforge train`'s do."""
-    from reinforge.config.loading import resolve
+    import re
 
-    config, user_keys, ignored = resolve(SFTConfig, args, config_file, base="sft_trainer")
+    from reinforge.config.loading import resolve
+    from reinforge.errors import ConfigError
+
+    groups, kept = [], []
+    for arg in args:  # engine=fsdp, optim=fsdp, model=hf_model: verl 0.9 picks its config groups so
+        match = re.fullmatch(r"(\w+)=(\w+)", arg)
+        if match and match.group(1) in GROUP_CHOICES:
+            group, option = match.groups()
+            if option not in GROUP_CHOICES[group]:
+                raise ConfigError(f"{arg}: verl's {group} group {option!r} is not supported here; the {group} settings are "
+                                  f"this config's ({', '.join(GROUP_CHOICES[group])})")
+            groups.append(f"{arg} (verl's choice of its {group} config group) has no effect here: it is the only one")
+        else:
+            kept.append(arg)
+    config, user_keys, ignored = resolve(SFTConfig, kept, config_file, base="sft_trainer")
     notes = finalize_sft(config, ranks, user_keys)
-    return config, notes + [f"{name} (a Hydra setting) has no effect here" for name in ignored]
+    return config, groups + notes + [f"{name} (a Hydra setting) has no effect here" for name in ignored]
 
 
 # ---- checks and derived values ----------------------------------------------------------------------
@@ -192,18 +245,20 @@ def finalize_sft(config: SFTConfig, ranks: int, user_keys: list[str] | tuple = (
     from reinforge.trainer.tracking import check_loggers, logger_names
 
     data, model, optim, trainer = config.data, config.model, config.optim, config.trainer
+
+    def given(key: str) -> bool:  # set by the user (a group given as a mapping, data={...}, sets the keys it names)
+        return key in user_keys or any(k.startswith(key + ".") for k in user_keys)
+
+    notes = _newer_places(config, given)
     if not model.partial_pretrain:
-        raise ConfigError("model.partial_pretrain is not set: name the Hugging Face model folder to fine-tune")
+        raise ConfigError("model.partial_pretrain (verl 0.9: model.path) is not set: name the Hugging Face model folder to "
+                          "fine-tune")
+    model.path = model.partial_pretrain  # the name model loading (training/model.py) reads
     if not data.train_files:
         raise ConfigError("data.train_files is not set: name the parquet file(s) to train on")
     if trainer.default_hdfs_dir:
         raise ConfigError(f"trainer.default_hdfs_dir={trainer.default_hdfs_dir}: copying checkpoints to HDFS is not "
                           "supported; leave it unset (checkpoints stay in trainer.default_local_dir)")
-    notes = []
-
-    def given(key: str) -> bool:  # set by the user (a group given as a mapping, data={...}, sets the keys it names)
-        return key in user_keys
-
     expected = trainer.nnodes * (trainer.n_gpus_per_node or ranks // max(1, trainer.nnodes) or 1)
     if expected != ranks:  # verl reads the ranks from torchrun too, and ignores these keys
         notes.append(f"trainer.nnodes x trainer.n_gpus_per_node = {expected}, but {ranks} process(es) run: the ranks are the "
@@ -211,6 +266,14 @@ def finalize_sft(config: SFTConfig, ranks: int, user_keys: list[str] | tuple = (
     if optim.warmup_steps_ratio is not None:
         optim.lr_warmup_steps_ratio = optim.warmup_steps_ratio
     choice("model.fsdp_config.model_dtype", model.fsdp_config.model_dtype, DTYPE_NAMES)  # fp16 would fail only at load
+    newer = [(key, value) for key, value in (("optim.lr_scheduler_type", optim.lr_scheduler_type),
+                                              ("optim.warmup_style", optim.warmup_style)) if given(key)]
+    if given("optim.lr_scheduler"):
+        newer = [("optim.lr_scheduler", optim.lr_scheduler)] + newer
+    if len({value for _, value in newer}) > 1:
+        raise ConfigError(f"{' and '.join(f'{key}={value}' for key, value in newer)} name the learning-rate schedule "
+                          "(verl's older and newer names of one setting) with different values; set one of them")
+    optim.lr_scheduler = newer[0][1] if newer else optim.lr_scheduler
     choice("optim.lr_scheduler", optim.lr_scheduler, LR_SCHEDULES)
     optim.lr_scheduler_type = optim.lr_scheduler
     check_optim("optim", optim)
@@ -233,9 +296,13 @@ def finalize_sft(config: SFTConfig, ranks: int, user_keys: list[str] | tuple = (
         if given("data.micro_batch_size_per_gpu"):
             notes.append(f"data.micro_batch_size={data.micro_batch_size} (verl's deprecated key) has no effect here: "
                          f"data.micro_batch_size_per_gpu={data.micro_batch_size_per_gpu} is used")
-        elif data.micro_batch_size < ranks or data.micro_batch_size % ranks:
-            raise ConfigError(f"data.micro_batch_size={data.micro_batch_size} (verl's deprecated key, rows over all ranks) does not "
-                              f"split over {ranks} rank(s); make it a multiple, or set data.micro_batch_size_per_gpu instead")
+        elif data.micro_batch_size < 1:
+            raise ConfigError(f"data.micro_batch_size={data.micro_batch_size} must be at least 1 (or leave it out and set "
+                              "data.micro_batch_size_per_gpu)")
+        elif data.micro_batch_size < ranks or data.micro_batch_size % ranks:  # verl 0.9 ignores it
+            notes.append(f"data.micro_batch_size={data.micro_batch_size} (verl's deprecated key, rows over all ranks) has no "
+                         f"effect here: it does not split over {ranks} rank(s), so data.micro_batch_size_per_gpu="
+                         f"{data.micro_batch_size_per_gpu} is used, as verl 0.9 ignores the key")
         else:  # micro-batching changes memory use only, never the gradient
             data.micro_batch_size_per_gpu = data.micro_batch_size // ranks
     for key, value in (("data.train_batch_size", data.train_batch_size), ("data.micro_batch_size_per_gpu", data.micro_batch_size_per_gpu),
@@ -246,6 +313,10 @@ def finalize_sft(config: SFTConfig, ranks: int, user_keys: list[str] | tuple = (
         raise ConfigError(f"data.train_batch_size={data.train_batch_size} does not split over {ranks} ranks; make it a multiple")
     if trainer.total_training_steps is not None and trainer.total_training_steps < 1:
         raise ConfigError(f"trainer.total_training_steps={trainer.total_training_steps} must be at least 1 (or null)")
+    for key in ("save_freq", "test_freq"):
+        value = getattr(trainer, key)
+        if isinstance(value, str) and value != EACH_EPOCH:
+            raise ConfigError(f"trainer.{key}={value!r} must be a number of steps (-1: only the last) or {EACH_EPOCH}")
     choice("trainer.resume_mode", trainer.resume_mode, ("auto", "disable", "resume_path"))
     if trainer.resume_path and not trainer.resume_from_path:
         trainer.resume_from_path = trainer.resume_path
@@ -270,14 +341,76 @@ def finalize_sft(config: SFTConfig, ranks: int, user_keys: list[str] | tuple = (
         notes.append(f"ulysses_sequence_parallel_size={config.ulysses_sequence_parallel_size}: sequences are not split "
                      "over ranks here; every rank computes whole sequences")
     if data.pad_mode is not None:
-        if data.pad_mode != "right":
-            raise ConfigError(f"data.pad_mode={data.pad_mode!r} is not supported; only right is accepted (micro-batches are "
-                              "padded to their longest row, responses on the right); leave data.pad_mode out")
-        notes.append("data.pad_mode=right has no effect here: micro-batches are padded to their longest row, not to "
-                     "data.max_length")
+        if data.pad_mode not in ("right", "no_padding"):
+            raise ConfigError(f"data.pad_mode={data.pad_mode!r} is not supported; right and no_padding are accepted (micro-batches "
+                              "are padded to their longest row); leave data.pad_mode out")
+        notes.append(f"data.pad_mode={data.pad_mode} has no effect here: micro-batches are padded to their longest row, not "
+                     "to data.max_length, and the loss is the token mean either way")
+    if data.use_dynamic_bsz or given("data.max_token_len_per_gpu"):
+        notes.append("data.use_dynamic_bsz / data.max_token_len_per_gpu have no effect here: micro-batches are "
+                     f"data.micro_batch_size_per_gpu={data.micro_batch_size_per_gpu} rows (memory use only; the loss is the "
+                     "step's token mean)")
+    if data.ignore_input_ids_mismatch:
+        notes.append("data.ignore_input_ids_mismatch=true has no effect here: a conversation the chat template renders "
+                     "differently turn by turn is refused, naming its row")
+    if data.enable_thinking_default is not None and str(data.enable_thinking_default).lower() != "none":
+        value = data.enable_thinking_default
+        thinking = value if isinstance(value, bool) else str(value).lower() in ("true", "1", "yes")
+        data.apply_chat_template_kwargs.setdefault("enable_thinking", thinking)  # a row's own column still wins
     if data.balance_dp_token:
         notes.append("data.balance_dp_token=True has no effect here: the loss is always the token mean over the whole step, "
                      "on all ranks and micro-batches")
     if model.use_liger or model.use_shm or data.use_shm:
         notes.append("model.use_liger / model.use_shm / data.use_shm have no effect here")
+    inert = [key for key in ("data.num_workers", "model.use_remove_padding", "model.enable_activation_offload",
+                             "model.use_fused_kernels", "model.fused_kernel_options", "model.tiled_mlp", "profiler",
+                             "trainer.balance_batch", "trainer.profile_interval") if given(key)]
+    if inert:
+        notes.append(f"{', '.join(inert)}: verl's GPU-side settings, without effect here")
+    return notes
+
+
+def _newer_places(config: SFTConfig, given) -> list[str]:
+    """verl 0.9's names of settings this config has under older ones: model.path, model.custom_chat_template,
+    checkpoint.*, engine.*; a multi-turn column named at data's top level turns multi-turn on, as verl 0.9 always reads
+    conversations. Both names given with different values is a ConfigError; returns notes on engine keys without effect."""
+    from reinforge.errors import ConfigError
+
+    data, model, trainer = config.data, config.model, config.trainer
+
+    def adopt(newer: str, value, older: str, current, assign) -> None:
+        if value is None or value == current:
+            return
+        if given(older):
+            raise ConfigError(f"{newer}={value} and {older}={current} are the same setting (verl's newer and older names) "
+                              "with two values; set one of them")
+        assign(value)
+
+    adopt("model.path", model.path, "model.partial_pretrain", model.partial_pretrain,
+          lambda v: setattr(model, "partial_pretrain", v))
+    adopt("model.custom_chat_template", model.custom_chat_template, "data.chat_template", data.chat_template,
+          lambda v: setattr(data, "chat_template", v))
+    for name, value in config.checkpoint.items():
+        adopt(f"checkpoint.{name}", value, f"trainer.checkpoint.{name}", trainer.checkpoint.get(name),
+              lambda v, name=name: trainer.checkpoint.__setitem__(name, v))
+    notes = []
+    for name, value in config.engine.items():
+        target = ENGINE_KEYS.get(name)
+        if target is None:
+            notes.append(f"engine.{name}: verl's engine tuning, without effect here")
+            continue
+        section, _, leaf = target.rpartition(".")
+        node = config
+        for part in filter(None, section.split(".")):
+            node = getattr(node, part)
+        adopt(f"engine.{name}", value, target, getattr(node, leaf), lambda v, node=node, leaf=leaf: setattr(node, leaf, v))
+    newest = given("model.path")  # verl 0.9's trainer (verl.trainer.sft_trainer) is driven so; the older one not
+    if ((newest or any(given(f"data.{name}") for name in ("messages_key", "tools_key", "enable_thinking_key")))
+            and not given("data.prompt_key") and not given("data.multiturn.enable")):
+        data.multiturn.enable = True  # verl 0.9's dataset reads conversations only
+    if newest:  # its defaults where they differ from the older trainer's, which this schema's are
+        for key, value in NEWEST_OPTIM_DEFAULTS.items():
+            if not given(f"optim.{key}") and not (key == "lr_scheduler" and (given("optim.lr_scheduler_type")
+                                                                         or given("optim.warmup_style"))):
+                setattr(config.optim, key, value)
     return notes

@@ -29,7 +29,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from reinforge.config.sft_schema import SFTConfig
+from reinforge.config.sft_schema import EACH_EPOCH, SFTConfig
 from reinforge.distributed.process_group import all_reduce, rank, world_size
 from reinforge.environment.sft_dataset import collate_examples
 from reinforge.training.minibatch import backward_if_finite, clip_and_step, eval_mode, trim_padding
@@ -49,6 +49,11 @@ class SFTTrainer:
         if config.trainer.total_training_steps is not None:
             self.total_steps = min(self.total_steps, config.trainer.total_training_steps)
         self.global_step = 0
+
+    def _due(self, freq: int | str) -> bool:
+        """Whether a save_freq / test_freq falls on this step: every `freq` steps, or at the end of every epoch."""
+        every = self.steps_per_epoch if freq == EACH_EPOCH else freq
+        return every > 0 and self.global_step % every == 0
 
     # ---- the data of a step ------------------------------------------------------------------------
     def step_rows(self, step: int) -> list[int]:
@@ -186,12 +191,12 @@ class SFTTrainer:
                     self.global_step += 1
                     metrics = self.train_step(self.global_step)
                     last = self.global_step == self.total_steps
-                    if self.val_data is not None and (last or trainer.test_freq > 0 and self.global_step % trainer.test_freq == 0):
+                    if self.val_data is not None and (last or self._due(trainer.test_freq)):
                         val = self.validate()
                         metrics.update(val)
                     if tracking:
                         tracking.log(metrics, self.global_step)
-                    if last or trainer.save_freq > 0 and self.global_step % trainer.save_freq == 0:
+                    if last or self._due(trainer.save_freq):
                         saved = self.save(self.global_step)
         finally:
             if tracking:
