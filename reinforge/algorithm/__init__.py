@@ -21,6 +21,7 @@ from reinforge.algorithm.advantage import (
 from reinforge.algorithm.core import (
     LOSS_AGG_MODES,
     agg_loss,
+    batch_entropy,
     compute_value_loss,
     masked_mean,
     masked_whiten,
@@ -53,6 +54,7 @@ __all__ = [
     "FixedKLController",
     "adv_estimator_names",
     "agg_loss",
+    "batch_entropy",
     "apply_kl_penalty",
     "compute_advantage",
     "compute_entropy",

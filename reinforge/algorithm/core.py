@@ -70,6 +70,13 @@ def agg_loss(loss_mat: torch.Tensor, loss_mask: torch.Tensor, loss_agg_mode: str
     return loss
 
 
+def batch_entropy(entropy: torch.Tensor, mask: torch.Tensor, loss_agg_mode: str,
+                  loss_scale_factor: float | None = None) -> float:
+    """verl's actor/entropy: the policy's entropy at the batch's response tokens, aggregated by `loss_agg_mode` over the
+    whole batch as one (agg_loss without mini-batch totals: the seq-mean modes count the rows that have a token)."""
+    return float(agg_loss(entropy.float(), mask.float(), loss_agg_mode, loss_scale_factor=loss_scale_factor))
+
+
 def compute_value_loss(vpreds: torch.Tensor, returns: torch.Tensor, values: torch.Tensor, response_mask: torch.Tensor,
                        cliprange_value: float, loss_agg_mode: str = "token-mean", dp_size: int = 1,
                        batch_num_tokens: float | None = None, global_batch_size: float | None = None,

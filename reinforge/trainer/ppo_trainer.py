@@ -40,6 +40,7 @@ import torch
 
 from reinforge.algorithm import (
     apply_kl_penalty,
+    batch_entropy,
     compute_advantage,
     keep_groups,
     kl_penalty,
@@ -131,7 +132,10 @@ class RLTrainer:
             batch, pending_scores = self._rollout(prompts, metrics, timing)
             if self.recompute_old_log_probs:
                 with timer("old_log_prob", timing):
-                    batch = batch.union(wg.compute_log_prob(batch))  # old_log_probs (and sum_pi_squared)
+                    batch = batch.union(wg.compute_log_prob(batch))  # old_log_probs, entropys (and sum_pi_squared)
+                actor = cfg.actor_rollout_ref.actor  # verl's actor/entropy: of this pass, before the update
+                metrics["actor/entropy"] = batch_entropy(batch.pop(["entropys"])["entropys"], batch["response_mask"],
+                                                         actor.loss_agg_mode, actor.loss_scale_factor)
             # verl applies the KL penalty in the reward before the rollout correction: rejected tokens keep it in the
             # scores the outcome estimators sum (the correction replaces response_mask, it does not change it in place)
             kl_mask = batch["response_mask"]

@@ -33,6 +33,7 @@ import torch
 
 from reinforge.algorithm import (
     agg_loss,
+    batch_entropy,
     compute_policy_loss,
     full_kl_from_logits,
     kl_penalty,
@@ -105,12 +106,14 @@ class Actor:
 
     @torch.no_grad()
     def compute_log_prob_and_sum_pi_squared(self, batch: Batch, temperature: float, micro_batch_size: int | None,
-                                            max_tokens: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-        """Log-probs and the sum of squared probabilities over the vocabulary at each response position, from one forward."""
-        def forward(micro: Batch) -> tuple[torch.Tensor, torch.Tensor]:
+                                            max_tokens: int | None = None
+                                            ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Log-probs, entropy and the sum of squared probabilities over the vocabulary at each response position, from
+        one forward."""
+        def forward(micro: Batch) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
             logits = response_logits(self.model, micro, self.share_prompt)
-            log_probs, _ = log_probs_from_logits(logits, micro["responses"], temperature, with_entropy=False)
-            return log_probs, sum_pi_squared_from_logits(logits, temperature)
+            log_probs, entropy = log_probs_from_logits(logits, micro["responses"], temperature)
+            return log_probs, entropy, sum_pi_squared_from_logits(logits, temperature)
 
         with eval_mode(self.model):
             return forward_in_micro_batches(batch, micro_batch_size, max_tokens, self.device, forward)
@@ -157,10 +160,11 @@ class Actor:
         self.optimizer.zero_grad(set_to_none=True)
         loss_finite = True
         measured = []  # on-policy: (old, rollout, mask) of each micro-batch, for the train/inference mismatch metrics
+        ratio_metrics = []  # each micro-batch's pg_clipfrac, ppo_kl, ...: verl averages them over micro-batches, unweighted
+        entropies = []  # on-policy: (entropy, mask) of each micro-batch, for verl's actor/entropy of the whole batch
         for rows in micro_batch_rows(mini, micro_size, max_tokens):
             micro = mini.index(rows).to(self.device)
             mask = micro["response_mask"].float()
-            share = float(mask.sum()) / max(info["batch_num_tokens"], 1)  # ratio-type metrics are token means
             trimmed = trim_padding(micro)
             logits = response_logits(self.model, trimmed.batch, self.share_prompt)  # (rows, kept response columns, vocab)
             log_prob, entropy = map(trimmed.widen, log_probs_from_logits(logits, trimmed.batch["responses"], temperature))
@@ -176,11 +180,18 @@ class Actor:
                 add("actor/kl_loss", kl_term.item() / info["dp_size"])
             loss_finite &= backward_if_finite(loss)
             add("actor/pg_loss", pg_loss.item() / info["dp_size"])  # shares of micro-batches and ranks: they sum to the mini-batch's value
-            add("actor/entropy", entropy_term.item() / info["dp_size"])
-            for key, value in pg_metrics.items():
-                add(key, value * share)
+            if cfg.entropy_coeff:
+                add("actor/entropy_loss", entropy_term.item() / info["dp_size"])
+            if on_policy:
+                entropies.append((entropy.detach().cpu(), mask.cpu()))
+            ratio_metrics.append(pg_metrics)
+        for key in ratio_metrics[0] if ratio_metrics else ():
+            add(key, sum(values[key] for values in ratio_metrics) / len(ratio_metrics) / info["dp_size"])
 
         metrics = all_reduce_dict(metrics)
+        if entropies:  # the old-log-prob pass was skipped: verl's actor/entropy (that pass's) is this pass's, before the step
+            metrics["actor/entropy"] = batch_entropy(*gather_rows([torch.cat(part) for part in zip(*entropies, strict=True)]),
+                                                     cfg.loss_agg_mode, cfg.loss_scale_factor)
         if measured:  # the old-log-prob pass was skipped: its numbers are this forward pass's (every rank's rows)
             metrics.update(mismatch_metrics(*gather_rows([torch.cat(part) for part in zip(*measured, strict=True)])))
         metrics["actor/grad_norm"], stepped = clip_and_step(self.model, self.optimizer, cfg.grad_clip, loss_finite)

@@ -142,17 +142,19 @@ class ActorRolloutRefWorker:
     # ---- training -----------------------------------------------------------------------------
     @register(Dispatch.DP)
     def compute_log_prob(self, batch: Batch) -> Batch:
-        """old_log_probs of the current policy (no gradient; entropy is measured in the update's own pass), and
-        `sum_pi_squared` when the advantage estimator takes it or actor.calculate_sum_pi_squared is set."""
+        """old_log_probs of the current policy (no gradient), the entropy at each response token (`entropys`, from which
+        the trainer logs actor/entropy, as verl's), and `sum_pi_squared` when the advantage estimator takes it or
+        actor.calculate_sum_pi_squared is set."""
         rollout = self.config.actor_rollout_ref.rollout
         max_tokens = rollout.log_prob_max_token_len_per_gpu if rollout.log_prob_use_dynamic_bsz else None
         micro = rollout.log_prob_micro_batch_size_per_gpu
         if wants_sum_pi_squared(self.config):
-            log_probs, sum_pi_squared = self.actor.compute_log_prob_and_sum_pi_squared(batch, rollout.temperature, micro,
-                                                                                        max_tokens)
-            return Batch({"old_log_probs": log_probs, "sum_pi_squared": sum_pi_squared})
-        log_probs, _ = self.actor.compute_log_prob(batch, rollout.temperature, micro, max_tokens=max_tokens)
-        return Batch({"old_log_probs": log_probs})
+            log_probs, entropy, sum_pi_squared = self.actor.compute_log_prob_and_sum_pi_squared(batch, rollout.temperature,
+                                                                                                 micro, max_tokens)
+            return Batch({"old_log_probs": log_probs, "entropys": entropy, "sum_pi_squared": sum_pi_squared})
+        log_probs, entropy = self.actor.compute_log_prob(batch, rollout.temperature, micro, with_entropy=True,
+                                                         max_tokens=max_tokens)
+        return Batch({"old_log_probs": log_probs, "entropys": entropy})
 
     @register(Dispatch.DP)
     def compute_ref_log_prob(self, batch: Batch) -> Batch:

@@ -52,3 +52,27 @@ def test_nonfinite_gradient_skips_the_optimizer_step(tiny_model_path, trajectori
     metrics = actor.update_policy(batch, temperature=1.0, rollout_n=1)
     assert metrics["actor/nonfinite_skipped"] == 1.0 and metrics["actor/optimizer_steps"] == 1.0
     assert all(torch.equal(a, b) for a, b in zip(before, model.parameters(), strict=False))
+
+
+def test_ratio_metrics_are_verls_unweighted_mean_of_the_micro_batches(tiny_model_path, trajectories):
+    """verl averages each micro-batch's pg_clipfrac / ppo_kl over the micro-batches, whatever their token counts; the
+    rows here have 1, 2, 3, 4, 1, 2 tokens, so micro-batches of 2 rows hold 3, 7 and 3 tokens."""
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_path).train()
+    batch = trajectories(model.config.vocab_size)
+    actor = Actor(model, ActorConfig(ppo_mini_batch_size=6, ppo_micro_batch_size_per_gpu=2, clip_ratio_low=0.2,
+                                     clip_ratio_high=0.2), torch.optim.SGD(model.parameters(), lr=0.0))
+    new, entropy = actor.compute_log_prob(batch, 1.0, None, with_entropy=True)
+    batch["old_log_probs"] = new + torch.linspace(-0.3, 0.3, new.numel()).reshape(new.shape)
+    mask = batch["response_mask"].float()
+    per_micro = [float(((batch["old_log_probs"] - new) * mask)[rows].sum() / mask[rows].sum())
+                 for rows in (slice(0, 2), slice(2, 4), slice(4, 6))]
+    metrics = actor.update_policy(batch, temperature=1.0, rollout_n=1)
+    assert metrics["actor/ppo_kl"] == pytest.approx(sum(per_micro) / 3, abs=1e-6)
+    token_weighted = float(((batch["old_log_probs"] - new) * mask).sum() / mask.sum())
+    assert abs(token_weighted - sum(per_micro) / 3) > 1e-3  # the two rules differ on this batch
+    # old log-probs given: actor/entropy is the old-log-prob pass's (the trainer's), not the update's
+    assert "actor/entropy" not in metrics and "actor/entropy_loss" not in metrics
+    # on-policy (no old-log-prob pass): the update's one forward, aggregated over the whole batch as verl does
+    batch.pop(["old_log_probs"])
+    metrics = actor.update_policy(batch, temperature=1.0, rollout_n=1)
+    assert metrics["actor/entropy"] == pytest.approx(float((entropy * mask).sum() / mask.sum()), rel=1e-5)
