@@ -196,9 +196,14 @@ def test_math_tree_becomes_verl_rows_with_the_last_boxed_answer(tmp_path, capsys
 
 
 def test_math_reads_the_lighteval_parquet_layout(tmp_path):
+    """A downloaded DigitalLearningGmbH/MATH-lighteval holds its default config in data/ and one config per subject
+    (algebra/, ...) with the same problems again: only data/ is read, as verl's load_dataset reads the default."""
     write_parquet(tmp_path / "lighteval" / "data" / "train-00000-of-00001.parquet", MATH_TRAIN)
     write_parquet(tmp_path / "lighteval" / "data" / "test-00000-of-00001.parquet", MATH_TEST[:1])
+    write_parquet(tmp_path / "lighteval" / "algebra" / "train-00000-of-00001.parquet", MATH_TRAIN[:1])
+    write_parquet(tmp_path / "lighteval" / "algebra" / "test-00000-of-00001.parquet", MATH_TEST[:1])
     assert data("math", "--local_dir", tmp_path / "out", "--input", tmp_path / "lighteval") == 0
+    assert len(read(tmp_path / "out" / "test.parquet")) == 1
     assert [r["reward_model"]["ground_truth"] for r in read(tmp_path / "out" / "train.parquet")] == ["\\frac{1}{2}", "3"]
 
 

@@ -22,7 +22,7 @@ from reinforge.environment.preprocess.splits import HubDataset, preprocess_split
 from reinforge.reward.scorers.math import last_boxed_answer
 
 DATA_SOURCE = "DigitalLearningGmbH/MATH-lighteval"
-HUB = HubDataset(DATA_SOURCE)
+HUB = HubDataset(DATA_SOURCE, "default", "data")  # the repository also has a folder per subject (algebra/, ...): the same rows again
 INSTRUCTION = "Let's think step by step and output the final answer within \\boxed{}."
 REQUIRED_COLUMNS = ("problem", "solution")
 

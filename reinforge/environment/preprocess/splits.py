@@ -47,10 +47,12 @@ Origin = tuple[str, int]  # (file or hub split, 0-based row), for messages
 
 @dataclass(frozen=True)
 class HubDataset:
-    """Where `datasets.load_dataset` finds a dataset: its hub name and config (subset)."""
+    """Where `datasets.load_dataset` finds a dataset: its hub name and config (subset), and the folder of a local copy
+    of the hub repository that holds that config's files (default: the config's name)."""
 
     name: str
     config: str | None = None
+    folder: str | None = None
 
 
 @dataclass
@@ -88,8 +90,9 @@ def _data_files(given: str, hub: HubDataset) -> list[tuple[Path, str]]:
         return [(path, split_named_by([path.name]) or UNSPLIT)]
     if not path.is_dir():
         raise DataError(f"--input {given}: no such file or folder.")
-    if hub.config and (path / hub.config).is_dir():
-        path = path / hub.config
+    folder = hub.folder or hub.config  # a downloaded repository holds every config: read the one verl loads
+    if folder and (path / folder).is_dir():
+        path = path / folder
     found = []
     for file in sorted(path.rglob("*")):
         relative = file.relative_to(path).parts
