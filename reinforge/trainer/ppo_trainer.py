@@ -130,6 +130,8 @@ class RLTrainer:
         timing: dict[str, float] = {}
         with timer("step", timing):
             batch, pending_scores = self._rollout(prompts, metrics, timing)
+            if cfg.trainer.balance_batch:  # of the batch as generated, before a PF-PPO redraw, as verl logs them
+                metrics.update(seqlen_balance_metrics(batch["attention_mask"].sum(-1), wg.world_size))
             if self.recompute_old_log_probs:
                 with timer("old_log_prob", timing):
                     batch = batch.union(wg.compute_log_prob(batch))  # old_log_probs, entropys (and sum_pi_squared)
@@ -183,8 +185,6 @@ class RLTrainer:
         metrics.update(extra_info_metrics(extra, algo.gdpo_reward_keys if algo.adv_estimator == "gdpo" else None))
         metrics.update(compute_timing_metrics(batch, timing))
         metrics.update(compute_throughput_metrics(batch, timing["step"], wg.world_size))
-        if cfg.trainer.balance_batch:
-            metrics.update(seqlen_balance_metrics(batch["attention_mask"].sum(-1), wg.world_size))
         metrics.update(variance_proxy_metrics(batch, metrics.get("actor/grad_norm")))
         scores = batch["token_level_scores"].sum(-1).tolist()
         if cfg.trainer.rollout_data_dir:

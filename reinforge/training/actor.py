@@ -179,6 +179,7 @@ class Actor:
                 loss = loss + cfg.kl_loss_coef * kl_term
                 add("actor/kl_loss", kl_term.item() / info["dp_size"])
             loss_finite &= backward_if_finite(loss)
+            add("actor/loss", loss.item() / info["dp_size"])  # the whole loss, as verl logs it beside its parts
             add("actor/pg_loss", pg_loss.item() / info["dp_size"])  # shares of micro-batches and ranks: they sum to the mini-batch's value
             if cfg.entropy_coeff:
                 add("actor/entropy_loss", entropy_term.item() / info["dp_size"])

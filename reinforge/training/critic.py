@@ -67,21 +67,23 @@ class Critic:
     def _optimizer_step(self, mini: Batch, micro_size: int, max_tokens: int | None) -> tuple[dict[str, float], bool]:
         cfg = self.config
         info = global_batch_info(mini["response_mask"], cfg.loss_scale_factor)
-        metrics = {"critic/vf_loss": 0.0, "critic/vf_clipfrac": 0.0, "critic/vpred_mean": 0.0}
+        metrics = {"critic/vf_loss": 0.0}
+        per_micro = []  # each micro-batch's vf_clipfrac and vpred_mean: verl averages them over micro-batches, unweighted
         self.optimizer.zero_grad(set_to_none=True)
         loss_finite = True
         for rows in micro_batch_rows(mini, micro_size, max_tokens):
             micro = mini.index(rows).to(self.device)
             mask = micro["response_mask"].float()
-            share = float(mask.sum()) / max(info["batch_num_tokens"], 1)
             trimmed = trim_padding(micro)
             vpreds = trimmed.widen(response_values(self.model, trimmed.batch))
             vf_loss, vf_clipfrac = compute_value_loss(vpreds, micro["returns"], micro["values"], mask, cfg.cliprange_value,
                                                       cfg.loss_agg_mode, **info)
             loss_finite &= backward_if_finite(vf_loss)
             metrics["critic/vf_loss"] += vf_loss.item() / info["dp_size"]  # shares of micro-batches and ranks
-            metrics["critic/vf_clipfrac"] += vf_clipfrac.item() * share
-            metrics["critic/vpred_mean"] += masked_mean(vpreds.detach(), mask).item() * share
+            per_micro.append((vf_clipfrac.item(), masked_mean(vpreds.detach(), mask).item()))
+        for key, values in zip(("critic/vf_clipfrac", "critic/vpred_mean"), zip(*per_micro, strict=True), strict=True):
+            metrics[key] = sum(values) / len(values) / info["dp_size"]
         metrics = all_reduce_dict(metrics)
+        metrics["critic/loss"] = metrics["critic/vf_loss"]  # verl logs the critic's whole loss under this name too
         metrics["critic/grad_norm"], stepped = clip_and_step(self.model, self.optimizer, cfg.grad_clip, loss_finite)
         return metrics, stepped

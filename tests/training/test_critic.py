@@ -93,3 +93,21 @@ def test_log_probs_and_entropy_keep_no_vocabulary_sized_copy_for_backward():
     vocab_copy = logits.numel() * 4
     assert keeps_logits and ours < 0.05 * vocab_copy  # besides the logits: per-token numbers only
     assert theirs >= 2 * vocab_copy  # the plain path keeps log-softmax and softmax copies
+
+
+def test_critic_ratio_metrics_are_verls_unweighted_mean_of_the_micro_batches(tiny_model_path, trajectories):
+    """Micro-batches of 2 rows hold 3, 7 and 3 response tokens; verl averages their vpred means as equals."""
+    lm = AutoModelForCausalLM.from_pretrained(tiny_model_path)
+    torch.manual_seed(0)
+    model = CausalLMWithValueHead(lm).train()
+    batch = trajectories(lm.config.vocab_size)
+    with torch.no_grad():
+        values = response_values(model, batch)
+    mask = batch["response_mask"].float()
+    per_micro = [float((values * mask)[rows].sum() / mask[rows].sum()) for rows in (slice(0, 2), slice(2, 4), slice(4, 6))]
+    cfg = CriticConfig(ppo_mini_batch_size=6, ppo_micro_batch_size_per_gpu=2, ppo_epochs=1, shuffle=False,
+                       loss_agg_mode="token-mean", cliprange_value=0.5, grad_clip=1e9)
+    metrics = Critic(model, cfg, torch.optim.SGD(model.parameters(), lr=0.0)).update_critic(batch, rollout_n=1)
+    assert metrics["critic/vpred_mean"] == pytest.approx(sum(per_micro) / 3, abs=1e-5)
+    assert abs(float((values * mask).sum() / mask.sum()) - sum(per_micro) / 3) > 1e-4  # token-weighted would differ
+    assert metrics["critic/loss"] == metrics["critic/vf_loss"]
