@@ -15,7 +15,6 @@ with a warning when every response failed.
 
 from __future__ import annotations
 
-import numbers
 import sys
 
 import numpy as np

@@ -6,7 +6,6 @@ import itertools
 import json
 import math
 from collections import Counter
-
 from types import SimpleNamespace
 
 import numpy as np
