@@ -273,11 +273,12 @@ def test_budget_cuts_the_conversation_and_rows_are_batched_together(tok, tmp_pat
     runner = AgentRunner(tok, MultiTurnConfig(enable=True, tool_config_path=tools_yaml(tmp_path)))
     budget = len(turn) + 3
     out = runner.generate_sequences(engine, prompts, SamplingParams(max_tokens=budget), tok.pad_token_id)
-    assert [len(b) for b in engine.batches] == [3]  # one batched request; the tool answer used up the budget
+    assert [len(b) for b in engine.batches] == [3]  # one batched request; the tool answer would not fit the budget
     for r in range(3):
         _, response, mask = row_ids(out, r)
-        assert len(response) == budget and mask == [1] * len(turn) + [0, 0, 0]
-        assert out["finish_reason"][r] == "length"
+        # as verl's loop: a round of messages the budget cannot hold whole is dropped, and the conversation ends
+        assert len(response) == len(turn) and mask == [1] * len(turn)
+        assert out["finish_reason"][r] == "length" and out["__num_turns__"][r] == 2
 
     # The reward sees the rollout's scores and lands on the last model token, not on the trailing tool tokens.
     def score(data_source, solution_str, ground_truth, extra_info=None):
@@ -285,7 +286,7 @@ def test_budget_cuts_the_conversation_and_rows_are_batched_together(tok, tmp_pat
     out["data_source"], out["reward_model"], out["extra_info"] = ["t"] * 3, [{"ground_truth": "5"}] * 3, prompts["extra_info"]
     rewards = NaiveRewardManager(tok, 0, score, "data_source")(out)
     assert rewards.nonzero().tolist() == [[r, len(turn) - 1] for r in range(3)]
-    assert rewards.sum(-1).tolist() == [3.0, 4.0, 5.0]  # 3 turns (prompt, model, tool answer) + index
+    assert rewards.sum(-1).tolist() == [2.0, 3.0, 4.0]  # 2 turns (prompt, model; the tool answer was dropped) + index
 
 
 def test_malformed_calls_and_parallel_limit(tok, tmp_path):
@@ -360,3 +361,29 @@ def test_tool_calls_are_read_with_the_special_tokens_a_tokenizer_makes_of_their_
     _, response, mask = row_ids(out, 0)
     assert out["agent_metrics"][0]["tool_calls"] == 1 and out["agent_metrics"][0]["tool_errors"] == 0
     assert "<|im_start|>tool\n5<|im_end|>" in tok.decode([t for t, m in zip(response, mask, strict=True) if m == 0])
+
+
+# Qwen3's way with reasoning: an assistant turn after the last user message shows its think block when it is the last
+# message or has reasoning; so adding a message to [user, assistant] re-renders the assistant turn without it
+THINKING_TEMPLATE = (
+    "{% set ns = namespace(last_user=-1) %}"
+    "{% for m in messages %}{% if m.role == 'user' %}{% set ns.last_user = loop.index0 %}{% endif %}{% endfor %}"
+    "{% for m in messages %}"
+    "{% if m.role == 'assistant' %}<|im_start|>assistant\n"
+    "{% if loop.index0 > ns.last_user and (loop.last or m.reasoning_content) %}<think>\n{{ m.reasoning_content or '' }}\n"
+    "</think>\n\n{% endif %}{{ m.content }}<|im_end|>\n"
+    "{% elif m.role == 'tool' %}<|im_start|>user\n<tool_response>\n{{ m.content }}\n</tool_response><|im_end|>\n"
+    "{% else %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endif %}"
+    "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+
+
+def test_tool_answers_and_replies_are_added_under_a_template_that_rewrites_earlier_thinking(tok):
+    """verl renders the added messages after a stand-in whose assistant turn calls the tools with reasoning (so it keeps
+    its think block either way); rendering them after [user, assistant] instead fails under such a template."""
+    from reinforge.inference.agent.base import message_delta_text
+
+    tok.chat_template = THINKING_TEMPLATE
+    tool = message_delta_text(tok, [{"role": "tool", "content": "5"}, {"role": "tool", "content": "6"}])
+    assert tool == ("\n<|im_start|>user\n<tool_response>\n5\n</tool_response><|im_end|>\n<|im_start|>user\n<tool_response>\n6\n"
+                    "</tool_response><|im_end|>\n<|im_start|>assistant\n")
+    assert message_delta_text(tok, [{"role": "user", "content": "again"}]) == "\n<|im_start|>user\nagain<|im_end|>\n<|im_start|>assistant\n"

@@ -375,3 +375,16 @@ def test_one_training_step_with_a_judge_alone_and_validation(run_steps, tiny_mod
     assert metrics["reward/errors"] == metrics["reward/timeouts"] == 0
     assert metrics["critic/score/mean"] == pytest.approx(metrics["reward/rm_score/mean"])
     assert any(key.startswith("val-aux/") and key.endswith("/rm_score/mean@1") for key in metrics)
+
+
+def test_a_rebuilt_response_keeps_its_special_tokens_but_the_eos_as_verl_decodes_it(tokenizer):
+    """verl decodes the response for its reward model with the special tokens and removes the EOS string: a special
+    token the policy wrote inside the response is part of what the reward model reads."""
+    from reinforge.reward.models.rows import response_texts
+
+    start = tokenizer.convert_tokens_to_ids("<|im_start|>")
+    ids = tokenizer("1", add_special_tokens=False)["input_ids"] + [start] + tokenizer("2", add_special_tokens=False)["input_ids"]
+    ids += [tokenizer.eos_token_id]
+    batch = Batch({"responses": torch.tensor([ids]), "attention_mask": torch.ones(1, 2 + len(ids), dtype=torch.long)})
+    assert response_texts(batch, tokenizer) == ["12"]  # the reward function's solution_str
+    assert response_texts(batch, tokenizer, keep_special=True) == ["1<|im_start|>2"]

@@ -90,9 +90,19 @@ class AgentOutput:
 
 def message_delta_text(tokenizer, messages: list[dict], tools: list[dict] | None = None, **template_kwargs) -> str:
     """The template's text for `messages` appended after an assistant turn, starting right after its
-    end-of-turn token and ending with the next generation prompt."""
-    base = [{"role": "user", "content": "x"}, {"role": "assistant", "content": "y"}]
+    end-of-turn token and ending with the next generation prompt.
+
+    As verl builds it: the messages rendered after a stand-in conversation (system and user, and before tool answers
+    an assistant turn that calls as many tools, with reasoning), what the template adds for them, behind the text it
+    puts after an end-of-turn token. A template that renders the stand-in's last turn differently once more messages
+    follow (Qwen3 drops an empty think block from an earlier turn) is so handled. A template that refuses the stand-in
+    (no system role, one tool call at a time) is asked with a plain user/assistant exchange instead."""
     kwargs = {**template_kwargs, **({"tools": tools} if tools else {})}
+    try:
+        return _delta_after_stand_in(tokenizer, messages, kwargs)
+    except Exception:  # noqa: BLE001  (a template's own refusal of the stand-in: jinja, ValueError, KeyError, ...)
+        pass
+    base = [{"role": "user", "content": "x"}, {"role": "assistant", "content": "y"}]
     before = tokenizer.apply_chat_template(base, tokenize=False, **kwargs)
     after = tokenizer.apply_chat_template(base + messages, tokenize=False, add_generation_prompt=True, **kwargs)
     if not after.startswith(before):
@@ -101,6 +111,22 @@ def message_delta_text(tokenizer, messages: list[dict], tools: list[dict] | None
     eos = tokenizer.eos_token or ""
     cut = before.rfind(eos) + len(eos) if eos and eos in before else len(before)
     return after[cut:]
+
+
+def _delta_after_stand_in(tokenizer, messages: list[dict], kwargs: dict) -> str:
+    base = [{"role": "system", "content": "s"}, {"role": "user", "content": "u"}]
+    if messages and messages[0]["role"] == "tool":
+        calls = [{"id": f"call_{i}", "type": "function", "function": {"name": "t", "arguments": {}}}
+                 for i, message in enumerate(messages) if message["role"] == "tool"]
+        base.append({"role": "assistant", "content": "", "reasoning_content": "r", "tool_calls": calls})
+    before = tokenizer.apply_chat_template(base, tokenize=False, **kwargs)
+    after = tokenizer.apply_chat_template(base + messages, tokenize=False, add_generation_prompt=True, **kwargs)
+    if not after.startswith(before):
+        raise ValueError("not prefix-stable")
+    one_turn = tokenizer.apply_chat_template(base[1:2], tokenize=False, **kwargs)
+    eos = tokenizer.eos_token or ""
+    separator = one_turn[one_turn.rfind(eos) + len(eos):] if eos and eos in one_turn else ""
+    return separator + after[len(before):]
 
 
 class Conversation:
@@ -148,21 +174,23 @@ class Conversation:
         if output.finish_reason != "stop":
             self.finish_reason = "length"  # cut by the budget: no tool call or reply can follow
             return None
+        if self.remaining <= 0:  # the turn filled the budget: the conversation ends there, its calls unrun, as verl's
+            return None
         return text
 
     def add_messages(self, messages: list[dict], tools: list[dict] | None = None) -> bool:
-        """Append tool/user messages (mask 0) and the next generation prompt; False when the budget is spent."""
-        self.messages += messages
-        self.num_turns += 1
+        """Append tool/user messages (mask 0) and the next generation prompt; False, appending nothing, when they would
+        reach the end of the response budget (as verl's loop, which drops such a round and ends the conversation)."""
         text = message_delta_text(self.ctx.tokenizer, messages, tools, **self.ctx.chat_template_kwargs)
         ids = self.ctx.tokenizer(text, add_special_tokens=False)["input_ids"]
-        ids = ids[: max(self.remaining, 0)]
+        if len(ids) >= self.remaining:
+            self.finish_reason = "length"
+            return False
+        self.messages += messages
+        self.num_turns += 1
         self.ids += ids
         self.mask += [0] * len(ids)
         self.log_probs += [0.0] * len(ids)
-        if self.remaining <= 0:
-            self.finish_reason = "length"
-            return False
         return True
 
     def output(self, reward_scores: dict | None = None, **metrics: float) -> AgentOutput:

@@ -158,9 +158,9 @@ class ToolAgentLoop(AgentLoopBase):
                         conv.user_turns += 1  # verl counts the closing reply as a user turn
                         break
                     messages = [{"role": "user", "content": reply}]
-                conv.user_turns += 1
-                if not conv.add_messages(messages, schemas):
+                if not conv.add_messages(messages, schemas):  # a round the budget cannot hold is dropped, not counted
                     break
+                conv.user_turns += 1
         finally:
             tool_reward = await self._finish_tools(row, tools)
             if user is not None:
@@ -287,9 +287,9 @@ class EnvAgentLoop(AgentLoopBase):
             total += float(reward)
             if done or _over(cfg.max_assistant_turns, conv.assistant_turns) or _over(cfg.max_user_turns, conv.user_turns):
                 break
-            conv.user_turns += 1
             if not conv.add_messages([{"role": "user", "content": observation}]):
                 break
+            conv.user_turns += 1
         return conv.output({"env_reward": total, "env_done": bool(done)}, user_turns=conv.user_turns)
 
 

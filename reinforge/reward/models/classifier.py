@@ -53,7 +53,7 @@ def classifier_inputs(batch: Batch, input_tokenizer: Any, rm_tokenizer: Any | No
         return ClassifierInputs(batch["input_ids"].masked_fill(attention_mask == 0, pad_id), attention_mask,
                                 batch["position_ids"], None, [False] * len(batch))
     texts = []
-    for row, response in enumerate(response_texts(batch, input_tokenizer)):
+    for row, response in enumerate(response_texts(batch, input_tokenizer, keep_special=True)):
         chat = chat_messages(batch, row) + [{"role": "assistant", "content": response}]
         texts.append(rm_tokenizer.apply_chat_template(chat, tokenize=False, add_generation_prompt=False))
     rows = [rm_tokenizer(text, add_special_tokens=False)["input_ids"] for text in texts]

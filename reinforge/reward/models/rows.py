@@ -38,11 +38,14 @@ def response_lengths(batch: Batch) -> torch.Tensor:
     return batch["attention_mask"][:, -response_len:].sum(dim=-1)
 
 
-def response_texts(batch: Batch, tokenizer: Any) -> list[str]:
-    """Each row's valid response tokens decoded without special tokens (the reward manager's solution_str)."""
+def response_texts(batch: Batch, tokenizer: Any, keep_special: bool = False) -> list[str]:
+    """Each row's valid response tokens decoded without special tokens (the reward manager's solution_str); with
+    `keep_special`, as verl decodes a response for its reward model: special tokens kept, but the EOS string removed."""
     responses = batch["responses"]  # (batch, response_len)
-    return [tokenizer.decode(responses[row, :length].tolist(), skip_special_tokens=True)
-            for row, length in enumerate(response_lengths(batch).tolist())]
+    texts = [tokenizer.decode(responses[row, :length].tolist(), skip_special_tokens=not keep_special)
+             for row, length in enumerate(response_lengths(batch).tolist())]
+    eos = getattr(tokenizer, "eos_token", None)
+    return [text.replace(eos, "") for text in texts] if keep_special and eos else texts
 
 
 def ground_truth(batch: Batch, row: int) -> Any:
