@@ -94,8 +94,8 @@ def test_a_failing_calc_reward_or_release_costs_only_its_row(tok, tmp_path, caps
 
 
 @pytest.mark.parametrize(("cls", "answer"), [
-    ("ReturnsInt", "Error: tool 't' failed: ReturnValueError: returned the response 42 (int); a response is text"),
-    ("ReturnsBadReward", "Error: tool 't' failed: ReturnValueError: returned the step reward 'high' (str), not a number"),
+    ("ReturnsInt", "Error executing tool 't': returned the response 42 (int); a response is text"),
+    ("ReturnsBadReward", "Error executing tool 't': returned the step reward 'high' (str), not a number"),
 ])
 def test_execute_returning_the_wrong_shape_is_the_rows_tool_error(tok, tmp_path, cls, answer):
     out = run_texts(tok, tmp_path, [[T_CALL, "answer"], ["no tool"]], tool_config_path=bad_tool_config(tmp_path, cls))
@@ -109,8 +109,9 @@ def test_tool_answers_come_back_in_the_order_of_the_calls_and_malformed_calls_ar
     turn = '<tool_call>not json</tool_call>' + CALL + '<tool_call>{"name": "nope", "arguments": {}}</tool_call>'
     out = run_texts(tok, tmp_path, [[turn, "done"]], tool_config_path=tools_yaml(tmp_path), max_parallel_calls=2)
     answers = added_text(tok, out, 0).split("<|im_start|>tool\n")[1:]
-    assert [a.split("<|im_end|>")[0][:30] for a in answers] == ["5", "Error: there is no tool named "]
+    assert [a.split("<|im_end|>")[0] for a in answers] == ["5", "Unknown function 'nope'. Available tools: ['calculator']"]
     assert out["agent_metrics"][0]["tool_errors"] == 2
+    assert out["reward_scores"][0]["tool_rewards"] == [0.0, 0.0]  # verl's: the unknown call's step reward is 0 too
 
 
 def test_a_turn_of_malformed_calls_only_ends_the_conversation_as_in_verl(tok, tmp_path):

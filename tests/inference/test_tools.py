@@ -129,7 +129,7 @@ def test_execute_results_of_the_accepted_shapes():
         text = "from .text"
 
     assert execute_result(("text", 1, None)) == ("text", 1.0, {})
-    assert execute_result(({"text": "from a dict"}, None, {"error": 1})) == ("from a dict", 0.0, {"error": 1})
+    assert execute_result(({"text": "from a dict"}, None, {"error": 1})) == ("from a dict", None, {"error": 1})  # no reward
     assert execute_result([Response(), True, {}]) == ("from .text", 1.0, {})
     assert execute_result((None, 0.5, {})) == ("", 0.5, {})
 

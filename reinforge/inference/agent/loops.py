@@ -222,9 +222,10 @@ class ToolAgentLoop(AgentLoopBase):
     async def _call_one(self, call, row: AgentRow, tools: _ToolState) -> str:
         tools.calls += 1
         tool = self.ctx.tools.get(call.name)
-        if tool is None:
+        if tool is None:  # answered, and its step reward 0, in verl's words
             tools.errors += 1
-            return f"Error: there is no tool named {call.name!r}; the tools are {sorted(self.ctx.tools)}."
+            tools.step_rewards.append(0.0)
+            return f"Unknown function '{call.name}'. Available tools: {list(self.ctx.tools)}"
         kwargs = _tool_kwargs(row, call.name)
         try:
             if call.name not in tools.instances:
@@ -232,10 +233,12 @@ class ToolAgentLoop(AgentLoopBase):
                 tools.instances[call.name] = created[0] if isinstance(created, tuple) else created
             text, reward, metrics = execute_result(await tool.execute(tools.instances[call.name], call.arguments,
                                                                       **(kwargs.get("execute_kwargs") or {})))
-        except Exception as err:  # a tool's failure is the row's, answered to the model, not the run's
+        except Exception as err:  # a tool's failure is the row's, answered to the model (verl's words), not the run's
             self._tool_failed(tool, call.name, "execute", row, tools, err, "the model is answered with the error")
-            return f"Error: tool {call.name!r} failed: {type(err).__name__}: {err}"
-        tools.step_rewards.append(reward)
+            tools.step_rewards.append(0.0)
+            return f"Error executing tool '{call.name}': {err}"
+        if reward is not None:  # a step reward of None is no step reward, as verl keeps them
+            tools.step_rewards.append(reward)
         tools.errors += int(bool(metrics.get("error")))
         return text
 

@@ -130,14 +130,14 @@ def number(value: Any, what: str) -> float:
     raise ReturnValueError(f"returned {what} {show_value(value)}, not a number")
 
 
-def execute_result(result: Any) -> tuple[str, float, dict]:
+def execute_result(result: Any) -> tuple[str, float | None, dict]:
     """(text, step reward, metrics) of what `execute` returned, checked: ReturnValueError says what is wrong."""
     if not isinstance(result, (tuple, list)) or len(result) != 3:
         raise ReturnValueError(f"returned {show_value(result)} from execute; it returns (response, step_reward, metrics)")
     response, reward, metrics = result
     if metrics is not None and not isinstance(metrics, dict):
         raise ReturnValueError(f"returned the metrics {show_value(metrics)} from execute, not a dict")
-    return response_text(response), 0.0 if reward is None else number(reward, "the step reward"), metrics or {}
+    return response_text(response), None if reward is None else number(reward, "the step reward"), metrics or {}
 
 
 def show_value(value: Any) -> str:
