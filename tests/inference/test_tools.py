@@ -34,6 +34,8 @@ def test_parser_reads_calls_and_reports_malformed_ones_without_raising():
     assert "was not closed" in turn.errors[3]
     assert turn.content.startswith("I will add.") and "bye" in turn.content
     assert parse_tool_calls("no calls here").calls == [] and parse_tool_calls("no calls here").errors == []
+    # verl's parser needs "arguments" too: a call without them is malformed
+    assert parse_tool_calls('<tool_call>{"name": "calculator"}</tool_call>').errors[0].startswith("Error: a tool call must be")
 
 
 def test_parser_keeps_calls_and_malformed_calls_in_the_order_written():

@@ -1,7 +1,7 @@
 """Hermes-style tool calls: `<tool_call>{"name": ..., "arguments": {...}}</tool_call>` in the model's text.
 
 `parse_tool_calls(text)` never raises: a call that is not valid JSON, not an object, lacks a
-string `name`, has non-object `arguments`, or an opening tag without its closing one becomes an
+string `name` or `arguments` (as verl's parser needs both), has non-object `arguments`, or an opening tag without its closing one becomes an
 error message in `items` (in the order written, beside the calls): the agent loop counts them in
 `tool_errors` and, as verl's parser does, runs only the valid calls.
 """
@@ -51,9 +51,9 @@ def _parse_one(body: str) -> tuple[ToolCall | None, str]:
         value = json.loads(body)
     except json.JSONDecodeError as err:
         return None, f"Error: the tool call is not valid JSON ({err.msg} at character {err.pos}): {body[:200]}"
-    if not isinstance(value, dict) or not isinstance(value.get("name"), str):
+    if not isinstance(value, dict) or not isinstance(value.get("name"), str) or "arguments" not in value:
         return None, 'Error: a tool call must be a JSON object {"name": <tool name>, "arguments": {...}}.'
-    arguments = value.get("arguments", {})
+    arguments = value["arguments"]
     if isinstance(arguments, str):  # some models write the arguments as a JSON string
         try:
             arguments = json.loads(arguments) if arguments.strip() else {}
