@@ -27,6 +27,8 @@ the run with a `CheckpointError` naming the step, folder and error.
 
 from __future__ import annotations
 
+import json
+
 import errno
 import os
 import re
@@ -182,13 +184,23 @@ def resume_folder(trainer: TrainerConfig) -> Path | None:
     return folder
 
 
+def _saved_by_verl(fsdp_config: Path) -> bool:
+    """verl writes fsdp_config.json beside its rank files; reinforge's (one rank's, for verl's merger) says it is its own."""
+    if not fsdp_config.is_file():
+        return False
+    try:
+        return json.loads(fsdp_config.read_text()).get("saved_by") != "reinforge"
+    except (ValueError, AttributeError):
+        return True
+
+
 def check_resume_folder(folder: Path, critic: bool) -> None:
     """Before anything loads: ConfigError naming what `folder` lacks of what resuming needs (the critic's only with `critic`)."""
     missing = [f"{name}/" for name in (["actor", "critic"] if critic else ["actor"]) if not (folder / name).is_dir()]
     missing += [name for name in ("data.pt", "trainer_state.json") if not (folder / name).is_file()]
     if not missing:
         return
-    if "trainer_state.json" in missing and (folder / "actor" / "fsdp_config.json").is_file():  # verl writes that file, reinforge not
+    if "trainer_state.json" in missing and _saved_by_verl(folder / "actor" / "fsdp_config.json"):
         what = ("it is a verl checkpoint (actor/fsdp_config.json, no trainer_state.json), not a reinforge one; "
                 "reinforge resumes only its own checkpoints")
     else:

@@ -4,7 +4,7 @@
     optim_world_size_{W}_rank_{r}.pt        the optimizer state (AdamW's exp_avg/exp_avg_sq, step, param groups)
     extra_state_world_size_{W}_rank_{r}.pt  what the worker adds: the scheduler, rank r's RNG streams
     huggingface/                            the model's config (rank 0), and what the actor adds
-    fsdp_config.json                        W=1 only: {"FSDP_version": 2, "world_size": 1}, what verl's model merger
+    fsdp_config.json                        W=1 only: {"FSDP_version": 2, "world_size": 1, "saved_by": "reinforge"}, what verl's model merger
                                             needs to read the folder
 
 With one rank (W=1) the files are torch's plain full state dicts, loadable with `torch.load` alone.
@@ -44,6 +44,7 @@ from reinforge.distributed.process_group import rank, world_size
 from reinforge.errors import ConfigError
 from reinforge.trainer.checkpoint import save_torch
 
+SAVED_BY = "reinforge"  # in fsdp_config.json, which verl writes too: tells a reinforge checkpoint from a verl one
 SHARD_DIM = "reinforge_shard_dim"  # marks a record holding one rank's piece of a tensor sharded along that dim
 PARTS = {"model": "model", "optimizer": "optim", "extra": "extra_state"}  # save/load_contents entry -> file prefix
 RANK_FILE = re.compile(r"^(model|optim|extra_state)_world_size_(\d+)_rank_(\d+)\.pt$")
@@ -71,7 +72,7 @@ def save_training_state(folder: str, contents: list, model: torch.nn.Module, opt
     if index == 0:
         model.config.save_pretrained(path / "huggingface")
     if ranks == 1 and "model" in contents:  # verl's model merger reads one rank's plain tensors given this file
-        (path / "fsdp_config.json").write_text(json.dumps({"FSDP_version": 2, "world_size": 1}))
+        (path / "fsdp_config.json").write_text(json.dumps({"FSDP_version": 2, "world_size": 1, "saved_by": SAVED_BY}))
     return path
 
 

@@ -75,7 +75,9 @@ def runs(tiny_model_path, tmp_path_factory) -> dict[str, Path]:
             "one_from_two": train("one_from_two", 1, resume, f"trainer.resume_from_path={two / 'global_step_2'}")}
 
 
-PER_RANK = "global_seqlen/"  # tokens per data-parallel rank: the number of ranks is what these runs vary
+# tokens per data-parallel rank, and the metrics verl averages over micro-batches (each rank's micro-batches hold other
+# rows than one process's): the number of ranks is what these runs vary
+PER_RANK = ("global_seqlen/", "actor/pg_clipfrac", "actor/ppo_kl", "critic/vf_clipfrac", "critic/vpred_mean")
 
 
 def records(run_dir: Path) -> dict[int, dict]:

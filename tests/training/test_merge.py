@@ -51,7 +51,7 @@ def test_verls_model_merger_command_line_works(tiny_model_path, tmp_path, capsys
     actor = tmp_path / "global_step_1" / "actor"
     save_training_state(str(actor), ["model"], model, torch.optim.AdamW(model.parameters()), {})
     # what verl's own merger needs beside one rank's plain state dict, so that it reads this folder too
-    assert json.loads((actor / "fsdp_config.json").read_text()) == {"FSDP_version": 2, "world_size": 1}
+    assert json.loads((actor / "fsdp_config.json").read_text()) == {"FSDP_version": 2, "world_size": 1, "saved_by": "reinforge"}
     out = tmp_path / "merged"
     assert cli_main(["merge", "--backend", "fsdp", "--local_dir", str(actor), "--target_dir", str(out), "--use_cpu_initialization"]) == 0
     merged = AutoModelForCausalLM.from_pretrained(out)
