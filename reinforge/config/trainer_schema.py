@@ -44,8 +44,10 @@ class TrainerConfig(Node):
     resume_from_path: str | None = _f(None, "A global_step_<N> folder to resume from (resume_mode=resume_path).")
     del_local_ckpt_after_load: bool = _f(False, "Accepted for verl compatibility (verl deletes a downloaded copy of the "
                                                 "checkpoint after loading it); checkpoints are read in place and kept.")
-    max_actor_ckpt_to_keep: int | None = _f(None, "Keep at most this many actor checkpoints (null: all).")
-    max_critic_ckpt_to_keep: int | None = _f(None, "Keep at most this many critic checkpoints (null: all).")
+    max_actor_ckpt_to_keep: int | None = _f(None, "Keep at most this many actor checkpoints (null, 0 or less: all).")
+    max_critic_ckpt_to_keep: int | None = _f(None, "Keep at most this many critic checkpoints (null, 0 or less: all).")
+    remove_previous_ckpt_in_save: bool = _f(False, "verl's deprecated switch: true keeps one actor and one critic checkpoint "
+                                                   "(max_actor_ckpt_to_keep=max_critic_ckpt_to_keep=1), as verl reads it.")
     balance_batch: bool = _f(True, "Balance tokens across data-parallel ranks: of every world-size rows, the longest "
                                    "goes to the rank with the fewest tokens so far (each rank still gets its share of "
                                    "every mini-batch); no effect with one rank.")

@@ -70,6 +70,8 @@ def finalize(config: Config, quickstart: bool = False) -> None:
         data.seed = trainer.seed
     _finalize_sample_limits(config)
     _finalize_tokenizer(config)
+    if config.trainer.remove_previous_ckpt_in_save:  # verl's deprecated switch wins over the limits, as there
+        config.trainer.max_actor_ckpt_to_keep = config.trainer.max_critic_ckpt_to_keep = 1
     if data.gen_batch_size is None:
         data.gen_batch_size = data.train_batch_size
     _finalize_critic(config)

@@ -98,6 +98,9 @@ def clean_stale(run_dir: Path) -> None:
             path.unlink()
 
 
+ROLES = ("actor", "critic")  # the workers' parts of a step folder, each kept by its own max_*_ckpt_to_keep
+
+
 def staging_folder(run_dir: Path, step: int) -> Path:
     """Where `save_checkpoint` has a step written before publishing it (other ranks write their files there too)."""
     return run_dir / f".global_step_{step}.tmp"
@@ -107,9 +110,11 @@ def save_checkpoint(run_dir: Path, step: int, write: Callable[[Path], None], kee
                     keep_critic: int | None = None) -> Path | None:
     """Call `write(folder)` into a temporary folder, publish it as global_step_<step>, update the tracker.
 
-    Then retention deletes the oldest step folders below `step` until `keep` are left counting this one
-    (max_actor_ckpt_to_keep), and the critic/ of all but the newest `keep_critic` (max_critic_ckpt_to_keep);
-    None or 0 keeps all. Folders of higher steps (another run's, in the same folder) are left alone.
+    Then retention, per role as verl's: the actor/ of all but the newest `keep` steps counting this one
+    (max_actor_ckpt_to_keep) and the critic/ of all but the newest `keep_critic` (max_critic_ckpt_to_keep) are
+    deleted, and a step folder with neither left goes whole (a folder without those parts, an SFT checkpoint's, is
+    what `keep` counts); None, 0 or less keeps all, as verl's. Folders of higher steps (another run's, in the same
+    folder) are left alone.
     Returns the published folder, or None when the disk was full (see the module docstring).
     """
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -137,12 +142,17 @@ def save_checkpoint(run_dir: Path, step: int, write: Callable[[Path], None], kee
         return _save_failed(run_dir, step, os_error)
     shutil.rmtree(old, ignore_errors=True)
     older = sorted(s for p in run_dir.iterdir() if (m := STEP_FOLDER.match(p.name)) and (s := int(m.group(1))) < step)
-    if keep:
-        for old_step in older[:max(0, len(older) - keep + 1)]:
-            _delete(run_dir / f"global_step_{old_step}")
-    if keep_critic:
-        for old_step in older[:max(0, len(older) - keep_critic + 1)]:
-            _delete(run_dir / f"global_step_{old_step}" / "critic")
+    for role, limit in (("actor", keep), ("critic", keep_critic)):
+        if limit is None or limit <= 0:
+            continue
+        for old_step in older[:max(0, len(older) - limit + 1)]:
+            folder = run_dir / f"global_step_{old_step}"
+            if (folder / role).is_dir():
+                _delete(folder / role)
+            elif role == "critic" or any((folder / part).is_dir() for part in ROLES):
+                continue  # no critic there; or an actor already gone beside a critic kept
+            if folder.is_dir() and not any((folder / part).is_dir() for part in ROLES):  # nothing left to resume or merge
+                _delete(folder)  # (an SFT step, whose folder is its model, goes whole at once)
     return final
 
 

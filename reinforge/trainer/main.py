@@ -114,7 +114,8 @@ def run(config: Config, user_keys: list[str], startup: StartupClock | None = Non
         val_loader = PromptLoader(val_set, data.val_batch_size or len(val_set), collate, shuffle=data.validation_shuffle,
                                   seed=data.seed, drop_last=False, batch_key="data.val_batch_size")
 
-    # as verl: total_training_steps, when set, is the length of the LR schedule; training also ends after total_epochs
+    # total_training_steps, when set, is the length of the LR schedule and training ends after total_epochs, as verl's;
+    # past the data's epochs the last step is the data's last (verl then neither saves nor validates it: no last step)
     schedule_steps = config.trainer.total_training_steps or len(train_loader) * config.trainer.total_epochs
     total_steps = min(schedule_steps, len(train_loader) * config.trainer.total_epochs)
 

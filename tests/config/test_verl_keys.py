@@ -269,6 +269,11 @@ def test_zero_indexed_step_false_is_read_by_the_cosine_schedule_only():
     assert "actor_rollout_ref.actor.optim.zero_indexed_step: read by the cosine schedule only, as in verl" in notes(config, keys)
 
 
+def test_remove_previous_ckpt_in_save_keeps_one_checkpoint_of_each_role_as_verl_reads_it():
+    config, _ = load_config([*TWO_RANKS, "+trainer.remove_previous_ckpt_in_save=true", "trainer.max_actor_ckpt_to_keep=5"])
+    assert (config.trainer.max_actor_ckpt_to_keep, config.trainer.max_critic_ckpt_to_keep) == (1, 1)
+
+
 def test_optim_total_training_steps_is_filled_in_by_the_trainer_as_in_verl():
     config, keys = load_config([*TWO_RANKS, "actor_rollout_ref.actor.optim.total_training_steps=100"])
     assert "actor_rollout_ref.actor.optim.total_training_steps: the learning-rate schedule spans the run's" in notes(config, keys)

@@ -106,6 +106,16 @@ def test_critic_checkpoints_have_their_own_retention(run_steps, tmp_path):
     run_dir = tmp_path / "run"
     assert [(run_dir / f"global_step_{s}" / "critic").is_dir() for s in (1, 2, 3)] == [False, False, True]
     assert all((run_dir / f"global_step_{s}" / "actor").is_dir() for s in (1, 2, 3))
+    # and the actor's limit keeps the critic's parts it does not cover, as verl's per-role retention; a step with
+    # neither left goes whole; a limit below 1 keeps all (verl's)
+    other = tmp_path / "other"
+    run_steps("algorithm.adv_estimator=gae", "trainer.save_freq=1", "trainer.total_training_steps=3",
+              "trainer.max_actor_ckpt_to_keep=1", "trainer.max_critic_ckpt_to_keep=2", run_dir=other)
+    assert [sorted(p.name for p in (other / f"global_step_{s}").iterdir() if p.is_dir()) if (other / f"global_step_{s}").exists()
+            else None for s in (1, 2, 3)] == [None, ["critic"], ["actor", "critic"]]
+    third = tmp_path / "third"
+    run_steps("trainer.save_freq=1", "trainer.total_training_steps=3", "trainer.max_actor_ckpt_to_keep=-1", run_dir=third)
+    assert all((third / f"global_step_{s}" / "actor").is_dir() for s in (1, 2, 3))
 
 
 @pytest.mark.parametrize("metric", ["seq_reward", "reward"])  # the recipe's name of the summed reward, and verl v1's
