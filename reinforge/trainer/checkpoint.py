@@ -27,9 +27,8 @@ the run with a `CheckpointError` naming the step, folder and error.
 
 from __future__ import annotations
 
-import json
-
 import errno
+import json
 import os
 import re
 import shutil
