@@ -146,12 +146,11 @@ def save_checkpoint(run_dir: Path, step: int, write: Callable[[Path], None], kee
             continue
         for old_step in older[:max(0, len(older) - limit + 1)]:
             folder = run_dir / f"global_step_{old_step}"
-            if (folder / role).is_dir():
-                _delete(folder / role)
-            elif role == "critic" or any((folder / part).is_dir() for part in ROLES):
-                continue  # no critic there; or an actor already gone beside a critic kept
-            if folder.is_dir() and not any((folder / part).is_dir() for part in ROLES):  # nothing left to resume or merge
-                _delete(folder)  # (an SFT step, whose folder is its model, goes whole at once)
+            others = [part for part in ROLES if part != role and (folder / part).is_dir()]
+            if (folder / role).is_dir():  # the last role of a step takes its folder with it, at once (never half there)
+                _delete(folder / role if others else folder)
+            elif role == "actor" and not others:  # an SFT step: the folder is its model
+                _delete(folder)
     return final
 
 
