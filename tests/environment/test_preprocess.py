@@ -190,6 +190,7 @@ def test_math_tree_becomes_verl_rows_with_the_last_boxed_answer(tmp_path, capsys
         "ability": "math",
         "reward_model": {"style": "rule", "ground_truth": "\\frac{1}{2}"},
         "extra_info": {"split": "train", "index": 1},
+        "level": "Level 1", "type": "Prealgebra",  # raw columns verl's .map keeps
     }
     assert [row["reward_model"]["ground_truth"] for row in read(tmp_path / "out" / "test.parquet")] == ["4"]
     assert "dropped 1 of 2 test rows" in capsys.readouterr().err

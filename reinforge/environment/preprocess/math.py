@@ -8,7 +8,9 @@ parquet files, or JSON lines / parquet exports of either. Output rows:
 - `prompt`: one user message, the problem + " " + INSTRUCTION;
 - `ability`: "math";
 - `reward_model`: `{"style": "rule", "ground_truth": <the content of the solution's last \\boxed{}>}`;
-- `extra_info`: `{"split", "index" (position in the raw split)}`.
+- `extra_info`: `{"split", "index" (position in the raw split)}`;
+- `level` and `type`, when the input has them: verl's `.map` keeps the raw columns it does not use, so a
+  curriculum or filter by difficulty finds them where verl's files have them.
 
 A row whose solution has no `\\boxed{}` (or `\\fbox{}`) answer is dropped and counted.
 """
@@ -25,6 +27,7 @@ DATA_SOURCE = "DigitalLearningGmbH/MATH-lighteval"
 HUB = HubDataset(DATA_SOURCE, "default", "data")  # the repository also has a folder per subject (algebra/, ...): the same rows again
 INSTRUCTION = "Let's think step by step and output the final answer within \\boxed{}."
 REQUIRED_COLUMNS = ("problem", "solution")
+KEPT_COLUMNS = ("level", "type")  # raw columns verl's script leaves in its rows
 
 
 def make_row(raw: dict[str, Any], split: str, index: int) -> dict[str, Any] | None:
@@ -38,6 +41,7 @@ def make_row(raw: dict[str, Any], split: str, index: int) -> dict[str, Any] | No
         "ability": "math",
         "reward_model": {"style": "rule", "ground_truth": ground_truth},
         "extra_info": {"split": split, "index": index},
+        **{key: raw[key] for key in KEPT_COLUMNS if key in raw},
     }
 
 
