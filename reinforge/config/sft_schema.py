@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from reinforge.config.data_schema import ClassRef
 from reinforge.config.engine_schema import SP_DOC, OptimConfig
-from reinforge.config.fields import Node, _f, _sub
+from reinforge.config.fields import Node, _f, _sub, node_at
 
 NO_EFFECT = "Accepted for verl compatibility; no effect here."
 # apply_chat_template arguments the SFT datasets set themselves (data.apply_chat_template_kwargs may not)
@@ -400,9 +400,7 @@ def _newer_places(config: SFTConfig, given) -> list[str]:
             notes.append(f"engine.{name}: verl's engine tuning, without effect here")
             continue
         section, _, leaf = target.rpartition(".")
-        node = config
-        for part in filter(None, section.split(".")):
-            node = getattr(node, part)
+        node = node_at(config, section) if section else config
         adopt(f"engine.{name}", value, target, getattr(node, leaf), lambda v, node=node, leaf=leaf: setattr(node, leaf, v))
     newest = given("model.path")  # verl 0.9's trainer (verl.trainer.sft_trainer) is driven so; the older one not
     if ((newest or any(given(f"data.{name}") for name in ("messages_key", "tools_key", "enable_thinking_key")))

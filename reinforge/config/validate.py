@@ -1,4 +1,4 @@
-"""Fill in derived defaults, check values, and work out the batch arithmetic of a config.
+"""Fill in derived defaults and check values (what a final config makes a step do: `derived.py`).
 
 Every check names the key and says what is allowed. The arithmetic follows verl's units:
 `train_batch_size` and `ppo_mini_batch_size` count prompts, each sampled `rollout.n` times;
@@ -457,45 +457,3 @@ def _check(config: Config) -> None:
     from reinforge.inference.factory import check_gpu_engine  # imported here: the config package does not load inference
 
     check_gpu_engine(config)
-
-
-def wants_sum_pi_squared(config: Config) -> bool:
-    """Whether the old-log-prob pass adds sum_pi_squared: the advantage estimator takes it, or the user asked for it."""
-    from reinforge.algorithm import needs_sum_pi_squared
-
-    return config.actor_rollout_ref.actor.calculate_sum_pi_squared or needs_sum_pi_squared(config.algorithm.adv_estimator)
-
-
-def generation_batch(config: Config) -> tuple[str, int]:
-    """(the key, the prompts) of a batch the training loader draws: data.gen_batch_size under algorithm.filter_groups
-    (DAPO draws batches until enough groups are kept), else data.train_batch_size."""
-    if config.algorithm.filter_groups.enable:
-        return "data.gen_batch_size", config.data.gen_batch_size
-    return "data.train_batch_size", config.data.train_batch_size
-
-
-def batch_arithmetic(config: Config) -> dict[str, int | bool]:
-    """The derived quantities that decide what one training step does."""
-    from reinforge.distributed.process_group import world_size_of
-
-    data, actor, rollout = config.data, config.actor_rollout_ref.actor, config.actor_rollout_ref.rollout
-    ranks = world_size_of(config)
-    mini = actor.ppo_mini_batch_size * rollout.n
-    micro = actor.ppo_micro_batch_size_per_gpu or mini // ranks
-    mini_batches = data.train_batch_size // actor.ppo_mini_batch_size
-    if actor.use_dynamic_bsz:  # micro-batches formed per step from the rows' lengths: only their budget is known
-        micro_batching = {"max_tokens_per_micro_batch": actor.ppo_max_token_len_per_gpu}
-    else:
-        micro_batching = {"trajectories_per_micro_batch": micro, "gradient_accumulation": mini // ranks // micro,
-                          "max_tokens_per_micro_batch": micro * (data.max_prompt_length + rollout.response_length)}
-    return {
-        "prompts_per_step": data.train_batch_size,
-        "trajectories_per_step": data.train_batch_size * rollout.n,
-        "trajectories_per_mini_batch": mini,
-        "data_parallel_ranks": ranks,
-        "trajectories_per_rank_mini_batch": mini // ranks,
-        "mini_batches_per_epoch": mini_batches,
-        "optimizer_steps_per_step": mini_batches * actor.ppo_epochs,
-        **micro_batching,
-        "on_policy_single_update": mini_batches * actor.ppo_epochs == 1,
-    }

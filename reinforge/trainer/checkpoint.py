@@ -97,6 +97,11 @@ def clean_stale(run_dir: Path) -> None:
             path.unlink()
 
 
+def due(step: int, freq: int) -> bool:
+    """Whether `step` is one of every `freq` (trainer.save_freq, test_freq; 0 or less: none is)."""
+    return freq > 0 and step % freq == 0
+
+
 ROLES = ("actor", "critic")  # the workers' parts of a step folder, each kept by its own max_*_ckpt_to_keep
 
 

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from reinforge.config import Config, batch_arithmetic, quickstart, to_dict, unused_settings
-from reinforge.config.validate import generation_batch
+from reinforge.config.derived import generation_batch
 from reinforge.trainer.startup import StartupClock
 
 if TYPE_CHECKING:

@@ -65,7 +65,7 @@ from reinforge.errors import ConfigError, RewardError, TrainingError
 from reinforge.inference.rollout import AGENT_INPUT_KEYS, PROMPT_KEYS, SEED_KEY, concat_trajectories, rollout_inputs
 from reinforge.inference.seeds import RESAMPLE, TRAIN, derive_seed, row_seeds
 from reinforge.report.rollouts import keep_recent_rollouts
-from reinforge.trainer.checkpoint import check_resume_folder, resume_folder, save_checkpoint, save_torch, step_of
+from reinforge.trainer.checkpoint import check_resume_folder, due, resume_folder, save_checkpoint, save_torch, step_of
 from reinforge.trainer.generations import EXTRA, generation_records, reward_extra_info, write_generations
 from reinforge.trainer.metrics import (
     compute_data_metrics,
@@ -80,11 +80,6 @@ from reinforge.trainer.rollout_cache import RolloutCache, skip_settings
 from reinforge.trainer.stop import RunStopped, StopSignals, latest_checkpoint
 from reinforge.trainer.tracking import Tracking
 from reinforge.trainer.validation import validate
-
-
-def _due(step: int, freq: int) -> bool:
-    """Whether `step` is one of every `freq` (save_freq, test_freq; 0 or less: none is)."""
-    return freq > 0 and step % freq == 0
 
 
 class DataExhausted(Exception):
@@ -383,8 +378,8 @@ class RLTrainer:
                 self._count_nonfinite_step(metrics)
                 metrics["training/global_step"] = self.global_steps
                 metrics["training/epoch"] = self.train_loader.epoch
-                val_metrics = self._save_and_validate(metrics, tracking, last or _due(self.global_steps, cfg.save_freq),
-                                                      last or _due(self.global_steps, cfg.test_freq)) or val_metrics
+                val_metrics = self._save_and_validate(metrics, tracking, last or due(self.global_steps, cfg.save_freq),
+                                                      last or due(self.global_steps, cfg.test_freq)) or val_metrics
                 tracking.log(metrics, self.global_steps)
                 self._stop_if_nonfinite()
         finally:
@@ -404,7 +399,7 @@ class RLTrainer:
         if step == first_step:
             return {}
         metrics: dict[str, float] = {}
-        val_metrics = self._save_and_validate(metrics, tracking, self._saved_step != step, not _due(step, cfg.test_freq))
+        val_metrics = self._save_and_validate(metrics, tracking, self._saved_step != step, not due(step, cfg.test_freq))
         if metrics:
             tracking.log(metrics, step)
         return val_metrics

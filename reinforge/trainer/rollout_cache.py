@@ -25,8 +25,8 @@ from pathlib import Path
 import torch
 
 from reinforge.batch import Batch
+from reinforge.config.derived import generation_batch
 from reinforge.config.schema import Config
-from reinforge.config.validate import generation_batch
 from reinforge.errors import ConfigError
 from reinforge.trainer.checkpoint import save_torch
 

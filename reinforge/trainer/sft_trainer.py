@@ -32,6 +32,7 @@ import torch
 from reinforge.config.sft_schema import EACH_EPOCH, SFTConfig
 from reinforge.distributed.process_group import all_reduce, rank, world_size
 from reinforge.environment.sft_dataset import collate_examples
+from reinforge.trainer.checkpoint import due
 from reinforge.training.minibatch import backward_if_finite, clip_and_step, eval_mode, trim_padding
 from reinforge.training.optim import advance_schedule
 
@@ -52,8 +53,7 @@ class SFTTrainer:
 
     def _due(self, freq: int | str) -> bool:
         """Whether a save_freq / test_freq falls on this step: every `freq` steps, or at the end of every epoch."""
-        every = self.steps_per_epoch if freq == EACH_EPOCH else freq
-        return every > 0 and self.global_step % every == 0
+        return due(self.global_step, self.steps_per_epoch if freq == EACH_EPOCH else freq)
 
     # ---- the data of a step ------------------------------------------------------------------------
     def step_rows(self, step: int) -> list[int]:

@@ -44,7 +44,7 @@ from reinforge.algorithm.rollout_correction import bypass_policy_loss, mismatch_
 from reinforge.batch import Batch
 from reinforge.config.algorithm_schema import RolloutCorrectionConfig
 from reinforge.config.schema import ActorConfig
-from reinforge.distributed.process_group import all_reduce_dict, gather_rows, world_size
+from reinforge.distributed.process_group import all_reduce_dict, world_size
 from reinforge.training.minibatch import (
     FORWARD_KEYS,
     Trimmed,
@@ -52,7 +52,9 @@ from reinforge.training.minibatch import (
     clip_and_step,
     eval_mode,
     forward_in_micro_batches,
+    gathered_rows,
     global_batch_info,
+    micro_batch_mean,
     micro_batch_rows,
     run_epochs,
     trim_padding,
@@ -172,8 +174,11 @@ class Actor:
             if on_policy and "rollout_log_probs" in micro:
                 measured.append((old_log_prob.cpu(), micro["rollout_log_probs"].cpu(), mask.cpu()))
             pg_loss, pg_metrics = self._policy_loss(micro, old_log_prob, log_prob, mask)
-            entropy_term = agg_loss(entropy if cfg.entropy_coeff else entropy.detach(), mask, cfg.loss_agg_mode, **info)
-            loss = pg_loss - cfg.entropy_coeff * entropy_term
+            loss = pg_loss
+            if cfg.entropy_coeff:
+                entropy_term = agg_loss(entropy, mask, cfg.loss_agg_mode, **info)
+                loss = loss - cfg.entropy_coeff * entropy_term
+                add("actor/entropy_loss", entropy_term.item() / info["dp_size"])
             if cfg.use_kl_loss:
                 kl_term = agg_loss(self._kl(micro, trimmed, logits, log_prob, temperature), mask, cfg.loss_agg_mode, **info)
                 loss = loss + cfg.kl_loss_coef * kl_term
@@ -181,20 +186,16 @@ class Actor:
             loss_finite &= backward_if_finite(loss)
             add("actor/loss", loss.item() / info["dp_size"])  # the whole loss, as verl logs it beside its parts
             add("actor/pg_loss", pg_loss.item() / info["dp_size"])  # shares of micro-batches and ranks: they sum to the mini-batch's value
-            if cfg.entropy_coeff:
-                add("actor/entropy_loss", entropy_term.item() / info["dp_size"])
             if on_policy:
                 entropies.append((entropy.detach().cpu(), mask.cpu()))
             ratio_metrics.append(pg_metrics)
-        for key in ratio_metrics[0] if ratio_metrics else ():
-            add(key, sum(values[key] for values in ratio_metrics) / len(ratio_metrics) / info["dp_size"])
+        metrics.update(micro_batch_mean(ratio_metrics, info["dp_size"]))
 
         metrics = all_reduce_dict(metrics)
         if entropies:  # the old-log-prob pass was skipped: verl's actor/entropy (that pass's) is this pass's, before the step
-            metrics["actor/entropy"] = batch_entropy(*gather_rows([torch.cat(part) for part in zip(*entropies, strict=True)]),
-                                                     cfg.loss_agg_mode, cfg.loss_scale_factor)
+            metrics["actor/entropy"] = batch_entropy(*gathered_rows(entropies), cfg.loss_agg_mode, cfg.loss_scale_factor)
         if measured:  # the old-log-prob pass was skipped: its numbers are this forward pass's (every rank's rows)
-            metrics.update(mismatch_metrics(*gather_rows([torch.cat(part) for part in zip(*measured, strict=True)])))
+            metrics.update(mismatch_metrics(*gathered_rows(measured)))
         metrics["actor/grad_norm"], stepped = clip_and_step(self.model, self.optimizer, cfg.grad_clip, loss_finite)
         if cfg.use_kl_loss:
             metrics["actor/kl_coef"] = cfg.kl_loss_coef

@@ -24,6 +24,7 @@ from reinforge.training.minibatch import (
     eval_mode,
     forward_in_micro_batches,
     global_batch_info,
+    micro_batch_mean,
     micro_batch_rows,
     run_epochs,
     trim_padding,
@@ -80,9 +81,9 @@ class Critic:
                                                       cfg.loss_agg_mode, **info)
             loss_finite &= backward_if_finite(vf_loss)
             metrics["critic/vf_loss"] += vf_loss.item() / info["dp_size"]  # shares of micro-batches and ranks
-            per_micro.append((vf_clipfrac.item(), masked_mean(vpreds.detach(), mask).item()))
-        for key, values in zip(("critic/vf_clipfrac", "critic/vpred_mean"), zip(*per_micro, strict=True), strict=True):
-            metrics[key] = sum(values) / len(values) / info["dp_size"]
+            per_micro.append({"critic/vf_clipfrac": vf_clipfrac.item(),
+                              "critic/vpred_mean": masked_mean(vpreds.detach(), mask).item()})
+        metrics.update(micro_batch_mean(per_micro, info["dp_size"]))
         metrics = all_reduce_dict(metrics)
         metrics["critic/loss"] = metrics["critic/vf_loss"]  # verl logs the critic's whole loss under this name too
         metrics["critic/grad_norm"], stepped = clip_and_step(self.model, self.optimizer, cfg.grad_clip, loss_finite)

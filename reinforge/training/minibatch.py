@@ -40,7 +40,7 @@ from dataclasses import dataclass
 import torch
 
 from reinforge.batch import Batch
-from reinforge.distributed.process_group import all_reduce, full_tensor, world_size
+from reinforge.distributed.process_group import all_reduce, full_tensor, gather_rows, world_size
 
 FORWARD_KEYS = ("input_ids", "attention_mask", "position_ids", "responses")  # what a model forward reads
 
@@ -165,6 +165,17 @@ def run_epochs(batch: Batch, keys: list[str], mini_size: int, epochs: int, shuff
             skipped += not stepped
     means = {key: value / steps for key, value in totals.items()}
     return {**means, f"{role}/optimizer_steps": float(steps), f"{role}/nonfinite_skipped": float(skipped)}
+
+
+def micro_batch_mean(per_micro: list[dict[str, float]], dp_size: int) -> dict[str, float]:
+    """Each metric's unweighted mean over this rank's micro-batches, as verl averages its ratio metrics (clip fractions,
+    ppo_kl, vpred_mean), divided by `dp_size` so that the sum over ranks is the mean over all micro-batches."""
+    return {key: sum(values[key] for values in per_micro) / len(per_micro) / dp_size for key in (per_micro or [{}])[0]}
+
+
+def gathered_rows(parts: list[tuple[torch.Tensor, ...]]) -> list[torch.Tensor]:
+    """Per-micro-batch tuples of row tensors, concatenated field by field, with every rank's rows."""
+    return gather_rows([torch.cat(field) for field in zip(*parts, strict=True)])
 
 
 def backward_if_finite(loss: torch.Tensor) -> bool:

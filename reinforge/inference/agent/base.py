@@ -98,35 +98,35 @@ def message_delta_text(tokenizer, messages: list[dict], tools: list[dict] | None
     follow (Qwen3 drops an empty think block from an earlier turn) is so handled. A template that refuses the stand-in
     (no system role, one tool call at a time) is asked with a plain user/assistant exchange instead."""
     kwargs = {**template_kwargs, **({"tools": tools} if tools else {})}
+    stand_in = [{"role": "system", "content": "s"}, {"role": "user", "content": "u"}]
+    if messages and messages[0]["role"] == "tool":
+        calls = [{"id": f"call_{i}", "type": "function", "function": {"name": "t", "arguments": {}}}
+                 for i, message in enumerate(messages) if message["role"] == "tool"]
+        stand_in.append({"role": "assistant", "content": "", "reasoning_content": "r", "tool_calls": calls})
     try:
-        return _delta_after_stand_in(tokenizer, messages, kwargs)
+        _, added = _rendered_after(tokenizer, stand_in, messages, kwargs)
+        return _after_end_of_turn(tokenizer, tokenizer.apply_chat_template(stand_in[1:2], tokenize=False, **kwargs)) + added
     except Exception:  # noqa: BLE001  (a template's own refusal of the stand-in: jinja, ValueError, KeyError, ...)
         pass
-    base = [{"role": "user", "content": "x"}, {"role": "assistant", "content": "y"}]
+    before, added = _rendered_after(tokenizer, [{"role": "user", "content": "x"}, {"role": "assistant", "content": "y"}],
+                                    messages, kwargs)
+    return _after_end_of_turn(tokenizer, before) + added
+
+
+def _rendered_after(tokenizer, base: list[dict], messages: list[dict], kwargs: dict) -> tuple[str, str]:
+    """(the template's text of `base`, what `messages` and the next generation prompt add after it)."""
     before = tokenizer.apply_chat_template(base, tokenize=False, **kwargs)
     after = tokenizer.apply_chat_template(base + messages, tokenize=False, add_generation_prompt=True, **kwargs)
     if not after.startswith(before):
         raise ValueError("the chat template renders a conversation's earlier messages differently once more are "
                          "added; token-in/token-out needs a prefix-stable rendering of the last assistant turn")
-    eos = tokenizer.eos_token or ""
-    cut = before.rfind(eos) + len(eos) if eos and eos in before else len(before)
-    return after[cut:]
+    return before, after[len(before):]
 
 
-def _delta_after_stand_in(tokenizer, messages: list[dict], kwargs: dict) -> str:
-    base = [{"role": "system", "content": "s"}, {"role": "user", "content": "u"}]
-    if messages and messages[0]["role"] == "tool":
-        calls = [{"id": f"call_{i}", "type": "function", "function": {"name": "t", "arguments": {}}}
-                 for i, message in enumerate(messages) if message["role"] == "tool"]
-        base.append({"role": "assistant", "content": "", "reasoning_content": "r", "tool_calls": calls})
-    before = tokenizer.apply_chat_template(base, tokenize=False, **kwargs)
-    after = tokenizer.apply_chat_template(base + messages, tokenize=False, add_generation_prompt=True, **kwargs)
-    if not after.startswith(before):
-        raise ValueError("not prefix-stable")
-    one_turn = tokenizer.apply_chat_template(base[1:2], tokenize=False, **kwargs)
+def _after_end_of_turn(tokenizer, text: str) -> str:
+    """What `text` has after its last end-of-turn (EOS) token: the separator a template puts after a turn."""
     eos = tokenizer.eos_token or ""
-    separator = one_turn[one_turn.rfind(eos) + len(eos):] if eos and eos in one_turn else ""
-    return separator + after[len(before):]
+    return text[text.rfind(eos) + len(eos):] if eos and eos in text else ""
 
 
 class Conversation:

@@ -9,11 +9,11 @@ as a `user` message. `max_assistant_turns` bounds model turns; `max_user_turns` 
 user replies together (verl counts both as user turns; null or 0: no limit, as verl's falsy check).
 
 Nothing the model writes and nothing a tool or an interaction does stops the batch: a malformed call is dropped (as
-verl's parser drops it; a turn of malformed calls only is a turn without calls) and counted in `tool_errors`, a call
-of an unknown tool is answered with an error message; a tool or interaction method that raises or returns a value of the wrong shape is
-the row's error, counted in `tool_errors` / `interaction_errors`, its first traceback printed once (`FailureReport`).
-A failed `execute` is answered with the error; a failed `calc_reward` scores 0; a failed `generate_response` ends the
-conversation; a failed `calculate_score` scores 0.
+verl's parser drops it; a turn of malformed calls only is a turn without calls) and counted in `tool_errors`; a call
+of an unknown tool is answered in verl's words; a tool or interaction method that raises or returns a value of the
+wrong shape is the row's error, counted in `tool_errors` / `interaction_errors`, its first traceback printed once
+(`FailureReport`). A failed `execute` is answered with the error; a failed `calc_reward` scores 0; a failed
+`generate_response` ends the conversation; a failed `calculate_score` scores 0.
 """
 
 from __future__ import annotations

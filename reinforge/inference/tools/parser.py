@@ -1,9 +1,10 @@
 """Hermes-style tool calls: `<tool_call>{"name": ..., "arguments": {...}}</tool_call>` in the model's text.
 
 `parse_tool_calls(text)` never raises: a call that is not valid JSON, not an object, lacks a
-string `name` or `arguments` (as verl's parser needs both), has non-object `arguments`, or an opening tag without its closing one becomes an
-error message in `items` (in the order written, beside the calls): the agent loop counts them in
-`tool_errors` and, as verl's parser does, runs only the valid calls.
+string `name` or `arguments` (verl's parser needs both), has non-object `arguments`, or an opening
+tag without its closing one becomes an error message in `items` (in the order written, beside the
+calls): the agent loop counts them in `tool_errors` and, as verl's parser does, runs only the
+valid calls.
 """
 
 from __future__ import annotations
