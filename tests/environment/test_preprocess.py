@@ -86,6 +86,44 @@ def test_gsm8k_jsonl_becomes_verl_rows_with_the_number_after_hashes(tmp_path, ca
     assert f"wrote 3 train rows to {tmp_path / 'out' / 'train.parquet'}" in out and "wrote 1 test rows" in out
 
 
+GSM8K_TOOL_SUFFIX = " Let's think step by step and output the final answer after `####`."
+
+
+def test_gsm8k_variants_write_the_rows_of_verls_multiturn_and_sft_scripts(tmp_path, monkeypatch):
+    write_jsonl(tmp_path / "raw" / "train.jsonl", GSM8K_TRAIN + [{"question": "Q?", "answer": "no final answer"}])
+    write_jsonl(tmp_path / "raw" / "test.jsonl", GSM8K_TEST)
+    question, solution = GSM8K_TRAIN[1]["question"], GSM8K_TRAIN[1]["answer"]
+    query = question + GSM8K_TOOL_SUFFIX
+    base = {"split": "train", "index": 1, "answer": solution, "question": question}
+
+    rows = {}
+    for variant in ("multiturn_w_tool", "tool_agent_loop", "multiturn_w_interaction"):
+        assert data("gsm8k", "--variant", variant, "--input", tmp_path / "raw", "--local_dir", tmp_path / variant) == 0
+        rows[variant] = read(tmp_path / variant / "train.parquet")
+        assert len(rows[variant]) == 3  # the row without "#### <number>" is dropped, as for the RL rows
+    tool_row = rows["multiturn_w_tool"][1]
+    assert tool_row["prompt"][0]["role"] == "system" and "use the `calc_gsm8k_reward` tool" in tool_row["prompt"][0]["content"]
+    assert tool_row == {
+        "data_source": "openai/gsm8k", "prompt": [tool_row["prompt"][0], {"role": "user", "content": query}], "ability": "math",
+        "reward_model": {"style": "rule", "ground_truth": "1250"},
+        "extra_info": {**base, "need_tools_kwargs": True, "tools_kwargs": {"calc_gsm8k_reward": {"create_kwargs": {"ground_truth": "1250"}}},
+                       "interaction_kwargs": {"query": query, "ground_truth": "1250"}},
+    }
+    agent_row = rows["tool_agent_loop"][1]
+    assert list(agent_row) == ["data_source", "agent_name", "prompt", "ability", "reward_model", "extra_info"]
+    assert agent_row == {**tool_row, "agent_name": "tool_agent"}
+    chat_row = rows["multiturn_w_interaction"][1]
+    assert "point out your answer is wrong" in chat_row["prompt"][0]["content"] and chat_row["prompt"][1]["content"] == query
+    assert chat_row["extra_info"] == {**base, "interaction_kwargs": {"name": "gsm8k", "query": query, "ground_truth": "1250"}}
+
+    # SFT messages, every row kept (verl's script does not look for the number), in ~/data/gsm8k_sft by default
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    assert data("gsm8k", "--variant", "multiturn_sft", "--input", tmp_path / "raw") == 0
+    sft = read(tmp_path / "home" / "data" / "gsm8k_sft" / "train.parquet")
+    assert len(sft) == 4 and sft[1] == {"messages": [{"role": "user", "content": question + GSM8K_SUFFIX},
+                                                     {"role": "assistant", "content": solution}]}
+
+
 def test_gsm8k_reads_the_hub_parquet_layout_and_only_its_main_config(tmp_path):
     write_parquet(tmp_path / "gsm8k" / "main" / "train-00000-of-00001.parquet", GSM8K_TRAIN)
     write_parquet(tmp_path / "gsm8k" / "main" / "test-00000-of-00001.parquet", GSM8K_TEST)

@@ -9,10 +9,15 @@ agent-loop configs in test_agent_failures.py.
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
+import pyarrow.parquet as pq
 import pytest
 import torch
 
 from reinforge.batch import Batch
+from reinforge.cli import main
 from reinforge.config.schema import MultiTurnConfig
 from reinforge.environment.dataset import collate_prompts
 from reinforge.errors import DataError
@@ -387,3 +392,37 @@ def test_tool_answers_and_replies_are_added_under_a_template_that_rewrites_earli
     assert tool == ("\n<|im_start|>user\n<tool_response>\n5\n</tool_response><|im_end|>\n<|im_start|>user\n<tool_response>\n6\n"
                     "</tool_response><|im_end|>\n<|im_start|>assistant\n")
     assert message_delta_text(tok, [{"role": "user", "content": "again"}]) == "\n<|im_start|>user\nagain<|im_end|>\n<|im_start|>assistant\n"
+
+
+def test_gsm8k_rows_written_for_the_tool_reach_it_under_its_name(tok, tmp_path, capsys):
+    """`reinforge data gsm8k --variant tool_agent_loop` rows with examples/gsm8k_tool_config.yaml: the row's ground
+    truth reaches `calc_gsm8k_reward` (verl's Gsm8kTool: -0.05 for an answer that does not improve, 1.0 once right);
+    under a tool of another name the row's tools_kwargs reach nothing, which is said once."""
+    raw = tmp_path / "raw" / "train.jsonl"
+    raw.parent.mkdir()
+    raw.write_text(json.dumps({"question": "What is 6 times 7?", "answer": "6 * 7 = 42\n#### 42"}) + "\n")
+    assert main(["data", "gsm8k", "--variant", "tool_agent_loop", "--input", str(raw), "--local_dir", str(tmp_path / "out")]) == 0
+    row = pq.read_table(tmp_path / "out" / "train.parquet").to_pylist()[0]
+    assert row["agent_name"] == "tool_agent" and [m["role"] for m in row["prompt"]] == ["system", "user"]
+
+    def rollout(tool_config: str):
+        prompts = prompts_batch(tok, [row["prompt"]], [row["extra_info"]], [row["agent_name"]])
+        calls = [f'<tool_call>{{"name": "calc_gsm8k_reward", "arguments": {{"answer": "{a}"}}}}</tool_call>' for a in ("41", "42")]
+        turns = [tok(text, add_special_tokens=False)["input_ids"] + [2] for text in (*calls, "#### 42")]
+        engine = ScriptedEngine([(prompts["input_ids"][0].tolist(), turns)])
+        config = MultiTurnConfig(enable=True, tool_config_path=tool_config)
+        return AgentRunner(tok, config).generate_sequences(engine, prompts, SamplingParams(max_tokens=400), tok.pad_token_id)
+
+    root = Path(__file__).resolve().parents[2]
+    scores = rollout(str(root / "examples" / "gsm8k_tool_config.yaml"))["reward_scores"][0]
+    assert scores == {"tool_step_reward": -0.05, "tool_reward": 1.0, "tool_rewards": [-0.05, 0.0]}
+    assert "tools_kwargs" not in capsys.readouterr().err
+
+    # the built-in's own name (check_answer): the model's calls are unknown and the ground truth reaches no tool
+    plain = tmp_path / "plain.yaml"
+    plain.write_text("tools:\n  - class_name: gsm8k\n")
+    scores = rollout(str(plain))["reward_scores"][0]
+    assert scores == {"tool_step_reward": 0.0, "tool_reward": 0.0, "tool_rewards": [0.0, 0.0]}
+    err = capsys.readouterr().err
+    assert err.count("tools_kwargs") == 1 and "row extra_info.index=0 has extra_info.tools_kwargs for ['calc_gsm8k_reward'], " \
+        "but the tools configured are ['check_answer']" in err

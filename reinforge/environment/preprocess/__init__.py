@@ -1,6 +1,6 @@
 """`reinforge data <dataset>`: turn a public dataset into verl-schema RL parquet files.
 
-    reinforge data gsm8k     --local_dir ~/data/gsm8k     [--input DIR_OR_FILES ...]
+    reinforge data gsm8k     --local_dir ~/data/gsm8k     [--input DIR_OR_FILES ...] [--variant multiturn_w_tool ...]
     reinforge data math      --local_dir ~/data/math      [--input DIR_OR_FILES ...]
     reinforge data countdown --local_dir ~/data/countdown [--input FILE | --generate ...] [--template base|chat]
 
@@ -12,7 +12,8 @@ original dataset (see `splits.py` for the layouts); without it the hub copy is l
 `datasets` library when it is installed. `--max_train`/`--max_test` keep the first N rows of a
 split. verl's own option names `--local_save_dir` and `--local_dataset_path` are accepted too.
 
-The gsm8k and math modules are imported only when their command runs, so `reinforge --help` stays fast.
+The math module is imported only when its command runs (its scorer pulls in torch), so `reinforge --help` stays
+fast. `reinforge data gsm8k --variant` writes the forms of verl's multi-turn and SFT GSM8K scripts (`gsm8k.py`).
 """
 
 from __future__ import annotations
@@ -20,7 +21,8 @@ from __future__ import annotations
 import argparse
 import importlib
 
-from reinforge.environment.preprocess import countdown
+from reinforge.environment.preprocess import countdown, gsm8k
+from reinforge.environment.preprocess.gsm8k import VARIANTS as GSM8K_VARIANTS
 from reinforge.errors import ConfigError, add_debug_argument
 
 DATASETS = {
@@ -48,13 +50,19 @@ def add_data_arguments(data: argparse.ArgumentParser) -> None:
     for name, summary in DATASETS.items():
         parser = datasets.add_parser(name, help=summary, description=f"Write verl-schema train/test parquet files of {summary}.")
         parser.add_argument("--local_dir", "--local_save_dir", dest="local_dir", default=f"~/data/{name}", metavar="DIR",
-                            help="output folder for train.parquet and test.parquet (default: %(default)s)")
+                            help="output folder for train.parquet and test.parquet (default: ~/data/" + name +
+                                 ("; ~/data/gsm8k_sft for --variant multiturn_sft" if name == "gsm8k" else "") + ")")
         parser.add_argument("--input", "--local_dataset_path", dest="input", nargs="+", metavar="PATH",
                             help="a local copy of the original dataset: files or folders, split by the word train or "
                                  "test in their names (default: load from the hub with the `datasets` library)")
         parser.add_argument("--max_train", type=_count, metavar="N", help="keep only the first N train rows")
         parser.add_argument("--max_test", type=_count, metavar="N", help="keep only the first N test rows (0: no test file)")
         add_debug_argument(parser)
+    gsm8k = datasets.choices["gsm8k"]
+    gsm8k.set_defaults(local_dir=None)
+    gsm8k.add_argument("--variant", default="gsm8k", choices=GSM8K_VARIANTS,
+                       help="the form of verl's script of that name: " + "; ".join(
+                           f"{name}: {what}" for name, (what, _) in GSM8K_VARIANTS.items()) + " (default: %(default)s)")
     options = datasets.choices["countdown"]
     options.add_argument("--template", default="base", choices=countdown.TEMPLATES,
                          help="base: TinyZero's base-model prompt; chat: the user's request only (default: %(default)s)")
@@ -78,7 +86,9 @@ def run_data_command(args: argparse.Namespace) -> int:
                               "or drop them to read a copy of the dataset.")
         countdown.preprocess(args.local_dir, args.input, args.generate, args.template, args.num_train, args.num_test,
                              args.seed, args.min_numbers, args.max_numbers, args.max_target, args.max_train, args.max_test)
-    else:  # gsm8k, math: imported here, as the MATH scorer pulls in the reward package (and torch)
+    elif args.dataset == "gsm8k":
+        gsm8k.preprocess(args.input, args.local_dir, args.max_train, args.max_test, args.variant)
+    else:  # math: imported here, as the MATH scorer pulls in the reward package (and torch)
         module = importlib.import_module(f"{__name__}.{args.dataset}")
         module.preprocess(args.input, args.local_dir, args.max_train, args.max_test)
     return 0

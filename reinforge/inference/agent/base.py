@@ -50,6 +50,12 @@ class FailureReport:
                   else "".join(traceback.format_exception(type(error), error, error.__traceback__)))
         print(f"reinforge: {what}. Later {kind} failures are only counted in the metric {kind}_errors.\n{detail}", file=sys.stderr)
 
+    def notice(self, kind: str, message: str) -> None:
+        """Print `message` the first time a `kind` of doubtful input is seen (not a failure: nothing is counted)."""
+        if kind not in self.printed:
+            self.printed.add(kind)
+            print(f"reinforge: {message}", file=sys.stderr)
+
 
 @dataclass
 class AgentContext:

@@ -134,6 +134,7 @@ class ToolAgentLoop(AgentLoopBase):
         ctx, cfg = self.ctx, self.ctx.multi_turn
         schemas = [plain_schema(tool.get_openai_tool_schema()) for tool in ctx.tools.values()] or None
         row.prompt_ids = self._prompt_with_tools(row, schemas)
+        self._check_tools_kwargs(row)
         conv = Conversation(ctx, row)
         tools = _ToolState()
         user = await self._start_interaction(row)
@@ -209,6 +210,16 @@ class ToolAgentLoop(AgentLoopBase):
         user = _RowInteraction(self.ctx.interactions[name], name, row, self.ctx.report, kwargs)
         await user.start()
         return user
+
+    def _check_tools_kwargs(self, row: AgentRow) -> None:
+        """Say once per run when a row's extra_info.tools_kwargs names tools that are not configured: their create_kwargs
+        (a ground truth, say) reach no tool, which verl passes over in silence."""
+        unknown = sorted(set(row.extra_info.get("tools_kwargs") or {}) - set(self.ctx.tools))
+        if unknown:
+            configured = f"the tools configured are {sorted(self.ctx.tools)}" if self.ctx.tools else "no tools are configured"
+            self.ctx.report.notice("tools_kwargs", (
+                f"{_row_name(row)} has extra_info.tools_kwargs for {unknown}, but {configured} (the tool_schema's "
+                f"function.name in {self.ctx.multi_turn.tool_config_path}); those kwargs reach no tool (said once per run)."))
 
     async def _call_tools(self, parsed, row: AgentRow, tools: _ToolState) -> list[str]:
         """The answers to a turn's calls, in the order written: the first max_parallel_calls valid calls run
