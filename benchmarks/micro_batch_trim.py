@@ -8,11 +8,12 @@ columns the forwards compute (the sum over micro-batches of rows x columns kept;
 are proportional to it, up to attention's quadratic part) and the median process CPU time of one
 update (forward, backward, SGD at lr 0 so every update starts from the same weights) and of one
 log-prob pass, the variants run in turn, `--repeats` rounds, the order rotated each round.
-"Untrimmed" is the path before trimming: every micro-batch forwards every column. "Sorted" hands
+"Untrimmed" is the path before trimming: every micro-batch forwards every column. "Packed" lays each
+micro-batch's sequences end to end without padding (`use_remove_padding`, training/packing.py). "Sorted" hands
 the update its rows ordered by length (not something reinforge does: it shows what micro-batches
 of similar lengths would save, the gradient being the same in any order).
 
-    python benchmarks/micro_batch_trim.py [--lengths uniform|skewed] [--repeats 5] [--threads 1]
+    python benchmarks/micro_batch_trim.py [--lengths uniform|skewed] [--repeats 5] [--threads 1] [--only packed,...]
 """
 
 from __future__ import annotations
@@ -25,14 +26,18 @@ import time
 import torch
 
 ROWS, PROMPT, RESPONSE = 64, 32, 64
-VARIANTS = {  # name: (trim, ppo_micro_batch_size_per_gpu, ppo_max_token_len_per_gpu, rows sorted by length first)
-    "untrimmed, micro 64": (False, None, None, False),
-    "trimmed, micro 64": (True, None, None, False),
-    "untrimmed, micro 8": (False, 8, None, False),
-    "trimmed, micro 8": (True, 8, None, False),
-    "dynamic 1024 tok": (True, None, 1024, False),
-    "dynamic 2048 tok": (True, None, 2048, False),
-    "trimmed, micro 8, sorted": (True, 8, None, True),
+VARIANTS = {  # name: (trim, ppo_micro_batch_size_per_gpu, ppo_max_token_len_per_gpu, rows sorted by length first,
+    #                  packed without padding: use_remove_padding)
+    "untrimmed, micro 64": (False, None, None, False, False),
+    "trimmed, micro 64": (True, None, None, False, False),
+    "untrimmed, micro 8": (False, 8, None, False, False),
+    "trimmed, micro 8": (True, 8, None, False, False),
+    "dynamic 1024 tok": (True, None, 1024, False, False),
+    "dynamic 2048 tok": (True, None, 2048, False, False),
+    "trimmed, micro 8, sorted": (True, 8, None, True, False),
+    "packed, micro 64": (True, None, None, False, True),
+    "packed, micro 8": (True, 8, None, False, True),
+    "packed, dynamic 2048 tok": (True, None, 2048, False, True),
 }
 
 
@@ -57,14 +62,18 @@ def synthetic_batch(vocab: int, lengths: str, seed: int = 0):
     })
 
 
-def token_columns(batch, size: int | None, max_tokens: int | None, trim: bool) -> int:
-    """Sum over the micro-batches of rows x columns forwarded."""
+def token_columns(batch, size: int | None, max_tokens: int | None, trim: bool, pack: bool, pair: float) -> int:
+    """Sum over the micro-batches of rows x columns forwarded (packed rows x their length when packed)."""
     from reinforge.training.minibatch import micro_batch_rows, trim_padding
+    from reinforge.training.packing import plan_packing
 
     total = 0
     for rows in micro_batch_rows(batch, size, max_tokens):
         micro = batch.index(rows)
-        total += len(rows) * (trim_padding(micro).batch["input_ids"].shape[1] if trim else micro["input_ids"].shape[1])
+        trimmed = trim_padding(micro).batch
+        packing = plan_packing(trimmed, pair) if pack else None
+        total += packing.input_ids.numel() if packing is not None else \
+            len(rows) * (trimmed["input_ids"].shape[1] if trim else micro["input_ids"].shape[1])
     return total
 
 
@@ -78,7 +87,8 @@ def by_length(batch):
     return batch.index(batch["attention_mask"].sum(-1).argsort())
 
 
-def timed_update(base, batch, trim: bool, size: int | None, max_tokens: int | None, sort: bool) -> tuple[float, float]:
+def timed_update(base, batch, trim: bool, size: int | None, max_tokens: int | None, sort: bool,
+                 pack: bool) -> tuple[float, float]:
     """CPU seconds of one actor update and of one log-prob pass."""
     batch = by_length(batch) if sort else batch
     from reinforge.config.schema import ActorConfig
@@ -88,7 +98,7 @@ def timed_update(base, batch, trim: bool, size: int | None, max_tokens: int | No
     model = copy.deepcopy(base).train()
     config = ActorConfig(ppo_mini_batch_size=ROWS, ppo_micro_batch_size_per_gpu=size, use_dynamic_bsz=max_tokens is not None,
                          ppo_max_token_len_per_gpu=max_tokens or 1, clip_ratio_low=0.2, clip_ratio_high=0.2)
-    actor = actor_module.Actor(model, config, torch.optim.SGD(model.parameters(), lr=0.0))
+    actor = actor_module.Actor(model, config, torch.optim.SGD(model.parameters(), lr=0.0), pack=pack)
     saved = actor_module.trim_padding, minibatch.trim_padding
     if not trim:
         actor_module.trim_padding = minibatch.trim_padding = no_trim
@@ -108,6 +118,7 @@ def main() -> None:
     parser.add_argument("--lengths", choices=("uniform", "skewed"), default="uniform")
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--only", help="comma-separated words: run only the variants whose names hold one of them")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     from grpo_step_vs_trl import prepare  # the benchmark's small model
@@ -119,20 +130,25 @@ def main() -> None:
     real = int(batch["attention_mask"].sum())
     print(f"{ROWS} rows, {real} real tokens of {ROWS * (PROMPT + RESPONSE)} columns, "
           f"response lengths mean {batch['response_mask'].sum(-1).float().mean():.1f} of {RESPONSE} ({args.lengths})")
-    times = {name: ([], []) for name in VARIANTS}
-    names = list(VARIANTS)
+    variants = {name: v for name, v in VARIANTS.items()
+                if not args.only or any(word in name for word in args.only.split(","))}
+    times = {name: ([], []) for name in variants}
+    names = list(variants)
     timed_update(base, batch, *VARIANTS[names[0]])  # warm-up
     for round_ in range(args.repeats):
         for name in names[round_ % len(names):] + names[:round_ % len(names)]:
-            update, forward = timed_update(base, batch, *VARIANTS[name])
+            update, forward = timed_update(base, batch, *variants[name])
             times[name][0].append(update)
             times[name][1].append(forward)
-    baseline = token_columns(batch, None, None, trim=False)
+    from reinforge.training.packing import pair_cost
+
+    pair = pair_cost(base.config)
+    baseline = token_columns(batch, None, None, False, False, pair)
     print(f"{'variant':<26}{'micro-batches':>14}{'token columns':>15}{'update CPU s':>14}{'log-prob CPU s':>16}")
     from reinforge.training.minibatch import micro_batch_rows
 
-    for name, (trim, size, max_tokens, sort) in VARIANTS.items():
-        columns = token_columns(by_length(batch) if sort else batch, size, max_tokens, trim)
+    for name, (trim, size, max_tokens, sort, pack) in variants.items():
+        columns = token_columns(by_length(batch) if sort else batch, size, max_tokens, trim, pack, pair)
         print(f"{name:<26}{len(micro_batch_rows(batch, size, max_tokens)):>14}{columns:>9} ({columns / baseline:.2f})"
               f"{statistics.median(times[name][0]):>14.3f}{statistics.median(times[name][1]):>16.3f}")
 

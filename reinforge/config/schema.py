@@ -43,7 +43,9 @@ class ModelConfig(Node):
                                           "in the actor's and the reference's forward passes, the same numbers for less work "
                                           "(training/shared_prefix.py; also with enable_gradient_checkpointing). Models with "
                                           "sliding-window attention layers keep the plain forward. false: every row computes its prompt.")
-    use_remove_padding: bool = _f(False, "verl: pack sequences without padding (needs varlen attention). Accepted; padded micro-batches, trimmed to the columns their rows use, in this version.")
+    use_remove_padding: bool = _f(True, "Pack each micro-batch's sequences end to end without padding where that costs less than padded rows "
+                                        "(verl 0.9's default true; training/packing.py), for the actor's and the reference's forwards: the same "
+                                        "numbers for less work when lengths vary. false: padded micro-batches, trimmed to the columns their rows use.")
     override_config: dict = _f({}, "Values that override the model's config.json (e.g. attention_dropout).")
     external_lib: str | None = _f(None, "A module to import before loading the model (registers custom architectures).")
     use_shm: bool = _f(False, "Accepted for verl compatibility (copy the model to shared memory); no effect here.")
@@ -143,8 +145,8 @@ class ActorConfig(Node):
     entropy_checkpointing: bool = _f(False, "Accepted for verl compatibility (recompute the entropy in the backward pass); "
                                             "no effect here.")
     use_fused_kernels: bool = _f(False, "Accepted for verl compatibility (verl's copy of model.use_fused_kernels); no effect here.")
-    use_remove_padding: bool = _f(False, "Accepted for verl compatibility (verl's copy of model.use_remove_padding); padded "
-                                         "micro-batches in this version.")
+    use_remove_padding: bool = _f(True, "Accepted for verl compatibility: verl's copy of actor_rollout_ref.model.use_remove_padding, "
+                                        "which decides here.")
     calculate_sum_pi_squared: bool = _f(False, "Add sum_pi_squared (the sum of squared token probabilities at each response "
                                                "position) to the batch in the old-log-prob pass, which then always runs. An "
                                                "estimator that names sum_pi_squared (optimal_token_baseline) gets it without this.")
@@ -240,7 +242,8 @@ class RewardModelModelConfig(Node):
     external_lib: str | None = _f(None, "A module to import before loading the reward model (registers custom architectures).")
     trust_remote_code: bool = _f(False, "Allow model and tokenizer code from the reward model's folder.")
     override_config: dict = _f({}, "Values that override the reward model's config.json (e.g. pad_token_id).")
-    use_remove_padding: bool = _f(False, "verl: pack sequences without padding (needs varlen attention). Accepted; padded micro-batches, trimmed to the columns their rows use, in this version.")
+    use_remove_padding: bool = _f(False, "Accepted for verl compatibility; the reward model scores padded micro-batches, trimmed to the "
+                                         "columns their rows use, in this version.")
     use_shm: bool = _f(False, "Accepted for verl compatibility (copy the model to shared memory); no effect here.")
     use_fused_kernels: bool = _f(False, "Accepted for verl compatibility (fused kernels); no effect here.")
     fsdp_config: FSDPConfig = _sub(FSDPConfig, "FSDP settings of the reward model (model_dtype acts in one process).")
@@ -337,7 +340,8 @@ class CriticModelConfig(Node):
     trust_remote_code: bool = _f(False, "Allow model code from the value model's folder.")
     enable_gradient_checkpointing: bool = _f(True, "Recompute activations in the critic's backward pass to save memory.")
     enable_activation_offload: bool = _f(False, "Accepted for verl compatibility (offload activations to the CPU); no effect here.")
-    use_remove_padding: bool = _f(False, "verl: pack sequences without padding (needs varlen attention). Accepted; padded micro-batches, trimmed to the columns their rows use, in this version.")
+    use_remove_padding: bool = _f(True, "Pack each micro-batch's sequences end to end without padding where that costs less (verl 0.9's default "
+                                        "true; training/packing.py): the same values. false: padded micro-batches, trimmed to the columns their rows use.")
     use_shm: bool = _f(False, "Accepted for verl compatibility (copy the model to shared memory); no effect here.")
     lora_rank: int = _f(0, "LoRA: > 0 trains rank-r adapters on the value model's target_modules and its value head, "
                         "instead of every weight (peft, extra reinforge[lora]). 0: full fine-tuning.")

@@ -112,7 +112,9 @@ class SFTFSDPConfig(Node):
 class SFTModelConfig(Node):
     partial_pretrain: str | None = _f(None, "Folder (or hub id) of the Hugging Face causal LM to fine-tune.")
     path: str | None = _f(None, "verl 0.9's name of partial_pretrain (the same setting).")
-    use_remove_padding: bool = _f(False, "verl 0.9's place of the top-level use_remove_padding: without effect here.")
+    use_remove_padding: bool = _f(True, "verl 0.9's place of the top-level use_remove_padding (default true there too): pack each "
+                                        "micro-batch's rows end to end without padding where that costs less (training/packing.py); "
+                                        "false here or at the top level: padded micro-batches.")
     custom_chat_template: str | None = _f(None, "verl 0.9's place of data.chat_template (the same setting).")
     enable_activation_offload: bool = _f(False, NO_EFFECT)
     use_fused_kernels: bool = _f(False, NO_EFFECT)
@@ -189,8 +191,9 @@ class SFTConfig(Node):
     model: SFTModelConfig = _sub(SFTModelConfig, "The model to fine-tune.")
     optim: SFTOptimConfig = _sub(SFTOptimConfig, "Optimizer and learning-rate schedule.")
     ulysses_sequence_parallel_size: int = _f(1, SP_DOC)
-    use_remove_padding: bool = _f(False, "verl: pack sequences without padding. Micro-batches here are padded to their "
-                                         "longest row only, not to max_length.")
+    use_remove_padding: bool = _f(True, "Pack each micro-batch's rows end to end without padding where that costs less "
+                                        "(model.use_remove_padding, verl 0.9's place, must be true too). false: micro-batches "
+                                        "padded to their longest row, not to max_length.")
     trainer: SFTTrainerConfig = _sub(SFTTrainerConfig, "The loop, checkpoints and logging.")
     engine: dict = _f({}, "verl 0.9's training engine settings: strategy, model_dtype, param_offload, reshard_after_forward, "
                           "wrap_policy and ulysses_sequence_parallel_size are model.strategy, model.fsdp_config.* and "
@@ -362,7 +365,7 @@ def finalize_sft(config: SFTConfig, ranks: int, user_keys: list[str] | tuple = (
                      "on all ranks and micro-batches")
     if model.use_liger or model.use_shm or data.use_shm:
         notes.append("model.use_liger / model.use_shm / data.use_shm have no effect here")
-    inert = [key for key in ("data.num_workers", "model.use_remove_padding", "model.enable_activation_offload",
+    inert = [key for key in ("data.num_workers", "model.enable_activation_offload",
                              "model.use_fused_kernels", "model.fused_kernel_options", "model.tiled_mlp", "profiler",
                              "trainer.balance_batch", "trainer.profile_interval") if given(key)]
     if inert:

@@ -75,7 +75,8 @@ class SFTTrainer:
         from reinforge.training.actor import response_log_probs  # with transformers' model code: imported once a run trains
 
         trimmed = trim_padding(micro.to(self.device))
-        log_probs, _ = response_log_probs(self.model, trimmed.batch, temperature=1.0)
+        pack = self.config.use_remove_padding and self.config.model.use_remove_padding
+        log_probs, _ = response_log_probs(self.model, trimmed.batch, temperature=1.0, pack=pack)
         mask = micro["response_mask"][:, :log_probs.shape[1]].to(log_probs.device, log_probs.dtype)
         return -(log_probs * mask).sum(), mask.sum()
 

@@ -59,40 +59,50 @@ from reinforge.training.minibatch import (
     run_epochs,
     trim_padding,
 )
+from reinforge.training.packing import ResponseLogits, packed_logits, packing_for
 from reinforge.training.shared_prefix import shared_prompt_logits
 
 
-def response_logits(model: torch.nn.Module, batch: Batch, share_prompt: bool = True) -> torch.Tensor:
-    """Logits that predict each response token, (batch, response_len, vocab).
+def response_logits(model: torch.nn.Module, batch: Batch, share_prompt: bool = True, pack: bool = False) -> ResponseLogits:
+    """Logits that predict each response token: (batch, response_len, vocab), or packed (1, tokens, vocab) with `pack`
+    (model.use_remove_padding) where packing saves rows (`packing.py`; `ResponseLogits.unpack` gives per-token
+    results at (batch, response_len)).
 
     With `share_prompt` (actor_rollout_ref.model.share_prompt_forward), a prompt that repeats in the batch is
-    computed once (`shared_prefix.py`; the same numbers) where it repeats and the model allows it."""
+    computed once (`shared_prefix.py`; the same numbers) where it repeats and the model allows it, unless the packed
+    forward runs fewer tokens."""
     width = batch["responses"].shape[1]
+    packing = packing_for(model, batch, pack)
     if share_prompt:
-        shared = shared_prompt_logits(model, batch["input_ids"], batch["attention_mask"], batch["position_ids"], width)
+        shared = shared_prompt_logits(model, batch["input_ids"], batch["attention_mask"], batch["position_ids"], width,
+                                      cheaper_than=None if packing is None else packing.cost)
         if shared is not None:
-            return shared
+            return ResponseLogits(shared, batch["responses"])
+    if packing is not None:
+        return packed_logits(model, batch, packing)
     length = batch["input_ids"].shape[1]
     keep = torch.arange(length - width - 1, length - 1, device=batch["input_ids"].device)  # position t predicts token t + 1
     out = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
                 position_ids=batch["position_ids"], use_cache=False, logits_to_keep=keep)
-    return out.logits
+    return ResponseLogits(out.logits, batch["responses"])
 
 
 def response_log_probs(model: torch.nn.Module, batch: Batch, temperature: float, with_entropy: bool = False,
-                       share_prompt: bool = True) -> tuple[torch.Tensor, torch.Tensor | None]:
+                       share_prompt: bool = True, pack: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Log-prob (and entropy) of each response token, (batch, response_len), under logits / temperature."""
-    return log_probs_from_logits(response_logits(model, batch, share_prompt), batch["responses"], temperature, with_entropy)
+    out = response_logits(model, batch, share_prompt, pack)
+    return tuple(map(out.unpack, log_probs_from_logits(out.logits, out.tokens, temperature, with_entropy)))
 
 
 class Actor:
     def __init__(self, model: torch.nn.Module, config: ActorConfig, optimizer: torch.optim.Optimizer | None = None,
                  ref_model: torch.nn.Module | None = None, rollout_correction: RolloutCorrectionConfig | None = None,
-                 device: str | None = None, share_prompt: bool = True):
+                 device: str | None = None, share_prompt: bool = True, pack: bool = False):
         """`device`: where inputs go; by default the parameters' (FSDP's CPU offload keeps them on the CPU).
-        `share_prompt`: compute a prompt that repeats in a micro-batch once (actor_rollout_ref.model.share_prompt_forward)."""
+        `share_prompt`: compute a prompt that repeats in a micro-batch once (actor_rollout_ref.model.share_prompt_forward);
+        `pack`: pack micro-batches without padding (actor_rollout_ref.model.use_remove_padding)."""
         self.model, self.config, self.optimizer, self.ref_model = model, config, optimizer, ref_model
-        self.share_prompt = share_prompt
+        self.share_prompt, self.pack = share_prompt, pack
         self.rollout_correction = rollout_correction  # algorithm.rollout_correction; its bypass_mode changes the loss
         self.device = torch.device(device) if device else next(model.parameters()).device
 
@@ -104,7 +114,7 @@ class Actor:
         with eval_mode(self.model):
             return forward_in_micro_batches(batch, micro_batch_size, max_tokens, self.device,
                                             lambda micro: response_log_probs(self.model, micro, temperature, with_entropy,
-                                                                               self.share_prompt))
+                                                                               self.share_prompt, self.pack))
 
     @torch.no_grad()
     def compute_log_prob_and_sum_pi_squared(self, batch: Batch, temperature: float, micro_batch_size: int | None,
@@ -113,9 +123,9 @@ class Actor:
         """Log-probs, entropy and the sum of squared probabilities over the vocabulary at each response position, from
         one forward."""
         def forward(micro: Batch) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-            logits = response_logits(self.model, micro, self.share_prompt)
-            log_probs, entropy = log_probs_from_logits(logits, micro["responses"], temperature)
-            return log_probs, entropy, sum_pi_squared_from_logits(logits, temperature)
+            out = response_logits(self.model, micro, self.share_prompt, self.pack)
+            log_probs, entropy = log_probs_from_logits(out.logits, out.tokens, temperature)
+            return tuple(map(out.unpack, (log_probs, entropy, sum_pi_squared_from_logits(out.logits, temperature))))
 
         with eval_mode(self.model):
             return forward_in_micro_batches(batch, micro_batch_size, max_tokens, self.device, forward)
@@ -126,9 +136,10 @@ class Actor:
                                          max_tokens: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """The reference's log-probs and the exact per-token KL(this policy || reference), from one forward of each."""
         def forward(micro: Batch) -> tuple[torch.Tensor, torch.Tensor]:
-            ref_logits = response_logits(ref_model, micro, self.share_prompt)
-            log_probs, _ = log_probs_from_logits(ref_logits, micro["responses"], temperature, with_entropy=False)
-            return log_probs, full_kl_from_logits(response_logits(self.model, micro, self.share_prompt), ref_logits, temperature)
+            ref = response_logits(ref_model, micro, self.share_prompt, self.pack)
+            log_probs, _ = log_probs_from_logits(ref.logits, ref.tokens, temperature, with_entropy=False)
+            own = self._same_layout(response_logits(self.model, micro, self.share_prompt, self.pack), ref)
+            return ref.unpack(log_probs), ref.unpack(full_kl_from_logits(own, ref.logits, temperature))
 
         with eval_mode(self.model):
             return forward_in_micro_batches(batch, micro_batch_size, max_tokens, self.device, forward)
@@ -168,8 +179,8 @@ class Actor:
             micro = mini.index(rows).to(self.device)
             mask = micro["response_mask"].float()
             trimmed = trim_padding(micro)
-            logits = response_logits(self.model, trimmed.batch, self.share_prompt)  # (rows, kept response columns, vocab)
-            log_prob, entropy = map(trimmed.widen, log_probs_from_logits(logits, trimmed.batch["responses"], temperature))
+            out = response_logits(self.model, trimmed.batch, self.share_prompt, self.pack)  # rows x kept response columns
+            log_prob, entropy = (trimmed.widen(out.unpack(v)) for v in log_probs_from_logits(out.logits, out.tokens, temperature))
             old_log_prob = log_prob.detach() if on_policy else micro["old_log_probs"]
             if on_policy and "rollout_log_probs" in micro:
                 measured.append((old_log_prob.cpu(), micro["rollout_log_probs"].cpu(), mask.cpu()))
@@ -180,7 +191,7 @@ class Actor:
                 loss = loss - cfg.entropy_coeff * entropy_term
                 add("actor/entropy_loss", entropy_term.item() / info["dp_size"])
             if cfg.use_kl_loss:
-                kl_term = agg_loss(self._kl(micro, trimmed, logits, log_prob, temperature), mask, cfg.loss_agg_mode, **info)
+                kl_term = agg_loss(self._kl(micro, trimmed, out, log_prob, temperature), mask, cfg.loss_agg_mode, **info)
                 loss = loss + cfg.kl_loss_coef * kl_term
                 add("actor/kl_loss", kl_term.item() / info["dp_size"])
             loss_finite &= backward_if_finite(loss)
@@ -213,11 +224,21 @@ class Actor:
             response_mask=mask, loss_agg_mode=cfg.loss_agg_mode, config=cfg, rollout_is_weights=micro.get("rollout_is_weights"),
         )
 
-    def _kl(self, micro: Batch, trimmed: Trimmed, logits: torch.Tensor, log_prob: torch.Tensor,
+    def _kl(self, micro: Batch, trimmed: Trimmed, out: ResponseLogits, log_prob: torch.Tensor,
             temperature: float) -> torch.Tensor:
         """Per-token KL(actor || reference) of the kind `kl_loss_type` names, at full response width."""
         if self.config.kl_loss_type != "full":
             return kl_penalty(log_prob, micro["ref_log_prob"], self.config.kl_loss_type)
         with torch.no_grad():
-            ref_logits = response_logits(self.ref_model, trimmed.batch, self.share_prompt)
-        return trimmed.widen(full_kl_from_logits(logits, ref_logits, temperature))
+            ref_logits = self._same_layout(response_logits(self.ref_model, trimmed.batch, self.share_prompt, self.pack), out)
+        return trimmed.widen(out.unpack(full_kl_from_logits(out.logits, ref_logits, temperature)))
+
+    @staticmethod
+    def _same_layout(out: ResponseLogits, like: ResponseLogits) -> torch.Tensor:
+        """`out`'s logits laid out as `like`'s (packed or padded: the two models may have taken different forwards)."""
+        if (out.packing is None) == (like.packing is None):
+            return out.logits
+        if like.packing is None:  # packed -> padded
+            p = out.packing
+            return out.logits.new_zeros((*p.shape, out.logits.shape[-1])).index_put((p.rows, p.cols), out.logits[0])
+        return out.logits[like.packing.rows, like.packing.cols][None]  # padded -> packed

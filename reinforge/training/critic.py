@@ -29,10 +29,15 @@ from reinforge.training.minibatch import (
     run_epochs,
     trim_padding,
 )
+from reinforge.training.packing import packed_values, packing_for
 
 
-def response_values(model: torch.nn.Module, batch: Batch) -> torch.Tensor:
-    """The value of the state before each response token, (batch, response_len), fp32."""
+def response_values(model: torch.nn.Module, batch: Batch, pack: bool = False) -> torch.Tensor:
+    """The value of the state before each response token, (batch, response_len), fp32; with `pack`
+    (critic.model.use_remove_padding) from a forward without padding where that saves rows (`packing.py`)."""
+    packing = packing_for(model, batch, pack)
+    if packing is not None:
+        return packed_values(model, packing)
     width = batch["responses"].shape[1]
     out = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
                 position_ids=batch["position_ids"], use_cache=False)
@@ -44,6 +49,7 @@ class Critic:
                  device: str | None = None):
         """`device`: where inputs go; by default the parameters' (FSDP's CPU offload keeps them on the CPU)."""
         self.model, self.config, self.optimizer = model, config, optimizer
+        self.pack = config.model.use_remove_padding
         self.device = torch.device(device) if device else next(model.parameters()).device
 
     @torch.no_grad()
@@ -53,7 +59,7 @@ class Critic:
         max_tokens = cfg.forward_max_token_len_per_gpu if cfg.use_dynamic_bsz else None
         with eval_mode(self.model):
             values, = forward_in_micro_batches(batch, cfg.forward_micro_batch_size_per_gpu, max_tokens, self.device,
-                                               lambda micro: (response_values(self.model, micro),))
+                                               lambda micro: (response_values(self.model, micro, self.pack),))
         return values * batch["response_mask"]
 
     def update_critic(self, batch: Batch, rollout_n: int) -> dict[str, float]:
@@ -76,7 +82,7 @@ class Critic:
             micro = mini.index(rows).to(self.device)
             mask = micro["response_mask"].float()
             trimmed = trim_padding(micro)
-            vpreds = trimmed.widen(response_values(self.model, trimmed.batch))
+            vpreds = trimmed.widen(response_values(self.model, trimmed.batch, self.pack))
             vf_loss, vf_clipfrac = compute_value_loss(vpreds, micro["returns"], micro["values"], mask, cfg.cliprange_value,
                                                       cfg.loss_agg_mode, **info)
             loss_finite &= backward_if_finite(vf_loss)

@@ -153,6 +153,9 @@ class WithoutAdapters(torch.nn.Module):
         with adapters_disabled(self.policy):
             return self.policy(*args, **kwargs)
 
+    def get_output_embeddings(self) -> torch.nn.Module | None:
+        return self.policy.get_output_embeddings()  # the vocabulary head, which a packed forward runs on fewer positions
+
 
 def lora_scaling(model: torch.nn.Module) -> dict[str, float]:
     """The scale alpha / r of each adapted layer, by its name in `model`."""

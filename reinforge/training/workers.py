@@ -97,7 +97,8 @@ class ActorRolloutRefWorker:
             optimizer = make_optimizer(model.parameters(), cfg.actor.optim)
             self.scheduler = make_scheduler(optimizer, cfg.actor.optim, total_training_steps)
             self.actor = Actor(model, cfg.actor, optimizer, rollout_correction=self.config.algorithm.rollout_correction,
-                               device=self.device, share_prompt=cfg.model.share_prompt_forward)
+                               device=self.device, share_prompt=cfg.model.share_prompt_forward,
+                               pack=cfg.model.use_remove_padding)
             self.agents = None
             if cfg.rollout.multi_turn.enable:  # imported here: single-turn runs never load the agent machinery
                 from reinforge.inference.agent import AgentRunner
@@ -107,11 +108,11 @@ class ActorRolloutRefWorker:
                                           data.max_prompt_length, data.truncation)
         if self.has_ref and self.has_actor and lora_enabled(cfg.model):  # verl's ref-in-actor: the policy, adapters off
             self.ref = Actor(WithoutAdapters(self.actor.model), cfg.actor, device=self.device,
-                             share_prompt=cfg.model.share_prompt_forward)
+                             share_prompt=cfg.model.share_prompt_forward, pack=cfg.model.use_remove_padding)
         elif self.has_ref:
             ref = load_causal_lm(self.config, self.device, trainable=False, dtype=cfg.ref.fsdp_config.model_dtype)
             self.ref = Actor(shard_model(ref, cfg.ref.fsdp_config, self.device), cfg.actor, device=self.device,
-                             share_prompt=cfg.model.share_prompt_forward)
+                             share_prompt=cfg.model.share_prompt_forward, pack=cfg.model.use_remove_padding)
         if self.has_ref and self.has_actor and cfg.actor.kl_loss_type == "full":
             self.actor.ref_model = self.ref.model  # the exact KL needs the reference's whole distribution
 

@@ -53,7 +53,7 @@ def test_the_worker_computes_sum_pi_squared_from_its_own_logits(small_run, tmp_p
     batch = worker.generate_sequences(prompts)
     out = worker.compute_log_prob(batch)
     with torch.no_grad():
-        probs = torch.softmax(response_logits(worker.actor.model, batch, share_prompt=False).double() / 0.7, -1)
+        probs = torch.softmax(response_logits(worker.actor.model, batch, share_prompt=False).logits.double() / 0.7, -1)
     mask = batch["response_mask"].bool()
     expected = probs.square().sum(-1)
     picked = probs.gather(-1, batch["responses"].unsqueeze(-1)).squeeze(-1)

@@ -101,9 +101,9 @@ def test_reference_log_probs_and_full_kl_equal_the_whole_batch_forward(model):
         for p in ref.parameters():
             p.add_(torch.randn_like(p) * 0.01)
         attends = batch["attention_mask"][:, PROMPT:].bool()
-        ref_logits = response_logits(ref, batch)
+        ref_logits = response_logits(ref, batch).logits
         want_lp = log_probs_from_logits(ref_logits, batch["responses"], 0.7)[0] * attends
-        want_kl = full_kl_from_logits(response_logits(model, batch), ref_logits, 0.7) * attends
+        want_kl = full_kl_from_logits(response_logits(model, batch).logits, ref_logits, 0.7) * attends
     assert want_kl[attends].abs().min() > 0
     for size, budget in ((2, None), (None, 12)):
         log_probs, kl = Actor(model, ActorConfig()).compute_ref_log_prob_and_full_kl(batch, ref, 0.7, size, budget)

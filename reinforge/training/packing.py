@@ -1,0 +1,218 @@
+"""Packed forwards without padding (verl's `use_remove_padding`): a micro-batch's sequences laid end to end.
+
+A micro-batch is padded to its longest sequence, so rows of different lengths compute padding: in
+a GRPO batch whose responses run from a few tokens to the limit, often half of the tokens. Here
+each row's real tokens (those of its attention mask) are packed into as few rows as hold them, each
+as long as the longest sequence (first fit, longest first), and the model runs on those rows with
+each sequence's own position ids and no attention mask; transformers (5.x) reads where a sequence
+starts from its position ids jumping back and gives every token an attention to its own sequence
+only (`masking_utils.find_packed_sequence_indices`, for every attention kind). The vocabulary head
+then runs only on the positions that predict a response token (a pre-hook on the output
+embeddings gathers them), so the logits are (1, response tokens, vocab), without padding either.
+`ResponseLogits.unpack` puts per-token results back at their (row, response column).
+
+The numbers are those of the padded forward up to float rounding (tests/training/test_packing.py).
+Attention costs what it costs padded (a packed row is no longer than the longest sequence), the
+linear layers only the packed rows. A micro-batch is packed when that saves rows; when its
+prompts repeat (GRPO) and the shared-prompt forward (`shared_prefix.py`) would run fewer tokens,
+that one runs instead.
+
+Before the first packed forward of a model, a probe checks that the model honours packed position
+ids (two short sequences packed, against each alone); a model that does not (a custom architecture
+with its own masks) keeps the padded forward, said once. Rows whose position ids do not count up by
+one (multimodal rope) are not packed. On several data-parallel ranks each rank packs its own rows;
+a packed and a padded forward are one forward each, so the ranks' collectives still pair up.
+"""
+
+from __future__ import annotations
+
+import sys
+import weakref
+from dataclasses import dataclass
+
+import torch
+
+from reinforge.batch import Batch
+from reinforge.distributed.process_group import all_reduce
+from reinforge.training.minibatch import eval_mode
+
+MAX_CAPACITY = 8192  # tokens of one packed row
+_PROBED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # model -> whether packed position ids work
+
+
+@dataclass
+class Packing:
+    """Where a micro-batch's tokens go in the packed rows, and where its response tokens come back."""
+
+    input_ids: torch.Tensor  # (packed rows, longest sequence)
+    position_ids: torch.Tensor  # each sequence's own positions; 0 on the tail padding (each tail token alone)
+    predict: torch.Tensor  # (n,) flat index into the packed rows of the position that predicts each response token
+    rows: torch.Tensor  # (n,) that token's row in the micro-batch
+    cols: torch.Tensor  # (n,) and its response column
+    shape: tuple[int, int]  # (rows, response width) of the micro-batch
+    cost: float = 0.0  # tokens + pair cost x attention pairs (`pair_cost`), to compare with other forwards
+
+
+@dataclass
+class ResponseLogits:
+    """The logits that predict a micro-batch's response tokens and the tokens they predict: (rows, width, vocab) and
+    (rows, width) padded, or (1, n, vocab) and (1, n) packed; `unpack` gives a per-token result (rows, width)."""
+
+    logits: torch.Tensor
+    tokens: torch.Tensor
+    packing: Packing | None = None
+
+    def unpack(self, values: torch.Tensor | None) -> torch.Tensor | None:
+        """Per-token `values` (the logits' leading shape) at (rows, response width); 0 where no token is."""
+        if values is None or self.packing is None:
+            return values
+        p = self.packing
+        return values.new_zeros(p.shape).index_put((p.rows, p.cols), values.reshape(-1))
+
+
+def _first_fit(lengths: list[int], capacity: int) -> list[list[int]]:
+    """Rows into bins of `capacity` tokens, longest first, each into the first bin it fits."""
+    bins: list[list[int]] = []
+    room: list[int] = []
+    for row in sorted(range(len(lengths)), key=lambda r: -lengths[r]):
+        for b, free in enumerate(room):
+            if lengths[row] <= free:
+                bins[b].append(row)
+                room[b] -= lengths[row]
+                break
+        else:
+            bins.append([row])
+            room.append(capacity - lengths[row])
+    return bins
+
+
+def pair_cost(config) -> float:
+    """What one (query, key) pair of attention costs, in tokens through the linear layers: 4 x heads x head_dim
+    multiply-adds per layer against 2 x the layer's weights (read from the model's config; 12 x hidden^2 weights
+    per layer where the config does not say)."""
+    hidden = config.hidden_size
+    heads = getattr(config, "num_attention_heads", None) or max(hidden // 64, 1)
+    head_dim = getattr(config, "head_dim", None) or hidden // heads
+    kv_heads = getattr(config, "num_key_value_heads", None) or heads
+    mlp = getattr(config, "intermediate_size", None)
+    weights = hidden * head_dim * (2 * heads + 2 * kv_heads) + 3 * hidden * mlp if mlp else 12 * hidden * hidden
+    return 2 * heads * head_dim / weights
+
+
+def _cheapest_bins(lengths: list[int], width: int, pair: float) -> tuple[list[list[int]], int, float] | None:
+    """The bins and capacity that cost least (tokens + pair x capacity^2 per packed row), trying capacities from the
+    longest sequence up by doubling to all tokens in one row (at most MAX_CAPACITY, whose mask alone is 64 MB); None
+    when the padded rows (`width` wide) cost no more."""
+    longest, total = max(lengths), sum(lengths)
+    best, best_cost = None, len(lengths) * (width + pair * width * width)
+    capacity = longest
+    while True:
+        bins = _first_fit(lengths, capacity)
+        cost = len(bins) * (capacity + pair * capacity * capacity)
+        if cost < best_cost and len(bins) < len(lengths):
+            best, best_cost = (bins, capacity, cost), cost
+        if len(bins) == 1 or capacity >= min(total, MAX_CAPACITY):
+            return best
+        capacity = max(longest, min(2 * capacity, total, MAX_CAPACITY))
+
+
+def plan_packing(batch: Batch, pair: float = 0.0) -> Packing | None:
+    """The packing of `batch` (FORWARD_KEYS) that costs least (`pair`: an attention pair's cost in tokens,
+    `pair_cost`), or None when padded rows cost no more or the rows cannot be packed exactly."""
+    mask = batch["attention_mask"].bool()
+    positions = batch["position_ids"]
+    rows, length = mask.shape
+    width = batch["responses"].shape[1]
+    lengths = mask.sum(1)
+    if rows < 2 or positions.dim() != 2 or bool((lengths == 0).any()) or bool((mask[:, : length - width].sum(1) == 0).any()):
+        return None
+    chosen = _cheapest_bins(lengths.tolist(), length, pair)
+    if chosen is None:
+        return None
+    bins, capacity, cost = chosen
+    kept = positions[mask]
+    starts = torch.cat([lengths.new_zeros(1), lengths.cumsum(0)[:-1]])
+    steps = kept.diff(prepend=kept[:1] - 1)
+    steps[starts] = 1  # a sequence may start at any position; inside it positions must count up by one
+    if not bool((steps == 1).all()):
+        return None
+    offset = torch.empty(rows, dtype=torch.long)  # each row's first flat index in the packed rows
+    for b, members in enumerate(bins):
+        at = b * capacity
+        for row in members:
+            offset[row] = at
+            at += int(lengths[row])
+    offset = offset.to(mask.device)
+    rank = mask.long().cumsum(1) - 1  # a kept token's index within its sequence
+    flat = (offset[:, None] + rank)[mask]
+    input_ids = batch["input_ids"].new_zeros(len(bins) * capacity)
+    input_ids[flat] = batch["input_ids"][mask]
+    packed_positions = positions.new_zeros(len(bins) * capacity)
+    packed_positions[flat] = kept
+    responses = mask[:, length - width:]
+    r, c = responses.nonzero(as_tuple=True)
+    predict = offset[r] + rank[:, length - width:][r, c] - 1
+    return Packing(input_ids.view(len(bins), capacity), packed_positions.view(len(bins), capacity), predict, r, c,
+                   (rows, width), cost)
+
+
+def packing_for(model: torch.nn.Module, batch: Batch, pack: bool) -> Packing | None:
+    """How to pack `batch` for `model`'s forward, or None for the padded forward (`pack` off, the model fails the
+    probe, or padding costs no more)."""
+    if not pack or not packing_works(model, batch):
+        return None
+    return plan_packing(batch, pair_cost(model.config))
+
+
+def _forward(model: torch.nn.Module, packing: Packing, head: bool) -> torch.Tensor:
+    """The model's output at each predicting position, (1, n, out): the vocabulary head run only there (`head`,
+    through a pre-hook on the output embeddings), else gathered from every position's output."""
+    module = model.get_output_embeddings() if head and hasattr(model, "get_output_embeddings") else None
+    handle = None
+    if module is not None:
+        def gather(_module, args):
+            hidden = args[0]
+            return (hidden.reshape(-1, hidden.shape[-1])[packing.predict].unsqueeze(0), *args[1:])
+        handle = module.register_forward_pre_hook(gather)
+    try:
+        out = model(input_ids=packing.input_ids, position_ids=packing.position_ids, attention_mask=None,
+                    use_cache=False).logits
+    finally:
+        if handle is not None:
+            handle.remove()
+    if out.shape[:2] != (1, len(packing.predict)):  # the head was not reached through the hook
+        out = out.reshape(-1, out.shape[-1])[packing.predict].unsqueeze(0)
+    return out
+
+
+def packed_logits(model: torch.nn.Module, batch: Batch, packing: Packing) -> ResponseLogits:
+    return ResponseLogits(_forward(model, packing, head=True), batch["responses"][packing.rows, packing.cols][None],
+                          packing)
+
+
+def packed_values(model: torch.nn.Module, packing: Packing) -> torch.Tensor:
+    """A value model's output (…, 1) at each predicting position, (rows, response width), 0 where no token is."""
+    out = _forward(model, packing, head=False)
+    return ResponseLogits(out, out, packing).unpack(out[..., 0].float())
+
+
+def packing_works(model: torch.nn.Module, batch: Batch) -> bool:
+    """Whether `model` computes packed sequences as it computes them alone: probed once per model (two forwards of 8
+    fixed tokens, which every rank runs at the same call), agreed by all ranks."""
+    if model in _PROBED:
+        return _PROBED[model]
+    device = batch["input_ids"].device
+    ids = (torch.arange(8, device=device) * 7 + 3) % model.config.vocab_size
+    positions = torch.arange(4, device=device)
+    with torch.no_grad(), eval_mode(model):
+        packed = model(input_ids=ids[None], position_ids=positions.repeat(2)[None], attention_mask=None,
+                       use_cache=False).logits[0].float()
+        alone = model(input_ids=ids.view(2, 4), position_ids=positions.expand(2, 4), attention_mask=None,
+                      use_cache=False).logits.reshape(8, -1).float()
+    ok = float(torch.allclose(packed, alone, rtol=1e-3, atol=1e-3 * float(alone.abs().max()) + 1e-5))
+    works = bool(all_reduce([ok], "min")[0])
+    _PROBED[model] = works
+    if not works:
+        print(f"reinforge: {type(model).__name__} does not compute sequences packed by their position ids as it computes "
+              "them alone; its micro-batches stay padded (use_remove_padding without effect for it)", file=sys.stderr)
+    return works

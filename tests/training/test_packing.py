@@ -1,0 +1,252 @@
+"""Packed forwards without padding (training/packing.py, `use_remove_padding`) give the padded forward's numbers.
+
+The reference is always the padded forward of the same model on the same rows: log-probs, entropy and
+values, the gradient of a whole actor update (with the exact KL to a reference, whose logits must be laid out
+like the policy's), under gradient checkpointing; a model that ignores packed position ids keeps the padded
+forward; and the config switch reaching the actor, reference and critic.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from transformers import AutoModelForCausalLM, AutoModelForTokenClassification
+
+from reinforge.batch import Batch
+from reinforge.config import load_config
+from reinforge.config.schema import ActorConfig
+from reinforge.training import actor as actor_module
+from reinforge.training import packing
+from reinforge.training.actor import Actor, response_log_probs, response_logits
+from reinforge.training.critic import response_values
+from reinforge.training.minibatch import trim_padding
+from reinforge.training.packing import plan_packing
+from reinforge.training.workers import ActorRolloutRefWorker, CriticWorker
+from tests.training.test_fsdp import free_port
+from tests.training.test_shared_prefix import assert_relatively_close, flat_gradient
+
+HERE = Path(__file__).parent
+
+PROMPT, RESPONSE = 6, 8
+PROMPTS = (6, 2, 4, 1, 5, 3, 6, 2)  # each row's own prompt (no prompt repeats): only packing saves work
+RESPONSES = (8, 1, 0, 3, 2, 8, 5, 1)  # right-padded responses, one empty
+
+
+def varied_batch(vocab: int, seed: int = 0, prompts=PROMPTS, responses=RESPONSES) -> Batch:
+    g = torch.Generator().manual_seed(seed)
+    rows = len(prompts)
+    prompt_mask = (torch.arange(PROMPT) >= PROMPT - torch.tensor(prompts)[:, None]).long()
+    response_mask = (torch.arange(RESPONSE) < torch.tensor(responses)[:, None]).long()
+    attention_mask = torch.cat([prompt_mask, response_mask], 1)
+    ids = torch.randint(3, vocab, (rows, PROMPT + RESPONSE), generator=g) * attention_mask
+    return Batch({"input_ids": ids, "attention_mask": attention_mask,
+                  "position_ids": (attention_mask.cumsum(-1) - 1).clamp(min=0), "responses": ids[:, PROMPT:],
+                  "response_mask": response_mask, "advantages": torch.randn(rows, 1, generator=g) * response_mask,
+                  "ref_log_prob": -torch.rand(rows, RESPONSE, generator=g) * 3})
+
+
+def replaced(batch: Batch, **columns) -> Batch:
+    return Batch({**{key: batch[key] for key in batch.keys()}, **columns})
+
+
+def test_rows_are_packed_into_the_cheapest_rows_and_map_back():
+    """Lengths 14, 3, 4, 4, 7, 11, 11, 3 (57 tokens; padded: 8 rows of 14). With attention free, all in one row of 57
+    (verl's packing); with an attention pair costing 1/20 of a token, rows of the longest sequence, filled first fit
+    longest first: [14] [11 3] [11 3] [7 4] [4] (5 x (14 + 14^2 / 20) = 119 against 190.4 padded; rows of 28 would
+    cost 201.6); rows of the longest sequence cost per row what padded rows do, so any attention cost keeps them."""
+    batch = varied_batch(100)
+    assert plan_packing(batch).input_ids.shape == (1, 57)
+    assert plan_packing(batch, pair=1.0).input_ids.shape == (5, 14)
+    plan = plan_packing(batch, pair=0.05)
+    assert plan.input_ids.shape == (5, 14)
+    # every real token is in the packed rows once, with its own position
+    assert sorted(plan.input_ids[plan.input_ids > 0].tolist()) == sorted(batch["input_ids"][batch["input_ids"] > 0].tolist())
+    assert (plan.position_ids.max() == 13) and len(plan.predict) == sum(RESPONSES)
+    # the position predicting each response token holds the token before it in its own sequence
+    flat_ids = plan.input_ids.flatten()
+    for token, at, row, col in zip(flat_ids[plan.predict + 1].tolist(), plan.predict.tolist(), plan.rows.tolist(),
+                                   plan.cols.tolist(), strict=True):
+        assert token == int(batch["responses"][row, col]) and at % 14 + 1 < 14
+
+
+def test_the_pair_cost_is_read_from_the_model_config(tiny_model_path):
+    config = AutoModelForCausalLM.from_pretrained(tiny_model_path).config
+    heads, head_dim, kv = config.num_attention_heads, config.hidden_size // config.num_attention_heads, config.num_key_value_heads
+    weights = config.hidden_size * head_dim * (2 * heads + 2 * kv) + 3 * config.hidden_size * config.intermediate_size
+    assert packing.pair_cost(config) == pytest.approx(2 * config.hidden_size / weights)
+
+
+def test_what_is_not_packed():
+    equal = varied_batch(100, prompts=(6,) * 4, responses=(8,) * 4)
+    assert plan_packing(equal, pair=0.01) is None  # 4 x 14.14 padded; 2 x 28.3 and 1 x 56 + 31 packed
+    batch = varied_batch(100)
+    assert plan_packing(replaced(batch, position_ids=batch["position_ids"][:, None].expand(-1, 3, -1))) is None
+    skipping = batch["position_ids"].clone()
+    skipping[0, -1] += 5  # positions that do not count up by one inside a sequence
+    assert plan_packing(replaced(batch, position_ids=skipping)) is None
+
+
+def test_packed_log_probs_entropy_and_logits_are_the_padded_ones(tiny_model_path):
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_path).eval()
+    batch = varied_batch(model.config.vocab_size)
+    with torch.no_grad():
+        out = response_logits(model, batch, share_prompt=False, pack=True)
+        padded = response_logits(model, batch, share_prompt=False, pack=False)
+        assert out.logits.shape == (1, sum(RESPONSES), model.config.vocab_size)  # the head ran on response positions only
+        assert torch.allclose(out.logits[0], padded.logits[out.packing.rows, out.packing.cols], atol=1e-5, rtol=0)
+        packed = response_log_probs(model, batch, 0.7, with_entropy=True, share_prompt=False, pack=True)
+        plain = response_log_probs(model, batch, 0.7, with_entropy=True, share_prompt=False, pack=False)
+    mask = batch["response_mask"].bool()
+    for name, got, want in zip(("log_probs", "entropy"), packed, plain, strict=True):
+        assert torch.allclose(got[mask], want[mask], atol=1e-5, rtol=0), (name, (got - want)[mask].abs().max().item())
+        assert (got[~mask] == 0).all()
+
+
+def test_packed_values_are_the_padded_ones(tiny_model_path):
+    model = AutoModelForTokenClassification.from_pretrained(tiny_model_path, num_labels=1).eval()
+    batch = varied_batch(model.config.vocab_size, seed=1)
+    mask = batch["response_mask"].bool()
+    with torch.no_grad():
+        packed, plain = response_values(model, batch, pack=True), response_values(model, batch, pack=False)
+    assert torch.allclose(packed[mask], plain[mask], atol=1e-5, rtol=0) and (packed[~mask] == 0).all()
+
+
+def update_gradient(base: torch.nn.Module, batch: Batch, pack: bool, checkpointing: bool = False, **config) -> torch.Tensor:
+    """The gradient of one actor update (SGD at lr 0) with an entropy bonus and a KL loss, packed or padded."""
+    model = copy.deepcopy(base).train()
+    if checkpointing:
+        model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
+    cfg = ActorConfig(ppo_mini_batch_size=len(batch), clip_ratio_low=0.2, clip_ratio_high=0.2, entropy_coeff=0.01,
+                      grad_clip=1e9, use_kl_loss=True, kl_loss_coef=0.1, **config)
+    ref = copy.deepcopy(base).eval().requires_grad_(False)
+    actor = Actor(model, cfg, torch.optim.SGD(model.parameters(), lr=0.0), ref_model=ref, share_prompt=False, pack=pack)
+    actor.update_policy(batch, temperature=1.0, rollout_n=1)
+    return flat_gradient(model)
+
+
+@pytest.mark.parametrize("kl_loss_type, checkpointing", [("low_var_kl", False), ("full", False), ("low_var_kl", True)])
+def test_update_gradient_is_the_padded_forwards(tiny_model_path, kl_loss_type, checkpointing, monkeypatch):
+    base = AutoModelForCausalLM.from_pretrained(tiny_model_path)
+    batch = varied_batch(base.config.vocab_size, seed=2)
+    plain = update_gradient(base, batch, pack=False, kl_loss_type=kl_loss_type)
+    assert plain.abs().max() > 0
+    packed_forwards = []
+    forward = actor_module.packed_logits
+    monkeypatch.setattr(actor_module, "packed_logits", lambda *args: packed_forwards.append(1) or forward(*args))
+    assert_relatively_close(update_gradient(base, batch, pack=True, checkpointing=checkpointing, kl_loss_type=kl_loss_type),
+                            plain)
+    assert len(packed_forwards) == (2 if kl_loss_type == "full" else 1)  # the policy's (and the reference's)
+
+
+def test_repeated_prompts_take_whichever_forward_runs_fewer_tokens(tiny_model_path):
+    """GRPO rows: long shared prompts with short responses run the shared-prompt forward; short prompts with responses
+    of very different lengths pack."""
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_path).eval()
+    long_prompts = varied_batch(model.config.vocab_size, prompts=(6,) * 4, responses=(1, 2, 1, 2))
+    long_prompts["input_ids"][:, :PROMPT] = long_prompts["input_ids"][0, :PROMPT]  # one prompt, 4 samples
+    short_prompts = varied_batch(model.config.vocab_size, prompts=(1,) * 4, responses=(8, 1, 7, 2))
+    short_prompts["input_ids"][:, PROMPT - 1] = 5
+    with torch.no_grad():  # as the update runs them: trimmed of the columns no row uses
+        long_prompts, short_prompts = trim_padding(long_prompts).batch, trim_padding(short_prompts).batch
+        assert response_logits(model, long_prompts, share_prompt=True, pack=True).packing is None  # shared: 5 + 4 x 3 tokens
+        assert response_logits(model, short_prompts, share_prompt=True, pack=True).packing is not None  # 2 x 9 packed
+
+
+def test_a_model_that_ignores_packed_positions_keeps_the_padded_forward(tiny_model_path, monkeypatch, capsys):
+    """Simulated by transformers not reading sequence starts from the position ids: the probe sees the packed sequences
+    attend to each other, says so once, and the numbers stay the padded forward's."""
+    import transformers.masking_utils as masking
+
+    monkeypatch.setattr(masking, "find_packed_sequence_indices", lambda position_ids: None)
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_path).eval()
+    batch = varied_batch(model.config.vocab_size)
+    with torch.no_grad():
+        for _ in range(2):
+            out = response_logits(model, batch, share_prompt=False, pack=True)
+            assert out.packing is None
+    assert capsys.readouterr().err.count("Qwen2ForCausalLM does not compute sequences packed by their position ids") == 1
+    monkeypatch.undo()
+    fresh = AutoModelForCausalLM.from_pretrained(tiny_model_path).eval()
+    assert packing.packing_works(fresh, batch)
+
+
+@pytest.mark.parametrize("setting", ["true", "false"])
+def test_config_switch_reaches_the_actor_reference_and_critic(tiny_model_path, setting):
+    config, _ = load_config([f"actor_rollout_ref.model.path={tiny_model_path}", "trainer.device=cpu",
+                             f"critic.model.path={tiny_model_path}", "algorithm.adv_estimator=gae",
+                             f"actor_rollout_ref.model.use_remove_padding={setting}", f"critic.model.use_remove_padding={setting}"])
+    worker = ActorRolloutRefWorker(config)
+    worker.init_model(1)
+    assert worker.actor.pack == worker.ref.pack == (setting == "true")
+    critic = CriticWorker(config)
+    critic.init_model(1)
+    assert critic.critic.pack == (setting == "true")
+
+
+def test_two_fsdp_ranks_packing_give_the_one_process_padded_gradient(tiny_model_path, tmp_path):
+    """Each rank packs its own rows of a sharded, checkpointed model (and probes it once, in step with the other);
+    the gradient is the padded update's on the whole batch in one process, and a packed forward on one rank beside a
+    padded one on the other keeps their collectives in step."""
+    from tests.training.packing_ranks import UNEVEN_ROWS
+    from tests.training.packing_ranks import update_gradient as rank_update_gradient
+
+    port = str(free_port())
+    procs = [subprocess.Popen([sys.executable, str(HERE / "packing_ranks.py"), str(tiny_model_path), str(tmp_path)],
+                              env={**os.environ, "RANK": str(r), "LOCAL_RANK": str(r), "WORLD_SIZE": "2",
+                                   "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": port, "OMP_NUM_THREADS": "1",
+                                   "PYTHONPATH": str(HERE.parent.parent)},
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+             for r in range(2)]
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_path).train()
+    batch = varied_batch(model.config.vocab_size, seed=4)
+    single, _ = rank_update_gradient(model, batch, pack=False)
+    for proc in procs:
+        output, _ = proc.communicate(timeout=240)
+        assert proc.returncode == 0, output[-4000:]
+    ranks = [torch.load(tmp_path / f"rank{r}.pt", weights_only=False) for r in range(2)]
+    assert [rank["packed_forwards"] for rank in ranks] == [2, 1]  # the update on both, the uneven rows on rank 0 only
+    for rank in ranks:
+        assert_relatively_close(rank["gradient"], single)
+    with torch.no_grad():
+        for rows, rank in zip(UNEVEN_ROWS, ranks, strict=True):
+            uneven = batch.index(rows)
+            want, _ = response_log_probs(model.eval(), uneven, 1.0, share_prompt=False)
+            mask = uneven["response_mask"].bool()
+            assert torch.allclose(rank["uneven_log_probs"][mask], want[mask], atol=1e-5, rtol=0)
+
+
+def test_sft_packed_and_padded_give_the_same_losses(tiny_model_path, tmp_path, monkeypatch):
+    """`reinforge sft` packs by default (model.use_remove_padding, verl 0.9's default); either switch set to false
+    pads; rows of very different lengths train to the same losses either way."""
+    import json
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from reinforge.cli import main
+
+    rows = [{"question": f"Copy {i}: " + "ab " * (4 * (i % 9)), "answer": str(i % 10) * (1 + i % 5)} for i in range(32)]
+    pq.write_table(pa.Table.from_pylist(rows), tmp_path / "train.parquet")
+    packed_forwards = []
+    forward = actor_module.packed_logits
+    monkeypatch.setattr(actor_module, "packed_logits", lambda *args: packed_forwards.append(1) or forward(*args))
+    losses = {}
+    for name, switch in (("packed", []), ("padded", ["model.use_remove_padding=false"]), ("old", ["use_remove_padding=false"])):
+        run = tmp_path / name
+        assert main(["sft", f"data.train_files={tmp_path / 'train.parquet'}", "data.prompt_key=question",
+                     "data.response_key=answer", "data.train_batch_size=16", "data.micro_batch_size_per_gpu=8",
+                     f"model.partial_pretrain={tiny_model_path}", f"trainer.default_local_dir={run}", "optim.lr=3e-3",
+                     "trainer.total_epochs=2", *switch]) == 0
+        losses[name] = [json.loads(line)["train/loss"] for line in (run / "metrics.jsonl").read_text().splitlines()]
+        if name == "packed":
+            packed = len(packed_forwards)
+            assert packed >= 4  # of 4 steps x 2 micro-batches: those where packing costs less
+    assert len(packed_forwards) == packed  # the padded runs did not pack
+    assert losses["packed"] == pytest.approx(losses["padded"], rel=1e-5) and losses["old"] == losses["padded"]
+    assert losses["padded"][-1] < losses["padded"][0]
