@@ -19,8 +19,8 @@ that one runs instead.
 
 Before the first packed forward of a model, a probe checks that the model honours packed position
 ids (two short sequences packed, against each alone); a model that does not (a custom architecture
-with its own masks) keeps the padded forward, said once. Rows whose position ids do not count up by
-one (multimodal rope) are not packed. On several data-parallel ranks each rank packs its own rows;
+with its own masks) keeps the padded forward, said once. Rows whose position ids do not start at 0 and
+count up by one (multimodal rope, offsets) are not packed. On several data-parallel ranks each rank packs its own rows;
 a packed and a padded forward are one forward each, so the ranks' collectives still pair up.
 """
 
@@ -133,8 +133,8 @@ def plan_packing(batch: Batch, pair: float = 0.0) -> Packing | None:
     kept = positions[mask]
     starts = torch.cat([lengths.new_zeros(1), lengths.cumsum(0)[:-1]])
     steps = kept.diff(prepend=kept[:1] - 1)
-    steps[starts] = 1  # a sequence may start at any position; inside it positions must count up by one
-    if not bool((steps == 1).all()):
+    steps[starts] = 1  # each sequence starts at 0 (so no two merge) and counts up by one
+    if not bool((steps == 1).all()) or bool(kept[starts].any()):
         return None
     offset = torch.empty(rows, dtype=torch.long)  # each row's first flat index in the packed rows
     for b, members in enumerate(bins):

@@ -8,18 +8,15 @@ gradient, those log-probs and its count of packed forwards to <out>/rank<r>.pt.
 
 from __future__ import annotations
 
-import os
 import sys
 
 import torch
-from transformers import AutoModelForCausalLM
 
-from reinforge.config.engine_schema import FSDPConfig
 from reinforge.config.schema import ActorConfig
-from reinforge.distributed.process_group import full_tensor, init_distributed, world_size
+from reinforge.distributed.process_group import full_tensor, world_size
 from reinforge.training import actor as actor_module
 from reinforge.training.actor import Actor
-from reinforge.training.fsdp import shard_model
+from tests.training.shared_prefix_ranks import checkpointed_shards
 from tests.training.test_packing import varied_batch
 
 UNEVEN_ROWS = ([0, 1, 2, 3], [0, 0, 0, 0])  # rank 0's rows pack, rank 1's (all 14 tokens) do not
@@ -34,11 +31,7 @@ def update_gradient(model: torch.nn.Module, batch, pack: bool) -> tuple[torch.Te
 
 if __name__ == "__main__":
     model_path, out_dir = sys.argv[1:]
-    init_distributed("cpu")
-    rank = int(os.environ["RANK"])
-    model = AutoModelForCausalLM.from_pretrained(model_path).train()
-    model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
-    model = shard_model(model, FSDPConfig(), "cpu")
+    rank, model = checkpointed_shards(model_path)
     batch = varied_batch(model.config.vocab_size, seed=4)
     packed = []
     forward = actor_module.packed_logits

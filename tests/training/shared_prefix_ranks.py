@@ -51,13 +51,17 @@ def update_gradients(model: torch.nn.Module, batch: Batch, share_prompt: bool) -
     return {"gradient": gradient, "actor": actor}
 
 
-if __name__ == "__main__":
-    model_path, out_dir = sys.argv[1:]
+def checkpointed_shards(model_path: str) -> tuple[int, torch.nn.Module]:
+    """This rank (joined from RANK/WORLD_SIZE/MASTER_*) and the model at `model_path`, checkpointed and sharded."""
     init_distributed("cpu")
-    rank = int(os.environ["RANK"])
     model = AutoModelForCausalLM.from_pretrained(model_path).train()
     model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
-    model = shard_model(model, FSDPConfig(), "cpu")
+    return int(os.environ["RANK"]), shard_model(model, FSDPConfig(), "cpu")
+
+
+if __name__ == "__main__":
+    model_path, out_dir = sys.argv[1:]
+    rank, model = checkpointed_shards(model_path)
     batch = grouped_batch(model.config.vocab_size)
     mine = batch.chunk(world_size())[rank]
     with torch.no_grad():

@@ -38,17 +38,22 @@ def free_port() -> int:
         return probe.getsockname()[1]
 
 
-def spawn_ranks(model_path: Path, batch: Batch, tmp_path: Path, ranks: int = 2) -> list[subprocess.Popen]:
-    """Start `ranks` processes of fsdp_ranks.py, each to train on its chunk of `batch`."""
-    batch_file = tmp_path / "batch.pt"
-    torch.save(batch, batch_file)
+def start_ranks(script: str, *args, ranks: int = 2) -> list[subprocess.Popen]:
+    """Start `ranks` processes of tests/training/<script> with `args`, joined into one gloo process group."""
     port = str(free_port())
-    return [subprocess.Popen([sys.executable, str(HERE / "fsdp_ranks.py"), str(model_path), str(batch_file), str(tmp_path)],
+    return [subprocess.Popen([sys.executable, str(HERE / script), *map(str, args)],
                              env={**os.environ, "RANK": str(r), "LOCAL_RANK": str(r), "WORLD_SIZE": str(ranks),
                                   "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": port, "OMP_NUM_THREADS": "1",
                                   "PYTHONPATH": str(HERE.parent.parent)},
                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
             for r in range(ranks)]
+
+
+def spawn_ranks(model_path: Path, batch: Batch, tmp_path: Path, ranks: int = 2) -> list[subprocess.Popen]:
+    """Start `ranks` processes of fsdp_ranks.py, each to train on its chunk of `batch`."""
+    batch_file = tmp_path / "batch.pt"
+    torch.save(batch, batch_file)
+    return start_ranks("fsdp_ranks.py", model_path, batch_file, tmp_path, ranks=ranks)
 
 
 def rank_results(procs: list[subprocess.Popen], tmp_path: Path) -> list[dict]:

@@ -8,30 +8,21 @@ forward; and the config switch reaching the actor, reference and critic.
 
 from __future__ import annotations
 
-import copy
-import os
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoModelForTokenClassification
 
 from reinforge.batch import Batch
 from reinforge.config import load_config
-from reinforge.config.schema import ActorConfig
 from reinforge.training import actor as actor_module
 from reinforge.training import packing
-from reinforge.training.actor import Actor, response_log_probs, response_logits
+from reinforge.training.actor import response_log_probs, response_logits
 from reinforge.training.critic import response_values
 from reinforge.training.minibatch import trim_padding
 from reinforge.training.packing import plan_packing
 from reinforge.training.workers import ActorRolloutRefWorker, CriticWorker
-from tests.training.test_fsdp import free_port
-from tests.training.test_shared_prefix import assert_relatively_close, flat_gradient
-
-HERE = Path(__file__).parent
+from tests.training.test_fsdp import rank_results, start_ranks
+from tests.training.test_shared_prefix import actor_update_gradient, assert_relatively_close
 
 PROMPT, RESPONSE = 6, 8
 PROMPTS = (6, 2, 4, 1, 5, 3, 6, 2)  # each row's own prompt (no prompt repeats): only packing saves work
@@ -90,6 +81,7 @@ def test_what_is_not_packed():
     skipping = batch["position_ids"].clone()
     skipping[0, -1] += 5  # positions that do not count up by one inside a sequence
     assert plan_packing(replaced(batch, position_ids=skipping)) is None
+    assert plan_packing(replaced(batch, position_ids=batch["position_ids"] + 1)) is None  # sequences not starting at 0
 
 
 def test_packed_log_probs_entropy_and_logits_are_the_padded_ones(tiny_model_path):
@@ -117,30 +109,17 @@ def test_packed_values_are_the_padded_ones(tiny_model_path):
     assert torch.allclose(packed[mask], plain[mask], atol=1e-5, rtol=0) and (packed[~mask] == 0).all()
 
 
-def update_gradient(base: torch.nn.Module, batch: Batch, pack: bool, checkpointing: bool = False, **config) -> torch.Tensor:
-    """The gradient of one actor update (SGD at lr 0) with an entropy bonus and a KL loss, packed or padded."""
-    model = copy.deepcopy(base).train()
-    if checkpointing:
-        model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
-    cfg = ActorConfig(ppo_mini_batch_size=len(batch), clip_ratio_low=0.2, clip_ratio_high=0.2, entropy_coeff=0.01,
-                      grad_clip=1e9, use_kl_loss=True, kl_loss_coef=0.1, **config)
-    ref = copy.deepcopy(base).eval().requires_grad_(False)
-    actor = Actor(model, cfg, torch.optim.SGD(model.parameters(), lr=0.0), ref_model=ref, share_prompt=False, pack=pack)
-    actor.update_policy(batch, temperature=1.0, rollout_n=1)
-    return flat_gradient(model)
-
-
 @pytest.mark.parametrize("kl_loss_type, checkpointing", [("low_var_kl", False), ("full", False), ("low_var_kl", True)])
 def test_update_gradient_is_the_padded_forwards(tiny_model_path, kl_loss_type, checkpointing, monkeypatch):
     base = AutoModelForCausalLM.from_pretrained(tiny_model_path)
     batch = varied_batch(base.config.vocab_size, seed=2)
-    plain = update_gradient(base, batch, pack=False, kl_loss_type=kl_loss_type)
+    plain = actor_update_gradient(base, batch, share_prompt=False, kl_loss_type=kl_loss_type)
     assert plain.abs().max() > 0
     packed_forwards = []
     forward = actor_module.packed_logits
     monkeypatch.setattr(actor_module, "packed_logits", lambda *args: packed_forwards.append(1) or forward(*args))
-    assert_relatively_close(update_gradient(base, batch, pack=True, checkpointing=checkpointing, kl_loss_type=kl_loss_type),
-                            plain)
+    assert_relatively_close(actor_update_gradient(base, batch, share_prompt=False, checkpointing=checkpointing, pack=True,
+                                                  kl_loss_type=kl_loss_type), plain)
     assert len(packed_forwards) == (2 if kl_loss_type == "full" else 1)  # the policy's (and the reference's)
 
 
@@ -196,20 +175,11 @@ def test_two_fsdp_ranks_packing_give_the_one_process_padded_gradient(tiny_model_
     from tests.training.packing_ranks import UNEVEN_ROWS
     from tests.training.packing_ranks import update_gradient as rank_update_gradient
 
-    port = str(free_port())
-    procs = [subprocess.Popen([sys.executable, str(HERE / "packing_ranks.py"), str(tiny_model_path), str(tmp_path)],
-                              env={**os.environ, "RANK": str(r), "LOCAL_RANK": str(r), "WORLD_SIZE": "2",
-                                   "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": port, "OMP_NUM_THREADS": "1",
-                                   "PYTHONPATH": str(HERE.parent.parent)},
-                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-             for r in range(2)]
+    procs = start_ranks("packing_ranks.py", tiny_model_path, tmp_path)
     model = AutoModelForCausalLM.from_pretrained(tiny_model_path).train()
     batch = varied_batch(model.config.vocab_size, seed=4)
     single, _ = rank_update_gradient(model, batch, pack=False)
-    for proc in procs:
-        output, _ = proc.communicate(timeout=240)
-        assert proc.returncode == 0, output[-4000:]
-    ranks = [torch.load(tmp_path / f"rank{r}.pt", weights_only=False) for r in range(2)]
+    ranks = rank_results(procs, tmp_path)
     assert [rank["packed_forwards"] for rank in ranks] == [2, 1]  # the update on both, the uneven rows on rank 0 only
     for rank in ranks:
         assert_relatively_close(rank["gradient"], single)

@@ -9,9 +9,6 @@ and the config switch reaching the workers' actor and reference.
 from __future__ import annotations
 
 import copy
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -28,7 +25,7 @@ from reinforge.training.model import prepare_model
 from reinforge.training.shared_prefix import PromptLayer, can_share, prompt_owners, shared_prompt_logits
 from reinforge.training.workers import ActorRolloutRefWorker
 from tests.training.shared_prefix_ranks import UNEVEN_ROWS, grouped_batch, update_gradients
-from tests.training.test_fsdp import free_port
+from tests.training.test_fsdp import rank_results, start_ranks
 
 HERE = Path(__file__).parent
 CACHE_UNDER_CHECKPOINTING = pytest.mark.skipif(
@@ -100,16 +97,18 @@ def test_shared_forward_gives_the_plain_log_probs_and_entropy(tiny_model_path):
 
 
 def actor_update_gradient(base: torch.nn.Module, batch: Batch, share_prompt: bool, checkpointing: bool = False,
-                          **config) -> torch.Tensor:
-    """The gradient of one actor update (SGD at lr 0 leaves the weights as they are) with sharing on or off."""
+                          pack: bool = False, **config) -> torch.Tensor:
+    """The gradient of one actor update (SGD at lr 0 leaves the weights as they are) with an entropy bonus and a KL
+    loss, with sharing (which must then run) or packing (test_packing.py) on or off."""
     model = copy.deepcopy(base).train()
     if checkpointing:
         model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
     cfg = ActorConfig(ppo_mini_batch_size=len(batch), clip_ratio_low=0.2, clip_ratio_high=0.2, entropy_coeff=0.01,
                       grad_clip=1e9, use_kl_loss=True, kl_loss_coef=0.1, **config)
     ref = copy.deepcopy(base).eval().requires_grad_(False)
-    actor = Actor(model, cfg, torch.optim.SGD(model.parameters(), lr=0.0), ref_model=ref, share_prompt=share_prompt)
-    assert shares(model, batch)
+    actor = Actor(model, cfg, torch.optim.SGD(model.parameters(), lr=0.0), ref_model=ref, share_prompt=share_prompt,
+                  pack=pack)
+    assert shares(model, batch) or not share_prompt
     actor.update_policy(batch, temperature=1.0, rollout_n=1)
     return flat_gradient(model)
 
@@ -184,20 +183,11 @@ def test_a_model_that_ignores_the_cache_is_named_not_silently_wrong(tiny_model_p
 def test_two_fsdp_ranks_sharing_give_the_one_process_gradient(tiny_model_path, tmp_path):
     """Each rank holds one group; its two forwards of the sharded model before one backward must give the
     gradient of the plain forward on the whole batch in one process."""
-    port = str(free_port())
-    procs = [subprocess.Popen([sys.executable, str(HERE / "shared_prefix_ranks.py"), str(tiny_model_path), str(tmp_path)],
-                              env={**os.environ, "RANK": str(r), "LOCAL_RANK": str(r), "WORLD_SIZE": "2",
-                                   "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": port, "OMP_NUM_THREADS": "1",
-                                   "PYTHONPATH": str(HERE.parent.parent)},
-                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-             for r in range(2)]
+    procs = start_ranks("shared_prefix_ranks.py", tiny_model_path, tmp_path)
     model = AutoModelForCausalLM.from_pretrained(tiny_model_path).train()
     batch = grouped_batch(model.config.vocab_size)
     single = update_gradients(model, batch, share_prompt=False)
-    for proc in procs:
-        output, _ = proc.communicate(timeout=240)
-        assert proc.returncode == 0, output[-4000:]
-    ranks = [torch.load(tmp_path / f"rank{r}.pt", weights_only=False) for r in range(2)]
+    ranks = rank_results(procs, tmp_path)
     for rank in ranks:
         assert rank["shared"]
         assert_relatively_close(rank["gradient"], single["gradient"])
