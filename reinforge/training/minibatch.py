@@ -201,10 +201,12 @@ def clip_and_step(model: torch.nn.Module, optimizer: torch.optim.Optimizer, grad
 
 @contextmanager
 def eval_mode(model: torch.nn.Module) -> Iterator[None]:
-    """The model in eval mode (no dropout) for a forward-only pass, then back to its previous mode."""
-    was_training = model.training
+    """The model in eval mode (no dropout) for a forward-only pass, then each of its modules back to its own previous
+    mode (a wrapper's flag need not be its inner model's: the reference `WithoutAdapters` around the training policy)."""
+    modes = [(module, module.training) for module in model.modules()]
     model.eval()
     try:
         yield
     finally:
-        model.train(was_training)
+        for module, training in modes:
+            module.training = training

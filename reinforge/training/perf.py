@@ -15,7 +15,8 @@ shapes are read from the Hugging Face config's standard attribute names (`hidden
 `num_hidden_layers`, `num_attention_heads`, `num_key_value_heads`, `head_dim`,
 `intermediate_size`, `vocab_size`, and `num_experts_per_tok`/`moe_intermediate_size` with
 `num_experts` or `num_local_experts` for MoE), so Llama, Qwen2/3, Mistral, Gemma and their MoE
-variants are covered without a per-architecture table. A config without those attributes gives
+variants are covered without a per-architecture table (of a multimodal model, its text config; a
+field given per layer counts as its mean). A config without those attributes gives
 no estimate, and no MFU is logged rather than a wrong one. Sliding-window attention is counted as
 full attention (an upper bound on its FLOPs).
 
@@ -30,6 +31,7 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import torch
 
@@ -56,37 +58,71 @@ DEVICE_PEAK_FLOPS = {
 GATED_MLP_MATRICES = 3  # gate, up and down projections (SwiGLU/GeGLU), as in the causal LMs this estimate covers
 
 
-def dense_weights(hf_config) -> int | None:
-    """N: the matrix weights one token passes through (active experts only); None when the config lacks the standard names."""
+@dataclass(frozen=True)
+class ModelShape:
+    """What the estimates read from a Hugging Face config."""
+
+    hidden: int
+    layers: int
+    heads: int
+    head_dim: int
+    vocab: int
+    layer_weights: int  # the matrix weights one token passes through in one layer (active experts only)
+
+
+def config_field(config, name: str):
+    """A config field as one number (a per-layer list: its mean); None when absent, or when transformers refuses to
+    read a field set per layer as one value (it raises)."""
     try:
-        hidden, layers = hf_config.hidden_size, hf_config.num_hidden_layers
-        heads, vocab = hf_config.num_attention_heads, hf_config.vocab_size
-    except AttributeError:
+        value = getattr(config, name, None)
+    except Exception:
         return None
-    kv_heads = getattr(hf_config, "num_key_value_heads", None) or heads
-    head_dim = getattr(hf_config, "head_dim", None) or hidden // heads
+    if isinstance(value, (list, tuple)):
+        return round(sum(value) / len(value)) if value and all(isinstance(v, int | float) for v in value) else None
+    return value
+
+
+def model_shape(hf_config) -> ModelShape | None:
+    """The shapes of the language model a config describes (of a multimodal config, its text config:
+    `get_text_config()`); None when it lacks the standard names."""
+    getter = getattr(hf_config, "get_text_config", None)
+    config = getter() if callable(getter) else hf_config
+    hidden, layers, heads, vocab = (config_field(config, name) for name in ("hidden_size", "num_hidden_layers",
+                                                                      "num_attention_heads", "vocab_size"))
+    if not (hidden and layers and heads and vocab):
+        return None
+    kv_heads = config_field(config, "num_key_value_heads") or heads
+    head_dim = config_field(config, "head_dim") or hidden // heads
     attention = hidden * (heads * head_dim + 2 * kv_heads * head_dim + heads * head_dim)
-    top_k = getattr(hf_config, "num_experts_per_tok", None)
-    experts = getattr(hf_config, "num_experts", None) or getattr(hf_config, "num_local_experts", None)
+    top_k = config_field(config, "num_experts_per_tok")
+    experts = config_field(config, "num_experts") or config_field(config, "num_local_experts")
+    intermediate = config_field(config, "intermediate_size")
     if top_k and experts:
-        expert_size = getattr(hf_config, "moe_intermediate_size", None) or hf_config.intermediate_size
+        expert_size = config_field(config, "moe_intermediate_size") or intermediate
+        if not expert_size:
+            return None
         mlp = hidden * top_k * expert_size * GATED_MLP_MATRICES + hidden * experts
-    elif getattr(hf_config, "intermediate_size", None):
-        mlp = hidden * hf_config.intermediate_size * GATED_MLP_MATRICES
+    elif intermediate:
+        mlp = hidden * intermediate * GATED_MLP_MATRICES
     else:
         return None
-    return (attention + mlp) * layers + 2 * vocab * hidden
+    return ModelShape(hidden, layers, heads, head_dim, vocab, attention + mlp)
+
+
+def dense_weights(hf_config) -> int | None:
+    """N: the matrix weights one token passes through (active experts only); None when the config lacks the standard names."""
+    shape = model_shape(hf_config)
+    return None if shape is None else shape.layer_weights * shape.layers + 2 * shape.vocab * shape.hidden
 
 
 def training_flops(hf_config, seq_lens: Sequence[int]) -> float | None:
     """Forward + backward FLOPs of one pass over sequences of these lengths (None: unknown architecture)."""
-    weights = dense_weights(hf_config)
-    if weights is None:
+    shape = model_shape(hf_config)
+    if shape is None:
         return None
-    head_dim = getattr(hf_config, "head_dim", None) or hf_config.hidden_size // hf_config.num_attention_heads
     square_sum = sum(int(n) * int(n) for n in seq_lens)
-    attention = 12 * square_sum * head_dim * hf_config.num_attention_heads * hf_config.num_hidden_layers
-    return 6 * weights * sum(int(n) for n in seq_lens) + attention
+    attention = 12 * square_sum * shape.head_dim * shape.heads * shape.layers
+    return 6 * dense_weights(hf_config) * sum(int(n) for n in seq_lens) + attention
 
 
 def device_peak_flops(device: str | torch.device, configured: float | None = None) -> float | None:

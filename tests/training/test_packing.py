@@ -220,3 +220,38 @@ def test_sft_packed_and_padded_give_the_same_losses(tiny_model_path, tmp_path, m
     assert len(packed_forwards) == packed  # the padded runs did not pack
     assert losses["packed"] == pytest.approx(losses["padded"], rel=1e-5) and losses["old"] == losses["padded"]
     assert losses["padded"][-1] < losses["padded"][0]
+
+
+def test_configs_of_multimodal_and_per_layer_models_give_a_pair_cost_and_flops():
+    """Gemma 4's head_dim set per layer (transformers raises when it is read as one value), Gemma 3n's per-layer MLP
+    widths and a multimodal config holding its language model's sizes under text_config."""
+    from transformers import Gemma3nTextConfig, Gemma4Config, Gemma4TextConfig
+
+    from reinforge.training.perf import model_shape, training_flops
+
+    text = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                vocab_size=128, head_dim=8, layer_types=["sliding_attention", "full_attention"], sliding_window=3)
+    per_layer = Gemma4TextConfig(**text, per_layer_config={"01": {"head_dim": 16}})
+    with pytest.raises(RuntimeError):
+        per_layer.head_dim  # noqa: B018 (the read transformers refuses)
+    assert model_shape(per_layer).head_dim == 8  # hidden / heads
+    assert model_shape(Gemma4Config(text_config=text)) == model_shape(Gemma4TextConfig(**text))
+    widths = Gemma3nTextConfig(hidden_size=32, intermediate_size=[64, 128], num_hidden_layers=2, num_attention_heads=4,
+                               num_key_value_heads=2, vocab_size=128, head_dim=8, layer_types=["sliding_attention", "full_attention"])
+    assert model_shape(widths).layer_weights == 32 * 8 * (2 * 4 + 2 * 2) + 3 * 32 * 96  # the mean width
+    for config in (per_layer, Gemma4Config(text_config=text), widths):
+        assert 0 < packing.pair_cost(config) < 1 and training_flops(config, [10]) > 0
+
+
+def test_a_forward_in_eval_mode_gives_each_module_back_its_own_mode():
+    """The reference of a LoRA run wraps the training policy (WithoutAdapters): a pass in eval mode over the wrapper
+    must leave the policy training, whatever the wrapper's own flag says."""
+    from reinforge.training.minibatch import eval_mode
+
+    inner = torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.Dropout(0.5)).train()
+    wrapper = torch.nn.Sequential(inner)  # its own flag: training, as a new module's is
+    with eval_mode(inner):  # the policy's pass, inside which the reference (the wrapper) runs
+        with eval_mode(wrapper):
+            assert not any(m.training for m in wrapper.modules())
+        assert not any(m.training for m in inner.modules())  # still the policy's eval pass, no dropout
+    assert all(m.training for m in inner.modules()) and wrapper.training
