@@ -2,20 +2,23 @@
 
 A micro-batch is padded to its longest sequence, so rows of different lengths compute padding: in
 a GRPO batch whose responses run from a few tokens to the limit, often half of the tokens. Here
-each row's real tokens (those of its attention mask) are packed into as few rows as hold them, each
-as long as the longest sequence (first fit, longest first), and the model runs on those rows with
-each sequence's own position ids and no attention mask; transformers (5.x) reads where a sequence
-starts from its position ids jumping back and gives every token an attention to its own sequence
-only (`masking_utils.find_packed_sequence_indices`, for every attention kind). The vocabulary head
-then runs only on the positions that predict a response token (a pre-hook on the output
-embeddings gathers them), so the logits are (1, response tokens, vocab), without padding either.
-`ResponseLogits.unpack` puts per-token results back at their (row, response column).
+each row's real tokens (those of its attention mask) are packed into rows of one capacity (first
+fit, longest first), and the model runs on those rows with each sequence's own position ids and no
+attention mask; transformers (5.x) reads where a sequence starts from its position ids jumping back
+and gives every token an attention to its own sequence only (`masking_utils.find_packed_sequence_indices`,
+for every attention kind). The vocabulary head then runs only on the positions that predict a
+response token (a pre-hook on the output embeddings gathers them), so the logits are
+(1, response tokens, vocab), without padding either. `ResponseLogits.unpack` puts per-token results
+back at their (row, response column).
 
-The numbers are those of the padded forward up to float rounding (tests/training/test_packing.py).
-Attention costs what it costs padded (a packed row is no longer than the longest sequence), the
-linear layers only the packed rows. A micro-batch is packed when that saves rows; when its
-prompts repeat (GRPO) and the shared-prompt forward (`shared_prefix.py`) would run fewer tokens,
-that one runs instead.
+The capacity: rows as long as the longest sequence save padding at no extra attention; longer rows
+(up to all tokens in one, verl's layout, at most MAX_CAPACITY) save more padding, but the masked
+attention still computes every (query, key) pair of a row. Each capacity from the longest sequence
+up, doubling, is costed as tokens + `pair_cost` x pairs (what a pair costs against a token through
+the linear layers, from the model's sizes) and the cheapest is taken; none cheaper than the padded
+rows: no packing. When the prompts repeat (GRPO) and the shared-prompt forward (`shared_prefix.py`)
+costs less, that one runs instead. The numbers are those of the padded forward up to float rounding
+(tests/training/test_packing.py).
 
 Before the first packed forward of a model, a probe checks that the model honours packed position
 ids (two short sequences packed, against each alone); a model that does not (a custom architecture
@@ -45,7 +48,7 @@ _PROBED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # model -> whe
 class Packing:
     """Where a micro-batch's tokens go in the packed rows, and where its response tokens come back."""
 
-    input_ids: torch.Tensor  # (packed rows, longest sequence)
+    input_ids: torch.Tensor  # (packed rows, capacity)
     position_ids: torch.Tensor  # each sequence's own positions; 0 on the tail padding (each tail token alone)
     predict: torch.Tensor  # (n,) flat index into the packed rows of the position that predicts each response token
     rows: torch.Tensor  # (n,) that token's row in the micro-batch
