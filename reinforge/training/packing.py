@@ -20,8 +20,12 @@ rows: no packing. When the prompts repeat (GRPO) and the shared-prompt forward (
 costs less, that one runs instead. The numbers are those of the padded forward up to float rounding
 (tests/training/test_packing.py).
 
+Under flash attention (`attn_implementation=flash_attention_2`, verl's usual setting on GPUs) packed
+sequences attend only within themselves, as verl's varlen layout, but transformers reads packed
+sequences only from a batch of one row: all of a micro-batch's sequences then go in one row.
+
 Before the first packed forward of a model, a probe checks that the model honours packed position
-ids (two short sequences packed, against each alone); a model that does not (a custom architecture
+ids (four short sequences packed as they will be, against each alone); a model that does not (a custom architecture
 with its own masks) keeps the padded forward, said once. Rows whose position ids do not start at 0 and
 count up by one (multimodal rope, offsets) are not packed. On several data-parallel ranks each rank packs its own rows;
 a packed and a padded forward are one forward each, so the ranks' collectives still pair up.
@@ -101,12 +105,27 @@ def pair_cost(config) -> float:
     return 1 / (6 * hidden) if hidden else 1e-4
 
 
-def _cheapest_bins(lengths: list[int], width: int, pair: float) -> tuple[list[list[int]], int, float] | None:
+def varlen_attention(model: torch.nn.Module) -> bool:
+    """Whether the model attends through flash attention: its packed sequences attend within themselves without
+    computing the other pairs of the row, but transformers packs them only in a batch of one row."""
+    return "flash" in str(getattr(model.config, "_attn_implementation", None) or "")
+
+
+def attention_pair_cost(model: torch.nn.Module) -> float:
+    """`pair_cost` of the model's config; 0 under flash attention, which computes only the pairs within a sequence."""
+    return 0.0 if varlen_attention(model) else pair_cost(model.config)
+
+
+def _cheapest_bins(lengths: list[int], width: int, pair: float,
+                   one_row: bool = False) -> tuple[list[list[int]], int, float] | None:
     """The bins and capacity that cost least (tokens + pair x capacity^2 per packed row), trying capacities from the
-    longest sequence up by doubling to all tokens in one row (at most MAX_CAPACITY, whose mask alone is 64 MB); None
-    when the padded rows (`width` wide) cost no more."""
+    longest sequence up by doubling to all tokens in one row (at most MAX_CAPACITY, whose mask alone is 64 MB; with
+    `one_row`, all tokens in one row whatever their number); None when the padded rows (`width` wide) cost no more."""
     longest, total = max(lengths), sum(lengths)
     best, best_cost = None, len(lengths) * (width + pair * width * width)
+    if one_row:
+        cost = total + pair * total * total
+        return ([list(range(len(lengths)))], total, cost) if cost < best_cost else None
     capacity = longest
     while True:
         bins = _first_fit(lengths, capacity)
@@ -118,9 +137,10 @@ def _cheapest_bins(lengths: list[int], width: int, pair: float) -> tuple[list[li
         capacity = max(longest, min(2 * capacity, total, MAX_CAPACITY))
 
 
-def plan_packing(batch: Batch, pair: float = 0.0) -> Packing | None:
+def plan_packing(batch: Batch, pair: float = 0.0, one_row: bool = False) -> Packing | None:
     """The packing of `batch` (FORWARD_KEYS) that costs least (`pair`: an attention pair's cost in tokens,
-    `pair_cost`), or None when padded rows cost no more or the rows cannot be packed exactly."""
+    `pair_cost`; `one_row`: all sequences in one row), or None when padded rows cost no more or the rows cannot be
+    packed exactly."""
     mask = batch["attention_mask"].bool()
     positions = batch["position_ids"]
     rows, length = mask.shape
@@ -128,7 +148,7 @@ def plan_packing(batch: Batch, pair: float = 0.0) -> Packing | None:
     lengths = mask.sum(1)
     if rows < 2 or positions.dim() != 2 or bool((lengths == 0).any()) or bool((mask[:, : length - width].sum(1) == 0).any()):
         return None
-    chosen = _cheapest_bins(lengths.tolist(), length, pair)
+    chosen = _cheapest_bins(lengths.tolist(), length, pair, one_row)
     if chosen is None:
         return None
     bins, capacity, cost = chosen
@@ -163,7 +183,7 @@ def packing_for(model: torch.nn.Module, batch: Batch, pack: bool) -> Packing | N
     probe, or padding costs no more)."""
     if not pack or not packing_works(model, batch):
         return None
-    return plan_packing(batch, pair_cost(model.config))
+    return plan_packing(batch, attention_pair_cost(model), one_row=varlen_attention(model))
 
 
 def _forward(model: torch.nn.Module, packing: Packing, head: bool) -> torch.Tensor:
@@ -199,20 +219,22 @@ def packed_values(model: torch.nn.Module, packing: Packing) -> torch.Tensor:
 
 
 def packing_works(model: torch.nn.Module, batch: Batch) -> bool:
-    """Whether `model` computes packed sequences as it computes them alone: probed once per model (two forwards of 8
-    fixed tokens, which every rank runs at the same call), agreed by all ranks."""
+    """Whether `model` computes packed sequences as it computes them alone: probed once per model (two forwards of 16
+    fixed tokens: four sequences packed as the planner packs for this model, two rows of two or under flash attention
+    one row, and the four alone; every rank runs them at the same call), agreed by all ranks."""
     if model in _PROBED:
         return _PROBED[model]
     device = batch["input_ids"].device
     shape = model_shape(model.config)
     vocab = shape.vocab if shape is not None else model.get_input_embeddings().num_embeddings
-    ids = (torch.arange(8, device=device) * 7 + 3) % vocab
-    positions = torch.arange(4, device=device)
+    ids = (torch.arange(16, device=device) * 7 + 3) % vocab
+    positions = torch.arange(4, device=device).repeat(4)
+    rows = 1 if varlen_attention(model) else 2
     with torch.no_grad(), eval_mode(model):
-        packed = model(input_ids=ids[None], position_ids=positions.repeat(2)[None], attention_mask=None,
-                       use_cache=False).logits[0].float()
-        alone = model(input_ids=ids.view(2, 4), position_ids=positions.expand(2, 4), attention_mask=None,
-                      use_cache=False).logits.reshape(8, -1).float()
+        packed = model(input_ids=ids.view(rows, -1), position_ids=positions.view(rows, -1), attention_mask=None,
+                       use_cache=False).logits.reshape(16, -1).float()
+        alone = model(input_ids=ids.view(4, 4), position_ids=positions.view(4, 4), attention_mask=None,
+                      use_cache=False).logits.reshape(16, -1).float()
     dtype = next(model.parameters()).dtype  # bf16 logits differ by a rounding step or two between the two layouts
     tolerance = max(1e-3, 8 * torch.finfo(dtype).eps) if dtype.is_floating_point else 1e-3
     ok = float(torch.allclose(packed, alone, rtol=tolerance, atol=tolerance * float(alone.abs().max()) + 1e-5))

@@ -49,7 +49,7 @@ from transformers.modeling_layers import GradientCheckpointingLayer
 from reinforge.distributed.process_group import all_reduce
 from reinforge.errors import ModelError
 from reinforge.inference.hf import cache_keyword
-from reinforge.training.packing import pair_cost
+from reinforge.training.packing import attention_pair_cost
 
 
 def hold(layer: DynamicLayer, keys: torch.Tensor, values: torch.Tensor) -> None:
@@ -130,14 +130,14 @@ def shared_prompt_logits(model: torch.nn.Module, input_ids: torch.Tensor, attent
     """The logits that predict each response token, (batch, response_len, vocab), with each distinct prompt of the
     batch computed once; None where another forward should run instead (on any rank: see the module docstring):
     the plain one, or the packed one when it costs `cheaper_than` or less (tokens and attention pairs:
-    `packing.pair_cost`)."""
+    `packing.attention_pair_cost`)."""
     shared_len = input_ids.shape[1] - response_len - 1  # the prompt but its last token, whose logit predicts response 0
     groups = None
     if shared_len > 0 and can_share(model, position_ids):
         groups = prompt_owners(input_ids, attention_mask, position_ids, shared_len)
     if groups is not None and cheaper_than is not None:
         prompts, rows, queries = len(groups[0]), input_ids.shape[0], response_len + 1
-        cost = prompts * shared_len + rows * queries + pair_cost(model.config) * (
+        cost = prompts * shared_len + rows * queries + attention_pair_cost(model) * (
             prompts * shared_len ** 2 + rows * queries * input_ids.shape[1])
         groups = groups if cost < cheaper_than else None
     if not all_reduce([float(groups is not None)], "min")[0]:  # every rank runs as many forwards of a sharded model

@@ -255,3 +255,30 @@ def test_a_forward_in_eval_mode_gives_each_module_back_its_own_mode():
             assert not any(m.training for m in wrapper.modules())
         assert not any(m.training for m in inner.modules())  # still the policy's eval pass, no dropout
     assert all(m.training for m in inner.modules()) and wrapper.training
+
+
+def test_packed_sequences_read_only_from_a_batch_of_one_row_are_caught_by_the_probe(tiny_model_path, monkeypatch, capsys):
+    """transformers' flash attention reads packed sequences only in a batch of one row; a model that does the same with
+    its other kernels is caught by the probe's two packed rows and keeps padded rows."""
+    import transformers.masking_utils as masking
+
+    detect = masking.find_packed_sequence_indices
+    monkeypatch.setattr(masking, "find_packed_sequence_indices",
+                        lambda position_ids: detect(position_ids) if position_ids.shape[0] == 1 else None)
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_path).eval()
+    assert not packing.packing_works(model, varied_batch(model.config.vocab_size))
+    assert "does not compute sequences packed by their position ids" in capsys.readouterr().err
+
+
+def test_under_flash_attention_every_sequence_goes_in_one_row(tiny_model_path):
+    """Flash attention computes only the pairs within each sequence (verl's varlen layout), so attention costs nothing
+    extra in a long row, and transformers packs only a batch of one row: one row of all tokens, however many."""
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_path)
+    assert not packing.varlen_attention(model) and packing.attention_pair_cost(model) > 0
+    model.config._attn_implementation = "flash_attention_2"
+    assert packing.varlen_attention(model) and packing.attention_pair_cost(model) == 0
+    batch = varied_batch(100)
+    assert plan_packing(batch, 0.0, one_row=True).input_ids.shape == (1, 57)
+    long = [packing.MAX_CAPACITY, packing.MAX_CAPACITY // 2, 10]
+    assert packing._cheapest_bins(long, packing.MAX_CAPACITY, 0.0, one_row=True)[1] == sum(long)
+    assert packing._cheapest_bins(long, packing.MAX_CAPACITY, 0.0)[1] == packing.MAX_CAPACITY  # rows stop at the cap
