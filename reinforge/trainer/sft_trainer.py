@@ -44,6 +44,7 @@ class SFTTrainer:
         self.config, self.model, self.tokenizer = config, model, tokenizer
         self.optimizer, self.scheduler, self.device = optimizer, scheduler, device
         self.train_data, self.val_data = train_data, val_data
+        self.pack = config.use_remove_padding and config.model.use_remove_padding  # both of verl's places must say so
         self.run_dir = Path(config.trainer.default_local_dir)
         self.steps_per_epoch = len(train_data) // config.data.train_batch_size
         self.total_steps = self.steps_per_epoch * config.trainer.total_epochs
@@ -75,8 +76,7 @@ class SFTTrainer:
         from reinforge.training.actor import response_log_probs  # with transformers' model code: imported once a run trains
 
         trimmed = trim_padding(micro.to(self.device))
-        pack = self.config.use_remove_padding and self.config.model.use_remove_padding
-        log_probs, _ = response_log_probs(self.model, trimmed.batch, temperature=1.0, pack=pack)
+        log_probs, _ = response_log_probs(self.model, trimmed.batch, temperature=1.0, pack=self.pack)
         mask = micro["response_mask"][:, :log_probs.shape[1]].to(log_probs.device, log_probs.dtype)
         return -(log_probs * mask).sum(), mask.sum()
 

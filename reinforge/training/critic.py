@@ -34,7 +34,7 @@ from reinforge.training.packing import packed_values, packing_for
 
 def response_values(model: torch.nn.Module, batch: Batch, pack: bool = False) -> torch.Tensor:
     """The value of the state before each response token, (batch, response_len), fp32; with `pack`
-    (critic.model.use_remove_padding) from a forward without padding where that saves rows (`packing.py`)."""
+    (critic.model.use_remove_padding) from a forward without padding where that costs less (`packing.py`)."""
     packing = packing_for(model, batch, pack)
     if packing is not None:
         return packed_values(model, packing)

@@ -58,7 +58,7 @@ class Packing:
     rows: torch.Tensor  # (n,) that token's row in the micro-batch
     cols: torch.Tensor  # (n,) and its response column
     shape: tuple[int, int]  # (rows, response width) of the micro-batch
-    cost: float = 0.0  # tokens + pair cost x attention pairs (`pair_cost`), to compare with other forwards
+    cost: float  # tokens + pair cost x attention pairs (`pair_cost`), to compare with other forwards
 
 
 @dataclass

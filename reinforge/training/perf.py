@@ -112,7 +112,11 @@ def model_shape(hf_config) -> ModelShape | None:
 def dense_weights(hf_config) -> int | None:
     """N: the matrix weights one token passes through (active experts only); None when the config lacks the standard names."""
     shape = model_shape(hf_config)
-    return None if shape is None else shape.layer_weights * shape.layers + 2 * shape.vocab * shape.hidden
+    return None if shape is None else _dense_weights(shape)
+
+
+def _dense_weights(shape: ModelShape) -> int:
+    return shape.layer_weights * shape.layers + 2 * shape.vocab * shape.hidden  # embedding and LM head, as verl counts
 
 
 def training_flops(hf_config, seq_lens: Sequence[int]) -> float | None:
@@ -122,7 +126,7 @@ def training_flops(hf_config, seq_lens: Sequence[int]) -> float | None:
         return None
     square_sum = sum(int(n) * int(n) for n in seq_lens)
     attention = 12 * square_sum * shape.head_dim * shape.heads * shape.layers
-    return 6 * dense_weights(hf_config) * sum(int(n) for n in seq_lens) + attention
+    return 6 * _dense_weights(shape) * sum(int(n) for n in seq_lens) + attention
 
 
 def device_peak_flops(device: str | torch.device, configured: float | None = None) -> float | None:

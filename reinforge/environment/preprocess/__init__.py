@@ -22,7 +22,6 @@ import argparse
 import importlib
 
 from reinforge.environment.preprocess import countdown, gsm8k
-from reinforge.environment.preprocess.gsm8k import VARIANTS as GSM8K_VARIANTS
 from reinforge.errors import ConfigError, add_debug_argument
 
 DATASETS = {
@@ -58,11 +57,11 @@ def add_data_arguments(data: argparse.ArgumentParser) -> None:
         parser.add_argument("--max_train", type=_count, metavar="N", help="keep only the first N train rows")
         parser.add_argument("--max_test", type=_count, metavar="N", help="keep only the first N test rows (0: no test file)")
         add_debug_argument(parser)
-    gsm8k = datasets.choices["gsm8k"]
-    gsm8k.set_defaults(local_dir=None)
-    gsm8k.add_argument("--variant", default="gsm8k", choices=GSM8K_VARIANTS,
-                       help="the form of verl's script of that name: " + "; ".join(
-                           f"{name}: {what}" for name, (what, _) in GSM8K_VARIANTS.items()) + " (default: %(default)s)")
+    gsm8k_options = datasets.choices["gsm8k"]
+    gsm8k_options.set_defaults(local_dir=None)  # the variant's folder
+    gsm8k_options.add_argument("--variant", default="gsm8k", choices=gsm8k.VARIANTS,
+                               help="the form of verl's script of that name: " + "; ".join(
+                                   f"{name}: {what}" for name, (what, _) in gsm8k.VARIANTS.items()) + " (default: %(default)s)")
     options = datasets.choices["countdown"]
     options.add_argument("--template", default="base", choices=countdown.TEMPLATES,
                          help="base: TinyZero's base-model prompt; chat: the user's request only (default: %(default)s)")

@@ -25,6 +25,7 @@ keeps it, as verl's script does not look for the number.
 from __future__ import annotations
 
 import re
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -96,8 +97,5 @@ def preprocess(inputs: list[str] | None, local_dir: str | Path | None, max_train
                max_test: int | None = None, variant: str = "gsm8k") -> dict[str, Path]:
     """Write `local_dir/train.parquet` and `test.parquet` (default: the variant's folder) from a local copy (`inputs`)
     or the hub."""
-    def convert(raw: dict[str, Any], split: str, index: int) -> dict[str, Any] | None:
-        return make_row(raw, split, index, variant)
-
-    return preprocess_splits(inputs, HUB, convert, REQUIRED_COLUMNS, local_dir or VARIANTS[variant][1],
+    return preprocess_splits(inputs, HUB, partial(make_row, variant=variant), REQUIRED_COLUMNS, local_dir or VARIANTS[variant][1],
                              {"train": max_train, "test": max_test})
