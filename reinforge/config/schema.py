@@ -242,8 +242,10 @@ class RewardModelModelConfig(Node):
     external_lib: str | None = _f(None, "A module to import before loading the reward model (registers custom architectures).")
     trust_remote_code: bool = _f(False, "Allow model and tokenizer code from the reward model's folder.")
     override_config: dict = _f({}, "Values that override the reward model's config.json (e.g. pad_token_id).")
-    use_remove_padding: bool = _f(False, "Accepted for verl compatibility; the reward model scores padded micro-batches, trimmed to the "
-                                         "columns their rows use, in this version.")
+    use_remove_padding: bool = _f(True, "Pack each micro-batch's sequences end to end without padding where that costs less than padded "
+                                        "rows (training/packing.py; the same scores up to float rounding). verl's in-process reward "
+                                        "model defaulted to false; verl 0.9 serves reward models through an inference engine, which "
+                                        "does not pad. false: padded micro-batches, trimmed to the columns their rows use.")
     use_shm: bool = _f(False, "Accepted for verl compatibility (copy the model to shared memory); no effect here.")
     use_fused_kernels: bool = _f(False, "Accepted for verl compatibility (fused kernels); no effect here.")
     fsdp_config: FSDPConfig = _sub(FSDPConfig, "FSDP settings of the reward model (model_dtype acts in one process).")

@@ -53,7 +53,6 @@ _ALWAYS_INERT = {
     "trainer.del_local_ckpt_after_load": "checkpoints are kept after resuming",
     "actor_rollout_ref.rollout.calculate_log_probs": "every engine always returns rollout_log_probs",
     "actor_rollout_ref.rollout.prompt_length": "prompts are limited by data.max_prompt_length",
-    "reward_model.model.use_remove_padding": "the reward model scores padded micro-batches in this version",
     "reward_model.model.use_shm": "the model is read from its folder",
     "actor_rollout_ref.model.use_fused_kernels": "no fused kernels in this version: log-probs and entropy come from the logits",
     "actor_rollout_ref.model.use_liger": "no Liger kernels in this version",

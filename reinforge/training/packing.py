@@ -137,16 +137,26 @@ def _cheapest_bins(lengths: list[int], width: int, pair: float,
         capacity = max(longest, min(2 * capacity, total, MAX_CAPACITY))
 
 
-def plan_packing(batch: Batch, pair: float = 0.0, one_row: bool = False) -> Packing | None:
-    """The packing of `batch` (FORWARD_KEYS) that costs least (`pair`: an attention pair's cost in tokens,
-    `pair_cost`; `one_row`: all sequences in one row), or None when padded rows cost no more or the rows cannot be
-    packed exactly."""
-    mask = batch["attention_mask"].bool()
-    positions = batch["position_ids"]
+@dataclass
+class Packed:
+    """Sequences laid end to end in rows of one capacity: where each sequence's tokens went."""
+
+    input_ids: torch.Tensor  # (packed rows, capacity)
+    position_ids: torch.Tensor  # each sequence's own positions; 0 on the tail padding (each tail token alone)
+    offset: torch.Tensor  # (rows,) flat index into the packed rows of each sequence's first token
+    rank: torch.Tensor  # (rows, length) a kept token's index within its sequence
+    cost: float  # tokens + pair cost x attention pairs (`pair_cost`)
+
+
+def pack_sequences(input_ids: torch.Tensor, mask: torch.Tensor, positions: torch.Tensor, pair: float = 0.0,
+                   one_row: bool = False) -> Packed | None:
+    """The real tokens of (rows, length) `input_ids` (where `mask` is true) packed in the rows that cost least (`pair`:
+    an attention pair's cost in tokens, `pair_cost`; `one_row`: all sequences in one row), or None when padded rows
+    cost no more or the rows cannot be packed exactly (an empty row; position ids that do not start at 0 and count up
+    by one, as multimodal rope or offsets)."""
     rows, length = mask.shape
-    width = batch["responses"].shape[1]
     lengths = mask.sum(1)
-    if rows < 2 or positions.dim() != 2 or bool((lengths == 0).any()) or bool((mask[:, : length - width].sum(1) == 0).any()):
+    if rows < 2 or positions.dim() != 2 or bool((lengths == 0).any()):
         return None
     chosen = _cheapest_bins(lengths.tolist(), length, pair, one_row)
     if chosen is None:
@@ -158,30 +168,41 @@ def plan_packing(batch: Batch, pair: float = 0.0, one_row: bool = False) -> Pack
     steps[starts] = 1  # each sequence starts at 0 (so no two merge) and counts up by one
     if not bool((steps == 1).all()) or bool(kept[starts].any()):
         return None
-    offset = torch.empty(rows, dtype=torch.long)  # each row's first flat index in the packed rows
+    offset = torch.empty(rows, dtype=torch.long)
     for b, members in enumerate(bins):
         at = b * capacity
         for row in members:
             offset[row] = at
             at += int(lengths[row])
     offset = offset.to(mask.device)
-    rank = mask.long().cumsum(1) - 1  # a kept token's index within its sequence
+    rank = mask.long().cumsum(1) - 1
     flat = (offset[:, None] + rank)[mask]
-    input_ids = batch["input_ids"].new_zeros(len(bins) * capacity)
-    input_ids[flat] = batch["input_ids"][mask]
+    packed_ids = input_ids.new_zeros(len(bins) * capacity)
+    packed_ids[flat] = input_ids[mask]
     packed_positions = positions.new_zeros(len(bins) * capacity)
     packed_positions[flat] = kept
-    responses = mask[:, length - width:]
-    r, c = responses.nonzero(as_tuple=True)
-    predict = offset[r] + rank[:, length - width:][r, c] - 1
-    return Packing(input_ids.view(len(bins), capacity), packed_positions.view(len(bins), capacity), predict, r, c,
-                   (rows, width), cost)
+    return Packed(packed_ids.view(len(bins), capacity), packed_positions.view(len(bins), capacity), offset, rank, cost)
+
+
+def plan_packing(batch: Batch, pair: float = 0.0, one_row: bool = False) -> Packing | None:
+    """The packing of `batch` (FORWARD_KEYS) that costs least (`pack_sequences`), with the positions that predict its
+    response tokens; None when padded rows cost no more, the rows cannot be packed exactly, or a row has no prompt."""
+    mask = batch["attention_mask"].bool()
+    length, width = mask.shape[1], batch["responses"].shape[1]
+    if bool((mask[:, : length - width].sum(1) == 0).any()):
+        return None
+    packed = pack_sequences(batch["input_ids"], mask, batch["position_ids"], pair, one_row)
+    if packed is None:
+        return None
+    r, c = mask[:, length - width:].nonzero(as_tuple=True)
+    predict = packed.offset[r] + packed.rank[:, length - width:][r, c] - 1
+    return Packing(packed.input_ids, packed.position_ids, predict, r, c, (mask.shape[0], width), packed.cost)
 
 
 def packing_for(model: torch.nn.Module, batch: Batch, pack: bool) -> Packing | None:
     """How to pack `batch` for `model`'s forward, or None for the padded forward (`pack` off, the model fails the
     probe, or padding costs no more)."""
-    if not pack or not packing_works(model, batch):
+    if not pack or not packing_works(model, batch["input_ids"].device):
         return None
     return plan_packing(batch, attention_pair_cost(model), one_row=varlen_attention(model))
 
@@ -218,23 +239,24 @@ def packed_values(model: torch.nn.Module, packing: Packing) -> torch.Tensor:
     return ResponseLogits(out, out, packing).unpack(out[..., 0].float())
 
 
-def packing_works(model: torch.nn.Module, batch: Batch) -> bool:
+def packing_works(model: torch.nn.Module, device: torch.device, outputs=None) -> bool:
     """Whether `model` computes packed sequences as it computes them alone: probed once per model (two forwards of 16
     fixed tokens: four sequences packed as the planner packs for this model, two rows of two or under flash attention
-    one row, and the four alone; every rank runs them at the same call), agreed by all ranks."""
+    one row, and the four alone; every rank runs them at the same call), agreed by all ranks. `outputs(input_ids,
+    position_ids)` gives the per-position outputs compared (default: the logits)."""
     if model in _PROBED:
         return _PROBED[model]
-    device = batch["input_ids"].device
+    if outputs is None:
+        def outputs(ids: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+            return model(input_ids=ids, position_ids=positions, attention_mask=None, use_cache=False).logits
     shape = model_shape(model.config)
     vocab = shape.vocab if shape is not None else model.get_input_embeddings().num_embeddings
     ids = (torch.arange(16, device=device) * 7 + 3) % vocab
     positions = torch.arange(4, device=device).repeat(4)
     rows = 1 if varlen_attention(model) else 2
     with torch.no_grad(), eval_mode(model):
-        packed = model(input_ids=ids.view(rows, -1), position_ids=positions.view(rows, -1), attention_mask=None,
-                       use_cache=False).logits.reshape(16, -1).float()
-        alone = model(input_ids=ids.view(4, 4), position_ids=positions.view(4, 4), attention_mask=None,
-                      use_cache=False).logits.reshape(16, -1).float()
+        packed = outputs(ids.view(rows, -1), positions.view(rows, -1)).reshape(16, -1).float()
+        alone = outputs(ids.view(4, 4), positions.view(4, 4)).reshape(16, -1).float()
     dtype = next(model.parameters()).dtype  # bf16 logits differ by a rounding step or two between the two layouts
     tolerance = max(1e-3, 8 * torch.finfo(dtype).eps) if dtype.is_floating_point else 1e-3
     ok = float(torch.allclose(packed, alone, rtol=tolerance, atol=tolerance * float(alone.abs().max()) + 1e-5))

@@ -145,6 +145,47 @@ def test_micro_batches_and_token_budgets_give_the_scores_of_one_batch(tiny_model
             assert torch.allclose(micro.compute_rm_score(batch)["rm_scores"], whole, atol=1e-5), extra
 
 
+def test_packed_micro_batches_give_the_padded_scores(tiny_model_path, tokenizer, same_tokenizer_rm, other_tokenizer_rm,
+                                                     monkeypatch):
+    """reward_model.model.use_remove_padding (default true): the sequences packed end to end, the score read where the
+    padded forward pools it (a response ending in EOS, the pad id here, at the token before); a spy sees the packed
+    forward run, and false keeps the padded one."""
+    import reinforge.reward.models.classifier as classifier
+
+    packed_runs = []
+    packed_scores = classifier._packed_scores
+    monkeypatch.setattr(classifier, "_packed_scores", lambda *args: packed_runs.append(packed_scores(*args)) or packed_runs[-1])
+    long_prompt = ([{"role": "user", "content": "count " + " ".join(map(str, range(40)))}], "40 41", True, "40 41 42")
+    batch = make_batch(tokenizer, [*ROWS, long_prompt, *ROWS])  # short rows fit beside each other in the long one's length
+    eos_is_pad = [f"reward_model.model.override_config={{pad_token_id:{tokenizer.eos_token_id}}}"]
+    for rm_path, override in ((same_tokenizer_rm, []), (same_tokenizer_rm, eos_is_pad), (other_tokenizer_rm, [])):
+        padded = worker_for(rm_config(tiny_model_path, rm_path, "reward_model.model.use_remove_padding=false", *override))
+        expected = padded.compute_rm_score(batch)["rm_scores"]
+        assert packed_runs == []
+        for extra in (override, [*override, "reward_model.micro_batch_size_per_gpu=3"]):
+            scores = worker_for(rm_config(tiny_model_path, rm_path, *extra)).compute_rm_score(batch)["rm_scores"]
+            assert torch.allclose(scores, expected, atol=1e-5), (rm_path, extra)
+            assert any(run is not None for run in packed_runs), extra  # micro-batches of alike rows stay padded
+            packed_runs.clear()
+        if override:  # the EOS rows are scored at the token before their EOS: not as with the tokenizer's own pad id
+            assert padded.model.config.pad_token_id == tokenizer.eos_token_id
+            assert not torch.allclose(expected.sum(-1)[0], worker_for(rm_config(
+                tiny_model_path, rm_path)).compute_rm_score(batch)["rm_scores"].sum(-1)[0])
+            packed_runs.clear()
+
+
+def test_a_reward_model_that_ignores_packed_positions_keeps_padded_micro_batches(tiny_model_path, tokenizer,
+                                                                                same_tokenizer_rm, monkeypatch, capsys):
+    import transformers.masking_utils as masking
+
+    batch = make_batch(tokenizer)
+    expected = worker_for(rm_config(tiny_model_path, same_tokenizer_rm)).compute_rm_score(batch)["rm_scores"]
+    monkeypatch.setattr(masking, "find_packed_sequence_indices", lambda position_ids: None)
+    scores = worker_for(rm_config(tiny_model_path, same_tokenizer_rm)).compute_rm_score(batch)["rm_scores"]
+    assert torch.allclose(scores, expected, atol=1e-5)
+    assert "LlamaForSequenceClassification does not compute sequences packed" in capsys.readouterr().err
+
+
 def test_another_tokenizer_reads_the_conversation_in_its_own_chat_template(tiny_model_path, tokenizer, other_tokenizer,
                                                                            other_tokenizer_rm):
     batch = make_batch(tokenizer)

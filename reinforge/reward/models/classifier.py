@@ -4,7 +4,10 @@ The model is an `AutoModelForSequenceClassification` with one label (verl's disc
 reward model). Its score of a sequence is what its own forward returns: the logit at the last
 token that is not the pad token (`config.pad_token_id`). So when pad and EOS share an id, a
 response ending in EOS is scored at the token before it, exactly as a direct forward of the same
-text would score it. Padding positions are filled with the model's pad id before the forward.
+text would score it. Padding positions are filled with the model's pad id before the forward. With
+`reward_model.model.use_remove_padding` (default) a micro-batch's sequences are packed end to end
+without padding where that costs less (`training/packing.py`), and the score head's output is read at
+the position the padded forward would pool: the same scores up to float rounding.
 
 Inputs come one of two ways (`classifier_inputs`):
 
@@ -27,6 +30,7 @@ import torch
 from reinforge.batch import Batch
 from reinforge.reward.models.rows import chat_messages, response_texts
 from reinforge.training.minibatch import balanced_groups, token_budget_count, used_columns
+from reinforge.training.packing import attention_pair_cost, pack_sequences, packing_works, varlen_attention
 
 
 @dataclass
@@ -76,9 +80,10 @@ def right_padded(rows: list[list[int]], pad_id: int) -> tuple[torch.Tensor, torc
 
 @torch.no_grad()
 def sequence_scores(model: torch.nn.Module, inputs: ClassifierInputs, micro_batch_size: int | None = None,
-                    max_tokens: int | None = None) -> torch.Tensor:
+                    max_tokens: int | None = None, pack: bool = False) -> torch.Tensor:
     """The model's score of each row, (batch,) float32 on CPU, `micro_batch_size` rows per forward (None: all), or
-    with `max_tokens` (reward_model.use_dynamic_bsz) token-budget micro-batches.
+    with `max_tokens` (reward_model.use_dynamic_bsz) token-budget micro-batches; `pack`: each micro-batch packed
+    without padding where that costs less and the model computes packed sequences as it computes them alone.
 
     Each forward reads only the columns some row of its micro-batch uses: the others are padding in every row,
     which no token attends to and the score (at the last token that is not the pad id) never lands on."""
@@ -90,12 +95,52 @@ def sequence_scores(model: torch.nn.Module, inputs: ClassifierInputs, micro_batc
     else:
         lengths = inputs.attention_mask.sum(-1).tolist()
         groups = [torch.tensor(group) for group in balanced_groups(lengths, token_budget_count(lengths, max_tokens))]
+    head = score_head(model)
+    pack = pack and head is not None and packing_works(model, device, lambda ids, positions: _head_outputs(
+        model, head, ids, positions, None))
     scores = torch.zeros(rows)
     for group in groups:
         start, end = used_columns(inputs.attention_mask[group])
         cols = slice(start, max(end, start + 1))
-        logits = model(input_ids=inputs.input_ids[group, cols].to(device),
-                       attention_mask=inputs.attention_mask[group, cols].to(device),
-                       position_ids=inputs.position_ids[group, cols].to(device), use_cache=False).logits  # (micro, 1)
-        scores[group] = logits[:, 0].float().cpu()
+        input_ids, attention_mask, position_ids = (t[group, cols].to(device) for t in
+                                                   (inputs.input_ids, inputs.attention_mask, inputs.position_ids))
+        packed = _packed_scores(model, head, input_ids, attention_mask.bool(), position_ids) if pack else None
+        if packed is None:
+            packed = model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
+                           use_cache=False).logits[:, 0]  # (micro,): one label
+        scores[group] = packed.float().cpu()
     return scores
+
+
+def score_head(model: torch.nn.Module) -> torch.nn.Module | None:
+    """The linear layer that turns every position's hidden state into scores (transformers' `score`, which the
+    classifier then reads at the last token that is not the pad id); None for a model built otherwise."""
+    head = getattr(model, "score", None)
+    return head if isinstance(head, torch.nn.Module) and model.config.pad_token_id is not None else None
+
+
+def _head_outputs(model: torch.nn.Module, head: torch.nn.Module, input_ids: torch.Tensor, position_ids: torch.Tensor,
+                  attention_mask: torch.Tensor | None) -> torch.Tensor:
+    """The score head's output at every position, (rows, length, labels)."""
+    seen = []
+    handle = head.register_forward_hook(lambda _module, _args, output: seen.append(output))
+    try:
+        model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, use_cache=False)
+    finally:
+        handle.remove()
+    return seen[0]
+
+
+def _packed_scores(model: torch.nn.Module, head: torch.nn.Module, input_ids: torch.Tensor, mask: torch.Tensor,
+                   position_ids: torch.Tensor) -> torch.Tensor | None:
+    """Each row's score from a packed forward (the first label at its last token that is not the pad id, where the
+    padded forward pools), or None when packing costs no more, cannot be exact, or a row has only pad ids."""
+    scored = mask & (input_ids != model.config.pad_token_id)
+    if not bool(scored.any(1).all()):
+        return None
+    packed = pack_sequences(input_ids, mask, position_ids, attention_pair_cost(model), one_row=varlen_attention(model))
+    if packed is None:
+        return None
+    last = torch.where(scored, packed.rank, -1).amax(1)
+    out = _head_outputs(model, head, packed.input_ids, packed.position_ids, None)
+    return out.reshape(-1, out.shape[-1])[packed.offset + last, 0]

@@ -80,7 +80,7 @@ class RewardModelWorker:
             self._show_once(f"the reward model reads conversations in its own chat template; the first: {inputs.texts[0]!r}")
         rm = self.config.reward_model
         scores = sequence_scores(self.model, inputs, rm.micro_batch_size_per_gpu,
-                                 rm.forward_max_token_len_per_gpu if rm.use_dynamic_bsz else None)
+                                 rm.forward_max_token_len_per_gpu if rm.use_dynamic_bsz else None, rm.model.use_remove_padding)
         return Batch({"rm_scores": on_last_response_token(scores, batch)}, {"rm_truncated": inputs.truncated})
 
     def classifier_inputs(self, batch: Batch) -> ClassifierInputs:
