@@ -100,6 +100,10 @@ class CheckpointContents(Node):
                                  "saved before the next step starts.")
     strict: bool = _f(True, "Accepted for verl compatibility (fail on missing or unexpected keys when loading a "
                             "checkpoint); resuming always loads every key here.")
+    save_lora_only: bool = _f(False, "With LoRA adapters: the rank files hold only what trains (the adapters, and a critic's "
+                                     "value head), as verl's; a resume takes the frozen base weights from the model's folder, "
+                                     "and `reinforge merge` needs the whole model, so it refuses such a checkpoint. No effect "
+                                     "without LoRA.")
 
 
 @dataclass

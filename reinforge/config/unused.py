@@ -128,8 +128,9 @@ _ALWAYS_INERT = {
     **dict.fromkeys(("actor_rollout_ref.actor.truncate_padding", "actor_rollout_ref.model.truncate_padding",
                      "critic.model.truncate_padding"), "padded micro-batches are trimmed to the columns their rows use"),
     **dict.fromkeys(("actor_rollout_ref.model.lora", "critic.model.lora"),
-                    "verl's LoRA settings of its Megatron backend; LoRA here is the section's lora_rank, lora_alpha and "
-                    "target_modules"),
+                    "verl's LoRA settings of its Megatron backend (and lora.merge, which verl's FSDP engine reads: "
+                    "reinforge always gives engines the merged weights, as lora.merge=true); LoRA here is the section's "
+                    "lora_rank, lora_alpha and target_modules"),
     "actor_rollout_ref.rollout.use_preprocessed_multimodal_input": "rows with images or videos are refused in this version",
     "critic.model.custom_chat_template": "the critic reads the actor's token ids",
     "critic.model.use_liger": "no Liger kernels in this version",
@@ -167,8 +168,11 @@ _LORA_SETTINGS = ("lora_alpha", "target_modules", "exclude_modules")
 
 
 def _lora_reason(config: Config, key: str) -> str | None:
-    """Why a LoRA setting of the actor's or the critic's model does nothing, if it does not."""
+    """Why a LoRA setting of the actor's or the critic's model (or checkpoint.save_lora_only) does nothing, if it does not."""
     section, _, name = key.rpartition(".")
+    if name == "save_lora_only" and section in ("actor_rollout_ref.actor.checkpoint", "critic.checkpoint"):
+        model = "critic.model" if section == "critic.checkpoint" else "actor_rollout_ref.model"
+        return None if lora_enabled(node_at(config, model)) else f"no LoRA adapters in this run ({model}.lora_rank=0)"
     if section not in ("actor_rollout_ref.model", "critic.model") or name not in (*_LORA_SETTINGS, "lora_rank"):
         return None
     model_cfg = node_at(config, section)

@@ -141,7 +141,7 @@ class SFTTrainer:
         from transformers import AutoModelForCausalLM
 
         from reinforge.training.checkpoint_io import full_model_state, rng_state, save_training_state, write_hf_model
-        from reinforge.training.lora import ADAPTER_DIR, adapter_state, has_lora, lora_scaling, merge_lora_state, save_adapter
+        from reinforge.training.lora import adapter_state, has_lora, lora_scaling, merge_lora_state, save_adapter
 
         contents = self.config.trainer.checkpoint["save_contents"]
         extra = {"lr_scheduler": self.scheduler.state_dict(), "global_step": self.global_step, "rng": rng_state()}
@@ -152,7 +152,7 @@ class SFTTrainer:
             return
         hf_dir = folder / "huggingface"
         if adapter is not None:
-            save_adapter(self.model, adapter, folder / ADAPTER_DIR)
+            save_adapter(self.model, adapter, folder)
         if weights is not None:
             write_hf_model(self.model.config, merge_lora_state(weights, lora_scaling(self.model)) if adapter else weights,
                            hf_dir, AutoModelForCausalLM)

@@ -47,6 +47,7 @@ from reinforge.trainer.checkpoint import save_torch
 SAVED_BY = "reinforge"  # in fsdp_config.json, which verl writes too: tells a reinforge checkpoint from a verl one
 SHARD_DIM = "reinforge_shard_dim"  # marks a record holding one rank's piece of a tensor sharded along that dim
 PARTS = {"model": "model", "optimizer": "optim", "extra": "extra_state"}  # save/load_contents entry -> file prefix
+PEFT_PREFIX = "base_model.model."  # peft's PeftModel names a model's keys under this: a LoRA model's rank files
 RANK_FILE = re.compile(r"^(model|optim|extra_state)_world_size_(\d+)_rank_(\d+)\.pt$")
 
 
@@ -56,15 +57,16 @@ def file_name(prefix: str, ranks: int, index: int) -> str:
 
 # ---- saving -------------------------------------------------------------------------------------
 def save_training_state(folder: str, contents: list, model: torch.nn.Module, optimizer: torch.optim.Optimizer,
-                        extra: dict) -> Path:
-    """This rank's model, optimizer and `extra` under `folder` (as `contents` asks), plus the HF config (rank 0).
+                        extra: dict, lora_only: bool = False) -> Path:
+    """This rank's model, optimizer and `extra` under `folder` (as `contents` asks), plus the HF config (rank 0);
+    `lora_only` (checkpoint.save_lora_only): of a model with LoRA adapters, only what trains.
 
     Every rank of the group calls it (with several ranks the state dicts are collectives)."""
     path = Path(folder)
     path.mkdir(parents=True, exist_ok=True)
     ranks, index = world_size(), rank()
     if "model" in contents:
-        save_torch(model_state(model, ranks), path / file_name("model", ranks, index))
+        save_torch(model_state(model, ranks, lora_only), path / file_name("model", ranks, index))
     if "optimizer" in contents:
         save_torch(optimizer_state(model, optimizer, ranks), path / file_name("optim", ranks, index))
     if "extra" in contents:
@@ -76,13 +78,22 @@ def save_training_state(folder: str, contents: list, model: torch.nn.Module, opt
     return path
 
 
-def model_state(model: torch.nn.Module, ranks: int) -> dict:
-    """The state dict this rank writes: the full one with one rank, its shard records with several."""
+def model_state(model: torch.nn.Module, ranks: int, lora_only: bool = False) -> dict:
+    """The state dict this rank writes: the full one with one rank, its shard records with several. A model with LoRA
+    adapters writes its keys under peft's names (PEFT_PREFIX first, as verl's rank files, which verl's model merger
+    reads), and with `lora_only` only the adapters and what else trains (a critic's value head)."""
     if ranks == 1:
-        return model.state_dict()
-    from torch.distributed.checkpoint.state_dict import get_model_state_dict
+        state = model.state_dict()
+    else:
+        from torch.distributed.checkpoint.state_dict import get_model_state_dict
 
-    return to_shard_records(get_model_state_dict(model))
+        state = to_shard_records(get_model_state_dict(model))
+    if not any(".lora_A." in name for name in state):
+        return state
+    if lora_only:
+        trained = {name for name, param in model.named_parameters() if param.requires_grad}
+        state = {name: tensor for name, tensor in state.items() if ".lora_" in name or name in trained}
+    return {PEFT_PREFIX + name: tensor for name, tensor in state.items()}
 
 
 def optimizer_state(model: torch.nn.Module, optimizer: torch.optim.Optimizer, ranks: int) -> dict:
@@ -181,12 +192,13 @@ def load_training_state(folder: str, contents: list, model: torch.nn.Module, opt
         check_same_architecture(path, model)
         state = read_full(path, "model", saved_ranks, device)
         check_same_adapters(path, state, model, "critic.model" if key == "critic" else "actor_rollout_ref.model")
+        strict = not lora_only_state(path, state, model)
         if ranks == 1:
-            model.load_state_dict(state)
+            model.load_state_dict(state, strict=strict)
         else:
             from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
 
-            set_model_state_dict(model, state, options=StateDictOptions(full_state_dict=True))
+            set_model_state_dict(model, state, options=StateDictOptions(full_state_dict=True, strict=strict))
     if "optimizer" in contents:
         names = optimizer_param_names(model, optimizer)
         state = read_full(path, "optim", saved_ranks, device)
@@ -232,6 +244,19 @@ def check_same_adapters(path: Path, state: dict, model: torch.nn.Module, section
                       f"the {section}.lora_rank and target_modules it was saved with, {fresh}")
 
 
+def lora_only_state(path: Path, state: dict, model: torch.nn.Module) -> bool:
+    """Whether `state` is a LoRA model's saved with checkpoint.save_lora_only (the adapters and what else trains), whose
+    frozen base weights the model already holds from its folder; ConfigError when it lacks a trained tensor."""
+    missing = set(model.state_dict()) - set(state)
+    if not missing or not any(".lora_A." in name for name in state):
+        return False
+    trained = [name for name, param in model.named_parameters() if param.requires_grad and name in missing]
+    if trained:
+        raise ConfigError(f"the checkpoint {path} holds the LoRA adapters but not {trained[:3]}, which this run trains; it "
+                          "was saved by another configuration: start fresh with trainer.resume_mode=disable")
+    return True
+
+
 def check_same_optimizer(path: Path, state: dict, optimizer: torch.optim.Optimizer, key: str) -> None:
     """ConfigError when the saved optimizer state is another optimizer class's (its param groups hold other settings:
     SGD's momentum where AdamW has betas), which the optimizer could not load."""
@@ -274,7 +299,10 @@ def read_full(path: Path, prefix: str, ranks: int, device: str = "cpu") -> dict:
     """The full state in the `prefix` files of a checkpoint saved by `ranks` ranks (shard records, or the DTensors of a
     verl checkpoint, reassembled)."""
     pieces = [load_rank_file(path / file_name(prefix, ranks, index)) for index in range(ranks)]
-    return merge_shard_records(pieces, f"{path / file_name(prefix, ranks, 0)} ... rank_{ranks - 1}.pt")
+    state = merge_shard_records(pieces, f"{path / file_name(prefix, ranks, 0)} ... rank_{ranks - 1}.pt")
+    if prefix == "model":  # a LoRA model's keys under peft's names (reinforge's and verl's): the model's own names
+        state = {name.removeprefix(PEFT_PREFIX): tensor for name, tensor in state.items()}
+    return state
 
 
 def load_rank_file(file: Path):

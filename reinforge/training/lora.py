@@ -11,10 +11,15 @@ policy starts as the model it was loaded from (or as the adapter `lora_adapter_p
 - Engines that hold their own weights (vLLM, SGLang, an hf copy in another dtype or on several
   ranks) and Hugging Face folders get the merged weights, W + (alpha / r) B A under W's own name
   (`merged_weights`, `merge_lora_state`), so they see a plain model.
-- Checkpoints keep the base and adapter weights as the model holds them (an exact resume), and, as
-  verl, `lora_adapter/` beside them in peft's layout (`adapter_config.json`,
-  `adapter_model.safetensors`), which `PeftModel.from_pretrained` or `lora_adapter_path` loads. A
-  resume checks that the checkpoint's adapters have this run's layers, ranks and scales.
+- Checkpoints keep the base and adapter weights as the model holds them (an exact resume) under peft's
+  names (`base_model.model.` first, as verl's rank files of a LoRA model; checkpoint_io.py), with
+  `lora_train_meta.json` ({r, lora_alpha, task_type}, which verl writes and its model merger reads for
+  the adapters' scale), and `lora_adapter/` in peft's layout (`adapter_config.json`,
+  `adapter_model.safetensors`), which `PeftModel.from_pretrained` or `lora_adapter_path` loads (the
+  actor's onto the base causal LM; the critic's holds its backbone's adapters, whose value head is in
+  the rank files). A resume checks that the checkpoint's adapters have this run's layers, ranks and
+  scales. With `checkpoint.save_lora_only` the rank files hold only what trains (the adapters, and a
+  critic's value head), as verl's, and a resume takes the frozen base weights from the model's folder.
 """
 
 from __future__ import annotations
@@ -30,7 +35,9 @@ from reinforge.distributed.process_group import full_tensor
 from reinforge.errors import ConfigError
 from reinforge.inference.colocated import ModuleWeights
 
-ADAPTER_DIR = "lora_adapter"  # in a checkpoint's worker folder (global_step_<N>/actor/lora_adapter), as verl
+ADAPTER_DIR = "lora_adapter"  # in a checkpoint's worker folder (global_step_<N>/actor/lora_adapter)
+TRAIN_META = "lora_train_meta.json"  # in a checkpoint's worker folder: the adapters' r, lora_alpha and task_type, as verl's
+UNSUPPORTED = ("use_dora", "lora_bias", "modules_to_save", "trainable_token_indices", "layer_replication", "fan_in_fan_out")
 ADAPTER_NAME = "default"
 BASE = ".base_layer."  # peft's name of the wrapped layer inside an adapted one
 SAVED_PREFIX = "base_model.model."  # peft's prefix of the keys in adapter_model.safetensors
@@ -52,6 +59,11 @@ def add_lora(model: torch.nn.Module, model_cfg, key: str) -> torch.nn.Module:
     adapter_path = model_cfg.get("lora_adapter_path")
     if adapter_path:
         lora_config, weights = read_adapter(adapter_path, f"{key}.lora_adapter_path")
+        unsupported = [name for name in UNSUPPORTED if getattr(lora_config, name, None)]
+        if unsupported:
+            raise ConfigError(f"{key}.lora_adapter_path={adapter_path}: the adapter sets {', '.join(unsupported)} in its "
+                              "adapter_config.json; reinforge trains and merges plain LoRA adapters (W + scale B A on linear "
+                              "layers) only")
     else:
         modules = model_cfg.target_modules
         lora_config = peft.LoraConfig(r=model_cfg.lora_rank, lora_alpha=model_cfg.lora_alpha, lora_dropout=0.0, bias="none",
@@ -223,24 +235,36 @@ def adapter_state(model: torch.nn.Module) -> dict[str, torch.Tensor]:
             for name, tensor in lora_target(model).state_dict().items() if ".lora_A." in name or ".lora_B." in name}
 
 
-def save_adapter(model: torch.nn.Module, weights: dict[str, torch.Tensor], folder: Path) -> None:
-    """`folder`/adapter_config.json and adapter_model.safetensors, peft's layout."""
+def save_adapter(model: torch.nn.Module, weights: dict[str, torch.Tensor], path: Path) -> None:
+    """In the checkpoint worker folder `path`: ADAPTER_DIR/adapter_config.json and adapter_model.safetensors (peft's
+    layout), and TRAIN_META (verl's record of the adapters' rank, alpha and task)."""
+    import json
+
     from safetensors.torch import save_file
 
-    target = lora_target(model)
+    config = lora_target(model).peft_config[ADAPTER_NAME]
+    folder = path / ADAPTER_DIR
     folder.mkdir(parents=True, exist_ok=True)
-    target.peft_config[ADAPTER_NAME].save_pretrained(str(folder))
+    config.save_pretrained(str(folder))
     save_file({name: tensor.contiguous() for name, tensor in weights.items()}, str(folder / "adapter_model.safetensors"))
+    task = getattr(config.task_type, "value", config.task_type) or "CAUSAL_LM"
+    (path / TRAIN_META).write_text(json.dumps({"r": int(config.r), "lora_alpha": config.lora_alpha, "task_type": str(task)}))
 
 
-def saved_scaling(path: Path, model_class, config) -> dict[str, float]:
-    """The scale of each adapted layer of the checkpoint worker folder `path`: its saved adapter config applied to the
-    model `model_class` builds from `config`, without weights."""
+def saved_scaling(path: Path, model_class, config, state: dict[str, torch.Tensor]) -> dict[str, float]:
+    """The scale of each adapted layer of the checkpoint worker folder `path` (whose model state is `state`): its saved
+    adapter config applied to the model `model_class` builds from `config`, without weights; or, for a checkpoint
+    without one (verl's), lora_alpha / r from its TRAIN_META."""
     peft = _peft("the checkpoint's LoRA adapters")
     folder = path / ADAPTER_DIR
     if not (folder / "adapter_config.json").is_file():
-        raise ConfigError(f"{path} holds LoRA adapter weights but no {ADAPTER_DIR}/adapter_config.json giving their scale; "
-                          "it was not saved whole")
+        if (path / TRAIN_META).is_file():
+            import json
+
+            meta = json.loads((path / TRAIN_META).read_text())
+            return {name.split(".lora_A.")[0]: meta["lora_alpha"] / meta["r"] for name in state if ".lora_A." in name}
+        raise ConfigError(f"{path} holds LoRA adapter weights but neither {ADAPTER_DIR}/adapter_config.json nor {TRAIN_META} "
+                          "giving their scale; it was not saved whole")
     lora_config = peft.LoraConfig.from_pretrained(str(folder))
     with torch.device("meta"):
         model = model_class.from_config(config)

@@ -8,7 +8,9 @@ an `AutoModelForCausalLM`; a critic (its state has the value head `score.weight`
 `AutoModelForTokenClassification` with one label, which exists for architectures transformers has a
 token-classification class for; a critic built as a causal LM with our own value head
 (`CausalLMWithValueHead`, training/model.py) has no Hugging Face class to write and is refused. A
-model trained with LoRA adapters is written merged (W + scale B A, training/lora.py).
+model trained with LoRA adapters is written merged (W + scale B A, training/lora.py; the scale from
+its `lora_adapter/adapter_config.json`, or from `lora_train_meta.json` in a verl checkpoint); verl's
+merger writes the base weights and the adapter in `lora_adapter/` instead.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from pathlib import Path
 
 from reinforge.errors import ConfigError
 from reinforge.training.checkpoint_io import read_full_model_state, write_hf_model
-from reinforge.training.lora import merge_lora_state, saved_scaling
+from reinforge.training.lora import ADAPTER_DIR, merge_lora_state, saved_scaling
 
 ADVICE = "Name a worker folder of a saved step, e.g. checkpoints/<project>/<experiment>/global_step_<N>/actor"
 WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin", "config.json")
@@ -42,8 +44,12 @@ def merge_checkpoint(folder: str, out: str, trust_remote_code: bool = False) -> 
             raise ConfigError(f"{path} holds a value model made of a {config.model_type} causal LM and reinforge's own "
                               "value head; transformers has no class for it, so merge cannot write it")
         model_class = AutoModelForTokenClassification
-    if any(".lora_A." in name for name in state):  # LoRA adapters: the folder gets the merged weights
-        state = merge_lora_state(state, saved_scaling(path, model_class, config))
+    layers = [name.split(".lora_A.")[0] for name in state if ".lora_A." in name]
+    if any(f"{layer}.base_layer.weight" not in state for layer in layers):
+        raise ConfigError(f"{path} holds LoRA adapters without the model's own weights (saved with checkpoint.save_lora_only): "
+                          f"load its {ADAPTER_DIR}/ onto the base model with peft's PeftModel.from_pretrained and merge_and_unload")
+    if layers:  # LoRA adapters: the folder gets the merged weights
+        state = merge_lora_state(state, saved_scaling(path, model_class, config, state))
     write_hf_model(config, state, out_dir, model_class, trust_remote_code)
     for file in hf_dir.iterdir():  # the generation config and tokenizer as the run had them
         if file.is_file() and file.name not in WEIGHT_FILES and not file.name.startswith("model-"):

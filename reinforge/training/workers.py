@@ -39,7 +39,6 @@ from reinforge.training.checkpoint_io import (
 from reinforge.training.critic import Critic
 from reinforge.training.fsdp import offload_optimizer, shard_model
 from reinforge.training.lora import (
-    ADAPTER_DIR,
     WithoutAdapters,
     adapter_state,
     add_lora,
@@ -198,16 +197,17 @@ class ActorRolloutRefWorker:
         in save_contents the full weights as safetensors (gathered from every rank when the model is sharded)."""
         from transformers import AutoModelForCausalLM
 
-        contents = self.config.actor_rollout_ref.actor.checkpoint.save_contents
+        checkpoint = self.config.actor_rollout_ref.actor.checkpoint
+        contents = checkpoint.save_contents
         path = save_training_state(folder, contents, self.actor.model, self.actor.optimizer,
-                                   {"lr_scheduler": self.scheduler.state_dict(), "rng": self._rng_state()})
+                                   {"lr_scheduler": self.scheduler.state_dict(), "rng": self._rng_state()}, checkpoint.save_lora_only)
         model, hf_dir = self.actor.model, path / "huggingface"
         weights = full_model_state(model) if "hf_model" in contents else None  # a collective with several ranks
         adapter = adapter_state(model) if has_lora(model) else None  # a collective too
         if rank() != 0:
             return
         if adapter is not None:
-            save_adapter(model, adapter, path / ADAPTER_DIR)
+            save_adapter(model, adapter, path)
         if weights is not None:
             if adapter is not None:  # the Hugging Face model is the merged one
                 weights = merge_lora_state(weights, lora_scaling(model))
@@ -277,11 +277,12 @@ class CriticWorker:
     @register(Dispatch.ALL)
     def save_checkpoint(self, folder: str) -> None:
         model = self.critic.model
-        path = save_training_state(folder, self.config.critic.checkpoint.save_contents, model, self.critic.optimizer,
-                                   {"lr_scheduler": self.scheduler.state_dict()})
+        checkpoint = self.config.critic.checkpoint
+        path = save_training_state(folder, checkpoint.save_contents, model, self.critic.optimizer,
+                                   {"lr_scheduler": self.scheduler.state_dict()}, checkpoint.save_lora_only)
         adapter = adapter_state(model) if has_lora(model) else None  # a collective with several ranks
         if adapter is not None and rank() == 0:
-            save_adapter(model, adapter, path / ADAPTER_DIR)
+            save_adapter(model, adapter, path)
 
     @register(Dispatch.ALL)
     def load_checkpoint(self, folder: str) -> list[str]:

@@ -4,11 +4,13 @@ Three places to stop: in the middle of an epoch (with the adaptive KL controller
 a warmup + cosine LR schedule, so the scheduler and KL state matter); at an epoch boundary (verl's
 known bug there resumes into a run that trains 0 more steps); just after a validation that samples
 (val_kwargs.do_sample), so the engine's sampler state saved after validation matters. And PPO with
-a critic, whose checkpoint is its own, and PF-PPO's seeded redraw of its batch; LoRA adapters on both; and a bf16 engine, whose copy of the policy a resume
+a critic, whose checkpoint is its own, and PF-PPO's seeded redraw of its batch; LoRA adapters on both (their whole
+models saved, or with checkpoint.save_lora_only only what trains); and a bf16 engine, whose copy of the policy a resume
 refreshes. SMALL_RUN serves 2 prompts a step; the training set is cut so that an epoch is a few steps.
 """
 
 import pytest
+import torch
 
 from tests.trainer.resume import assert_resumes_exactly
 
@@ -31,6 +33,10 @@ CASES = {
     # LoRA on the actor (its reference: the policy with the adapters off) and the critic
     "lora": (["data.max_samples=8", "algorithm.adv_estimator=gae", "actor_rollout_ref.model.lora_rank=4",
               "critic.model.lora_rank=4", "actor_rollout_ref.actor.use_kl_loss=true"], 2, 3),
+    # checkpoint.save_lora_only: the rank files hold the adapters and the critic's head; the base weights come from the model
+    "lora_only": (["data.max_samples=8", "algorithm.adv_estimator=gae", "actor_rollout_ref.model.lora_rank=4",
+                   "critic.model.lora_rank=4", "actor_rollout_ref.actor.checkpoint.save_lora_only=true",
+                   "critic.checkpoint.save_lora_only=true"], 1, 2),
     # the hf engine's bf16 copy of the policy must get the checkpoint's weights, not the initial ones
     "bf16_engine_copy": (["data.max_samples=8", "actor_rollout_ref.rollout.dtype=bf16",
                           "algorithm.rollout_correction.rollout_is=token"], 1, 2),
@@ -47,6 +53,10 @@ def test_stop_and_resume_equals_a_straight_run(case, small_run, tmp_path):
         assert len({s["actor/reward_kl_penalty_coeff"] for s in steps.values()}) > 1
     if case == "epoch_boundary":
         assert [s["training/epoch"] for s in steps.values()] == [0, 0, 1, 1]
+    if case == "lora_only":
+        for role, head in (("actor", set()), ("critic", {"base_model.model.score.weight", "base_model.model.score.bias"})):
+            saved = torch.load(next(tmp_path.rglob(f"global_step_1/{role}/model_world_size_1_rank_0.pt")))
+            assert {name for name in saved if ".lora_" not in name} == head, role
     if case == "ppo_critic":
         assert all("critic/vf_loss" in s for s in steps.values())
     if case == "after_validation":

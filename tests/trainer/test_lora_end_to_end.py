@@ -1,8 +1,11 @@
 """`reinforge train` with LoRA adapters on the actor and the critic (verl's model.lora_rank): the KL loss against
-the policy with its adapters off, checkpoints holding the adapter in peft's layout and the merged model, `reinforge
-merge`, `lora_adapter_path`, and a resume that does not match the checkpoint's adapters."""
+the policy with its adapters off, checkpoints holding the adapter in peft's layout and the merged model, rank files
+that verl's model merger reads, `reinforge merge` (of verl's layout too), `lora_adapter_path`, and a resume that does not match the checkpoint's adapters."""
 
 from __future__ import annotations
+
+import json
+import shutil
 
 import pytest
 import torch
@@ -22,7 +25,7 @@ IDS = torch.tensor([[5, 17, 42, 9, 33, 8], [3, 3, 21, 60, 7, 12]])
 
 
 def test_lora_run_trains_the_adapters_against_the_base_model_and_saves_them(run_steps, tiny_model_path, tmp_path):
-    from peft import PeftModel
+    from peft import LoraConfig, PeftModel, get_peft_model, set_peft_model_state_dict
     from transformers import AutoModelForCausalLM, AutoModelForTokenClassification
 
     steps = run_steps(*LORA)
@@ -50,6 +53,23 @@ def test_lora_run_trains_the_adapters_against_the_base_model_and_saves_them(run_
     assert cli_main(["merge", str(actor), str(tmp_path / "merged")]) == 0
     merged = AutoModelForCausalLM.from_pretrained(tmp_path / "merged")
     assert all(torch.equal(merged.state_dict()[k], v) for k, v in hf_model.state_dict().items())
+    # what verl's model merger reads: peft's key names in the rank file and the adapters' r and alpha in lora_train_meta.json,
+    # from which it writes an adapter that peft loads (here built the same way with peft)
+    rank_file = torch.load(actor / "model_world_size_1_rank_0.pt")
+    assert all(name.startswith("base_model.model.") for name in rank_file)
+    meta = json.loads((actor / "lora_train_meta.json").read_text())
+    assert meta == {"r": 4, "lora_alpha": 8, "task_type": "CAUSAL_LM"}
+    adapters = {name.replace(".default.weight", ".weight"): t for name, t in rank_file.items() if "lora_" in name}
+    rebuilt = get_peft_model(AutoModelForCausalLM.from_pretrained(tiny_model_path), LoraConfig(
+        r=meta["r"], lora_alpha=meta["lora_alpha"], target_modules=sorted({n.split(".")[-3] for n in adapters})))
+    assert not set_peft_model_state_dict(rebuilt, adapters).unexpected_keys
+    assert torch.allclose(rebuilt.eval()(IDS).logits, want, atol=1e-5)
+    # a verl checkpoint has no lora_adapter/: reinforge merge takes the scale from lora_train_meta.json
+    verl_like = tmp_path / "verl_like"
+    shutil.copytree(actor, verl_like, ignore=shutil.ignore_patterns("lora_adapter"))
+    assert cli_main(["merge", str(verl_like), str(tmp_path / "merged_verl_like")]) == 0
+    merged_verl_like = AutoModelForCausalLM.from_pretrained(tmp_path / "merged_verl_like")
+    assert all(torch.equal(merged_verl_like.state_dict()[k], v) for k, v in merged.state_dict().items())
     critic = tmp_path / "run" / "global_step_2" / "critic"
     assert (critic / "lora_adapter" / "adapter_model.safetensors").is_file()
     assert cli_main(["merge", str(critic), str(tmp_path / "merged_critic")]) == 0

@@ -227,7 +227,10 @@ def test_lora_trains_adapters_only(tiny_model_path, data, tmp_path):
     from transformers import AutoModelForCausalLM
 
     base = AutoModelForCausalLM.from_pretrained(tiny_model_path).state_dict()
-    state = torch.load(run / "global_step_4" / "model_world_size_1_rank_0.pt", weights_only=True)
+    saved_state = torch.load(run / "global_step_4" / "model_world_size_1_rank_0.pt", weights_only=True)
+    assert all(name.startswith("base_model.model.") for name in saved_state)  # peft's names, as verl's rank files
+    state = {name.removeprefix("base_model.model."): tensor for name, tensor in saved_state.items()}
+    assert json.loads((run / "global_step_4" / "lora_train_meta.json").read_text())["lora_alpha"] == 8
     adapters = [name for name in state if ".lora_" in name]
     def saved(name: str) -> torch.Tensor:  # an adapted layer keeps its weight under base_layer (peft's names)
         return state[name] if name in state else state[name.replace(".weight", ".base_layer.weight").replace(".bias", ".base_layer.bias")]

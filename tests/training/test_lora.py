@@ -132,8 +132,8 @@ def test_the_tied_output_layer_and_an_adapter_of_another_shape_are_config_errors
     with pytest.raises(ConfigError, match=r"target_modules='q_proj': .*a string other than all-linear is a regular expression"):
         add_lora(load(tiny_model_path), ModelConfig(lora_rank=2, target_modules="q_proj"), "actor_rollout_ref.model")
     model = add_lora(load(tiny_model_path), ModelConfig(lora_rank=2), "m")
-    folder = tmp_path / "adapter"
-    save_adapter(model, adapter_state(model), folder)
+    save_adapter(model, adapter_state(model), tmp_path)
+    folder = tmp_path / "lora_adapter"
     import json
 
     config = json.loads((folder / "adapter_config.json").read_text())
@@ -141,3 +141,14 @@ def test_the_tied_output_layer_and_an_adapter_of_another_shape_are_config_errors
     (folder / "adapter_config.json").write_text(json.dumps(config))
     with pytest.raises(ConfigError, match=r"lora_adapter_path=.*the adapter was trained for a model of another shape"):
         add_lora(load(tiny_model_path), ModelConfig(lora_adapter_path=str(folder)), "actor_rollout_ref.model")
+
+
+@pytest.mark.parametrize("setting", [{"use_dora": True}, {"lora_bias": True}, {"modules_to_save": ["lm_head"]}])
+def test_an_adapter_that_is_not_plain_lora_is_refused(tiny_model_path, tmp_path, setting):
+    """DoRA, LoRA biases and fully trained modules would be merged wrongly as W + scale B A: refused, naming the setting."""
+    from peft import LoraConfig, get_peft_model
+
+    get_peft_model(load(tiny_model_path), LoraConfig(r=2, target_modules=["q_proj"], **setting)).save_pretrained(tmp_path)
+    with pytest.raises(ConfigError, match=rf"lora_adapter_path=.*sets {next(iter(setting))} in its adapter_config.json; "
+                                          "reinforge trains and merges plain LoRA adapters"):
+        add_lora(load(tiny_model_path), ModelConfig(lora_adapter_path=str(tmp_path)), "actor_rollout_ref.model")
