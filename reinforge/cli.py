@@ -121,6 +121,11 @@ def _merge(args: argparse.Namespace) -> int:
     if args.hf_upload_path:
         raise ConfigError(f"--hf_upload_path {args.hf_upload_path}: reinforge merge writes a local folder only; upload it "
                           "afterwards (e.g. `hf upload <repo> <target_dir>`)")
+    if args.checkpoint == "test" or args.test_hf_dir:
+        raise ConfigError("verl's `test` subcommand (merge and compare with --test_hf_dir) is not in reinforge merge: merge, "
+                          "then compare the two folders' weights with transformers")
+    if args.checkpoint == "merge" and (args.out_dir or args.local_dir):  # verl's subcommand, typed after reinforge merge
+        args.checkpoint, args.out_dir = args.out_dir, None
     positional = [folder for folder in (args.checkpoint, args.out_dir) if folder]
     if args.local_dir and args.target_dir and positional or len(positional) > 1 and (args.local_dir or args.target_dir):
         raise ConfigError(f"reinforge merge: {' and '.join(positional)} beside --local_dir/--target_dir; give the folders one way")
@@ -205,6 +210,7 @@ def build_parser() -> argparse.ArgumentParser:
     verl.add_argument("--trust-remote-code", dest="trust_remote_code", action="store_true",
                       help="let the checkpoint's model config run its own code")
     verl.add_argument("--hf_upload_path", help="refused: merge writes a local folder (no hub access)")
+    verl.add_argument("--test_hf_dir", help="refused: verl's test subcommand (compare with a reference folder) is not here")
     for flag, what in (("--private", "an upload's visibility"), ("--tie-word-embedding", "Megatron only"),
                        ("--is-value-model", "Megatron only; a critic is recognised by its value head"),
                        ("--use_cpu_initialization", "merging runs on the CPU anyway")):

@@ -1,11 +1,13 @@
 """The config of `reinforge eval`: verl's `main_eval` keys (verl/trainer/config/evaluation.yaml) and defaults.
 
 The older `ray_init` section and the newer `ray_kwargs` both load (scoring runs in this process, so neither does
-anything); `custom_reward_function.reward_kwargs` is the newer verl's, bound to the function as in training.
+anything); `custom_reward_function.reward_kwargs` is the newer verl's, bound to the function as in training; verl 0.9's
+main_eval reads the function from `reward.custom_reward_function.*` (added with `+`), which sets the same keys.
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from reinforge.config.fields import Node, _f, _sub
@@ -31,8 +33,8 @@ class EvalDataConfig(Node):
 class EvalRewardFunctionConfig(Node):
     path: str | None = _f(None, "Python file defining the reward function; null: the built-in scorer of each row's data "
                           "source (verl's main_eval needs a file; the built-in scorers are reinforge's addition).")
-    name: str = _f("compute_score", "Name of the function in that file; it is called as fn(data_source=, solution_str=, "
-                   "ground_truth=) for every response, without extra_info, as verl's main_eval calls it.")
+    name: str = _f("compute_score", "Name of the function in that file; it is called as fn(data_source, response, "
+                   "ground_truth) by position for every response, without extra_info, as verl's main_eval calls it.")
     reward_kwargs: dict = _f({}, "Extra keyword arguments bound to the function (newer verl's key).")
 
 
@@ -71,6 +73,8 @@ def load_evaluation_config(args: list[str], config_file: str | None = None) -> t
     """The config of `reinforge eval` from overrides (and a YAML file), and the keys the user set."""
     from reinforge.config.loading import resolve
 
+    # verl 0.9's main_eval reads the function from reward.custom_reward_function (added with +): the same keys here
+    args = [re.sub(r"^([+~]{0,2})reward\.custom_reward_function\.", r"\1custom_reward_function.", arg) for arg in args]
     config, user_keys, ignored = resolve(EvaluationConfig, args, config_file, base="evaluation")
     return config, ignored + user_keys
 

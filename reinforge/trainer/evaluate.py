@@ -1,7 +1,7 @@
 """`reinforge eval`: score a file of generated responses per data source (verl's main_eval).
 
 As verl's script does: every response of a row (column `data.response_key`, a list) is scored with the reward
-function called as fn(data_source, response, ground_truth), the ground truth being the row's
+function called as fn(data_source, response, ground_truth) (by position: any parameter names), the ground truth being the row's
 `data.reward_model_key` column's 'ground_truth'; a row's score is the mean of its responses' scores (mean@n), and
 `test_score/<data_source>` is the mean of the row scores of that data source (every row counts once, whatever
 its number of responses). The metrics are printed as verl prints them, one dict; verl has no key for a metrics
@@ -25,6 +25,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from reinforge.config.evaluation_schema import EvaluationConfig, unused_evaluation_settings
 from reinforge.errors import DataError, RewardError
 from reinforge.reward.manager.base import Sample
@@ -32,35 +34,40 @@ from reinforge.reward.manager.calls import function_name
 from reinforge.reward.manager.naive import NaiveRewardManager
 
 
-class ResponseSample(Sample):
-    """One response to score, with the arguments verl's main_eval passes (no extra_info)."""
-
-    def call_kwargs(self) -> dict[str, Any]:
-        return {"data_source": self.data_source, "solution_str": self.solution_str, "ground_truth": self.ground_truth}
-
-
 class ResponseScorer(NaiveRewardManager):
-    """The naive manager's calls, result checks and failure reports, over response texts instead of a token Batch."""
+    """The naive manager's calls, result checks and failure reports, over response texts instead of a token Batch. The
+    function is called as verl's main_eval calls it, fn(data_source, response, ground_truth) by position: its first
+    three parameters get them, whatever their names."""
 
     def __init__(self, compute_score: Callable[..., Any]) -> None:
+        self.parameters = ("data_source", "solution_str", "ground_truth")
         super().__init__(tokenizer=None, compute_score=compute_score)
 
-    def score(self, samples: list[ResponseSample]) -> tuple[list[float], dict[str, int]]:
+    def score(self, samples: list[Sample]) -> tuple[list[float], dict[str, int]]:
         """Each response's score (0.0 for a failed call), and the counts of failed calls."""
         scores, _, _, metrics = self._parse(samples, self._watched_compute(samples))
         return scores, metrics
 
+    def _compute(self, samples: list[Sample]) -> list[Any]:
+        return self._call([dict(zip(self.parameters, (s.data_source, s.solution_str, s.ground_truth), strict=True))
+                           for s in samples], self.max_concurrency)
+
     def _check_signature(self, fn: Callable[..., Any]) -> None:
+        """The names of the parameters that take the three positional arguments; RewardError when it cannot take them."""
         try:
             signature = inspect.signature(fn)
         except (TypeError, ValueError):
             return
+        positional = [p.name for p in signature.parameters.values() if p.kind is p.POSITIONAL_OR_KEYWORD]
+        if len(positional) >= 3 and all(p.kind is not p.POSITIONAL_ONLY for p in signature.parameters.values()):
+            self.parameters = tuple(positional[:3])
         try:
-            signature.bind(data_source=None, solution_str=None, ground_truth=None)
+            signature.bind(**dict.fromkeys(self.parameters))
         except TypeError as error:
             raise RewardError(f"the reward function {function_name(fn)} has the parameters {signature}, but reinforge eval "
-                              f"calls it as fn(data_source=, solution_str=, ground_truth=) ({error}). Define it as def "
-                              f"{getattr(fn, '__name__', 'fn')}(data_source, solution_str, ground_truth, extra_info=None)") from None
+                              f"calls it as verl's main_eval does, fn(data_source, response, ground_truth) ({error}). Define "
+                              f"it as def {getattr(fn, '__name__', 'fn')}(data_source, solution_str, ground_truth, "
+                              "extra_info=None)") from None
 
     def _where(self, sample: Sample, error: BaseException) -> str:
         return f"on a response of row {sample.row} (data_source={sample.data_source!r}); that response scores 0.0"
@@ -102,8 +109,8 @@ def run_evaluation(config: EvaluationConfig, user_keys: list[str]) -> dict[str, 
         row_scores[owner].append(score)
     by_source: dict[Any, list[float]] = {}
     for row, values in zip(rows, row_scores, strict=True):
-        by_source.setdefault(row.get(data.data_source_key), []).append(sum(values) / len(values))
-    metrics = {f"test_score/{source}": sum(means) / len(means) for source, means in by_source.items()}
+        by_source.setdefault(row.get(data.data_source_key), []).append(float(np.mean(values)))
+    metrics = {f"test_score/{source}": float(np.mean(means)) for source, means in by_source.items()}  # numpy's sums, as verl
     failed = failures["reward/errors"] + failures["reward/timeouts"]
     print(f"reinforge: scored {len(samples)} responses of {len(rows)} rows ({len(by_source)} data source(s)) with "
           f"{function_name(compute_score)} in {time.perf_counter() - start:.1f} s"
@@ -112,7 +119,7 @@ def run_evaluation(config: EvaluationConfig, user_keys: list[str]) -> dict[str, 
     return metrics
 
 
-def _samples(rows: list[dict[str, Any]], data: Any, where: str) -> tuple[list[ResponseSample], list[int]]:
+def _samples(rows: list[dict[str, Any]], data: Any, where: str) -> tuple[list[Sample], list[int]]:
     """One sample per response of every row, and the row each belongs to; DataError naming the row of a bad value."""
     samples, owners = [], []
     for number, row in enumerate(rows):
@@ -128,7 +135,7 @@ def _samples(rows: list[dict[str, Any]], data: Any, where: str) -> tuple[list[Re
                             f"dict with a 'ground_truth' key (verl's schema), got {_preview(reward_model)}")
         source = row.get(data.data_source_key)
         for response in responses:
-            samples.append(ResponseSample(row=number, data_source=source, solution_str=response,
+            samples.append(Sample(row=number, data_source=source, solution_str=response,
                                           ground_truth=reward_model["ground_truth"], extra_info=None,
                                           response_length=len(response)))
             owners.append(number)

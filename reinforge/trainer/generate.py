@@ -20,6 +20,7 @@ Where it differs, and why:
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 import time
@@ -149,6 +150,9 @@ def _training_config(config: GenerationConfig) -> Any:
     data.prompt_key, data.trust_remote_code = config.data.prompt_key, config.data.trust_remote_code
     data.apply_chat_template_kwargs = dict(config.data.apply_chat_template_kwargs)
     data.max_prompt_length, data.truncation, data.filter_overlong_prompts = NO_LIMIT, "right", False  # every row kept, uncut
+    if config.trainer.device == "cuda" and not torch.cuda.is_available():
+        raise ConfigError("trainer.device=cuda but no CUDA GPU is visible to torch; use trainer.device=cpu (or null: cuda "
+                          "when a GPU is present)")
     view.trainer.device = config.trainer.device or ("cuda" if torch.cuda.is_available() else "cpu")
     view.trainer.seed = config.rollout.seed
     engine = view.actor_rollout_ref.rollout
@@ -212,9 +216,17 @@ def _with_column(table: Any, responses: list[list[str]]) -> Any:
     import pyarrow as pa
 
     column = pa.array(responses, type=pa.list_(pa.string()))
-    if RESPONSES in table.column_names:
-        return table.set_column(table.column_names.index(RESPONSES), RESPONSES, column)
-    return table.append_column(RESPONSES, column)
+    if RESPONSES not in table.column_names:
+        return table.append_column(RESPONSES, column)
+    table = table.set_column(table.column_names.index(RESPONSES), RESPONSES, column)
+    metadata = dict(table.schema.metadata or {})
+    if b"pandas" in metadata:  # a file pandas wrote: its record of the replaced column's type would not read back
+        pandas = json.loads(metadata[b"pandas"])
+        for entry in pandas.get("columns", []):
+            if entry.get("field_name", entry.get("name")) == RESPONSES:
+                entry.update(pandas_type="list[unicode]", numpy_type="object", metadata=None)
+        metadata[b"pandas"] = json.dumps(pandas).encode()
+    return table.replace_schema_metadata(metadata)
 
 
 def _write_atomically(table: Any, output: Path) -> None:

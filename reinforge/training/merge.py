@@ -32,6 +32,11 @@ def merge_checkpoint(folder: str, out: str, trust_remote_code: bool = False) -> 
 
     path, out_dir = Path(folder), Path(out)
     hf_dir = path / "huggingface"
+    if not path.is_dir():
+        raise ConfigError(f"{path} does not exist. {ADVICE}")
+    roles = [role for role in ("actor", "critic") if (path / role / "huggingface" / "config.json").is_file()]
+    if roles and not (hf_dir / "config.json").is_file():
+        raise ConfigError(f"{path} is a saved step; name its worker folder: {' or '.join(str(path / role) for role in roles)}")
     if not (hf_dir / "config.json").is_file():
         raise ConfigError(f"{path} is not a reinforge checkpoint folder: it has no huggingface/config.json. {ADVICE}")
     if out_dir.resolve() in (path.resolve(), hf_dir.resolve()):

@@ -98,3 +98,18 @@ def test_dry_run_and_verl_ray_keys(capsys):
     out = capsys.readouterr().out
     assert "response_key: responses" in out and "name: compute_score" in out
     assert "- ray_init.num_cpus: no Ray" in out and "- ray_kwargs.ray_init.num_cpus: no Ray" in out
+
+
+def test_the_function_is_called_by_position_under_verl_09s_reward_keys(tmp_path, capsys):
+    """verl's main_eval calls fn(data_source, response, ground_truth) by position, so any parameter names work; verl 0.9
+    reads the file from +reward.custom_reward_function.*, which sets the same keys here."""
+    (tmp_path / "named.py").write_text("def judge(source, text, answer, **kwargs):\n"
+                                       "    return float(text == answer) + kwargs.get('bonus', 0)\n")
+    path = responses_file(tmp_path, [{"data_source": "d", "responses": ["7", "8", "7"], "reward_model": {"ground_truth": "7"}},
+                                     {"data_source": "d", "responses": ["1"], "reward_model": {"ground_truth": "2"}}])
+    assert main(["eval", f"data.path={path}", f"+reward.custom_reward_function.path={tmp_path / 'named.py'}",
+                 "+reward.custom_reward_function.name=judge", "+reward.custom_reward_function.reward_kwargs.bonus=1"]) == 0
+    assert printed_metrics(capsys.readouterr().out) == pytest.approx({"test_score/d": (2 / 3 + 1 + 0 + 1) / 2})
+    (tmp_path / "short.py").write_text("def compute_score(source, text):\n    return 1.0\n")
+    assert main(["eval", f"data.path={path}", f"custom_reward_function.path={tmp_path / 'short.py'}"]) == 2
+    assert "calls it as verl's main_eval does, fn(data_source, response, ground_truth)" in capsys.readouterr().err

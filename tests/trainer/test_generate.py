@@ -5,6 +5,7 @@ from __future__ import annotations
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+import torch
 
 from reinforge.cli import main
 
@@ -108,6 +109,8 @@ def test_json_lines_input_and_prompts_cut_to_prompt_length(tiny_model_path, tmp_
     ("rollout.temperature=0", "verl requires data.n_samples=1 then"),
     ("trainer.device=cpu rollout.name=vllm", "rollout.name=vllm needs a CUDA GPU (trainer.device=cpu); use rollout.name=hf on CPU"),
     ("data.prompt_key=question", "no prompt column 'question' (data.prompt_key); its columns are data_source, prompt"),
+    pytest.param("trainer.device=cuda", "trainer.device=cuda but no CUDA GPU is visible to torch; use trainer.device=cpu",
+                 marks=pytest.mark.skipif(torch.cuda.is_available(), reason="a GPU is present")),
 ])
 def test_user_errors_name_the_key_or_column(override, message, tiny_model_path, prompts_file, tmp_path, capsys):
     assert generate(tiny_model_path, prompts_file, tmp_path / "out.parquet", *override.split()) == 2
@@ -173,3 +176,18 @@ def test_gpu_engines_read_the_folders_weights_and_answer_every_sample(engine_nam
         stops = [tokenizer.eos_token_id]
         expected = tokenizer.decode(fake_response(ids, 12, stops)[0], skip_special_tokens=True)
         assert row["responses"] == [expected, expected]
+
+
+def test_a_responses_column_of_a_pandas_file_is_replaced_and_the_file_reads_back_in_pandas(tiny_model_path, tmp_path):
+    """pandas records each column's type in the file; the replaced column's record must follow, or pandas (and verl's
+    main_eval, which reads the file with it) cannot read the output."""
+    import pandas as pd
+
+    given = tmp_path / "with_responses.parquet"
+    frame = pd.DataFrame({"data_source": ["d", "d"], "prompt": [[{"role": "user", "content": "hi"}]] * 2,
+                          "responses": ["old", "old"]}, index=[3, 7])
+    frame.to_parquet(given)
+    assert generate(tiny_model_path, given, tmp_path / "out.parquet", "data.n_samples=2") == 0
+    written = pd.read_parquet(tmp_path / "out.parquet")
+    assert written.index.tolist() == [3, 7] and list(written.columns) == ["data_source", "prompt", "responses"]
+    assert all(len(responses) == 2 for responses in written["responses"])

@@ -58,6 +58,9 @@ def test_verls_model_merger_command_line_works(tiny_model_path, tmp_path, capsys
     assert all(torch.equal(merged.state_dict()[name], value) for name, value in model.state_dict().items())
     assert cli_main(["merge", "--local_dir", str(actor), str(tmp_path / "beside")]) == 0  # a positional folder: the output
     assert (tmp_path / "beside" / "config.json").is_file()
+    # verl's subcommand typed after reinforge merge: merge is the command itself
+    assert cli_main(["merge", "merge", "--backend", "fsdp", "--local_dir", str(actor), "--target_dir", str(tmp_path / "sub")]) == 0
+    assert (tmp_path / "sub" / "config.json").is_file() and not (tmp_path / "merge").exists()
     capsys.readouterr()
     for argv, message in (
         (["--backend", "megatron", "--local_dir", str(actor)], "reinforge saves checkpoints in the FSDP layout only"),
@@ -65,6 +68,9 @@ def test_verls_model_merger_command_line_works(tiny_model_path, tmp_path, capsys
         (["--target_dir", str(out)], "needs the checkpoint folder (.../global_step_<N>/actor) and the output folder"),
         ([str(actor)], "needs the checkpoint folder (.../global_step_<N>/actor) and the output folder"),
         ([str(actor), str(out), "--local_dir", str(tmp_path)], "beside --local_dir/--target_dir; give the folders one way"),
+        (["test", "--backend", "fsdp", "--local_dir", str(actor), "--test_hf_dir", str(out)], "verl's `test` subcommand"),
+        ([str(tmp_path / "absent"), str(out)], f"{tmp_path / 'absent'} does not exist"),
+        ([str(actor.parent), str(out)], f"is a saved step; name its worker folder: {actor}"),
     ):
         assert cli_main(["merge", *argv]) == 2
         assert message in capsys.readouterr().err
