@@ -9,7 +9,7 @@ accepted and listed as without effect (`unused_generation_settings`); `check_gen
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 from reinforge.config.fields import Node, _f, _sub
 from reinforge.errors import ConfigError
@@ -168,18 +168,73 @@ def unused_generation_settings(config: GenerationConfig, user_keys: list[str]) -
                 reason = "generation runs in one process on one device (trainer.device)"
         elif reason is None and key.startswith(("hydra.", "hydra/")):
             reason = "Hydra's own setting (its outputs and logs); it changes no config key"
+        elif reason is None and not _generation_key(key):
+            reason = "a training setting of the ppo_trainer config, which verl's main_generation_server does not read either"
         if reason:
             lines.append(f"{key}: {reason}")
     return lines
 
 
 def load_generation_config(args: list[str], config_file: str | None = None) -> tuple[GenerationConfig, list[str]]:
-    """The checked config of `reinforge generate` from overrides (and a YAML file), and the keys the user set."""
+    """The checked config of `reinforge generate` from overrides (and a YAML file), and the keys the user set; the
+    command line of verl 0.9's main_generation_server (ppo_trainer keys) is read too (`server_form`)."""
     from reinforge.config.loading import resolve
 
+    args, training_keys = server_form(list(args))
     config, user_keys, ignored = resolve(GenerationConfig, args, config_file, base="generation")
     check_generation(config)
-    return config, ignored + user_keys
+    return config, ignored + user_keys + training_keys
+
+
+# verl 0.9 ships main_generation_server, which reads the ppo_trainer config instead of generation.yaml: its keys here
+SERVER_KEYS = {"data.train_files": "data.path", "actor_rollout_ref.rollout.n": "data.n_samples",
+               "actor_rollout_ref.model.path": "model.path", "actor_rollout_ref.model.external_lib": "model.external_lib",
+               "actor_rollout_ref.model.trust_remote_code": "model.trust_remote_code",
+               "data.max_prompt_length": "rollout.prompt_length"}
+# and its defaults where they differ from generation.yaml's: ppo_trainer's rollout.n, top_p and prompt length, no top-k
+SERVER_DEFAULTS = ["data.n_samples=1", "rollout.top_p=1.0", "rollout.top_k=-1", "rollout.prompt_length=512"]
+
+
+def server_form(args: list[str]) -> tuple[list[str], list[str]]:
+    """`args` as this command's overrides, and the training keys among them that generation does not read. A command
+    line with `data.train_files` or `actor_rollout_ref.*` keys is verl 0.9's main_generation_server's: SERVER_KEYS and
+    `actor_rollout_ref.rollout.<key>` become this command's keys over SERVER_DEFAULTS; another key of `reinforge train`
+    is kept aside (reported as without effect), and an unknown one is a ConfigError with a suggestion."""
+    import re
+
+    from reinforge.config.loading import parse_overrides, resolve
+    from reinforge.config.schema import Config
+
+    parsed = parse_overrides(args)
+    if not any(o.key == "data.train_files" or o.key.startswith("actor_rollout_ref.") for o in parsed):
+        return args, []
+    rollout_keys = {f.name for f in fields(GenRolloutConfig)}
+    translated, training = list(SERVER_DEFAULTS), []
+    for arg, override in zip(args, parsed, strict=True):
+        key = override.key
+        target = SERVER_KEYS.get(key)
+        if target is None and key.startswith("actor_rollout_ref.rollout.") and key.split(".")[2] in rollout_keys:
+            target = "rollout." + key.split(".", 2)[2]
+        if target is None and _generation_key(key):
+            target = key
+        if target is None:
+            resolve(Config, [arg])  # a key of neither command: ConfigError naming it, with the closest training key
+            training.append(key)
+            continue
+        if key == "data.train_files" and isinstance(override.value, list):
+            if len(override.value) != 1:
+                raise ConfigError(f"data.train_files={override.value}: reinforge generate reads one file of prompts (verl's "
+                                  "generation server concatenates several); join them into one file, or run once per file")
+            arg = f"data.train_files={override.value[0]}"
+        prefix, _, value = re.match(r"^([+~]*)([^=]*)(=.*)?$", arg).groups()
+        translated.append(f"{prefix.replace('+', '') if target != key else prefix}{target}{value or ''}")
+    return translated, training
+
+
+def _generation_key(key: str) -> bool:
+    from reinforge.config.loading import all_keys
+
+    return any(key == known or key.startswith(known + ".") for known in all_keys(GenerationConfig))
 
 
 def describe_generation(config: GenerationConfig, user_keys: list[str]) -> str:

@@ -191,3 +191,24 @@ def test_a_responses_column_of_a_pandas_file_is_replaced_and_the_file_reads_back
     written = pd.read_parquet(tmp_path / "out.parquet")
     assert written.index.tolist() == [3, 7] and list(written.columns) == ["data_source", "prompt", "responses"]
     assert all(len(responses) == 2 for responses in written["responses"])
+
+
+def test_verl_09s_generation_server_command_line(tiny_model_path, prompts_file, tmp_path, capsys):
+    """verl 0.9 ships main_generation_server, which reads the ppo_trainer config: data.train_files, +data.output_path,
+    actor_rollout_ref.model.path, actor_rollout_ref.rollout.n and the rollout's sampling keys, with ppo_trainer's
+    defaults (one sample, top_p 1, no top-k)."""
+    output = tmp_path / "server.parquet"
+    server = [f"data.train_files={prompts_file}", f"+data.output_path={output}", f"actor_rollout_ref.model.path={tiny_model_path}",
+              "actor_rollout_ref.rollout.response_length=6", "trainer.n_gpus_per_node=1"]
+    assert main(["generate", *server, "actor_rollout_ref.rollout.n=2", "algorithm.adv_estimator=grpo"]) == 0
+    out = capsys.readouterr().out
+    assert "algorithm.adv_estimator: a training setting of the ppo_trainer config" in out
+    assert all(len(responses) == 2 for responses in pq.read_table(output).column("responses").to_pylist())
+    assert main(["generate", "--dry-run", *server]) == 0
+    out = capsys.readouterr().out
+    assert "n_samples: 1" in out and "top_p: 1.0" in out and "top_k: -1" in out and "response_length: 6" in out
+    for extra, message in ((["actor_rollout_ref.actor.ppo_mini_batch_sze=2"],
+                            "did you mean 'actor_rollout_ref.actor.ppo_mini_batch_size'?"),
+                           ([f"data.train_files=[{prompts_file},{prompts_file}]"], "reinforge generate reads one file")):
+        assert main(["generate", *server, *extra]) == 2
+        assert message in capsys.readouterr().err
