@@ -43,11 +43,11 @@ import torch
 from reinforge.distributed.process_group import rank, world_size
 from reinforge.errors import ConfigError
 from reinforge.trainer.checkpoint import save_torch
+from reinforge.training.lora import SAVED_PREFIX
 
 SAVED_BY = "reinforge"  # in fsdp_config.json, which verl writes too: tells a reinforge checkpoint from a verl one
 SHARD_DIM = "reinforge_shard_dim"  # marks a record holding one rank's piece of a tensor sharded along that dim
 PARTS = {"model": "model", "optimizer": "optim", "extra": "extra_state"}  # save/load_contents entry -> file prefix
-PEFT_PREFIX = "base_model.model."  # peft's PeftModel names a model's keys under this: a LoRA model's rank files
 RANK_FILE = re.compile(r"^(model|optim|extra_state)_world_size_(\d+)_rank_(\d+)\.pt$")
 
 
@@ -80,7 +80,7 @@ def save_training_state(folder: str, contents: list, model: torch.nn.Module, opt
 
 def model_state(model: torch.nn.Module, ranks: int, lora_only: bool = False) -> dict:
     """The state dict this rank writes: the full one with one rank, its shard records with several. A model with LoRA
-    adapters writes its keys under peft's names (PEFT_PREFIX first, as verl's rank files, which verl's model merger
+    adapters writes its keys under peft's names (SAVED_PREFIX first, as verl's rank files, which verl's model merger
     reads), and with `lora_only` only the adapters and what else trains (a critic's value head)."""
     if ranks == 1:
         state = model.state_dict()
@@ -93,7 +93,7 @@ def model_state(model: torch.nn.Module, ranks: int, lora_only: bool = False) -> 
     if lora_only:
         trained = {name for name, param in model.named_parameters() if param.requires_grad}
         state = {name: tensor for name, tensor in state.items() if ".lora_" in name or name in trained}
-    return {PEFT_PREFIX + name: tensor for name, tensor in state.items()}
+    return {SAVED_PREFIX + name: tensor for name, tensor in state.items()}
 
 
 def optimizer_state(model: torch.nn.Module, optimizer: torch.optim.Optimizer, ranks: int) -> dict:
@@ -301,7 +301,7 @@ def read_full(path: Path, prefix: str, ranks: int, device: str = "cpu") -> dict:
     pieces = [load_rank_file(path / file_name(prefix, ranks, index)) for index in range(ranks)]
     state = merge_shard_records(pieces, f"{path / file_name(prefix, ranks, 0)} ... rank_{ranks - 1}.pt")
     if prefix == "model":  # a LoRA model's keys under peft's names (reinforge's and verl's): the model's own names
-        state = {name.removeprefix(PEFT_PREFIX): tensor for name, tensor in state.items()}
+        state = {name.removeprefix(SAVED_PREFIX): tensor for name, tensor in state.items()}
     return state
 
 

@@ -40,7 +40,7 @@ TRAIN_META = "lora_train_meta.json"  # in a checkpoint's worker folder: the adap
 UNSUPPORTED = ("use_dora", "lora_bias", "modules_to_save", "trainable_token_indices", "layer_replication", "fan_in_fan_out")
 ADAPTER_NAME = "default"
 BASE = ".base_layer."  # peft's name of the wrapped layer inside an adapted one
-SAVED_PREFIX = "base_model.model."  # peft's prefix of the keys in adapter_model.safetensors
+SAVED_PREFIX = "base_model.model."  # peft's prefix of a PeftModel's keys: in adapter_model.safetensors, and in rank files
 
 
 def _peft(key: str):
