@@ -22,10 +22,13 @@ long inside one call, and the driver name the ranks that have not answered.
 
 from __future__ import annotations
 
+import contextlib
 import faulthandler
 import os
+import signal
 import socket
 import sys
+import threading
 import time
 from typing import Any
 
@@ -134,7 +137,14 @@ class RayPool(WorkerPool):
                       f"{self._describe([rank_of[ref] for ref in pending])}; each of them dumps its Python stacks into this "
                       "log (lines prefixed with its pid) every trainer.hang_dump_s seconds", file=sys.stderr, flush=True)
             for ref in done:
-                _raise_failure(ref, rank_of[ref], what)
+                try:
+                    _raise_failure(ref, rank_of[ref], what)
+                except OSError:  # the ranks raise it together (checkpoint_io's agreed writes): collect theirs first
+                    finished, _ = ray.wait(pending, num_returns=len(pending), timeout=60)
+                    for other in finished:
+                        with contextlib.suppress(RayTaskError, RayActorError):
+                            ray.get(other)
+                    raise
         return ray.get(refs)
 
     def _describe(self, ranks) -> str:
@@ -197,7 +207,18 @@ def _init_ray(config: Config) -> bool:
     if kwargs["address"] == "local" and config.trainer.device == "cpu":
         # a rank reserves one logical CPU: as many worker processes as asked, even on a machine with fewer cores
         kwargs.setdefault("num_cpus", max(os.cpu_count() or 1, world_size_of(config)))
-    ray.init(**kwargs)
+    if threading.current_thread() is not threading.main_thread():  # only the main thread can hold a signal
+        ray.init(**kwargs)
+        return True
+    held = []  # a Ctrl-C during ray.init, raised once it returns: interrupted inside, Ray's exit could crash the process
+    previous = signal.signal(signal.SIGINT, lambda signum, frame: held.append(signum))
+    try:
+        ray.init(**kwargs)
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    if held:
+        ray.shutdown()
+        raise KeyboardInterrupt
     return True
 
 
@@ -230,13 +251,13 @@ def _reserve(nnodes: int, per_node: int, device: str) -> list[PlacementGroup]:
 
 
 def _raise_failure(ref, rank: int, what: str) -> None:
-    """Re-raise a rank's failure in the driver: a UserError as itself, anything else as a RankError that starts
-    with the rank and call and holds the worker's traceback."""
+    """Re-raise a rank's failure in the driver: a UserError or an OSError as itself, anything else as a RankError that
+    starts with the rank and call and holds the worker's traceback."""
     try:
         ray.get(ref)
     except RayTaskError as exc:
         cause = exc.cause
-        if isinstance(cause, UserError):
+        if isinstance(cause, (UserError, OSError)):  # a filesystem failure too: the driver decides what it means
             raise cause from None
         raise RankError(f"rank {rank}, {what} raised {type(cause).__name__}: {cause}\n\n"
                           f"the worker's traceback:\n{_worker_traceback(exc)}") from None

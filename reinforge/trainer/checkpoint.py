@@ -33,7 +33,8 @@ import os
 import re
 import shutil
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from reinforge.config.schema import TrainerConfig
@@ -53,7 +54,7 @@ def save_torch(obj: object, path: Path) -> None:
         torch.save(obj, file)
 
 
-def _os_error(error: BaseException | None) -> OSError | None:
+def os_error_in(error: BaseException | None) -> OSError | None:
     """The OSError that `error` is or that caused it (torch wraps a failed write in a RuntimeError), if any."""
     seen = set()
     while error is not None and id(error) not in seen:
@@ -62,6 +63,19 @@ def _os_error(error: BaseException | None) -> OSError | None:
         seen.add(id(error))
         error = error.__cause__ or error.__context__
     return None
+
+
+@contextmanager
+def plain_os_errors() -> Iterator[None]:
+    """A filesystem failure inside as a plain OSError (errno, message, file), which survives the trip from a worker
+    process to the driver; torch wraps a failed write in a RuntimeError whose cause would be lost on the way."""
+    try:
+        yield
+    except Exception as error:
+        os_error = os_error_in(error)
+        if os_error is None or os_error is error:
+            raise
+        raise OSError(os_error.errno, os_error.strerror, os_error.filename) from None
 
 
 def _write_atomic(path: Path, text: str) -> None:
@@ -140,7 +154,7 @@ def save_checkpoint(run_dir: Path, step: int, write: Callable[[Path], None], kee
             shutil.rmtree(final, ignore_errors=True)
         if old.exists() and not final.exists():
             os.replace(old, final)
-        os_error = _os_error(error)
+        os_error = os_error_in(error)
         if os_error is None:  # not the filesystem: a bug, which keeps its traceback
             raise
         return _save_failed(run_dir, step, os_error)
@@ -163,12 +177,13 @@ def _save_failed(run_dir: Path, step: int, error: OSError) -> None:
     """Warn and return None when the disk is full; raise CheckpointError for any other OSError."""
     tracker = run_dir / TRACKER
     latest = f"global_step_{tracker.read_text().strip()}" if tracker.is_file() else "none yet"
+    reason = f"{error.strerror}: {error.filename}" if error.strerror and error.filename else error.strerror or str(error)
     if error.errno in DISK_FULL:
-        print(f"reinforge: warning: step {step}: checkpoint not saved, the disk is full ({error}); training goes on and "
+        print(f"reinforge: warning: step {step}: checkpoint not saved, the disk is full ({reason}); training goes on and "
               f"the latest checkpoint stays {latest} in {run_dir}. Free space there or point trainer.default_local_dir "
               "at a larger disk (older checkpoints: trainer.max_actor_ckpt_to_keep)", file=sys.stderr, flush=True)
         return None
-    raise CheckpointError(f"step {step}: cannot write the checkpoint in {run_dir} ({error}); the latest checkpoint is "
+    raise CheckpointError(f"step {step}: cannot write the checkpoint in {run_dir} ({reason}); the latest checkpoint is "
                           f"{latest}. Check that trainer.default_local_dir is writable, or set trainer.save_freq=-1 "
                           "to train without checkpoints") from error
 

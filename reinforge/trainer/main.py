@@ -69,10 +69,11 @@ def run(config: Config, user_keys: list[str], startup: StartupClock | None = Non
     from reinforge.environment.dataloader import PromptLoader
     from reinforge.environment.dataset import collate_fn, create_rl_dataset
     from reinforge.environment.sampler import create_rl_sampler
-    from reinforge.errors import ConfigError
+    from reinforge.errors import ConfigError, RankError
     from reinforge.reward import get_compute_score, make_reward_manager
     from reinforge.trainer.checkpoint import resume_folder
     from reinforge.trainer.ppo_trainer import RLTrainer
+    from reinforge.trainer.stop import latest_checkpoint
     from reinforge.training.model import load_tokenizer
 
     startup = startup or StartupClock(from_process_start=False)  # called as a library: time from here
@@ -88,8 +89,13 @@ def run(config: Config, user_keys: list[str], startup: StartupClock | None = Non
     for key in ("rollout_data_dir", "validation_data_dir"):  # absolute in config.yaml, which `reinforge report` reads
         if getattr(config.trainer, key):
             setattr(config.trainer, key, str(Path(getattr(config.trainer, key)).expanduser().resolve()))
-    run_dir.mkdir(parents=True, exist_ok=True)
-    (run_dir / "config.yaml").write_text(OmegaConf.to_yaml(OmegaConf.create(to_dict(config))))
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        (run_dir / "config.yaml").write_text(OmegaConf.to_yaml(OmegaConf.create(to_dict(config))))
+    except OSError as error:
+        raise ConfigError(f"trainer.default_local_dir={config.trainer.default_local_dir}: cannot write the run folder "
+                          f"{run_dir} ({error.strerror or error}: {error.filename}); point trainer.default_local_dir at a "
+                          "writable folder") from None
     _seed_everything(config.trainer.seed)
     startup.mark("run folder" + (" and quickstart files" if quickstart.applies(user_keys) else ""))
 
@@ -146,7 +152,13 @@ def run(config: Config, user_keys: list[str], startup: StartupClock | None = Non
         if trainer.rollout_cache is not None:
             print(f"reinforge: rollout skip: {trainer.rollout_cache.describe()}", flush=True)
         print(f"reinforge: {len(train_set)} training prompts, {total_steps} steps; ready in {startup.elapsed():.1f}s", flush=True)
-        metrics = trainer.fit()
+        try:
+            metrics = trainer.fit()
+        except RankError as error:  # a worker process failed or died: say where the run can go on from
+            latest = latest_checkpoint(run_dir)
+            where = (f"resume point: {latest}; run the same command again to continue from it (trainer.resume_mode=auto)"
+                     if latest else "no checkpoint saved yet: the same command starts afresh")
+            raise RankError(f"{error}\n\n{where}") from None
     print(f"reinforge: done in {startup.elapsed():.1f}s", flush=True)  # from process start, as the breakdown
     print("\n".join(run_summary(config, run_dir)), flush=True)
     if len(trainer.val_history) > 1:

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import copy
 import json
+import os
 import random
 import re
 import sys
@@ -40,7 +41,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from reinforge.distributed.process_group import rank, world_size
+from reinforge.distributed.process_group import all_reduce, rank, world_size
 from reinforge.errors import ConfigError
 from reinforge.trainer.checkpoint import save_torch
 from reinforge.training.lora import SAVED_PREFIX
@@ -63,19 +64,41 @@ def save_training_state(folder: str, contents: list, model: torch.nn.Module, opt
 
     Every rank of the group calls it (with several ranks the state dicts are collectives)."""
     path = Path(folder)
-    path.mkdir(parents=True, exist_ok=True)
     ranks, index = world_size(), rank()
+    _agreed_write(lambda: path.mkdir(parents=True, exist_ok=True), path)
     if "model" in contents:
-        save_torch(model_state(model, ranks, lora_only), path / file_name("model", ranks, index))
+        state = model_state(model, ranks, lora_only)
+        _agreed_write(lambda: save_torch(state, path / file_name("model", ranks, index)), path)
     if "optimizer" in contents:
-        save_torch(optimizer_state(model, optimizer, ranks), path / file_name("optim", ranks, index))
+        state = optimizer_state(model, optimizer, ranks)
+        _agreed_write(lambda: save_torch(state, path / file_name("optim", ranks, index)), path)
     if "extra" in contents:
-        save_torch(extra, path / file_name("extra_state", ranks, index))
+        _agreed_write(lambda: save_torch(extra, path / file_name("extra_state", ranks, index)), path)
     if index == 0:
         model.config.save_pretrained(path / "huggingface")
     if ranks == 1 and "model" in contents:  # verl's model merger reads one rank's plain tensors given this file
         (path / "fsdp_config.json").write_text(json.dumps({"FSDP_version": 2, "world_size": 1, "saved_by": SAVED_BY}))
     return path
+
+
+def _agreed_write(write, path: Path) -> None:
+    """`write()`, after which every rank learns whether all of them wrote: a filesystem failure (a full disk) on any
+    rank raises OSError on all, so none goes on into a later collective that the others have left."""
+    from reinforge.trainer.checkpoint import os_error_in
+
+    failed = None
+    try:
+        write()
+    except Exception as error:
+        failed = os_error_in(error)
+        if failed is None:  # not the filesystem: a bug, which ends the run
+            raise
+    code = int(all_reduce([float(failed.errno or -1) if failed else 0.0], "max")[0])
+    if failed is not None:
+        raise OSError(failed.errno, failed.strerror, failed.filename or str(path)) from None
+    if code:
+        raise OSError(code if code > 0 else None, f"{os.strerror(code) if code > 0 else 'a write failed'} on another rank",
+                      str(path))
 
 
 def model_state(model: torch.nn.Module, ranks: int, lora_only: bool = False) -> dict:

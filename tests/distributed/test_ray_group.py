@@ -1,5 +1,6 @@
 """RayWorkerGroup on 2 CPU ranks (one Ray started for the module): dispatch, environment, colocation, failures, hangs."""
 
+import errno
 import os
 import re
 import subprocess
@@ -104,6 +105,14 @@ def test_a_user_error_in_a_worker_reaches_the_driver_as_that_error(probe):
     with pytest.raises(ConfigError, match="^data.foo=3 is wrong$") as caught:
         probe.fail_on(0, ConfigError("data.foo=3 is wrong"))
     assert type(caught.value) is ConfigError
+
+
+def test_a_full_disk_in_a_worker_reaches_the_driver_as_the_os_error(probe):
+    """torch wraps a failed write in a RuntimeError whose cause would not survive the trip to the driver: the worker
+    sends the OSError itself, whose errno tells the driver's checkpoint code to skip the save (trainer/checkpoint.py)."""
+    with pytest.raises(OSError) as caught:
+        probe.write_fails(errno.ENOSPC)
+    assert caught.value.errno == errno.ENOSPC and caught.value.filename.endswith("model_world_size_2_rank_0.pt")
 
 
 def test_hang_watchdog_dumps_every_ranks_stack_and_names_the_late_ranks():

@@ -226,3 +226,31 @@ def test_saving_a_step_again_survives_a_crash_between_the_renames(tmp_path):
     (tmp_path / "global_step_1").rename(tmp_path / ".global_step_1.old")
     assert resume_folder(TrainerConfig(default_local_dir=str(tmp_path))) == tmp_path / "global_step_1"
     assert (tmp_path / "global_step_1" / "state.txt").is_file()
+
+
+def test_a_run_folder_that_cannot_be_written_is_named_with_its_key(tmp_path, capsys):
+    from reinforge.cli import main
+
+    blocker = tmp_path / "a_file"
+    blocker.write_text("")
+    assert main(["train", f"trainer.default_local_dir={blocker / 'run'}", "trainer.total_training_steps=1"]) == 2
+    err = capsys.readouterr().err
+    assert f"trainer.default_local_dir={blocker / 'run'}: cannot write the run folder" in err and "Traceback" not in err
+
+
+def test_a_worker_process_failure_names_the_resume_point(run_steps, tmp_path, monkeypatch):
+    """A rank that dies (RankError) ends the run; the message says where the same command continues from."""
+    from reinforge.errors import RankError
+    from reinforge.trainer.ppo_trainer import RLTrainer
+
+    run_steps("trainer.save_freq=1", "trainer.total_training_steps=2")
+
+    def died(self):
+        raise RankError("rank 1, actor_rollout_ref.generate_sequences: the worker process died (SIGKILL)")
+
+    monkeypatch.setattr(RLTrainer, "fit", died)
+    with pytest.raises(RankError, match=r"worker process died \(SIGKILL\)\n\nresume point: .*global_step_2; run the same "
+                                        r"command again to continue from it"):
+        run_steps("trainer.total_training_steps=4")
+    with pytest.raises(RankError, match="no checkpoint saved yet: the same command starts afresh"):
+        run_steps(run_dir=tmp_path / "fresh")
