@@ -230,6 +230,8 @@ def main(argv: list[str] | None = None) -> int:
     except UserError as exc:
         if show_traceback:
             traceback.print_exc()
+            if getattr(exc, "worker_traceback", None):  # raised in a Ray worker: where it was raised there
+                print(exc.worker_traceback, file=sys.stderr)
         print(f"reinforge: error: {exc}", file=sys.stderr)
         return 2
     except RankError as exc:  # a Ray worker's failure: its own traceback is in the message, the driver's is noise

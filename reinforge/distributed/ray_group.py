@@ -258,6 +258,7 @@ def _raise_failure(ref, rank: int, what: str) -> None:
     except RayTaskError as exc:
         cause = exc.cause
         if isinstance(cause, (UserError, OSError)):  # a filesystem failure too: the driver decides what it means
+            cause.worker_traceback = f"rank {rank}, {what}: {_worker_traceback(exc)}"  # what --debug shows of the user's code
             raise cause from None
         raise RankError(f"rank {rank}, {what} raised {type(cause).__name__}: {cause}\n\n"
                           f"the worker's traceback:\n{_worker_traceback(exc)}") from None

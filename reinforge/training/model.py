@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
+import io
+import logging
 import os
+import re
 from pathlib import Path
 
 import torch
@@ -101,16 +105,46 @@ def load_pretrained(model_cfg, key: str, what: str, dtype: str, build) -> torch.
         config_source = model_source(config_path, f"{key.removesuffix('.path')}.hf_config_path")
     else:
         source = config_source = model_source(model_cfg.path, key)
+    report = io.StringIO()
     try:
-        hf_config = AutoConfig.from_pretrained(config_source, trust_remote_code=model_cfg.trust_remote_code)
-        for name, value in model_cfg.override_config.items():
-            setattr(hf_config, name, value)
-        kwargs = {"config": hf_config, "dtype": DTYPES[dtype], "trust_remote_code": model_cfg.trust_remote_code}
-        if config_path:  # generation settings (eos ids) come with the config, as verl reads them, not from the weights
-            kwargs["generation_config"] = _generation_config(config_source, hf_config)
-        return build(source, hf_config, kwargs)
+        with _warnings_into(report):
+            hf_config = AutoConfig.from_pretrained(config_source, trust_remote_code=model_cfg.trust_remote_code)
+            for name, value in model_cfg.override_config.items():
+                setattr(hf_config, name, value)
+            kwargs = {"config": hf_config, "dtype": DTYPES[dtype], "trust_remote_code": model_cfg.trust_remote_code}
+            if config_path:  # generation settings (eos ids) come with the config, as verl reads them, not from the weights
+                kwargs["generation_config"] = _generation_config(config_source, hf_config)
+            return build(source, hf_config, kwargs)
     except Exception as exc:
-        raise ModelError(f"{key}={source}: cannot load the {what}: {exc}") from exc
+        detail = str(exc) if len(str(exc)) > 40 else f"{type(exc).__name__}: {exc}"
+        if "above report" in detail and report.getvalue().strip():  # transformers' load report, which a quiet run kept back
+            detail += "\n" + re.sub(r"\x1b\[[0-9;]*m", "", report.getvalue().rstrip())  # without its terminal colours
+        raise ModelError(f"{key}={source}: cannot load the {what}: {detail}") from exc
+
+
+@contextlib.contextmanager
+def _warnings_into(buffer: io.StringIO):
+    """transformers' warnings (its load report of weights that do not fit among them) written to `buffer` instead of
+    being dropped, while a quiet run (trainer/main.py) keeps them off the console."""
+    from transformers.utils import logging as hf_logging
+
+    library = hf_logging.get_logger()
+    if library.getEffectiveLevel() <= logging.WARNING:  # not quiet: they are printed anyway
+        yield
+        return
+    handler = logging.StreamHandler(buffer)
+    level, propagate = library.level, library.propagate
+    hf_logging.disable_default_handler()
+    library.addHandler(handler)
+    library.setLevel(logging.WARNING)
+    library.propagate = False
+    try:
+        yield
+    finally:
+        library.setLevel(level)
+        library.propagate = propagate
+        library.removeHandler(handler)
+        hf_logging.enable_default_handler()
 
 
 def _generation_config(source: str, hf_config):

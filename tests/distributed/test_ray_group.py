@@ -105,6 +105,9 @@ def test_a_user_error_in_a_worker_reaches_the_driver_as_that_error(probe):
     with pytest.raises(ConfigError, match="^data.foo=3 is wrong$") as caught:
         probe.fail_on(0, ConfigError("data.foo=3 is wrong"))
     assert type(caught.value) is ConfigError
+    # --debug shows where it was raised in the worker (the user's code), which the driver's traceback does not reach
+    assert re.search(r'^rank 0, probe.fail_on: Traceback[\s\S]*dummy_workers\.py", line \d+, in fail_on',
+                     caught.value.worker_traceback)
 
 
 def test_a_full_disk_in_a_worker_reaches_the_driver_as_the_os_error(probe):

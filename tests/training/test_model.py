@@ -55,3 +55,35 @@ def test_a_model_folder_still_needs_its_config_json(tokenizer_folder):
         model_source(str(tokenizer_folder))
     with pytest.raises(ModelError, match="the folder has no config.json"):
         load_tokenizer(_config(tokenizer_folder))  # without data.tokenizer the model folder is checked as a model's
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"num_attention_heads": 8}, r"cannot load the model: You set `ignore_mismatched_sizes` to `False`.*\n.*LOAD REPORT"
+                                 r"[\s\S]*k_proj\.weight +\| MISMATCH"),
+    ({"hidden_act": "silux"}, r"cannot load the model: KeyError: 'silux'"),
+])
+def test_weights_that_do_not_fit_the_config_are_shown_in_a_quiet_run(tiny_model_path, tmp_path, capsys, change, message):
+    """transformers refers to its load report, which a quiet run (trainer/main.py) keeps off the console: the error
+    carries it; a short message gets its exception's name."""
+    import json
+
+    from transformers import AutoModelForCausalLM
+    from transformers.utils import logging as hf_logging
+
+    from reinforge.training.model import load_pretrained
+
+    folder = tmp_path / "edited"
+    shutil.copytree(tiny_model_path, folder)
+    config = json.loads((folder / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps({**config, **change}))
+    model_cfg = Config().actor_rollout_ref.model
+    model_cfg.path = str(folder)
+    verbosity = hf_logging.get_verbosity()
+    hf_logging.set_verbosity_error()
+    try:
+        with pytest.raises(ModelError, match=message):
+            load_pretrained(model_cfg, "actor_rollout_ref.model.path", "model", "fp32",
+                            lambda source, hf_config, kwargs: AutoModelForCausalLM.from_pretrained(source, **kwargs))
+    finally:
+        hf_logging.set_verbosity(verbosity)
+    assert "LOAD REPORT" not in capsys.readouterr().err  # in the error only, not printed on the way
