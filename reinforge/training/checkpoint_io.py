@@ -69,6 +69,7 @@ def save_training_state(folder: str, contents: list, model: torch.nn.Module, opt
     if "model" in contents:
         state = model_state(model, ranks, lora_only)
         _agreed_write(lambda: save_torch(state, path / file_name("model", ranks, index)), path)
+        del state  # before the optimizer's state is gathered: one of the two in memory at a time
     if "optimizer" in contents:
         state = optimizer_state(model, optimizer, ranks)
         _agreed_write(lambda: save_torch(state, path / file_name("optim", ranks, index)), path)

@@ -104,11 +104,11 @@ def sequence_scores(model: torch.nn.Module, inputs: ClassifierInputs, micro_batc
         cols = slice(start, max(end, start + 1))
         input_ids, attention_mask, position_ids = (t[group, cols].to(device) for t in
                                                    (inputs.input_ids, inputs.attention_mask, inputs.position_ids))
-        packed = _packed_scores(model, head, input_ids, attention_mask.bool(), position_ids) if pack else None
-        if packed is None:
-            packed = model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
-                           use_cache=False).logits[:, 0]  # (micro,): one label
-        scores[group] = packed.float().cpu()
+        found = _packed_scores(model, head, input_ids, attention_mask.bool(), position_ids) if pack else None
+        if found is None:  # the padded forward
+            found = model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
+                          use_cache=False).logits[:, 0]  # (micro,): one label
+        scores[group] = found.float().cpu()
     return scores
 
 
