@@ -41,6 +41,7 @@ from reinforge.config.schema import Config
 from reinforge.distributed.process_group import ray_address, world_size_of
 from reinforge.distributed.worker_group import WorkerGroup, WorkerPool
 from reinforge.errors import ConfigError, RankError, UserError
+from reinforge.trainer.checkpoint import plain_os_errors
 
 # the workers' logs as quiet as the driver's (trainer/main.py): no per-file progress bars or advisory warnings
 QUIET_ENV = {"TOKENIZERS_PARALLELISM": "false", "TRANSFORMERS_VERBOSITY": "error", "HF_HUB_DISABLE_PROGRESS_BARS": "1"}
@@ -84,7 +85,8 @@ class WorkerHost:
         if hang_dump_s > 0:
             faulthandler.dump_traceback_later(hang_dump_s, repeat=True, file=sys.stderr)
         try:
-            return getattr(self.workers[role], method)(*args, **kwargs)
+            with plain_os_errors():  # a full disk reaches the driver as the OSError, which torch's wrapper would lose
+                return getattr(self.workers[role], method)(*args, **kwargs)
         finally:
             if hang_dump_s > 0:
                 faulthandler.cancel_dump_traceback_later()
@@ -139,7 +141,10 @@ class RayPool(WorkerPool):
             for ref in done:
                 try:
                     _raise_failure(ref, rank_of[ref], what)
-                except OSError:  # the ranks raise it together (checkpoint_io's agreed writes): collect theirs first
+                except RankError as error:
+                    if not isinstance(error.__cause__, OSError):
+                        raise
+                    # a filesystem failure, which the ranks raise together (checkpoint_io's agreed writes): theirs first
                     finished, _ = ray.wait(pending, num_returns=len(pending), timeout=60)
                     for other in finished:
                         with contextlib.suppress(RayTaskError, RayActorError):
@@ -251,17 +256,18 @@ def _reserve(nnodes: int, per_node: int, device: str) -> list[PlacementGroup]:
 
 
 def _raise_failure(ref, rank: int, what: str) -> None:
-    """Re-raise a rank's failure in the driver: a UserError or an OSError as itself, anything else as a RankError that
-    starts with the rank and call and holds the worker's traceback."""
+    """Re-raise a rank's failure in the driver: a UserError as itself, anything else as a RankError that starts with the
+    rank and call and holds the worker's traceback (and an OSError as its cause)."""
     try:
         ray.get(ref)
     except RayTaskError as exc:
         cause = exc.cause
-        if isinstance(cause, (UserError, OSError)):  # a filesystem failure too: the driver decides what it means
+        if isinstance(cause, UserError):
             cause.worker_traceback = f"rank {rank}, {what}: {_worker_traceback(exc)}"  # what --debug shows of the user's code
             raise cause from None
+        # an OSError stays its cause, so the driver can tell a full disk during a save (trainer/checkpoint.py)
         raise RankError(f"rank {rank}, {what} raised {type(cause).__name__}: {cause}\n\n"
-                          f"the worker's traceback:\n{_worker_traceback(exc)}") from None
+                        f"the worker's traceback:\n{_worker_traceback(exc)}") from (cause if isinstance(cause, OSError) else None)
     except RayActorError as exc:
         raise RankError(f"rank {rank}, {what}: the worker process died ({exc})") from None
 

@@ -75,7 +75,7 @@ def plain_os_errors() -> Iterator[None]:
         os_error = os_error_in(error)
         if os_error is None or os_error is error:
             raise
-        raise OSError(os_error.errno, os_error.strerror, os_error.filename) from None
+        raise OSError(os_error.errno, os_error.strerror, os_error.filename) from error
 
 
 def _write_atomic(path: Path, text: str) -> None:

@@ -84,19 +84,19 @@ def save_training_state(folder: str, contents: list, model: torch.nn.Module, opt
 
 def _agreed_write(write, path: Path) -> None:
     """`write()`, after which every rank learns whether all of them wrote: a filesystem failure (a full disk) on any
-    rank raises OSError on all, so none goes on into a later collective that the others have left."""
+    rank raises on all (OSError on the others), so none goes on into a later collective that the others have left."""
     from reinforge.trainer.checkpoint import os_error_in
 
-    failed = None
+    failure = None
     try:
         write()
     except Exception as error:
-        failed = os_error_in(error)
-        if failed is None:  # not the filesystem: a bug, which ends the run
+        if os_error_in(error) is None:  # not the filesystem: a bug, which ends the run
             raise
-    code = int(all_reduce([float(failed.errno or -1) if failed else 0.0], "max")[0])
-    if failed is not None:
-        raise OSError(failed.errno, failed.strerror, failed.filename or str(path)) from None
+        failure = error
+    code = int(all_reduce([float(os_error_in(failure).errno or -1) if failure else 0.0], "max")[0])
+    if failure is not None:
+        raise failure
     if code:
         raise OSError(code if code > 0 else None, f"{os.strerror(code) if code > 0 else 'a write failed'} on another rank",
                       str(path))

@@ -49,16 +49,24 @@ _PROBED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # model -> whe
 
 
 @dataclass
-class Packing:
-    """Where a micro-batch's tokens go in the packed rows, and where its response tokens come back."""
+class Packed:
+    """Sequences laid end to end in rows of one capacity: where each sequence's tokens went."""
 
     input_ids: torch.Tensor  # (packed rows, capacity)
     position_ids: torch.Tensor  # each sequence's own positions; 0 on the tail padding (each tail token alone)
+    offset: torch.Tensor  # (rows,) flat index into the packed rows of each sequence's first token
+    rank: torch.Tensor  # (rows, length) a kept token's index within its sequence
+    cost: float  # tokens + pair cost x attention pairs (`pair_cost`), to compare with other forwards
+
+
+@dataclass
+class Packing(Packed):
+    """A micro-batch packed (`Packed`), and where its response tokens come back."""
+
     predict: torch.Tensor  # (n,) flat index into the packed rows of the position that predicts each response token
     rows: torch.Tensor  # (n,) that token's row in the micro-batch
     cols: torch.Tensor  # (n,) and its response column
     shape: tuple[int, int]  # (rows, response width) of the micro-batch
-    cost: float  # tokens + pair cost x attention pairs (`pair_cost`), to compare with other forwards
 
 
 @dataclass
@@ -137,17 +145,6 @@ def _cheapest_bins(lengths: list[int], width: int, pair: float,
         capacity = max(longest, min(2 * capacity, total, MAX_CAPACITY))
 
 
-@dataclass
-class Packed:
-    """Sequences laid end to end in rows of one capacity: where each sequence's tokens went."""
-
-    input_ids: torch.Tensor  # (packed rows, capacity)
-    position_ids: torch.Tensor  # each sequence's own positions; 0 on the tail padding (each tail token alone)
-    offset: torch.Tensor  # (rows,) flat index into the packed rows of each sequence's first token
-    rank: torch.Tensor  # (rows, length) a kept token's index within its sequence
-    cost: float  # tokens + pair cost x attention pairs (`pair_cost`)
-
-
 def pack_sequences(input_ids: torch.Tensor, mask: torch.Tensor, positions: torch.Tensor, pair: float = 0.0,
                    one_row: bool = False) -> Packed | None:
     """The real tokens of (rows, length) `input_ids` (where `mask` is true) packed in the rows that cost least (`pair`:
@@ -196,7 +193,7 @@ def plan_packing(batch: Batch, pair: float = 0.0, one_row: bool = False) -> Pack
         return None
     r, c = mask[:, length - width:].nonzero(as_tuple=True)
     predict = packed.offset[r] + packed.rank[:, length - width:][r, c] - 1
-    return Packing(packed.input_ids, packed.position_ids, predict, r, c, (mask.shape[0], width), packed.cost)
+    return Packing(**vars(packed), predict=predict, rows=r, cols=c, shape=(mask.shape[0], width))
 
 
 def packing_for(model: torch.nn.Module, batch: Batch, pack: bool) -> Packing | None:

@@ -27,7 +27,6 @@ from reinforge.config.schema import Config, TrainerConfig
 from reinforge.distributed import Dispatch, register
 from reinforge.distributed.process_group import init_distributed, rank, world_size
 from reinforge.inference import SamplingParams, generate_sequences, make_engine
-from reinforge.trainer.checkpoint import plain_os_errors
 from reinforge.training.actor import Actor
 from reinforge.training.checkpoint_io import (
     full_model_state,
@@ -196,10 +195,6 @@ class ActorRolloutRefWorker:
         """Write this rank's model, optimizer and extra state (scheduler, its RNG streams) under `folder` (verl's
         names, checkpoint_io.py); rank 0 adds the generation config and tokenizer to huggingface/, and with hf_model
         in save_contents the full weights as safetensors (gathered from every rank when the model is sharded)."""
-        with plain_os_errors():  # a full disk reaches the driver as an OSError, even from another process
-            self._save_checkpoint(folder)
-
-    def _save_checkpoint(self, folder: str) -> None:
         from transformers import AutoModelForCausalLM
 
         checkpoint = self.config.actor_rollout_ref.actor.checkpoint
@@ -281,10 +276,6 @@ class CriticWorker:
 
     @register(Dispatch.ALL)
     def save_checkpoint(self, folder: str) -> None:
-        with plain_os_errors():  # a full disk reaches the driver as an OSError, even from another process
-            self._save_checkpoint(folder)
-
-    def _save_checkpoint(self, folder: str) -> None:
         model = self.critic.model
         checkpoint = self.config.critic.checkpoint
         path = save_training_state(folder, checkpoint.save_contents, model, self.critic.optimizer,

@@ -43,13 +43,10 @@ class Probe:
     @register(Dispatch.ALL)
     def write_fails(self, code: int) -> None:
         """A write that fails as torch's native writer fails on a full disk: a RuntimeError caused by the OSError."""
-        from reinforge.trainer.checkpoint import plain_os_errors
-
-        with plain_os_errors():
-            try:
-                raise OSError(code, os.strerror(code), "/run/global_step_2/actor/model_world_size_2_rank_0.pt")
-            except OSError as error:
-                raise RuntimeError("[enforce fail at inline_container.cc:672] . unexpected pos 64") from error
+        try:
+            raise OSError(code, os.strerror(code), "/run/global_step_2/actor/model_world_size_2_rank_0.pt")
+        except OSError as error:
+            raise RuntimeError("[enforce fail at inline_container.cc:672] . unexpected pos 64") from error
 
     @register(Dispatch.DP)
     def adv_estimators(self, batch: Batch) -> Batch:

@@ -17,6 +17,7 @@ from reinforge.algorithm.advantage import ADV_ESTIMATOR_REGISTRY  # noqa: E402
 from reinforge.batch import Batch  # noqa: E402
 from reinforge.config import load_config  # noqa: E402
 from reinforge.errors import ConfigError, RankError  # noqa: E402
+from reinforge.trainer.checkpoint import os_error_in  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).parent))
 import dummy_workers  # noqa: E402
@@ -111,11 +112,13 @@ def test_a_user_error_in_a_worker_reaches_the_driver_as_that_error(probe):
 
 
 def test_a_full_disk_in_a_worker_reaches_the_driver_as_the_os_error(probe):
-    """torch wraps a failed write in a RuntimeError whose cause would not survive the trip to the driver: the worker
-    sends the OSError itself, whose errno tells the driver's checkpoint code to skip the save (trainer/checkpoint.py)."""
-    with pytest.raises(OSError) as caught:
+    """torch wraps a failed write in a RuntimeError whose cause would not survive the trip to the driver: the worker's
+    host sends the OSError itself, the cause of the driver's RankError, whose errno tells the driver's checkpoint code
+    to skip the save (trainer/checkpoint.py)."""
+    with pytest.raises(RankError, match=r"^rank 0, probe.write_fails raised OSError: \[Errno 28\]") as caught:
         probe.write_fails(errno.ENOSPC)
-    assert caught.value.errno == errno.ENOSPC and caught.value.filename.endswith("model_world_size_2_rank_0.pt")
+    found = os_error_in(caught.value)
+    assert found.errno == errno.ENOSPC and found.filename.endswith("model_world_size_2_rank_0.pt")
 
 
 def test_hang_watchdog_dumps_every_ranks_stack_and_names_the_late_ranks():
