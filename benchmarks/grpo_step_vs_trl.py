@@ -58,7 +58,8 @@ def status_mb(field: str) -> float:
 
 
 class PeakMemory:
-    """The highest resident memory of the process while the `with` block runs, from the kernel's own high-water mark.
+    """The highest resident memory of the process while the `with` block runs, from the kernel's own high-water mark,
+    and `ready`: the resident memory at the first block's start (the process set up, before its first step).
 
     Entering resets the mark (VmHWM) to the current resident memory (writing 5 to /proc/self/clear_refs), leaving
     reads it: every page counts, and no sampling thread competes with the measured code for the cores (a thread
@@ -67,8 +68,11 @@ class PeakMemory:
     reset and after each block."""
 
     lifetime = 0.0
+    ready: float | None = None
 
     def __enter__(self):
+        if PeakMemory.ready is None:
+            PeakMemory.ready = status_mb("VmRSS")
         PeakMemory.lifetime = max(PeakMemory.lifetime, status_mb("VmHWM"))
         with open("/proc/self/clear_refs", "w") as f:
             f.write("5")
@@ -156,7 +160,7 @@ class ReinforgeRunner:
         return {"step": seconds, "cpu": cpu, "generate": metrics["timing_s/gen"], "forward": forward,
                 "backward_optimizer": metrics["timing_s/update_actor"] - forward,
                 "tokens": int(metrics["response_length/mean"] * PROMPTS * SAMPLES + 0.5),
-                "step_memory_mb": memory.peak - memory.start, "peak_rss_mb": PeakMemory.lifetime}
+                "step_memory_mb": memory.peak - PeakMemory.ready, "peak_rss_mb": PeakMemory.lifetime}
 
 
 def trl_trainer(model_path: str, train_file: str, run_dir: str, max_steps: int, callbacks=()):
@@ -212,7 +216,7 @@ def run_trl(conn, model_path: str, train_file: str, run_dir: str, max_steps: int
             step, generate, forward = end - state["start"], clock.spent["generate"], clock.spent["forward"]
             state["figures"] = {"step": step, "cpu": cpu, "generate": generate, "forward": forward,
                                 "backward_optimizer": end - clock.ends["loss"], "tokens": state["tokens"],
-                                "step_memory_mb": memory.peak - memory.start, "peak_rss_mb": PeakMemory.lifetime}
+                                "step_memory_mb": memory.peak - PeakMemory.ready, "peak_rss_mb": PeakMemory.lifetime}
 
     trainer = trl_trainer(model_path, train_file, run_dir, max_steps + 1, [StepGate()])
     generate_one_turn = trainer._generate_single_turn
@@ -362,16 +366,18 @@ def compare(size: str, steps: int, warmup: int, thread_policy: str | None) -> di
         results = {name: [] for name in runners}
         for index in range(total):
             order = list(runners) if index % 2 == 0 else list(runners)[::-1]
+            seconds = {}
             for name in order:
                 runners[name][1].send("step")
                 result = receive(runners[name][1], name)
+                seconds[name] = result["step"]
                 if index >= warmup:
                     results[name].append(result)
             tokens = {name: results[name][-1]["tokens"] for name in runners} if index >= warmup else None
             if tokens and len(set(tokens.values())) != 1:
                 sys.exit(f"generated tokens differ in step {index}: {tokens}")
-            print(f"  step {index + 1}/{total}{' (warm-up)' if index < warmup else ''}: " + ", ".join(
-                f"{name} {(results[name][-1]['step'] if index >= warmup else float('nan')):.2f}s" for name in runners), flush=True)
+            print(f"  step {index + 1}/{total}{' (warm-up, not counted)' if index < warmup else ''}: " + ", ".join(
+                f"{name} {seconds[name]:.2f}s" for name in runners), flush=True)
         for process, conn in runners.values():
             conn.send("stop")
             process.join(timeout=30)
