@@ -25,6 +25,7 @@ from __future__ import annotations
 import contextlib
 import faulthandler
 import os
+import re
 import signal
 import socket
 import sys
@@ -269,11 +270,16 @@ def _raise_failure(ref, rank: int, what: str) -> None:
         raise RankError(f"rank {rank}, {what} raised {type(cause).__name__}: {cause}\n\n"
                         f"the worker's traceback:\n{_worker_traceback(exc)}") from (cause if isinstance(cause, OSError) else None)
     except RayActorError as exc:
-        raise RankError(f"rank {rank}, {what}: the worker process died ({exc})") from None
+        raise RankError(f"rank {rank}, {what}: the worker process died ({_plain(str(exc))})") from None
+
+
+def _plain(text: str) -> str:
+    """Ray's text without its terminal colour codes, which a log file would show as `[36m`."""
+    return re.sub(r"\x1b\[[0-9;]*m", "", text)
 
 
 def _worker_traceback(exc: RayTaskError) -> str:
     """The remote traceback of a RayTaskError as Python prints one, without Ray's header line about the actor."""
-    lines = str(exc).splitlines()
+    lines = _plain(str(exc)).splitlines()
     start = next((i for i, line in enumerate(lines) if line.startswith("  File ")), 0)
     return "\n".join(["Traceback (most recent call last):", *lines[start:]])
