@@ -251,6 +251,23 @@ def compute_policy_loss_up(old_log_prob: torch.Tensor, log_prob: torch.Tensor, a
                           masked_mean(capped.float(), response_mask))
 
 
+@register_policy_loss("dro")
+def compute_policy_loss_dro(old_log_prob: torch.Tensor, log_prob: torch.Tensor, advantages: torch.Tensor,
+                            response_mask: torch.Tensor, loss_agg_mode: str = "token-mean", config=None,
+                            rollout_is_weights: torch.Tensor | None = None) -> tuple[torch.Tensor, dict[str, float]]:
+    """DRO (Direct Reward Optimization, as verl 0.9 has it): -(A log pi - beta/2 (log pi - log pi_old)^2), a plain policy
+    gradient held near pi_old by a quadratic penalty on the log-ratio, beta = `policy_loss.dro_beta` (> 0, no default).
+    Nothing is clipped: pg_clipfrac and pg_clipfrac_lower are 0 (verl reports only actor/ppo_kl)."""
+    beta = getattr(getattr(config, "policy_loss", None), "dro_beta", None)
+    if beta is None or not beta > 0:
+        raise ConfigError(f"actor_rollout_ref.actor.policy_loss.dro_beta={beta} must be a positive number with "
+                          "policy_loss.loss_mode=dro: the weight of its squared log-ratio penalty (verl has no default either)")
+    log_ratio = log_prob - old_log_prob
+    token_losses = -(log_prob * advantages - 0.5 * beta * log_ratio.square())
+    loss = _aggregate(token_losses, response_mask, loss_agg_mode, config, rollout_is_weights)
+    return loss, _metrics(0.0, masked_mean(-log_ratio, response_mask))
+
+
 def _dppo(old_log_prob: torch.Tensor, log_prob: torch.Tensor, advantages: torch.Tensor, response_mask: torch.Tensor,
           loss_agg_mode: str, config, rollout_is_weights: torch.Tensor | None,
           divergence: Callable[[torch.Tensor, torch.Tensor, float, float], torch.Tensor]) -> tuple[torch.Tensor, dict[str, float]]:

@@ -79,14 +79,14 @@ class ModelConfig(Node):
 @dataclass
 class PolicyLossConfig(Node):
     loss_mode: str = _f("vanilla", "Policy loss from the registry: vanilla, gspo, sapo, gpg, clip_cov, kl_cov, geo_mean, "
-                        "cispo, up, dppo_tv, dppo_kl, or your own (docs/algorithms.md).")
+                        "cispo, up, dppo_tv, dppo_kl, dro, or your own (docs/algorithms.md).")
     clip_cov_ratio: float = _f(0.0002, "clip_cov: fraction of tokens clipped.")
     clip_cov_lb: float = _f(1.0, "clip_cov: lower bound of covariance.")
     clip_cov_ub: float = _f(5.0, "clip_cov: upper bound of covariance.")
     kl_cov_ratio: float = _f(0.0002, "kl_cov: fraction of tokens with a KL penalty.")
     ppo_kl_coef: float = _f(0.1, "kl_cov: KL coefficient.")
-    dro_beta: float | None = _f(None, "Accepted for verl compatibility (the coefficient of verl's dro policy loss); read by "
-                                "no loss of this version.")
+    dro_beta: float | None = _f(None, "dro: the weight beta of the squared log-ratio penalty; required (> 0) with "
+                                "loss_mode=dro.")
 
 
 @dataclass

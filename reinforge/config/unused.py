@@ -102,7 +102,6 @@ _ALWAYS_INERT = {
     "actor_rollout_ref.actor.freeze_vision_tower": "multimodal training is not in this version: no vision tower",
     "actor_rollout_ref.actor.calculate_entropy": "the entropy is computed when actor.entropy_coeff uses it",
     "actor_rollout_ref.actor.use_prefix_grouper": "actor_rollout_ref.model.share_prompt_forward computes a repeated prompt once",
-    "actor_rollout_ref.actor.policy_loss.dro_beta": "read by verl's dro policy loss, which this version does not have",
     "actor_rollout_ref.actor.checkpoint.strict": "resuming always loads every key of the checkpoint",
     "critic.checkpoint.strict": "resuming always loads every key of the checkpoint",
     "actor_rollout_ref.model.tiled_mlp": "the MLP is computed over the whole sequence (enable_gradient_checkpointing saves memory)",
@@ -383,6 +382,7 @@ _LOSS_KEYS = {  # actor keys that only some built-in policy losses read: key -> 
     **dict.fromkeys(("tau_pos", "tau_neg"), ("sapo",)),
     **dict.fromkeys(("policy_loss.clip_cov_ratio", "policy_loss.clip_cov_lb", "policy_loss.clip_cov_ub"), ("clip_cov",)),
     **dict.fromkeys(("policy_loss.kl_cov_ratio", "policy_loss.ppo_kl_coef"), ("kl_cov",)),
+    "policy_loss.dro_beta": ("dro",),
 }
 _ESTIMATOR_ARGUMENTS = ("gamma", "lam", "norm_adv_by_std_in_grpo")  # algorithm keys passed to the estimator as arguments
 

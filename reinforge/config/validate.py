@@ -371,6 +371,9 @@ def _check(config: Config) -> None:
         raise ConfigError(f"actor_rollout_ref.actor.policy_loss.clip_cov_lb={params.clip_cov_lb} is above clip_cov_ub="
                           f"{params.clip_cov_ub}: clip_cov picks tokens whose covariance lies between them, so none could be picked")
     mode = params.loss_mode  # dppo_tv / dppo_kl take any positive clip_ratio_c (a cap on the ratio), as verl's do
+    if mode == "dro" and (params.dro_beta is None or not params.dro_beta > 0):
+        raise ConfigError(f"actor_rollout_ref.actor.policy_loss.dro_beta={params.dro_beta} must be a positive number with "
+                          "policy_loss.loss_mode=dro: the weight of its squared log-ratio penalty (verl has no default either)")
     if mode in ("vanilla", "up") and actor.clip_ratio_c <= 1:
         raise ConfigError(f"actor_rollout_ref.actor.clip_ratio_c={actor.clip_ratio_c} must be > 1: policy_loss.loss_mode={mode} "
                           "caps a negative advantage's loss at clip_ratio_c times it (dual-clip)")

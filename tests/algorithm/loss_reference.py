@@ -10,7 +10,7 @@ from reinforge.algorithm import get_policy_loss_fn
 from reinforge.config.schema import ActorConfig
 
 MODES = ["token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm", "token-sum"]
-ALL_LOSSES = ["vanilla", "gspo", "sapo", "gpg", "clip_cov", "kl_cov", "geo_mean", "cispo", "up", "dppo_tv", "dppo_kl"]
+ALL_LOSSES = ["vanilla", "gspo", "sapo", "gpg", "clip_cov", "kl_cov", "geo_mean", "cispo", "up", "dppo_tv", "dppo_kl", "dro"]
 CLIPFRAC, KL, LOWER = "actor/pg_clipfrac", "actor/ppo_kl", "actor/pg_clipfrac_lower"
 
 
@@ -68,9 +68,12 @@ def np_agg(loss, m, mode):
     raise AssertionError(mode)
 
 
-def np_loss(name, old, lp, a, m, mode, low=0.2, high=0.2, c=3.0, tau_pos=1.0, tau_neg=1.05, kl_ratio=0.3, kl_coef=0.1):
+def np_loss(name, old, lp, a, m, mode, low=0.2, high=0.2, c=3.0, tau_pos=1.0, tau_neg=1.05, kl_ratio=0.3, kl_coef=0.1,
+            dro_beta=0.5):
     """(loss, metrics) from the formulas in the brief/doc, one loss at a time."""
     x_raw = lp - old
+    if name == "dro":
+        return np_agg(-(lp * a - 0.5 * dro_beta * x_raw ** 2), m, mode), {CLIPFRAC: 0.0, LOWER: 0.0, KL: mmean(-x_raw, m)}
     if name == "vanilla":
         x = np.clip(x_raw, -20, 20)
         ratio = np.exp(x)

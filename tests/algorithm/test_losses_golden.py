@@ -12,6 +12,7 @@ from loss_reference import ALL_LOSSES, CLIPFRAC, KL, LOWER, actor_cfg, call, gra
 
 from reinforge.algorithm import get_policy_loss_fn, register_policy_loss
 from reinforge.config.schema import ActorConfig
+from reinforge.errors import ConfigError
 
 
 # ------------------------------------------------------------------------------------------ vanilla
@@ -184,6 +185,30 @@ def test_cispo_by_hand():
     # gradient -cr * A / 4 (the clipped ratio is a constant weight)
     expected = torch.tensor([[-1.28, 0.8, -2.0, -1.28, 0.0]]) / 4
     assert torch.allclose(grad_of(loss, lp), expected, atol=1e-6)
+
+
+# ---------------------------------------------------------------------------------------------- dro
+def test_dro_by_hand():
+    # beta 0.5; loss = -(A lp - beta/2 x^2), x = lp - old
+    # (x=0.4, A=1, lp=-1): -(-1 - 0.04) = 1.04; (x=-2, A=-1, lp=-2): -(2 - 1) = -1; (x=0, A=2, lp=-0.5): 1; masked
+    lp = leaf([[-1.0, -2.0, -0.5, -3.0]])
+    old = lp.detach() - torch.tensor([[0.4, -2.0, 0.0, 5.0]])
+    adv = torch.tensor([[1.0, -1.0, 2.0, 4.0]])
+    mask = torch.tensor([[1.0, 1.0, 1.0, 0.0]])
+    cfg = actor_cfg(policy_loss=dict(dro_beta=0.5))
+    loss, metrics = call("dro", old, lp, adv, mask, "token-mean", cfg)
+    assert loss.item() == pytest.approx((1.04 - 1.0 + 1.0) / 3, abs=1e-6)
+    assert metrics[KL] == pytest.approx(-(0.4 - 2.0 + 0.0) / 3, abs=1e-6)
+    assert metrics[CLIPFRAC] == 0.0 and metrics[LOWER] == 0.0
+    # gradient (-A + beta x) / 3: (-1 + 0.2), (1 - 1), (-2 + 0), masked 0
+    assert torch.allclose(grad_of(loss, lp), torch.tensor([[-0.8, 0.0, -2.0, 0.0]]) / 3, atol=1e-6)
+
+
+def test_dro_without_a_positive_beta_names_the_key():
+    lp = leaf([[-1.0]])
+    for beta in (None, 0.0):
+        with pytest.raises(ConfigError, match=r"policy_loss.dro_beta=.* must be a positive number with policy_loss.loss_mode=dro"):
+            call("dro", lp.detach(), lp, torch.ones(1, 1), torch.ones(1, 1), "token-mean", actor_cfg(policy_loss=dict(dro_beta=beta)))
 
 
 # ----------------------------------------------------------------------------------------------- up

@@ -8,7 +8,7 @@ import torch
 from loss_reference import ALL_LOSSES, MODES, actor_cfg, call, grad_of, np_loss, random_batch
 
 # ------------------------------------------------------------------------- random vs numpy loops
-RANDOM_LOSSES = ["vanilla", "gspo", "sapo", "gpg", "cispo", "geo_mean", "kl_cov", "up", "dppo_tv", "dppo_kl"]
+RANDOM_LOSSES = ["vanilla", "gspo", "sapo", "gpg", "cispo", "geo_mean", "kl_cov", "up", "dppo_tv", "dppo_kl", "dro"]
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -17,9 +17,9 @@ def test_random_batch_against_numpy(name, mode):
     old, lp, a, m = random_batch(3)
     low, high = 0.15, 0.25
     cfg = actor_cfg(clip_ratio=0.2, clip_ratio_low=low, clip_ratio_high=high, clip_ratio_c=2.0, tau_pos=1.3, tau_neg=0.9,
-                    policy_loss=dict(kl_cov_ratio=0.3, ppo_kl_coef=0.2))
+                    policy_loss=dict(kl_cov_ratio=0.3, ppo_kl_coef=0.2, dro_beta=0.7))
     exp_loss, exp_metrics = np_loss(name, old, lp, a, m, mode, low=low, high=high, c=2.0, tau_pos=1.3, tau_neg=0.9,
-                                    kl_ratio=0.3, kl_coef=0.2)
+                                    kl_ratio=0.3, kl_coef=0.2, dro_beta=0.7)
     t = lambda v: torch.tensor(v, dtype=torch.float64)  # noqa: E731
     loss, metrics = call(name, t(old), t(lp), t(a), t(m), mode, cfg)
     assert loss.item() == pytest.approx(float(exp_loss), rel=1e-7, abs=1e-7)
@@ -31,7 +31,8 @@ def test_random_batch_against_numpy(name, mode):
 def test_metrics_are_floats(name):
     old, lp, a, m = random_batch(4, dtype=torch.float32)
     t = lambda v: torch.tensor(v, dtype=torch.float32)  # noqa: E731
-    _, metrics = call(name, t(old), t(lp), t(a), t(m), "token-mean", actor_cfg(policy_loss=dict(clip_cov_lb=100.0, clip_cov_ub=200.0)))
+    cfg = actor_cfg(policy_loss=dict(clip_cov_lb=100.0, clip_cov_ub=200.0, dro_beta=0.5))
+    _, metrics = call(name, t(old), t(lp), t(a), t(m), "token-mean", cfg)
     assert isinstance(metrics, dict)
     for key, value in metrics.items():
         assert isinstance(value, float), (key, type(value))
@@ -50,6 +51,7 @@ SPLIT_CONFIGS = {
     "dppo_tv": dict(clip_ratio_low=0.1, clip_ratio_high=0.15, clip_ratio_c=1.2),
     "dppo_kl": dict(clip_ratio_low=0.02, clip_ratio_high=0.03, clip_ratio_c=1.2),
     "geo_mean": dict(clip_ratio_low=0.2, clip_ratio_high=0.3),
+    "dro": dict(policy_loss=dict(dro_beta=0.4)),
     "clip_cov/none": dict(clip_ratio_low=0.15, clip_ratio_high=0.25,
                           policy_loss=dict(clip_cov_ratio=0.5, clip_cov_lb=1e8, clip_cov_ub=2e8)),
     "clip_cov/all": dict(clip_ratio_low=0.15, clip_ratio_high=0.25,

@@ -58,6 +58,7 @@ def test_algorithm_settings_without_effect_are_listed_with_what_would_use_them()
         "algorithm.norm_adv_by_std_in_grpo=false", "actor_rollout_ref.actor.policy_loss.loss_mode=gspo",
         "actor_rollout_ref.actor.tau_pos=2", "actor_rollout_ref.actor.clip_ratio_c=4", "actor_rollout_ref.actor.clip_ratio=0.3",
         "actor_rollout_ref.actor.policy_loss.clip_cov_ratio=0.1", "algorithm.filter_groups.metric=acc",
+        "actor_rollout_ref.actor.policy_loss.dro_beta=0.5",
     ])
     notes = unused_settings(cfg, keys)
     assert "actor_rollout_ref.actor.kl_loss_coef: acts only with actor_rollout_ref.actor.use_kl_loss=true" in notes
@@ -68,6 +69,7 @@ def test_algorithm_settings_without_effect_are_listed_with_what_would_use_them()
     assert "actor_rollout_ref.actor.tau_pos: policy_loss.loss_mode=gspo does not use it (read by sapo)" in notes
     assert "actor_rollout_ref.actor.clip_ratio_c: policy_loss.loss_mode=gspo does not use it (read by vanilla, up, dppo_tv, dppo_kl)" in notes
     assert "actor_rollout_ref.actor.policy_loss.clip_cov_ratio: policy_loss.loss_mode=gspo does not use it (read by clip_cov)" in notes
+    assert "actor_rollout_ref.actor.policy_loss.dro_beta: policy_loss.loss_mode=gspo does not use it (read by dro)" in notes
     assert "algorithm.filter_groups.metric: acts only with algorithm.filter_groups.enable=true" in notes
     assert not [n for n in notes if n.startswith("actor_rollout_ref.actor.use_kl_loss")]
     # as in verl, clip_ratio only stands in for a null clip_ratio_low or clip_ratio_high (0.2 each by default)
@@ -113,6 +115,8 @@ def test_algorithm_settings_without_effect_are_listed_with_what_would_use_them()
     ("actor_rollout_ref.actor.policy_loss.clip_cov_lb=9", "clip_cov_lb=9.0 is above clip_cov_ub=5.0"),
     ("actor_rollout_ref.actor.policy_loss.ppo_kl_coef=-1", "policy_loss.ppo_kl_coef=-1.0 must be >= 0"),
     ("actor_rollout_ref.actor.clip_ratio_c=1", "clip_ratio_c=1.0 must be > 1: policy_loss.loss_mode=vanilla caps"),
+    ("actor_rollout_ref.actor.policy_loss.loss_mode=dro",
+     "actor_rollout_ref.actor.policy_loss.dro_beta=None must be a positive number with policy_loss.loss_mode=dro"),
     ("+reward_model.reward_kwargs.overlong_buffer_cfg={enable: true, len: 4}",  # with reward_manager=dapo below
      "overlong_buffer_cfg.enable=true needs reward_model.reward_kwargs.max_resp_len"),
     ("data.seed=[1,2", "cannot parse override 'data.seed=[1,2': no viable alternative"),  # Hydra refuses it, so does reinforge

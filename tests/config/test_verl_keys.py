@@ -217,7 +217,7 @@ def test_hf_config_path_and_tokenizer_path_load_from_their_own_folders(tiny_mode
     ("actor_rollout_ref.actor.entropy_from_logits_chunk_size=512", 2048), ("actor_rollout_ref.ref.pad_to_length=true", False),
     ("actor_rollout_ref.actor.data_loader_seed=3", 42), ("critic.data_loader_seed=3", 42),
     ("actor_rollout_ref.actor.freeze_vision_tower=true", False), ("actor_rollout_ref.actor.calculate_entropy=true", False),
-    ("actor_rollout_ref.actor.use_prefix_grouper=true", False), ("actor_rollout_ref.actor.policy_loss.dro_beta=0.5", None),
+    ("actor_rollout_ref.actor.use_prefix_grouper=true", False),
     ("actor_rollout_ref.actor.checkpoint.strict=false", True), ("actor_rollout_ref.model.tiled_mlp.enabled=true", {}),
     ("actor_rollout_ref.model.mtp.enable_rollout=true", {}), ("data.image_patch_size=16", 14), ("data.audio_key=audio", "audios"),
     ("data.mm_processor_kwargs.max_pixels=1024", {}), ("data.tool_config_path=/t.yaml", None),

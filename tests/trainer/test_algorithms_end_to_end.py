@@ -13,7 +13,7 @@ from reinforge.errors import ConfigError
 
 BUILT_IN_ESTIMATORS = ["gae", "gpg", "grpo", "grpo_passk", "grpo_vectorized", "opo", "optimal_token_baseline", "reinforce_plus_plus",
                        "reinforce_plus_plus_baseline", "remax", "rloo", "rloo_vectorized", "tir_optimal_token_baseline"]
-BUILT_IN_LOSSES = ["cispo", "clip_cov", "dppo_kl", "dppo_tv", "geo_mean", "gpg", "gspo", "kl_cov", "sapo", "up", "vanilla"]
+BUILT_IN_LOSSES = ["cispo", "clip_cov", "dppo_kl", "dppo_tv", "dro", "geo_mean", "gpg", "gspo", "kl_cov", "sapo", "up", "vanilla"]
 
 
 def finite(metrics: dict, name: str) -> bool:
@@ -44,7 +44,8 @@ def test_two_steps_with_each_estimator(run_steps, estimator):
 def test_two_steps_with_each_policy_loss(run_steps, loss_mode, ppo):
     extra = ["actor_rollout_ref.actor.ppo_epochs=2", "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=2"] if ppo else []
     steps = run_steps(f"actor_rollout_ref.actor.policy_loss.loss_mode={loss_mode}",
-                      "actor_rollout_ref.actor.policy_loss.clip_cov_ratio=0.5", *extra)
+                      "actor_rollout_ref.actor.policy_loss.clip_cov_ratio=0.5", "actor_rollout_ref.actor.policy_loss.dro_beta=0.5",
+                      *extra)
     for metrics in steps.values():
         for name in ("actor/pg_loss", "actor/pg_clipfrac", "actor/ppo_kl", "actor/pg_clipfrac_lower", "actor/entropy"):
             assert finite(metrics, name), name
@@ -264,7 +265,7 @@ def test_unknown_names_list_the_registered_ones(tiny_model_path):
     base = [f"actor_rollout_ref.model.path={tiny_model_path}", "data.train_files=/x.parquet"]
     with pytest.raises(ConfigError, match="algorithm.adv_estimator=.grp. is not one of: gae, gdpo, gpg, grpo"):
         load_config([*base, "algorithm.adv_estimator=grp"])
-    with pytest.raises(ConfigError, match="loss_mode='vanila' is not one of: cispo, clip_cov, dppo_kl, dppo_tv, geo_mean"):
+    with pytest.raises(ConfigError, match="loss_mode=.vanila. is not one of: cispo, clip_cov, dppo_kl, dppo_tv, dro, geo_mean"):
         load_config([*base, "actor_rollout_ref.actor.policy_loss.loss_mode=vanila"])
     with pytest.raises(ConfigError, match=r"algorithm.custom_modules: .*missing_algos.py does not exist"):
         load_config([*base, "algorithm.custom_modules=[/nowhere/missing_algos.py]"])
