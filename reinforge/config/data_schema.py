@@ -92,8 +92,9 @@ class DataConfig(Node):
     tool_config_path: str | None = _f(None, "verl's copy of actor_rollout_ref.rollout.multi_turn.tool_config_path (null: that "
                                       "one, with multi_turn.enable): data.filter_overlong_prompts measures each prompt with "
                                       "its tool schemas, as the rollout renders it; the rollout's tools come from multi_turn's.")
-    function_tool_path: str | None = _f(None, "Accepted for verl compatibility (verl's copy of "
-                                        "actor_rollout_ref.rollout.multi_turn.function_tool_path).")
+    function_tool_path: str | None = _f(None, "verl's copy of actor_rollout_ref.rollout.multi_turn.function_tool_path (null: "
+                                        "that one, with multi_turn.enable): its tools' schemas measure prompts as "
+                                        "tool_config_path's do.")
     max_val_samples: int = _f(-1, "Use at most this many validation rows (-1: all), chosen as max_samples are. verl's name: "
                                     "val_max_samples.")
     train_max_samples: int | None = _f(None, "verl's name of max_samples; when set it is max_samples.")

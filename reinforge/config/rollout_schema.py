@@ -38,8 +38,8 @@ class MultiTurnConfig(Node):
                                            "own tokens (token-in/token-out, verl's false).")
     tokenization_sanity_check_mode: str = _f("strict", "Accepted for verl compatibility; no effect: model turns keep the "
                                              "engine's token ids, so there is no re-tokenization to check.")
-    function_tool_path: str | None = _f(None, "verl: a Python file of plain functions used as tools. Not in this version: "
-                                        "only null (tools come from tool_config_path); a path is an error.")
+    function_tool_path: str | None = _f(None, "A Python file of plain functions marked @function_tool, used as tools beside "
+                                        "tool_config_path's (docs/agents.md).")
     num_repeat_rollouts: int | None = _f(None, "Accepted for verl compatibility (its SGLang rollout); no effect: rollout.n "
                                          "sets the conversations per prompt.")
 

@@ -219,9 +219,6 @@ def _check_unsupported_verl_features(config: Config) -> None:
     if rollout.enable_rollout_routing_replay:
         _refuse("actor_rollout_ref.rollout.enable_rollout_routing_replay", "true", "replaying the engine's MoE routing in "
                 "training (R3)", "false")
-    if rollout.multi_turn.function_tool_path is not None:
-        _refuse("actor_rollout_ref.rollout.multi_turn.function_tool_path", rollout.multi_turn.function_tool_path,
-                "tools given as plain Python functions (use multi_turn.tool_config_path, docs/agents.md)", "null")
 
 
 def check_gdpo(config: Config) -> None:

@@ -111,7 +111,8 @@ _ALWAYS_INERT = {
     "data.mm_processor_kwargs": "rows with images or videos are refused in this version",
     "data.tool_config_path": "the rollout's tools come from actor_rollout_ref.rollout.multi_turn.tool_config_path (this "
                              "key's tools only measure prompts for data.filter_overlong_prompts)",
-    "data.function_tool_path": "tools come from actor_rollout_ref.rollout.multi_turn.tool_config_path",
+    "data.function_tool_path": "the rollout's function tools come from actor_rollout_ref.rollout.multi_turn.function_tool_path "
+                               "(this key's tools only measure prompts for data.filter_overlong_prompts)",
     "actor_rollout_ref.rollout.nnodes": "generation runs on the training ranks; there is no rollout pool of its own",
     "actor_rollout_ref.rollout.n_gpus_per_node": "generation runs on the training ranks; there is no rollout pool of its own",
     "actor_rollout_ref.rollout.seed": "every rollout row samples with its own seed derived from trainer.seed, the step and the row",

@@ -66,6 +66,8 @@ def finalize(config: Config, quickstart: bool = False) -> None:
     multi_turn = rollout.multi_turn  # verl's data.tool_config_path interpolates the rollout's: the filter measures with its tools
     if data.tool_config_path is None and multi_turn.enable and multi_turn.tool_config_path:
         data.tool_config_path = multi_turn.tool_config_path
+    if data.function_tool_path is None and multi_turn.enable and multi_turn.function_tool_path:
+        data.function_tool_path = multi_turn.function_tool_path
     if data.seed is None:  # verl's null draws an unseeded order; trainer.seed keeps runs repeatable
         data.seed = trainer.seed
     _finalize_sample_limits(config)
@@ -260,7 +262,7 @@ def _check(config: Config) -> None:
     positive("actor_rollout_ref.rollout.multi_turn.max_tool_response_length", rollout.multi_turn.max_tool_response_length)
     positive("actor_rollout_ref.rollout.multi_turn.max_assistant_turns", rollout.multi_turn.max_assistant_turns, allow_zero=True)
     positive("actor_rollout_ref.rollout.multi_turn.max_user_turns", rollout.multi_turn.max_user_turns, allow_zero=True)
-    for name in ("tool_config_path", "interaction_config_path"):  # checked at start, before any model loads
+    for name in ("tool_config_path", "function_tool_path", "interaction_config_path"):  # checked at start, before any model loads
         path = getattr(rollout.multi_turn, name)
         if rollout.multi_turn.enable and path and not Path(path).expanduser().is_file():
             raise ConfigError(f"actor_rollout_ref.rollout.multi_turn.{name}={path!r}: no such file")

@@ -415,14 +415,14 @@ def collate_fn(pad_token_id: int) -> Callable[[list[dict[str, Any]]], dict[str, 
 
 # ------------------------------------------------------------------------------- dataset factory
 def _tool_schemas(config: Any) -> list[dict] | None:
-    """The tool schemas of data.tool_config_path (which the trainer sets to the multi-turn rollout's tool config), as the
-    chat template is given them; None without one."""
-    path = getattr(config, "tool_config_path", None)
-    if not path:
+    """The tool schemas of data.tool_config_path and data.function_tool_path (which the trainer sets to the multi-turn
+    rollout's), as the chat template is given them; None without either."""
+    path, functions = getattr(config, "tool_config_path", None), getattr(config, "function_tool_path", None)
+    if not path and not functions:
         return None
-    from reinforge.inference.tools import load_tools, plain_schema
+    from reinforge.inference.tools import load_all_tools, plain_schema
 
-    return [plain_schema(tool.get_openai_tool_schema()) for tool in load_tools(path).values()] or None
+    return [plain_schema(tool.get_openai_tool_schema()) for tool in load_all_tools(path, functions).values()] or None
 
 
 def create_rl_dataset(data_files: str | Path | Sequence[str | Path], data_config: Any, tokenizer: Any,

@@ -255,7 +255,6 @@ def test_newer_verl_keys_that_change_only_speed_memory_or_logging_are_accepted_a
     ("actor_rollout_ref.model.mtp.enable_train=true", "training the model's multi-token-prediction layers is not supported"),
     ("actor_rollout_ref.rollout.logprobs_mode=raw_logprobs", "another kind of engine log-probs than processed_logprobs"),
     ("actor_rollout_ref.rollout.enable_rollout_routing_replay=true", "replaying the engine's MoE routing in training"),
-    ("actor_rollout_ref.rollout.multi_turn.function_tool_path=/t.py", "tools given as plain Python functions"),
 ])
 def test_newer_verl_keys_that_change_training_are_refused_unless_at_verls_default(override, message):
     with pytest.raises(ConfigError, match=message):

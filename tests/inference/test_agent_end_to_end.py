@@ -98,6 +98,35 @@ def test_tool_rollouts_train(agent_run, tmp_path):
     assert all(r["tool_rewards"] == r["flow"] for r in rollouts)
 
 
+FUNCTION_TOOL = '''
+from reinforge.inference.tools import function_tool
+
+
+@function_tool("calculator")
+def calculate(expression: str):
+    """Compute an arithmetic expression.
+
+    Args:
+        expression: The expression, e.g. 2+3.
+    """
+    try:
+        value = str(eval(expression, {"__builtins__": {}}))
+    except Exception as err:
+        return f"error: {err}"
+    return value, float(value == "5")
+'''
+
+
+def test_function_tool_rollouts_train(agent_run, tmp_path):
+    (tmp_path / "function_tools.py").write_text(FUNCTION_TOOL)
+    step, rollouts = agent_run(add_rows(2), f"actor_rollout_ref.rollout.multi_turn.function_tool_path={tmp_path / 'function_tools.py'}",
+                               "actor_rollout_ref.rollout.multi_turn.max_assistant_turns=2")
+    assert_trained(step)
+    assert step["num_turns/max"] == 4 and step["tool_call_counts/mean"] >= 1 and len(rollouts) == 8
+    called = [r for r in rollouts if "tool\n5\n" in r["output"]]
+    assert len(called) >= 6 and all(r["flow"] >= 1.0 and r["turns"] == 4 for r in called)  # the function's reward arrived
+
+
 def test_interaction_rollouts_train(agent_run, tmp_path):
     step, rollouts = agent_run(add_rows(2, answer="987"), f"actor_rollout_ref.rollout.multi_turn.interaction_config_path={tmp_path / 'interaction.yaml'}",
                                "actor_rollout_ref.rollout.multi_turn.max_user_turns=1", "trainer.val_before_train=true",

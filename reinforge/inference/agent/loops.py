@@ -33,6 +33,13 @@ from reinforge.inference.tools import execute_result, number, parse_tool_calls, 
 from reinforge.user_code import class_label
 
 
+def _tool_files(multi_turn) -> str:
+    """The files the tools come from, for messages."""
+    files = [f"{key}={path}" for key, path in (("multi_turn.tool_config_path", multi_turn.tool_config_path),
+                                                 ("multi_turn.function_tool_path", multi_turn.function_tool_path)) if path]
+    return " and ".join(files) or "no tool file"
+
+
 def _row_name(row: AgentRow) -> str:
     return f"row extra_info.index={row.extra_info.get('index', row.index)}"
 
@@ -191,7 +198,7 @@ class ToolAgentLoop(AgentLoopBase):
         if mode == "error":
             raise DataError(
                 f"row extra_info.index={row.extra_info.get('index')}: the prompt is {len(ids)} tokens with the tool schemas "
-                f"of {self.ctx.multi_turn.tool_config_path} ({len(row.prompt_ids)} without), over data.max_prompt_length="
+                f"of {_tool_files(self.ctx.multi_turn)} ({len(row.prompt_ids)} without), over data.max_prompt_length="
                 f"{limit}. Raise data.max_prompt_length, or set data.truncation to left, right or middle"
             )
         return truncate_ids(ids, limit, mode)
@@ -218,8 +225,8 @@ class ToolAgentLoop(AgentLoopBase):
         if unknown:
             configured = f"the tools configured are {sorted(self.ctx.tools)}" if self.ctx.tools else "no tools are configured"
             self.ctx.report.notice("tools_kwargs", (
-                f"{_row_name(row)} has extra_info.tools_kwargs for {unknown}, but {configured} (the tool_schema's "
-                f"function.name in {self.ctx.multi_turn.tool_config_path}); those kwargs reach no tool (said once per run)."))
+                f"{_row_name(row)} has extra_info.tools_kwargs for {unknown}, but {configured} (the tools' names in "
+                f"{_tool_files(self.ctx.multi_turn)}); those kwargs reach no tool (said once per run)."))
 
     async def _call_tools(self, parsed, row: AgentRow, tools: _ToolState) -> list[str]:
         """The answers to a turn's calls, in the order written: the first max_parallel_calls valid calls run

@@ -26,7 +26,7 @@ from reinforge.inference.agent.base import AGENT_LOOP_REGISTRY, AgentContext, Ag
 from reinforge.inference.engine import GenerationOutput, InferenceEngine, SamplingParams
 from reinforge.inference.interactions import load_interactions
 from reinforge.inference.rollout import prompt_token_lists, row_seed_list, trajectories
-from reinforge.inference.tools import load_tools
+from reinforge.inference.tools import load_all_tools
 
 AGENT_KEY = "actor_rollout_ref.rollout.agent.agent_loop_config_path"
 
@@ -69,7 +69,7 @@ class AgentRunner:
         self.tokenizer, self.multi_turn = tokenizer, multi_turn
         self.chat_template_kwargs = dict(chat_template_kwargs or {})
         self.prompt_limit = (max_prompt_length, truncation)  # data.max_prompt_length, data.truncation
-        self.tools = load_tools(multi_turn.tool_config_path) if multi_turn.tool_config_path else {}
+        self.tools = load_all_tools(multi_turn.tool_config_path, multi_turn.function_tool_path)
         self.interactions = load_interactions(multi_turn.interaction_config_path) if multi_turn.interaction_config_path else {}
         if agent is not None and agent.agent_loop_config_path:
             load_agent_loops(agent.agent_loop_config_path)

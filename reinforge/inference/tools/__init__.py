@@ -1,4 +1,5 @@
-"""Tools for multi-turn rollouts: the interface (verl's BaseTool), the YAML loader, the Hermes parser, built-ins."""
+"""Tools for multi-turn rollouts: the interface (verl's BaseTool), the YAML loader, function tools, the Hermes parser,
+built-ins."""
 
 from reinforge.inference.tools.base import (
     BaseTool,
@@ -12,9 +13,10 @@ from reinforge.inference.tools.base import (
     truncate,
 )
 from reinforge.inference.tools.builtin import CalculatorTool, Gsm8kTool, PythonTool
-from reinforge.inference.tools.loading import BUILTIN_TOOLS, load_tools
+from reinforge.inference.tools.functions import FunctionTool, function_tool
+from reinforge.inference.tools.loading import BUILTIN_TOOLS, load_all_tools, load_tools
 from reinforge.inference.tools.parser import ParsedTurn, ToolCall, parse_tool_calls
 
-__all__ = ["BUILTIN_TOOLS", "BaseTool", "CalculatorTool", "Gsm8kTool", "ParsedTurn", "PythonTool", "ReturnValueError", "ToolCall",
-           "ToolSchema", "execute_result", "load_tools", "number", "parse_tool_calls", "plain_schema", "response_text",
-           "show_value", "truncate"]
+__all__ = ["BUILTIN_TOOLS", "BaseTool", "CalculatorTool", "FunctionTool", "Gsm8kTool", "ParsedTurn", "PythonTool",
+           "ReturnValueError", "ToolCall", "ToolSchema", "execute_result", "function_tool", "load_all_tools", "load_tools",
+           "number", "parse_tool_calls", "plain_schema", "response_text", "show_value", "truncate"]

@@ -1,4 +1,5 @@
-"""Reading verl's tool config YAML: `tools: [{class_name, config, tool_schema}]` -> tools by name.
+"""Reading verl's tool config YAML: `tools: [{class_name, config, tool_schema}]` -> tools by name (beside the function
+tools of `multi_turn.function_tool_path`: `functions.py`).
 
 `class_name` is a dotted import path (`my_pkg.tools.SearchTool`, found from the current directory
 too, as under `python -m`), a Python file and class (`path/to/tools.py:SearchTool`), or a
@@ -20,6 +21,8 @@ import yaml
 from reinforge.errors import ConfigError
 from reinforge.inference.tools.base import BaseTool, ToolSchema, schema_name, verl_tool_schema
 from reinforge.inference.tools.builtin import CalculatorTool, Gsm8kTool, PythonTool
+from reinforge.inference.tools.functions import KEY as FUNCTION_KEY
+from reinforge.inference.tools.functions import load_function_tools
 from reinforge.user_code import class_label, import_module, import_user_module, user_call
 
 BUILTIN_TOOLS = {"calculator": CalculatorTool, "python": PythonTool, "gsm8k": Gsm8kTool,
@@ -96,6 +99,18 @@ def build(cls: type, where: str, *args: Any) -> Any:
     """`cls(*args)`, a class from a config file: an exception its __init__ raises becomes a ConfigError naming the entry."""
     with user_call(f"{where}: building {class_label(cls)}", ConfigError):
         return cls(*args)
+
+
+def load_all_tools(tool_config_path: str | Path | None, function_tool_path: str | Path | None) -> dict[str, BaseTool]:
+    """The tools of the tool config file and of the function tool file (either may be None), by name; a name in both
+    is a ConfigError."""
+    tools = load_tools(tool_config_path) if tool_config_path else {}
+    functions = load_function_tools(function_tool_path) if function_tool_path else {}
+    both = sorted(set(tools) & set(functions))
+    if both:
+        raise ConfigError(f"{FUNCTION_KEY}: the function tools {both} have the names of tools of {KEY}={tool_config_path}; "
+                          "each tool name must be unique: rename one")
+    return {**tools, **functions}
 
 
 def load_tools(path: str | Path) -> dict[str, BaseTool]:
