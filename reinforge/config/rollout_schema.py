@@ -146,6 +146,8 @@ class RolloutConfig(Node):
     skip_dump_dir: str = _f("/tmp/rollout_dump", "Where skip.enable (skip_rollout) keeps the generations, unless skip.dump_dir is set.")
     skip: SkipConfig = _sub(SkipConfig, "Generations kept on disk and reused (verl's rollout skip).")
     trace: TraceConfig = _sub(TraceConfig, "Accepted for verl compatibility (rollout tracing); no effect here.")
+    router_config_path: str | None = _f(None, "Accepted for verl compatibility (a plugin that routes requests among verl's "
+                                              "inference servers); no effect here: the engine runs in the training process.")
     nnodes: int = _f(0, "Accepted for verl compatibility (nodes of a standalone rollout pool; 0: colocated with training); "
                         "no effect here: generation runs on the training ranks.")
     n_gpus_per_node: int | None = _f(None, "Accepted for verl compatibility (GPUs per node of a standalone rollout pool; "

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 from reinforge.config.algorithm_schema import AlgorithmConfig
 from reinforge.config.data_schema import DataConfig
+from reinforge.config.distillation_schema import DistillationConfig
 from reinforge.config.engine_schema import SP_DOC, FSDPConfig, OptimConfig
 from reinforge.config.fields import Node, _f, _sub
 from reinforge.config.rollout_schema import PROFILER_DOC, MultiTurnConfig, RolloutConfig  # noqa: F401 (MultiTurnConfig: imported from here)
@@ -438,9 +439,8 @@ class Config(Node):
                                                      "reward_model.sandbox_fusion.*.")
     skip: SkipSectionConfig = _sub(SkipSectionConfig, "verl's newer top-level rollout skip (SkipManager); reinforge's is "
                                    "actor_rollout_ref.rollout.skip.*.")
-    distillation: dict = _f({}, "verl's on-policy distillation from teacher models (enabled, distillation_loss.*, "
-                                "teacher_model(s).*, ...), a free-form mapping; only enabled=false in this version "
-                                "(enabled=true is an error), the other keys have no effect.")
+    distillation: DistillationConfig = _sub(DistillationConfig, "On-policy distillation from teacher models "
+                                            "(config/distillation_schema.py).")
     transfer_queue: dict = _f({}, "Accepted for verl compatibility: verl's TransferQueue data plane between the driver and "
                                   "the workers (enable, backend.*, metrics.*), a free-form mapping; no effect here.")
     ray_kwargs: dict = _f({}, "Ray settings of runs with more than one rank: ray_init is passed to ray.init "

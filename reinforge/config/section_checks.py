@@ -329,8 +329,6 @@ def check_newer_verl_layout(config: Config) -> None:
         raise ConfigError("skip.rollout.enable=true: verl's newer rollout skip (listed steps) is not supported in this "
                           "version; use actor_rollout_ref.rollout.skip.enable=true with skip.dump_dir, max_dump_step and "
                           "action (verl's earlier rollout skip, docs/observability.md)")
-    if config.distillation.get("enabled"):
-        _refuse("distillation.enabled", "true", "on-policy distillation from teacher models", "false")
     mode = config.trainer.v1.get("trainer_mode", "sync")
     if mode != "sync":
         _refuse("trainer.v1.trainer_mode", mode, "an asynchronous trainer (rollouts of older policies)", "sync")

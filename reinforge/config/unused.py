@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from reinforge.config.distillation_schema import TOPK_MODE
 from reinforge.config.fields import node_at
 from reinforge.config.schema import Config
 from reinforge.config.section_checks import CHECKPOINT_ENGINE_BUCKET, NOT_SUPPORTED, lora_enabled
@@ -114,6 +115,8 @@ _ALWAYS_INERT = {
     "data.function_tool_path": "the rollout's function tools come from actor_rollout_ref.rollout.multi_turn.function_tool_path "
                                "(this key's tools only measure prompts for data.filter_overlong_prompts)",
     "actor_rollout_ref.rollout.nnodes": "generation runs on the training ranks; there is no rollout pool of its own",
+    "actor_rollout_ref.rollout.router_config_path": "the engine runs in the training process: no inference servers to route "
+                                                    "requests among",
     "actor_rollout_ref.rollout.n_gpus_per_node": "generation runs on the training ranks; there is no rollout pool of its own",
     "actor_rollout_ref.rollout.seed": "every rollout row samples with its own seed derived from trainer.seed, the step and the row",
     "actor_rollout_ref.rollout.full_determinism": "no deterministic-kernel mode of the engines in this version",
@@ -153,7 +156,6 @@ _ALWAYS_INERT = {
     "trainer.use_v1": "reinforge has one trainer, synchronous as verl's sync mode",
     "trainer.v1": "reinforge's trainer is synchronous (verl's trainer_mode=sync); the other keys act in verl's asynchronous "
                   "modes only",
-    "distillation": "no distillation in this version (distillation.enabled=true is an error)",
     "transfer_queue": "no TransferQueue in this version: batches go from the driver to the Ray workers directly",
     **dict.fromkeys(("skip.rollout_tq", "skip.async_rollout"),
                     "verl's TransferQueue and fully asynchronous trainers' rollout skip; this version has neither "
@@ -370,7 +372,7 @@ def unused_settings(config: Config, user_keys: list[str]) -> list[str]:
             reason = "one rank (trainer.nnodes x trainer.n_gpus_per_node) and no Ray address: this run works in-process, without Ray"
         elif reason is None:
             reason = (_reward_model_reason(config, key) or _algorithm_reason(config, key) or _multi_turn_reason(config, key)
-                      or _lora_reason(config, key))
+                      or _lora_reason(config, key) or _distillation_reason(config, key))
         if reason:
             lines.append(f"{key}: {reason}")
     return lines
@@ -427,6 +429,30 @@ def _multi_turn_reason(config: Config, key: str) -> str | None:
     if (key.startswith((rollout + "multi_turn.", rollout + "agent.")) and key != rollout + "multi_turn.enable"
             and not config.actor_rollout_ref.rollout.multi_turn.enable):
         return "multi-turn rollouts are off (actor_rollout_ref.rollout.multi_turn.enable=true runs an agent loop per row)"
+    return None
+
+
+def _distillation_reason(config: Config, key: str) -> str | None:
+    """Why a distillation.* key does nothing in this run, if it does not."""
+    parts, distill = key.split("."), config.distillation
+    if parts[0] != "distillation" or key == "distillation.enabled":
+        return None
+    if not distill.enabled:
+        return "acts only with distillation.enabled=true"
+    loss, name = distill.distillation_loss, parts[-1]
+    if parts[1] in ("n_gpus_per_node", "nnodes") or (parts[1] == "teacher_models" and parts[3:4] in (["num_replicas"], ["inference"])):
+        return "teachers are models in the training processes, as the reference is, not inference servers of their own"
+    if name in ("use_chunked_topk", "chunked_topk_chunk_size"):
+        return "the student's top-k log-probs never make a log-softmax copy of the vocabulary"
+    if parts[1] == "distillation_loss" and name in ("policy_loss_mode", "clip_ratio", "clip_ratio_low", "clip_ratio_high") \
+            and not loss.use_policy_gradient:
+        return "acts only with distillation.distillation_loss.use_policy_gradient=true"
+    if name in ("topk", "log_prob_min_clamp") and parts[1] == "distillation_loss" and loss.loss_mode != TOPK_MODE:
+        return f"read by loss_mode={TOPK_MODE} only"
+    if name == "distillation_loss_coef" and not loss.use_task_rewards:
+        return "with use_task_rewards=false the distillation loss is the whole loss"
+    if (key == "distillation.teacher_key" or (parts[1] == "teacher_models" and name == "key")) and len(distill.teacher_models) < 2:
+        return "one teacher teaches every row"
     return None
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from reinforge.config.distillation_schema import check_distillation
 from reinforge.config.fields import node_at
 from reinforge.config.schema import Config
 from reinforge.config.section_checks import (
@@ -457,6 +458,7 @@ def _check(config: Config) -> None:
     check_sandbox_fusion(config)
     check_lora(config)
     check_gdpo(config)
+    check_distillation(config.distillation)
     positive("actor_rollout_ref.rollout.update_weights_bucket_megabytes", rollout.update_weights_bucket_megabytes)
     positive("actor_rollout_ref.rollout.tensor_model_parallel_size", rollout.tensor_model_parallel_size)
     from reinforge.inference.factory import check_gpu_engine  # imported here: the config package does not load inference

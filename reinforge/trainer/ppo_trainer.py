@@ -3,7 +3,7 @@
 `RLTrainer.train_step` is the whole algorithm of one step and reads top to bottom:
 
     prompts -> rollout (repeat n, generate, score; INFERENCE + reward) -> [old log-probs] ->
-    [train/inference mismatch and rollout correction] -> [reference log-probs] -> [values] ->
+    [train/inference mismatch and rollout correction] -> [reference log-probs] -> [teacher log-probs] -> [values] ->
     [KL in reward] -> advantages (ALGORITHM) -> [update critic] -> update actor (TRAINING)
 
 Everything it calls is behind a small interface: worker groups for the model work, a reward
@@ -140,6 +140,9 @@ class RLTrainer:
             if self.use_reference:
                 with timer("ref", timing):
                     batch = batch.union(wg.compute_ref_log_prob(batch))
+            if cfg.distillation.enabled:  # the teachers' log-probs on these rollouts (training/distill.py)
+                with timer("teacher", timing):
+                    batch = batch.union(wg.compute_teacher_log_prob(batch))
             if self.critic_wg is not None:
                 with timer("values", timing):
                     batch["values"] = self.critic_wg.compute_values(batch)["values"]

@@ -43,8 +43,10 @@ from reinforge.algorithm import (
 from reinforge.algorithm.rollout_correction import bypass_policy_loss, mismatch_metrics
 from reinforge.batch import Batch
 from reinforge.config.algorithm_schema import RolloutCorrectionConfig
+from reinforge.config.distillation_schema import DistillationConfig
 from reinforge.config.schema import ActorConfig
 from reinforge.distributed.process_group import all_reduce_dict, world_size
+from reinforge.training.distill import distillation_loss, extreme_metrics, token_losses, total_loss
 from reinforge.training.minibatch import (
     FORWARD_KEYS,
     Trimmed,
@@ -97,11 +99,14 @@ def response_log_probs(model: torch.nn.Module, batch: Batch, temperature: float,
 class Actor:
     def __init__(self, model: torch.nn.Module, config: ActorConfig, optimizer: torch.optim.Optimizer | None = None,
                  ref_model: torch.nn.Module | None = None, rollout_correction: RolloutCorrectionConfig | None = None,
-                 device: str | None = None, share_prompt: bool = True, pack: bool = False):
+                 device: str | None = None, share_prompt: bool = True, pack: bool = False,
+                 distillation: DistillationConfig | None = None):
         """`device`: where inputs go; by default the parameters' (FSDP's CPU offload keeps them on the CPU).
         `share_prompt`: compute a prompt that repeats in a micro-batch once (actor_rollout_ref.model.share_prompt_forward);
-        `pack`: pack micro-batches without padding (actor_rollout_ref.model.use_remove_padding)."""
+        `pack`: pack micro-batches without padding (actor_rollout_ref.model.use_remove_padding);
+        `distillation`: the update learns from the batch's teacher log-probs too (`distill.py`)."""
         self.model, self.config, self.optimizer, self.ref_model = model, config, optimizer, ref_model
+        self.distillation = distillation if distillation is not None and distillation.enabled else None
         self.share_prompt, self.pack = share_prompt, pack
         self.rollout_correction = rollout_correction  # algorithm.rollout_correction; its bypass_mode changes the loss
         self.device = torch.device(device) if device else next(model.parameters()).device
@@ -152,7 +157,8 @@ class Actor:
         max_tokens = cfg.ppo_max_token_len_per_gpu if cfg.use_dynamic_bsz else None
         on_policy = cfg.ppo_epochs == 1 and len(batch) <= mini_size and "old_log_probs" not in batch
         keys = [*FORWARD_KEYS, "response_mask", "advantages"]
-        keys += [k for k in ("old_log_probs", "ref_log_prob", "rollout_log_probs", "rollout_is_weights") if k in batch]
+        keys += [k for k in ("old_log_probs", "ref_log_prob", "rollout_log_probs", "rollout_is_weights", "teacher_logprobs",
+                             "teacher_ids") if k in batch]
         if cfg.use_kl_loss and cfg.kl_loss_type != "full" and "ref_log_prob" not in batch:
             raise ValueError("use_kl_loss needs ref_log_prob in the batch (the reference worker computes it)")
         if cfg.use_kl_loss and cfg.kl_loss_type == "full" and self.ref_model is None:
@@ -175,6 +181,7 @@ class Actor:
         measured = []  # on-policy: (old, rollout, mask) of each micro-batch, for the train/inference mismatch metrics
         ratio_metrics = []  # each micro-batch's pg_clipfrac, ppo_kl, ...: verl averages them over micro-batches, unweighted
         entropies = []  # on-policy: (entropy, mask) of each micro-batch, for verl's actor/entropy of the whole batch
+        extremes = []  # distillation: per-token values whose smallest and largest are logged
         for rows in micro_batch_rows(mini, micro_size, max_tokens):
             micro = mini.index(rows).to(self.device)
             mask = micro["response_mask"].float()
@@ -194,6 +201,14 @@ class Actor:
                 kl_term = agg_loss(self._kl(micro, trimmed, out, log_prob, temperature), mask, cfg.loss_agg_mode, **info)
                 loss = loss + cfg.kl_loss_coef * kl_term
                 add("actor/kl_loss", kl_term.item() / info["dp_size"])
+            if self.distillation is not None:
+                losses, distill_metrics, values = token_losses(self.distillation, out, trimmed, micro, log_prob, temperature, mask)
+                extremes.append({"loss": losses.detach()[mask.bool()], **values})
+                distill, pg = distillation_loss(self.distillation, losses, log_prob, old_log_prob, mask, cfg.loss_agg_mode,
+                                                info, micro.get("rollout_is_weights"))
+                loss = total_loss(self.distillation, loss, distill)
+                add("distillation/loss", distill.item() / info["dp_size"])
+                pg_metrics = {**pg_metrics, **distill_metrics, **pg}
             loss_finite &= backward_if_finite(loss)
             add("actor/loss", loss.item() / info["dp_size"])  # the whole loss, as verl logs it beside its parts
             add("actor/pg_loss", pg_loss.item() / info["dp_size"])  # shares of micro-batches and ranks: they sum to the mini-batch's value
@@ -203,6 +218,8 @@ class Actor:
         metrics.update(micro_batch_mean(ratio_metrics, info["dp_size"]))
 
         metrics = all_reduce_dict(metrics)
+        if self.distillation is not None:
+            metrics.update(extreme_metrics(extremes))
         if entropies:  # the old-log-prob pass was skipped: verl's actor/entropy (that pass's) is this pass's, before the step
             metrics["actor/entropy"] = batch_entropy(*gathered_rows(entropies), cfg.loss_agg_mode, cfg.loss_scale_factor)
         if measured:  # the old-log-prob pass was skipped: its numbers are this forward pass's (every rank's rows)

@@ -63,11 +63,12 @@ class Trimmed:
     attends: torch.Tensor  # (rows, full response width) bool: the response tokens the attention mask keeps
 
     def widen(self, values: torch.Tensor | None) -> torch.Tensor | None:
-        """Per-token outputs (rows, kept response columns) at the full response width, zero where the mask is 0."""
+        """Per-token outputs (rows, kept response columns, ...) at the full response width, zero where the mask is 0."""
         if values is None:
             return None
-        full = torch.nn.functional.pad(values, (0, self.attends.shape[1] - values.shape[1]))
-        return full.masked_fill(~self.attends.to(full.device), 0.0)
+        trailing = values.dim() - 2
+        full = torch.nn.functional.pad(values, (0, 0) * trailing + (0, self.attends.shape[1] - values.shape[1]))
+        return full.masked_fill(~self.attends.to(full.device).view(*self.attends.shape, *(1,) * trailing), 0)
 
 
 def used_columns(attention_mask: torch.Tensor) -> tuple[int, int]:

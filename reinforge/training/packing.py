@@ -79,11 +79,17 @@ class ResponseLogits:
     packing: Packing | None = None
 
     def unpack(self, values: torch.Tensor | None) -> torch.Tensor | None:
-        """Per-token `values` (the logits' leading shape) at (rows, response width); 0 where no token is."""
+        """Per-token `values` (the logits' leading shape, then any) at (rows, response width, ...); 0 where no token is."""
         if values is None or self.packing is None:
             return values
-        p = self.packing
-        return values.new_zeros(p.shape).index_put((p.rows, p.cols), values.reshape(-1))
+        p, trailing = self.packing, values.shape[2:]
+        return values.new_zeros((*p.shape, *trailing)).index_put((p.rows, p.cols), values.reshape(-1, *trailing))
+
+    def lay_out(self, values: torch.Tensor) -> torch.Tensor:
+        """Per-token `values` (rows, response width, ...) laid out as the logits' leading shape (`unpack`'s inverse)."""
+        if self.packing is None:
+            return values[:, :self.tokens.shape[1]]
+        return values[self.packing.rows, self.packing.cols][None]
 
 
 def _first_fit(lengths: list[int], capacity: int) -> list[list[int]]:

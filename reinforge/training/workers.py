@@ -37,6 +37,7 @@ from reinforge.training.checkpoint_io import (
     write_hf_model,
 )
 from reinforge.training.critic import Critic
+from reinforge.training.distill import load_teachers, teacher_log_probs, topk_of
 from reinforge.training.fsdp import offload_optimizer, shard_model
 from reinforge.training.lora import (
     WithoutAdapters,
@@ -97,7 +98,8 @@ class ActorRolloutRefWorker:
             self.scheduler = make_scheduler(optimizer, cfg.actor.optim, total_training_steps)
             self.actor = Actor(model, cfg.actor, optimizer, rollout_correction=self.config.algorithm.rollout_correction,
                                device=self.device, share_prompt=cfg.model.share_prompt_forward,
-                               pack=cfg.model.use_remove_padding)
+                               pack=cfg.model.use_remove_padding, distillation=self.config.distillation)
+            self.teachers = load_teachers(self.config, self.device) if self.config.distillation.enabled else []
             self.agents = None
             if cfg.rollout.multi_turn.enable:  # imported here: single-turn runs never load the agent machinery
                 from reinforge.inference.agent import AgentRunner
@@ -168,6 +170,13 @@ class ActorRolloutRefWorker:
             return Batch({"ref_log_prob": log_probs, "full_kl": full_kl})
         log_probs, _ = self.ref.compute_log_prob(batch, cfg.rollout.temperature, micro, max_tokens=max_tokens)
         return Batch({"ref_log_prob": log_probs})
+
+    @register(Dispatch.DP)
+    def compute_teacher_log_prob(self, batch: Batch) -> Batch:
+        """teacher_logprobs and teacher_ids of each response position, from each row's teacher (distillation)."""
+        cfg, dcfg = self.config.actor_rollout_ref, self.config.distillation
+        return teacher_log_probs(self.teachers, batch, dcfg.teacher_key, topk_of(dcfg), cfg.ref.log_prob_micro_batch_size_per_gpu,
+                                 self.device, cfg.model.share_prompt_forward, cfg.model.use_remove_padding)
 
     @register(Dispatch.DP)
     def update_actor(self, batch: Batch) -> Batch:

@@ -312,7 +312,7 @@ CRITIC = ["algorithm.adv_estimator=gae"]
     ("data.sampler.group_ratios=[1,2]", None), ("actor_rollout_ref.actor.optim.lr_wsd_stable_steps_ratio=0.8", 0.9),
     ("trainer.balance_keep_minibatch=true", False), ("trainer.checkpoint_callback_class=pkg.Callback", None),
     ("trainer.use_v1=false", True), ("trainer.v1.trainer_mode=sync", {}), ("trainer.v1.sampler.max_off_policy_threshold=4", {}),
-    ("distillation.enabled=false", {}), ("distillation.distillation_loss.topk=8", {}), ("transfer_queue.enable=true", {}),
+    ("transfer_queue.enable=true", {}), ("actor_rollout_ref.rollout.router_config_path=/r.yaml", None),
     ("transfer_queue.backend.storage_backend=MooncakeStore", {}), ("skip.rollout.enable=false", False),
     ("skip.rollout_tq.enable=true", False), ("skip.async_rollout.steps=[1,2]", []),
 ])
@@ -333,7 +333,6 @@ def test_newest_verl_keys_that_change_only_speed_memory_or_logging_are_accepted_
     ("reward_model.reward_loop_module_path=/m.py", "a reward loop manager class from a module is not supported"),
     ("critic.model.lora_adapter_path=/a", "starting the critic's LoRA adapters from a saved adapter is not supported"),
     ("skip.rollout.enable=true", "use actor_rollout_ref.rollout.skip.enable=true"),
-    ("distillation.enabled=true", "on-policy distillation from teacher models is not supported"),
     ("trainer.v1.trainer_mode=separate_async", "an asynchronous trainer (rollouts of older policies) is not supported"),
     ("actor_rollout_ref.model.lora.rank=8", "reinforge's LoRA is actor_rollout_ref.model.lora_rank (with lora_alpha, "
      "target_modules): set actor_rollout_ref.model.lora_rank=8"),
