@@ -107,6 +107,9 @@ class Actor:
         `distillation`: the update learns from the batch's teacher log-probs too (`distill.py`)."""
         self.model, self.config, self.optimizer, self.ref_model = model, config, optimizer, ref_model
         self.distillation = distillation if distillation is not None and distillation.enabled else None
+        loss_cfg = None if self.distillation is None else self.distillation.distillation_loss
+        # the task's loss terms, left out (as verl leaves out its ppo_loss) when distillation alone trains the policy
+        self.task_terms = loss_cfg is None or loss_cfg.use_task_rewards or loss_cfg.use_policy_gradient
         self.share_prompt, self.pack = share_prompt, pack
         self.rollout_correction = rollout_correction  # algorithm.rollout_correction; its bypass_mode changes the loss
         self.device = torch.device(device) if device else next(model.parameters()).device
@@ -191,27 +194,19 @@ class Actor:
             old_log_prob = log_prob.detach() if on_policy else micro["old_log_probs"]
             if on_policy and "rollout_log_probs" in micro:
                 measured.append((old_log_prob.cpu(), micro["rollout_log_probs"].cpu(), mask.cpu()))
-            pg_loss, pg_metrics = self._policy_loss(micro, old_log_prob, log_prob, mask)
-            loss = pg_loss
-            if cfg.entropy_coeff:
-                entropy_term = agg_loss(entropy, mask, cfg.loss_agg_mode, **info)
-                loss = loss - cfg.entropy_coeff * entropy_term
-                add("actor/entropy_loss", entropy_term.item() / info["dp_size"])
-            if cfg.use_kl_loss:
-                kl_term = agg_loss(self._kl(micro, trimmed, out, log_prob, temperature), mask, cfg.loss_agg_mode, **info)
-                loss = loss + cfg.kl_loss_coef * kl_term
-                add("actor/kl_loss", kl_term.item() / info["dp_size"])
+            loss, pg_metrics = None, {}
+            if self.task_terms:
+                loss, pg_metrics = self._task_loss(micro, trimmed, out, log_prob, old_log_prob, entropy, mask, temperature, info, add)
             if self.distillation is not None:
                 losses, distill_metrics, values = token_losses(self.distillation, out, trimmed, micro, log_prob, temperature, mask)
                 extremes.append({"loss": losses.detach()[mask.bool()], **values})
                 distill, pg = distillation_loss(self.distillation, losses, log_prob, old_log_prob, mask, cfg.loss_agg_mode,
                                                 info, micro.get("rollout_is_weights"))
                 loss = total_loss(self.distillation, loss, distill)
-                add("distillation/loss", distill.item() / info["dp_size"])
+                add("actor/distillation/loss", distill.item() / info["dp_size"])
                 pg_metrics = {**pg_metrics, **distill_metrics, **pg}
             loss_finite &= backward_if_finite(loss)
             add("actor/loss", loss.item() / info["dp_size"])  # the whole loss, as verl logs it beside its parts
-            add("actor/pg_loss", pg_loss.item() / info["dp_size"])  # shares of micro-batches and ranks: they sum to the mini-batch's value
             if on_policy:
                 entropies.append((entropy.detach().cpu(), mask.cpu()))
             ratio_metrics.append(pg_metrics)
@@ -225,9 +220,27 @@ class Actor:
         if measured:  # the old-log-prob pass was skipped: its numbers are this forward pass's (every rank's rows)
             metrics.update(mismatch_metrics(*gathered_rows(measured)))
         metrics["actor/grad_norm"], stepped = clip_and_step(self.model, self.optimizer, cfg.grad_clip, loss_finite)
-        if cfg.use_kl_loss:
+        if cfg.use_kl_loss and self.task_terms:
             metrics["actor/kl_coef"] = cfg.kl_loss_coef
         return metrics, stepped
+
+    def _task_loss(self, micro: Batch, trimmed: Trimmed, out: ResponseLogits, log_prob: torch.Tensor, old_log_prob: torch.Tensor,
+                   entropy: torch.Tensor, mask: torch.Tensor, temperature: float, info: dict, add) -> tuple[torch.Tensor, dict]:
+        """The policy loss of the task's advantages, less the entropy bonus, plus the KL loss; and the policy loss's
+        metrics (`add` sums the others' shares)."""
+        cfg = self.config
+        pg_loss, pg_metrics = self._policy_loss(micro, old_log_prob, log_prob, mask)
+        add("actor/pg_loss", pg_loss.item() / info["dp_size"])  # shares of micro-batches and ranks: they sum to the mini-batch's value
+        loss = pg_loss
+        if cfg.entropy_coeff:
+            entropy_term = agg_loss(entropy, mask, cfg.loss_agg_mode, **info)
+            loss = loss - cfg.entropy_coeff * entropy_term
+            add("actor/entropy_loss", entropy_term.item() / info["dp_size"])
+        if cfg.use_kl_loss:
+            kl_term = agg_loss(self._kl(micro, trimmed, out, log_prob, temperature), mask, cfg.loss_agg_mode, **info)
+            loss = loss + cfg.kl_loss_coef * kl_term
+            add("actor/kl_loss", kl_term.item() / info["dp_size"])
+        return loss, pg_metrics
 
     def _policy_loss(self, micro: Batch, old_log_prob: torch.Tensor, log_prob: torch.Tensor,
                      mask: torch.Tensor) -> tuple[torch.Tensor, dict[str, float]]:

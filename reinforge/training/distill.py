@@ -14,10 +14,10 @@ clamped to [-loss_max_clamp, loss_max_clamp] when set, then either aggregated as
 `actor.loss_agg_mode`, with the mini-batch's totals) or, with `use_policy_gradient`, used as the advantage -d
 (detached) of a clipped vanilla policy loss with the distillation section's clip ratios. With `use_task_rewards`
 the update's loss is the task's loss plus `distillation_loss_coef` times this; without, this alone (coefficient 1).
-Metrics: `distillation/loss` (summed shares, as actor/pg_loss), `distillation/loss_min`/`_max`, and
-`distillation/abs_loss` (estimators) or the top-k masses and overlap (`distillation/student_mass`,
+Metrics: `actor/distillation/loss` (summed shares, as actor/pg_loss), `actor/distillation/loss_min`/`_max`, and
+`actor/distillation/abs_loss` (estimators) or the top-k masses and overlap (`actor/distillation/student_mass`,
 `teacher_mass`, their `_min`/`_max`, `overlap_ratio`, `overlap_token_advantage`), or with the policy gradient its
-`distillation/pg_clipfrac`, `ppo_kl`, `pg_clipfrac_lower`.
+`actor/distillation/pg_clipfrac`, `ppo_kl`, `pg_clipfrac_lower`.
 """
 
 from __future__ import annotations
@@ -86,7 +86,7 @@ def distillation_loss(config: DistillationConfig, losses: torch.Tensor, log_prob
     loss, metrics = compute_policy_loss(loss_cfg.policy_loss_mode, old_log_prob=old_log_prob, log_prob=log_prob,
                                         advantages=-losses.detach(), response_mask=mask, loss_agg_mode=loss_agg_mode,
                                         config=loss_cfg, rollout_is_weights=rollout_is_weights)
-    return loss, {f"distillation/{key.removeprefix('actor/')}": value for key, value in metrics.items()}
+    return loss, {f"actor/distillation/{key.removeprefix('actor/')}": value for key, value in metrics.items()}
 
 
 def token_losses(config: DistillationConfig, out, trimmed, micro, log_prob: torch.Tensor, temperature: float,
@@ -97,16 +97,16 @@ def token_losses(config: DistillationConfig, out, trimmed, micro, log_prob: torc
     loss_cfg, valid = config.distillation_loss, mask.bool()
     if loss_cfg.loss_mode in ESTIMATOR_MODES:
         losses = kl_penalty(log_prob, micro["teacher_logprobs"][..., 0], loss_cfg.loss_mode)
-        return losses, {"distillation/abs_loss": float(masked_mean(losses.detach().abs(), mask))}, {}
+        return losses, {"actor/distillation/abs_loss": float(masked_mean(losses.detach().abs(), mask))}, {}
     parts = topk_losses(out.logits, temperature, out.lay_out(micro["teacher_logprobs"]), out.lay_out(micro["teacher_ids"]),
                         loss_cfg.log_prob_min_clamp)
     parts = {key: trimmed.widen(out.unpack(value)) for key, value in parts.items()}
     count, advantage = parts["overlap_count"].float(), parts["overlap_token_advantage"]
     overlapping = valid & (count > 0)
-    metrics = {"distillation/student_mass": float(masked_mean(parts["student_mass"], mask)),
-               "distillation/teacher_mass": float(masked_mean(parts["teacher_mass"], mask)),
-               "distillation/overlap_ratio": float(masked_mean(count, mask)) / loss_cfg.topk,
-               "distillation/overlap_token_advantage": float(advantage[overlapping].mean()) if overlapping.any() else 0.0}
+    metrics = {"actor/distillation/student_mass": float(masked_mean(parts["student_mass"], mask)),
+               "actor/distillation/teacher_mass": float(masked_mean(parts["teacher_mass"], mask)),
+               "actor/distillation/overlap_ratio": float(masked_mean(count, mask)) / loss_cfg.topk,
+               "actor/distillation/overlap_token_advantage": float(advantage[overlapping].mean()) if overlapping.any() else 0.0}
     return parts["loss"], metrics, {name: parts[name][valid] for name in ("student_mass", "teacher_mass")}
 
 
@@ -117,7 +117,7 @@ def total_loss(config: DistillationConfig, task_loss: torch.Tensor, distill: tor
 
 
 def extreme_metrics(parts: list[dict[str, torch.Tensor]]) -> dict[str, float]:
-    """`distillation/<name>_min` and `_max` of each per-token value over the mini-batch, on every rank's tokens."""
+    """`actor/distillation/<name>_min` and `_max` of each per-token value over the mini-batch, on every rank's tokens."""
     from reinforge.distributed.process_group import all_reduce
 
     names = sorted({name for part in parts for name in part})
@@ -127,7 +127,7 @@ def extreme_metrics(parts: list[dict[str, torch.Tensor]]) -> dict[str, float]:
     out = {}
     for name, low, high in zip(names, lows, highs, strict=True):
         if low <= high:  # some token had a value
-            out[f"distillation/{name}_min"], out[f"distillation/{name}_max"] = low, high
+            out[f"actor/distillation/{name}_min"], out[f"actor/distillation/{name}_max"] = low, high
     return out
 
 

@@ -150,8 +150,9 @@ def run_epochs(batch: Batch, keys: list[str], mini_size: int, epochs: int, shuff
                optimizer_step: Callable[[Batch], tuple[dict[str, float], bool]]) -> dict[str, float]:
     """`optimizer_step(mini_batch) -> (metrics, stepped)` for every mini-batch of every epoch.
 
-    Returns its metrics averaged over the steps, plus the counts `<role>/optimizer_steps` and
-    `<role>/nonfinite_skipped` (steps skipped for a non-finite loss or gradient)."""
+    Returns its metrics averaged over the steps (a `*_min` or `*_max` metric: the smallest or largest, as verl's
+    reduce_metrics), plus the counts `<role>/optimizer_steps` and `<role>/nonfinite_skipped` (steps skipped for a
+    non-finite loss or gradient)."""
     totals: dict[str, float] = {}
     steps = skipped = 0
     for _ in range(epochs):
@@ -161,10 +162,11 @@ def run_epochs(batch: Batch, keys: list[str], mini_size: int, epochs: int, shuff
         for mini in data.split(mini_size):
             metrics, stepped = optimizer_step(mini)
             for key, value in metrics.items():
-                totals[key] = totals.get(key, 0.0) + value
+                reduce = min if key.endswith("_min") else max if key.endswith("_max") else float.__add__
+                totals[key] = reduce(totals[key], value) if key in totals else value
             steps += 1
             skipped += not stepped
-    means = {key: value / steps for key, value in totals.items()}
+    means = {key: value if key.endswith(("_min", "_max")) else value / steps for key, value in totals.items()}
     return {**means, f"{role}/optimizer_steps": float(steps), f"{role}/nonfinite_skipped": float(skipped)}
 
 

@@ -20,10 +20,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "trainer"))
 from resume import is_wall_clock  # noqa: E402
 
 # averaged over each rank's micro-batches, which hold other rows than one process's (as actor/pg_clipfrac)
-PER_RANK = ("global_seqlen/", "actor/pg_clipfrac", "actor/ppo_kl", "distillation/student_mass", "distillation/teacher_mass",
-            "distillation/overlap_")
-EXTREMES = ("distillation/student_mass_min", "distillation/student_mass_max", "distillation/teacher_mass_min",
-            "distillation/teacher_mass_max")
+PER_RANK = ("global_seqlen/", "actor/pg_clipfrac", "actor/ppo_kl", "actor/distillation/student_mass", "actor/distillation/teacher_mass",
+            "actor/distillation/overlap_")
+EXTREMES = ("actor/distillation/student_mass_min", "actor/distillation/student_mass_max", "actor/distillation/teacher_mass_min",
+            "actor/distillation/teacher_mass_max")
 
 
 def test_distillation_on_two_ranks_trains_like_one_process(tiny_model_path, cache_dir, tmp_path):
@@ -53,7 +53,7 @@ def test_distillation_on_two_ranks_trains_like_one_process(tiny_model_path, cach
     one, two = run(1), run(2)
     assert one.keys() == two.keys() == {1, 2}
     for step, want in one.items():
-        assert {"distillation/loss", "distillation/loss_max", *EXTREMES} <= set(want)
+        assert {"actor/distillation/loss", "actor/distillation/loss_max", *EXTREMES} <= set(want)
         assert two[step].keys() == want.keys(), sorted(two[step].keys() ^ want.keys())
         for key, value in want.items():
             if isinstance(value, float):

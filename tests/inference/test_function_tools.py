@@ -66,13 +66,22 @@ def test_the_schema_comes_from_the_signature_and_docstring_as_verls_does(tmp_pat
     assert load_function_tools(tmp_path / "tools.py") is tools  # a file is imported once
 
 
+def test_function_tools_are_given_to_the_chat_template_by_name_as_verl_orders_them(tmp_path):
+    text = "from reinforge.inference.tools import function_tool\n" + "".join(
+        f"@function_tool\ndef {name}(x: int):\n    '''Do {name}.\n\n    Args:\n        x: A number.\n    '''\n    return x\n"
+        for name in ("zeta", "alpha", "mid"))
+    assert list(load_function_tools(write(tmp_path, text))) == ["alpha", "mid", "zeta"]
+
+
 @pytest.mark.parametrize("result, expected", [
     ("5", ("5", 0.0, {})),
     ({"a": 1, "b": "é"}, ('{"a": 1, "b": "é"}', 0.0, {})),
     (type("ToolResponse", (), {"text": "from .text"})(), ("from .text", 0.0, {})),
     (("ok", 0.5), ("ok", 0.5, {})),
     (("ok", None, None), ("ok", 0.0, {})),
-    (("ok", 1, {"m": 2}), ("ok", 1, {"m": 2})),
+    (("ok", 1, {"m": 2}), ("ok", 1.0, {"m": 2})),
+    (("ok", "0.5"), ("ok", 0.5, {})),  # float(reward) and dict(metrics), as verl coerces them
+    (("ok", None, [("k", 1)]), ("ok", 0.0, {"k": 1})),
     (7, ("7", 0.0, {})),
     ([1, 2], ("[1, 2]", 0.0, {})),
 ])
@@ -80,7 +89,9 @@ def test_answers_are_shaped_as_verl_shapes_them(result, expected):
     assert answer_of(result) == expected
 
 
-def test_a_tuple_of_another_length_is_a_wrong_answer():
+def test_a_tuple_of_another_length_or_a_reward_that_is_no_number_is_a_wrong_answer():
+    with pytest.raises(ReturnValueError, match=r"the reward must be a number and the metrics a mapping"):
+        answer_of(("a", "high"))
     for result in ((), ("a", 1, {}, "extra")):
         with pytest.raises(ReturnValueError, match=r"a function tool returns an answer, or \(answer, reward\)"):
             answer_of(result)

@@ -104,7 +104,7 @@ def test_a_teacher_equal_to_the_student_costs_nothing(run_steps, tiny_model_path
         steps = run_steps(*distill_args(tiny_model_path, mode, "distillation.distillation_loss.topk=8",
                                         "actor_rollout_ref.rollout.temperature=1.0"))
         first = steps[1]  # before the first update the two models are the same
-        assert first["distillation/loss"] == pytest.approx(0.0, abs=1e-6) and abs(first["distillation/loss_max"]) < 1e-5
+        assert first["actor/distillation/loss"] == pytest.approx(0.0, abs=1e-6) and abs(first["actor/distillation/loss_max"]) < 1e-5
         assert first["timing_s/teacher"] > 0
 
 
@@ -115,9 +115,10 @@ def test_the_student_moves_towards_its_teacher(run_steps, teacher_path, mode):
                                     "distillation.distillation_loss.topk=16"),
                       "trainer.total_training_steps=12", "data.max_response_length=16", "data.train_batch_size=4",
                       "actor_rollout_ref.rollout.n=4", "actor_rollout_ref.actor.ppo_mini_batch_size=4", "data.max_samples=64")
-    losses = [steps[s]["distillation/loss"] for s in sorted(steps)]
+    losses = [steps[s]["actor/distillation/loss"] for s in sorted(steps)]
     assert sum(losses[-3:]) < 0.75 * sum(losses[:3]), losses
-    assert all(steps[s]["actor/loss"] == steps[s]["distillation/loss"] for s in steps)  # the task's loss is left out
+    assert all(steps[s]["actor/loss"] == steps[s]["actor/distillation/loss"] for s in steps)  # the task's loss is left out
+    assert not any("actor/pg_loss" in metrics for metrics in steps.values())  # and not computed, as verl's ppo_loss
 
 
 def test_distillation_as_a_reward_beside_the_task_loss(run_steps, teacher_path):
@@ -125,9 +126,9 @@ def test_distillation_as_a_reward_beside_the_task_loss(run_steps, teacher_path):
                                     "distillation.distillation_loss.distillation_loss_coef=0.5"),
                       "actor_rollout_ref.actor.ppo_epochs=2")
     for metrics in steps.values():
-        for name in ("distillation/pg_clipfrac", "distillation/ppo_kl", "distillation/abs_loss", "distillation/loss_min"):
+        for name in ("actor/distillation/pg_clipfrac", "actor/distillation/ppo_kl", "actor/distillation/abs_loss", "actor/distillation/loss_min"):
             assert math.isfinite(metrics[name]), name
-        assert metrics["actor/loss"] == pytest.approx(metrics["actor/pg_loss"] + 0.5 * metrics["distillation/loss"], abs=1e-6)
+        assert metrics["actor/loss"] == pytest.approx(metrics["actor/pg_loss"] + 0.5 * metrics["actor/distillation/loss"], abs=1e-6)
 
 
 def test_every_distillation_metric_is_documented(run_steps, teacher_path, tmp_path):
@@ -138,5 +139,5 @@ def test_every_distillation_metric_is_documented(run_steps, teacher_path, tmp_pa
     for mode, extra in (("forward_kl_topk", ()), ("k1", ("distillation.distillation_loss.use_policy_gradient=true",))):
         for metrics in run_steps(*distill_args(teacher_path, mode, *extra), run_dir=tmp_path / mode).values():
             seen |= set(metrics)
-    assert {"distillation/student_mass_max", "distillation/pg_clipfrac", "timing_s/teacher"} <= seen
+    assert {"actor/distillation/student_mass_max", "actor/distillation/pg_clipfrac", "timing_s/teacher"} <= seen
     assert [key for key in sorted(seen) if not any(p.match(key) for p in patterns)] == []

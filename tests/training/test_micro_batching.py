@@ -196,3 +196,12 @@ def test_global_batch_info_counts_every_row_as_verls_trainer_and_the_tokens_left
     # per-row token means 3 and 4 over the 4 rows of the mini-batch (verl: masked sum of seq losses / global_batch_size)
     assert agg_loss(losses, mask, "seq-mean-token-mean", **info).item() == pytest.approx((3.0 + 4.0) / 4)
     assert agg_loss(losses, mask, "token-mean", **info).item() == pytest.approx((2 + 4 + 3 + 3 + 6) / 5)
+
+
+def test_run_epochs_averages_metrics_but_keeps_the_extremes_of_min_and_max_ones():
+    from reinforge.training.minibatch import run_epochs
+
+    batch = Batch({"x": torch.arange(4.0)})
+    steps = iter([{"a": 1.0, "d_min": 0.5, "d_max": 2.0}, {"a": 3.0, "d_min": 0.2, "d_max": 1.0}])
+    metrics = run_epochs(batch, ["x"], 2, 1, False, "actor", lambda mini: (next(steps), True))
+    assert metrics == {"a": 2.0, "d_min": 0.2, "d_max": 2.0, "actor/optimizer_steps": 2.0, "actor/nonfinite_skipped": 0.0}

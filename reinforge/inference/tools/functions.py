@@ -94,8 +94,12 @@ def answer_of(result: Any) -> tuple[str, float, dict]:
         if not 1 <= len(result) <= 3:
             raise ReturnValueError(f"returned the tuple {show_value(result)}; a function tool returns an answer, or "
                                    "(answer, reward) or (answer, reward, metrics)")
-        reward = 0.0 if len(result) < 2 or result[1] is None else result[1]
-        metrics = {} if len(result) < 3 or result[2] is None else result[2]
+        try:  # coerced as verl coerces them: float(reward), dict(metrics)
+            reward = 0.0 if len(result) < 2 or result[1] is None else float(result[1])
+            metrics = {} if len(result) < 3 or result[2] is None else dict(result[2])
+        except (TypeError, ValueError) as err:
+            raise ReturnValueError(f"returned {show_value(result)}: the reward must be a number and the metrics a "
+                                   f"mapping ({err})") from None
         return _text(result[0]), reward, metrics
     return _text(result), 0.0, {}
 
@@ -136,5 +140,5 @@ def load_function_tools(path: str | Path) -> dict[str, FunctionTool]:
     if not tools:
         raise ConfigError(f"{KEY}: {file} defines no tool; mark each function with @function_tool "
                           "(`from reinforge.inference.tools import function_tool`)")
-    _LOADED[file] = tools
+    _LOADED[file] = tools = dict(sorted(tools.items()))  # by name, the order verl gives the chat template
     return tools
