@@ -33,9 +33,9 @@ class OptimConfig(Node):
                                                       "win over the ones above.")
     lr_wsd_stable_steps_ratio: float = _f(0.9, "wsd schedule: the constant part, as a fraction of the steps after "
                                           "warmup (verl's); only 0.9 in this version, another value is an error.")
-    zero_indexed_step: bool = _f(True, "verl: the cosine schedule counts steps from 0 (the first warmup step has lr 0), as "
-                                       "here; false (counting from 1) is an error with the cosine schedule and without effect "
-                                       "with the others, which verl does not pass it to.")
+    zero_indexed_step: bool = _f(True, "The cosine schedule counts steps from 0 (the first warmup step has lr 0); false "
+                                       "counts from 1 (torchtitan's), a step ahead. Read by the cosine schedule only, as in "
+                                       "verl.")
 
 
 @dataclass

@@ -193,9 +193,6 @@ def _check_unsupported_verl_features(config: Config) -> None:
 
     arr = config.actor_rollout_ref
     rollout, n = arr.rollout, arr.rollout.n
-    for key in ("actor_rollout_ref.actor.optim", "critic.optim"):  # verl reads it in the cosine schedule only
-        if not node_at(config, key).zero_indexed_step and node_at(config, key).lr_scheduler_type == "cosine":
-            _refuse(f"{key}.zero_indexed_step", "false", "a cosine learning-rate schedule counted from step 1", "true: from step 0")
     qat_keys = ["actor_rollout_ref.actor.qat", *(f"{section}.fsdp_config.qat" for section in FSDP_SECTIONS)]
     for key in qat_keys:
         section, _, name = key.rpartition(".")

@@ -70,6 +70,8 @@ def warmup_steps(optim: OptimConfig, total_steps: int) -> int:
 
 def lr_factor(step: int, optim: OptimConfig, total_steps: int) -> float:
     """The multiplier of the peak lr after `step` scheduler steps."""
+    if optim.lr_scheduler_type == "cosine" and not optim.zero_indexed_step:  # counted from 1, as verl passes it on
+        step += 1
     warmup = warmup_steps(optim, total_steps)
     if step < warmup:
         return step / warmup  # the first warmup step has lr 0, as in transformers' schedules

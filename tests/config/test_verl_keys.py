@@ -242,10 +242,6 @@ def test_newer_verl_keys_that_change_only_speed_memory_or_logging_are_accepted_a
 
 
 @pytest.mark.parametrize("override, message", [
-    ("actor_rollout_ref.actor.optim.zero_indexed_step=false actor_rollout_ref.actor.optim.lr_scheduler_type=cosine",
-     "a cosine learning-rate schedule counted from step 1 is not supported"),
-    ("critic.optim.zero_indexed_step=false critic.optim.lr_scheduler_type=cosine",
-     "a cosine learning-rate schedule counted from step 1 is not supported"),
     ("actor_rollout_ref.actor.qat.enable=true", "quantization-aware training is not supported"),
     ("critic.model.fsdp_config.qat.enable=true", "quantization-aware training is not supported"),
     ("actor_rollout_ref.actor.router_replay.mode=R2", "MoE router replay is not supported"),

@@ -23,6 +23,16 @@ def test_cosine_decays_to_min_lr_ratio():
     assert lr_factor(10, optim, 10) == pytest.approx(0.1)
 
 
+def test_cosine_counted_from_one_is_a_step_ahead_as_verls():
+    # verl's get_cosine_schedule_with_warmup(zero_indexed_step=False): step + 1, then warmup 2 of 10 steps, min 0.1
+    optim = OptimConfig(lr_warmup_steps=2, lr_scheduler_type="cosine", min_lr_ratio=0.1, zero_indexed_step=False)
+    assert lr_factor(0, optim, 10) == pytest.approx(0.5)  # (0 + 1) / 2
+    assert lr_factor(1, optim, 10) == pytest.approx(1.0)  # step 2: warmup over, progress 0
+    assert lr_factor(5, optim, 10) == pytest.approx(0.1 + 0.9 * 0.5)  # step 6: progress (6 - 2) / 8, cos(pi / 2) = 0
+    constant = OptimConfig(lr_warmup_steps=2, lr_scheduler_type="constant", zero_indexed_step=False)
+    assert lr_factor(0, constant, 10) == 0.0  # not read by the other schedules, as in verl
+
+
 def test_adamw_is_fused_on_cpu_and_takes_the_textbook_first_step():
     torch.manual_seed(0)
     weight = torch.nn.Parameter(torch.randn(5, 3))
