@@ -140,9 +140,8 @@ _ALWAYS_INERT = {
     **dict.fromkeys(("critic.model.use_fused_kernels", "critic.model.fused_kernel_options"), "no fused kernels in this version"),
     "critic.model.tiled_mlp": "the MLP is computed over the whole sequence (enable_gradient_checkpointing saves memory)",
     "critic.model.mtp": "no multi-token prediction in this version",
-    **dict.fromkeys(("reward_model.num_workers", "reward.num_workers"),
-                    "rewards are scored by the trainer; reward_model.reward_kwargs sets the parallelism (max_concurrency, "
-                    "num_processes)"),
+    "reward_model.num_workers": "rewards are scored by the trainer; reward_model.reward_kwargs sets the parallelism "
+                                "(max_concurrency, num_processes), and reward.num_workers the remote manager's processes",
     "reward_model.use_reward_loop": "reinforge has one reward implementation",
     **dict.fromkeys(("reward_model.rollout", "reward_model.inference", "reward.reward_model.rollout"),
                     "the reward model runs in the training process, not on an inference server (reward_model.judge.* "
@@ -366,6 +365,9 @@ def unused_settings(config: Config, user_keys: list[str]) -> list[str]:
         elif (reason is None and (key == "actor_rollout_ref.rollout.skip_dump_dir" or key.startswith("actor_rollout_ref.rollout.skip."))
               and key != "actor_rollout_ref.rollout.skip.enable" and not (rollout.skip.enable or rollout.skip_rollout)):
             reason = "acts only with actor_rollout_ref.rollout.skip.enable=true (or verl's earlier skip_rollout=true)"
+        elif reason is None and key == "reward.num_workers" and config.reward_model.reward_manager != "remote":
+            reason = ("read by reward_model.reward_manager=remote only (its processes); the other managers' parallelism is "
+                      "reward_model.reward_kwargs' (max_concurrency, num_processes)")
         elif reason is None and key == "trainer.balance_batch" and world_size_of(config) == 1:
             reason = "one data-parallel rank: nothing to balance"
         elif reason is None and (parts[0] == "ray_kwargs" or key == "trainer.hang_dump_s") and not _uses_ray(config):

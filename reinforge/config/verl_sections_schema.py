@@ -60,8 +60,8 @@ class NewerSandboxFusionConfig(Node):
 
 @dataclass
 class RewardSectionConfig(Node):
-    num_workers: int = _f(8, "Accepted for verl compatibility (reward manager workers scoring in parallel); no effect here: "
-                          "reward_model.reward_kwargs sets the scorers' parallelism (max_concurrency, num_processes).")
+    num_workers: int = _f(8, "The remote reward manager's worker processes (verl's reward workers); the other managers' "
+                          "parallelism is reward_model.reward_kwargs' (max_concurrency, num_processes).")
     custom_reward_function: RewardFunctionRef = _sub(RewardFunctionRef, "verl's newer place of custom_reward_function.")
     compute_score_kwargs: dict = _f({}, "verl: keyword arguments of the built-in scorers (e.g. {method: flexible} for "
                                     "GSM8K). Not in this version: only empty (another value is an error).")

@@ -133,7 +133,7 @@ def run(config: Config, user_keys: list[str], startup: StartupClock | None = Non
         _check_reward_data(data, not config.custom_reward_function.path, train_set, val_loader.dataset if val_loader else None)
         # one manager for training and validation: a failing reward function's traceback is shown once per run
         reward_fn = make_reward_manager(rm.reward_manager, tokenizer, compute_score, reward_fn_key=data.reward_fn_key,
-                                        **rm.reward_kwargs)
+                                        num_workers=config.reward.num_workers, **rm.reward_kwargs)
 
     startup.mark("reward")
     with contextlib.ExitStack() as cleanup:  # on every way out: the reward manager's processes, then the workers

@@ -8,6 +8,8 @@ worker killed, with everything it started, and a fresh worker takes its place: t
 0.0 and counts in `reward/timeouts`. So scorers that execute code or call solvers cannot stall
 training. `async def` functions are awaited inside the worker.
 
+`remote` (verl 0.9's) is the same with `num_workers` processes (`reward.num_workers`, 8) and no time limit.
+
 The workers live from the first call until `close()` or the end of the process; the function
 reaches them by module and name (see `reinforge.reward.manager.pool`), so it must be a top-level
 function of a file (a functools.partial of one is fine); this is checked when the manager is
@@ -41,3 +43,20 @@ class PrimeRewardManager(RewardManager):
 
     def _compute(self, samples: list[Sample]) -> list[Any]:
         return self._pool.map([sample.call_kwargs() for sample in samples])
+
+
+@register_reward_manager("remote")
+class RemoteRewardManager(PrimeRewardManager):
+    """verl 0.9's `remote` manager: `prime`'s worker processes (for scorers that are unsafe in threads, such as
+    math-verify's), `num_workers` of them (`reward.num_workers`, 8) and no time limit by default."""
+
+    def __init__(
+        self,
+        tokenizer: Any,
+        num_examine: int = 0,
+        compute_score: Callable[..., Any] | None = None,
+        reward_fn_key: str = "data_source",
+        num_workers: int = 8,
+        timeout_s: float | None = None,
+    ) -> None:
+        super().__init__(tokenizer, num_examine, compute_score, reward_fn_key, check_count("num_workers", num_workers), timeout_s)
