@@ -135,6 +135,7 @@ def run(config: Config, user_keys: list[str], startup: StartupClock | None = Non
         reward_fn = make_reward_manager(rm.reward_manager, tokenizer, compute_score, reward_fn_key=data.reward_fn_key,
                                         num_workers=config.reward.num_workers, **rm.reward_kwargs)
 
+    _check_teacher_routing(config.distillation, train_set, data.train_files)
     startup.mark("reward")
     with contextlib.ExitStack() as cleanup:  # on every way out: the reward manager's processes, then the workers
         if hasattr(reward_fn, "close"):
@@ -247,6 +248,23 @@ def _check_reward_data(data, built_in: bool, *datasets) -> None:
             except RewardError as exc:
                 note = "rows without a data_source, or with an empty one, count as 'unknown': " if source == "unknown" else ""
                 raise RewardError(f"{', '.join(source_files) or files}: {note}{exc}") from None
+
+
+def _check_teacher_routing(distillation, dataset, files) -> None:
+    """With several teachers, each training row's distillation.teacher_key value names one: else a DataError naming the
+    files and the value before any model work (the teachers are asked only after the first rollout)."""
+    from reinforge.config.distillation_schema import resolve_teachers
+    from reinforge.errors import DataError
+
+    if not distillation.enabled or not hasattr(dataset, "data_source_files"):
+        return
+    keys = {teacher.key for teacher in resolve_teachers(distillation)}
+    if len(keys) < 2:
+        return
+    for value, value_files in sorted(dataset.data_source_files(distillation.teacher_key).items()):
+        if value not in keys:
+            raise DataError(f"{', '.join(value_files) or files}: rows whose {distillation.teacher_key} is {value!r} have no "
+                            f"teacher: the teachers' keys (distillation.teacher_models.*.key) are {', '.join(sorted(keys))}")
 
 
 def mean_val_reward(metrics: dict[str, float]) -> float:

@@ -10,7 +10,7 @@ import torch
 
 from reinforge.batch import Batch
 from reinforge.config import load_config
-from reinforge.errors import ConfigError, DataError
+from reinforge.errors import ConfigError, DataError, ModelError
 from reinforge.training.distill import teacher_log_probs, teacher_outputs, topk_losses
 from reinforge.training.tiny_model import TinyModelSpec, ensure_tiny_model
 
@@ -141,3 +141,17 @@ def test_every_distillation_metric_is_documented(run_steps, teacher_path, tmp_pa
             seen |= set(metrics)
     assert {"actor/distillation/student_mass_max", "actor/distillation/pg_clipfrac", "timing_s/teacher"} <= seen
     assert [key for key in sorted(seen) if not any(p.match(key) for p in patterns)] == []
+
+
+def test_start_up_mistakes_name_the_teacher_before_training(run_steps, teacher_path, tmp_path, cache_dir):
+    with pytest.raises(ModelError, match=r"distillation.teacher_models.teacher_model.model_path=.*nowhere"):
+        run_steps(*distill_args(tmp_path / "nowhere"))
+    small_vocab = ensure_tiny_model(TinyModelSpec(vocab_size=256), root=cache_dir / "models")
+    with pytest.raises(ModelError, match=r"the teacher scores 259 tokens, fewer than the student's tokenizer has \(384\)"):
+        run_steps(*distill_args(small_vocab))
+    two = ["+distillation.teacher_models.a.model_path=" + str(teacher_path), "+distillation.teacher_models.a.key=elsewhere",
+           "+distillation.teacher_models.b.model_path=" + str(teacher_path), "+distillation.teacher_models.b.key=other"]
+    with pytest.raises(DataError, match=r"train.*: rows whose data_source is '.*' have no teacher: the teachers' keys .* are "
+                                        r"elsewhere, other"):
+        run_steps(*distill_args(teacher_path), *two)
+    assert not (tmp_path / "run" / "metrics.jsonl").exists()  # nothing trained
