@@ -258,7 +258,7 @@ def _check(config: Config) -> None:
     choice("actor_rollout_ref.rollout.mode", rollout.mode, ("sync", "async"))
     choice("actor_rollout_ref.rollout.multi_turn.tool_response_truncate_side", rollout.multi_turn.tool_response_truncate_side,
             ("left", "right", "middle"))
-    choice("actor_rollout_ref.rollout.multi_turn.format", rollout.multi_turn.format, ("hermes",))
+    choice("actor_rollout_ref.rollout.multi_turn.format", rollout.multi_turn.format, ("hermes", "qwen3_coder"))
     positive("actor_rollout_ref.rollout.multi_turn.max_parallel_calls", rollout.multi_turn.max_parallel_calls)
     positive("actor_rollout_ref.rollout.multi_turn.max_tool_response_length", rollout.multi_turn.max_tool_response_length)
     positive("actor_rollout_ref.rollout.multi_turn.max_assistant_turns", rollout.multi_turn.max_assistant_turns, allow_zero=True)

@@ -156,3 +156,11 @@ def test_the_rollout_key_is_checked_at_start_and_the_data_key_follows_it(tmp_pat
     functions = write(tmp_path, TOOLS)
     config, _ = load_config([*base, f"actor_rollout_ref.rollout.multi_turn.function_tool_path={functions}"])
     assert config.data.function_tool_path == functions  # verl's data key interpolates the rollout's
+
+
+def test_qwen3_coder_calls_reach_function_tools_with_the_types_of_their_signature(tok, tmp_path):
+    """multi_turn.format=qwen3_coder: the XML call's values arrive typed by the schema built from the signature."""
+    call = "<tool_call>\n<function=add>\n<parameter=a>\n2\n</parameter>\n<parameter=b>\n3\n</parameter>\n</function>\n</tool_call>"
+    out = run_texts(tok, tmp_path, [[call, "#### 5"]], function_tool_path=write(tmp_path, TOOLS), format="qwen3_coder")
+    assert "\n5<|im_end|>" in added_text(tok, out, 0)  # 2 + 3, not "2" + "3"
+    assert out["agent_metrics"][0]["tool_calls"] == 1 and out["agent_metrics"][0]["tool_errors"] == 0

@@ -268,3 +268,32 @@ def test_a_dotted_class_name_finds_a_module_in_the_current_directory(tmp_path, m
     monkeypatch.setattr("sys.path", [p for p in __import__("sys").path if p not in ("", str(tmp_path))])
     assert sorted(load_tools("tools.yaml")) == ["echo"]
     assert str(tmp_path) not in __import__("sys").path  # only while the user's module imports
+
+
+QWEN3_SCHEMAS = {"search": {"type": "function", "function": {"name": "search", "parameters": {"type": "object", "properties": {
+    "query": {"type": "string"}, "limit": {"type": "integer"}, "score": {"type": "number"}, "exact": {"type": "boolean"},
+    "filters": {"type": "object"}, "tags": {"type": "array"}}}}}}
+
+
+def test_qwen3_coder_calls_are_read_with_the_types_of_the_tool_schema_as_verl_reads_them():
+    text = ("Let me look.\n<tool_call>\n<function=search>\n<parameter=query>\nred fox\n</parameter>\n"
+            "<parameter=limit>\n3\n</parameter>\n<parameter=score>\n2.0\n</parameter>\n<parameter=exact>\nTrue\n</parameter>\n"
+            "<parameter=filters>\n{\"year\": 2024}\n</parameter>\n<parameter=tags>\n['a', 'b']\n</parameter>\n"
+            "<parameter=other>\n7\n</parameter>\n<parameter=note>\nnull\n</parameter>\n</function>\n</tool_call>"
+            "<tool_call><function=search><parameter=limit>many</parameter></function></tool_call>")
+    turn = parse_tool_calls(text, "qwen3_coder", QWEN3_SCHEMAS)
+    assert turn.content == "Let me look." and turn.errors == []
+    assert [(c.name, c.arguments) for c in turn.calls] == [
+        ("search", {"query": "red fox", "limit": 3, "score": 2, "exact": True, "filters": {"year": 2024}, "tags": ["a", "b"],
+                    "other": "7", "note": None}),
+        ("search", {"limit": "many"}),  # a value that does not convert stays text, as verl's
+    ]
+
+
+def test_qwen3_coder_cut_off_calls_and_malformed_tags():
+    cut = parse_tool_calls("<tool_call>\n<function=search>\n<parameter=query>\nfox\n</parameter>\n<parameter=lim",
+                           "qwen3_coder", QWEN3_SCHEMAS)
+    assert [(c.name, c.arguments) for c in cut.calls] == [("search", {"query": "fox"})] and len(cut.errors) == 1
+    assert parse_tool_calls("no calls <function=search>", "qwen3_coder").items == []  # no <tool_call>: no call, as verl
+    bad = parse_tool_calls("<tool_call><function=search</function></tool_call>", "qwen3_coder")
+    assert bad.calls == [] and bad.errors == ["Error: the tool call <function=search has no '>' after the function name."]

@@ -72,6 +72,13 @@ class AgentContext:
     truncation: str = "error"
     report: FailureReport = field(default_factory=FailureReport)  # the first failure of a tool or an interaction, printed
 
+    @property
+    def schemas(self) -> dict[str, dict]:
+        """The tools' OpenAI schemas by name, as plain dicts (the qwen3_coder parser types its values by them)."""
+        from reinforge.inference.tools import plain_schema
+
+        return {name: plain_schema(tool.get_openai_tool_schema()) for name, tool in self.tools.items()}
+
 
 @dataclass
 class AgentRow:

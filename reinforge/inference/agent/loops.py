@@ -151,7 +151,7 @@ class ToolAgentLoop(AgentLoopBase):
                 text = await conv.model_turn()
                 if text is None or _over(cfg.max_assistant_turns, conv.assistant_turns):
                     break
-                parsed = parse_tool_calls(conv.raw_text) if ctx.tools else None
+                parsed = parse_tool_calls(conv.raw_text, cfg.format, ctx.schemas) if ctx.tools else None
                 tools.errors += len(parsed.errors) if parsed is not None else 0
                 calls_tools = parsed is not None and bool(parsed.calls)  # malformed calls alone: no call, as verl
                 if (not calls_tools and user is None) or _over(cfg.max_user_turns, conv.user_turns):

@@ -27,6 +27,7 @@ from reinforge.inference.engine import GenerationOutput, InferenceEngine, Sampli
 from reinforge.inference.interactions import load_interactions
 from reinforge.inference.rollout import prompt_token_lists, row_seed_list, trajectories
 from reinforge.inference.tools import load_all_tools
+from reinforge.inference.tools.parser import FORMATS
 
 AGENT_KEY = "actor_rollout_ref.rollout.agent.agent_loop_config_path"
 
@@ -64,8 +65,9 @@ def check_agent_config(agent) -> None:
 class AgentRunner:
     def __init__(self, tokenizer, multi_turn, agent=None, chat_template_kwargs: dict | None = None,
                  max_prompt_length: int | None = None, truncation: str = "error"):
-        if multi_turn.format != "hermes":
-            raise ConfigError(f"actor_rollout_ref.rollout.multi_turn.format={multi_turn.format!r}: only hermes tool calls are supported")
+        if multi_turn.format not in FORMATS:
+            raise ConfigError(f"actor_rollout_ref.rollout.multi_turn.format={multi_turn.format!r}: the tool-call formats are "
+                              f"{', '.join(FORMATS)}")
         self.tokenizer, self.multi_turn = tokenizer, multi_turn
         self.chat_template_kwargs = dict(chat_template_kwargs or {})
         self.prompt_limit = (max_prompt_length, truncation)  # data.max_prompt_length, data.truncation
