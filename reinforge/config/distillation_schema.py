@@ -12,6 +12,7 @@ ESTIMATOR_MODES = ("kl", "k1", "abs", "mse", "k2", "low_var_kl", "k3")  # single
 TOPK_MODE = "forward_kl_topk"
 LOSS_MODES = (*ESTIMATOR_MODES, TOPK_MODE)
 DEFAULT_TEACHER = "teacher_model"
+TEACHER_FIELDS = ("model_path", "key", "num_replicas", "inference")  # verl's DistillationTeacherModelConfig
 
 
 @dataclass
@@ -71,7 +72,13 @@ def resolve_teachers(config: DistillationConfig) -> list[Teacher]:
     teachers, keys = [], set()
     for name, entry in entries.items():
         setting = f"distillation.teacher_models.{name}"
-        if not isinstance(entry, dict) or not entry.get("model_path"):
+        if not isinstance(entry, dict):
+            raise ConfigError(f"{setting}={entry!r}: a teacher is a mapping of {', '.join(TEACHER_FIELDS)}; set "
+                              f"{setting}.model_path=...")
+        unknown = sorted(set(entry) - set(TEACHER_FIELDS) - {"_target_"})
+        if unknown:
+            raise ConfigError(f"unknown config key '{setting}.{unknown[0]}': a teacher has {', '.join(TEACHER_FIELDS)}")
+        if not entry.get("model_path"):
             raise ConfigError(f"{setting}.model_path is not set: the teacher's model folder (or hub name)")
         key = None if len(entries) == 1 else entry.get("key")
         if len(entries) > 1 and (key is None or key in keys):

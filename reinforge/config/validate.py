@@ -260,6 +260,7 @@ def _check(config: Config) -> None:
             ("left", "right", "middle"))
     choice("actor_rollout_ref.rollout.multi_turn.format", rollout.multi_turn.format, ("hermes", "qwen3_coder"))
     positive("actor_rollout_ref.rollout.multi_turn.max_parallel_calls", rollout.multi_turn.max_parallel_calls)
+    positive("reward.num_workers", config.reward.num_workers)
     positive("actor_rollout_ref.rollout.multi_turn.max_tool_response_length", rollout.multi_turn.max_tool_response_length)
     positive("actor_rollout_ref.rollout.multi_turn.max_assistant_turns", rollout.multi_turn.max_assistant_turns, allow_zero=True)
     positive("actor_rollout_ref.rollout.multi_turn.max_user_turns", rollout.multi_turn.max_user_turns, allow_zero=True)

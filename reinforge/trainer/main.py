@@ -133,7 +133,7 @@ def run(config: Config, user_keys: list[str], startup: StartupClock | None = Non
         _check_reward_data(data, not config.custom_reward_function.path, train_set, val_loader.dataset if val_loader else None)
         # one manager for training and validation: a failing reward function's traceback is shown once per run
         reward_fn = make_reward_manager(rm.reward_manager, tokenizer, compute_score, reward_fn_key=data.reward_fn_key,
-                                        num_workers=config.reward.num_workers, **rm.reward_kwargs)
+                                        reward_workers=config.reward.num_workers, **rm.reward_kwargs)
 
     _check_teacher_routing(config.distillation, train_set, data.train_files)
     startup.mark("reward")
@@ -262,6 +262,9 @@ def _check_teacher_routing(distillation, dataset, files) -> None:
     if len(keys) < 2:
         return
     for value, value_files in sorted(dataset.data_source_files(distillation.teacher_key).items()):
+        if value == "unknown" and distillation.teacher_key != "data_source":
+            raise DataError(f"{', '.join(value_files) or files}: rows with no value in column {distillation.teacher_key!r}, "
+                            "which distillation.teacher_key names as the one that picks each row's teacher")
         if value not in keys:
             raise DataError(f"{', '.join(value_files) or files}: rows whose {distillation.teacher_key} is {value!r} have no "
                             f"teacher: the teachers' keys (distillation.teacher_models.*.key) are {', '.join(sorted(keys))}")

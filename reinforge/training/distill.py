@@ -37,9 +37,11 @@ def topk_of(config: DistillationConfig) -> int:
 
 
 @torch.no_grad()
-def teacher_outputs(logits: torch.Tensor, tokens: torch.Tensor, topk: int) -> tuple[torch.Tensor, torch.Tensor]:
+def teacher_outputs(logits: torch.Tensor, tokens: torch.Tensor, topk: int,
+                    vocab_limit: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """(log-probs, ids), each (..., K), of the teacher's `logits` (..., vocab) at temperature 1: with K = 1 the
-    sampled `tokens`', else its `topk` most likely tokens (in order), a few thousand positions at a time."""
+    sampled `tokens`', else its `topk` most likely tokens (in order) among the first `vocab_limit` ids (the student's
+    logits; a teacher's padded vocabulary may have more rows), a few thousand positions at a time."""
     if topk == 1:
         log_probs, _ = log_probs_from_logits(logits, tokens, 1.0, with_entropy=False)
         return log_probs[..., None], tokens[..., None]
@@ -48,7 +50,7 @@ def teacher_outputs(logits: torch.Tensor, tokens: torch.Tensor, topk: int) -> tu
     ids = torch.empty(flat.shape[0], topk, dtype=torch.long, device=logits.device)
     for start in range(0, flat.shape[0], 4096):
         chunk = torch.log_softmax(flat[start:start + 4096].float(), -1)
-        values[start:start + 4096], ids[start:start + 4096] = chunk.topk(topk, -1)
+        values[start:start + 4096], ids[start:start + 4096] = chunk[:, :vocab_limit].topk(topk, -1)
     return values.view(*logits.shape[:-1], topk), ids.view(*logits.shape[:-1], topk)
 
 
@@ -133,7 +135,7 @@ def extreme_metrics(parts: list[dict[str, torch.Tensor]]) -> dict[str, float]:
 
 @torch.no_grad()
 def teacher_log_probs(teachers: list[tuple[Teacher, torch.nn.Module]], batch, teacher_key: str, topk: int,
-                      micro_batch_size: int | None, device, share_prompt: bool, pack: bool):
+                      micro_batch_size: int | None, device, share_prompt: bool, pack: bool, vocab_limit: int | None = None):
     """`teacher_logprobs` and `teacher_ids` (rows, response width, K) of every row, each from its teacher; a row whose
     teacher_key value no teacher has is a DataError naming it. Teachers are whole on every rank (no collectives)."""
     from reinforge.batch import Batch
@@ -159,7 +161,7 @@ def teacher_log_probs(teachers: list[tuple[Teacher, torch.nn.Module]], batch, te
             part = mine[start:start + size]
             trimmed = trim_padding(inputs.index(part).to(device))
             out = response_logits(model, trimmed.batch, share_prompt, pack)
-            part_log_probs, part_ids = teacher_outputs(out.logits, out.tokens, topk)
+            part_log_probs, part_ids = teacher_outputs(out.logits, out.tokens, topk, vocab_limit)
             log_probs[part] = trimmed.widen(out.unpack(part_log_probs)).cpu()
             ids[part] = trimmed.widen(out.unpack(part_ids)).cpu()
     return Batch({"teacher_logprobs": log_probs, "teacher_ids": ids})
@@ -179,12 +181,13 @@ class _TeacherSource:
         return getattr(self, key, default)
 
 
-def load_teachers(config, device) -> list[tuple[Teacher, torch.nn.Module]]:
-    """Each teacher's causal LM, frozen, in the reference's dtype; one whose vocabulary differs from the student's
-    tokenizer is a ModelError (its log-probs would be of other tokens)."""
+def load_teachers(config, device, student_vocab: int) -> list[tuple[Teacher, torch.nn.Module]]:
+    """Each teacher's causal LM, frozen, in the reference's dtype; one that scores fewer tokens than the student's
+    tokenizer has is a ModelError (its log-probs would be of other tokens), and so is a forward_kl_topk topk above
+    the vocabulary the two models share (`student_vocab`: the student's logits)."""
     from transformers import AutoModelForCausalLM
 
-    from reinforge.errors import ModelError
+    from reinforge.errors import ConfigError, ModelError
     from reinforge.training.model import load_pretrained, load_tokenizer, prepare_model
 
     student = config.actor_rollout_ref.model
@@ -198,5 +201,9 @@ def load_teachers(config, device) -> list[tuple[Teacher, torch.nn.Module]]:
         if rows < vocab:
             raise ModelError(f"{teacher.setting}={teacher.model_path}: the teacher scores {rows} tokens, fewer than the "
                              f"student's tokenizer has ({vocab}); a teacher must share the student's vocabulary")
+        if topk_of(config.distillation) > min(rows, student_vocab):
+            raise ConfigError(f"distillation.distillation_loss.topk={topk_of(config.distillation)} is more tokens than the "
+                              f"teacher {teacher.setting}={teacher.model_path} and the student share "
+                              f"({min(rows, student_vocab)}): set it lower (verl's default is 32)")
         teachers.append((teacher, prepare_model(model, device, trainable=False, gradient_checkpointing=False)))
     return teachers

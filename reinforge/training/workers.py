@@ -99,7 +99,8 @@ class ActorRolloutRefWorker:
             self.actor = Actor(model, cfg.actor, optimizer, rollout_correction=self.config.algorithm.rollout_correction,
                                device=self.device, share_prompt=cfg.model.share_prompt_forward,
                                pack=cfg.model.use_remove_padding, distillation=self.config.distillation)
-            self.teachers = load_teachers(self.config, self.device) if self.config.distillation.enabled else []
+            self.vocab = model.get_output_embeddings().weight.shape[0]  # the student's logits, which a teacher's top-k index
+            self.teachers = load_teachers(self.config, self.device, self.vocab) if self.config.distillation.enabled else []
             self.agents = None
             if cfg.rollout.multi_turn.enable:  # imported here: single-turn runs never load the agent machinery
                 from reinforge.inference.agent import AgentRunner
@@ -176,7 +177,7 @@ class ActorRolloutRefWorker:
         """teacher_logprobs and teacher_ids of each response position, from each row's teacher (distillation)."""
         cfg, dcfg = self.config.actor_rollout_ref, self.config.distillation
         return teacher_log_probs(self.teachers, batch, dcfg.teacher_key, topk_of(dcfg), cfg.ref.log_prob_micro_batch_size_per_gpu,
-                                 self.device, cfg.model.share_prompt_forward, cfg.model.use_remove_padding)
+                                 self.device, cfg.model.share_prompt_forward, cfg.model.use_remove_padding, self.vocab)
 
     @register(Dispatch.DP)
     def update_actor(self, batch: Batch) -> Batch:

@@ -345,7 +345,7 @@ def test_async_scorers_run_concurrently_under_a_cap_and_time_limit(tokenizer):
 
 def test_remote_scores_in_reward_num_workers_processes_without_a_time_limit(tokenizer, tmp_path):
     """verl 0.9's `remote` manager: prime's worker processes, reward.num_workers of them (what the trainer passes)."""
-    manager = make_reward_manager("remote", tokenizer, load(tmp_path, ROW_REWARD), num_workers=3)
+    manager = make_reward_manager("remote", tokenizer, load(tmp_path, ROW_REWARD), reward_workers=3)
     try:
         assert manager.num_processes == 3 and manager.timeout_s is None
         result = manager(make_batch(tokenizer, rows("a", "dict")), return_dict=True)
@@ -353,7 +353,10 @@ def test_remote_scores_in_reward_num_workers_processes_without_a_time_limit(toke
         assert result["reward_extra_info"]["pid"][1] in set(manager._pool.pids) and os.getpid() not in manager._pool.pids
     finally:
         manager.close()
-    other = make_reward_manager("prime", tokenizer, load(tmp_path, ROW_REWARD), num_workers=3)  # not a prime option: not given
+    given = make_reward_manager("remote", tokenizer, load(tmp_path, ROW_REWARD), reward_workers=3, num_workers=2)
+    assert given.num_processes == 2  # reward_model.reward_kwargs.num_workers wins over reward.num_workers
+    given.close()
+    other = make_reward_manager("prime", tokenizer, load(tmp_path, ROW_REWARD), reward_workers=3)  # not a prime option: not given
     other.close()
     with pytest.raises(ConfigError, match=r"num_workers=0 must be a positive integer"):
         make_reward_manager("remote", tokenizer, load(tmp_path, ROW_REWARD), num_workers=0)

@@ -91,6 +91,9 @@ def test_each_row_is_scored_by_the_teacher_its_data_source_names(tiny_model_path
     (["distillation.teacher_models.teacher_model.model_path=null"], r"distillation.teacher_models.teacher_model.model_path is not set"),
     (["+distillation.teacher_models.math.model_path=/m", "+distillation.teacher_models.code.model_path=/c",
       "+distillation.teacher_models.code.key=code"], r"distillation.teacher_models.math.key is not set: with several teachers"),
+    (["distillation.teacher_models.teacher_model.modelpath=/m"],
+     r"unknown config key 'distillation.teacher_models.teacher_model.modelpath': a teacher has model_path, key"),
+    (["+distillation.teacher_models.ta=/m"], r"distillation.teacher_models.ta='/m': a teacher is a mapping of model_path"),
     (["+distillation.teacher_models.t1.model_path=/m", "+distillation.teacher_models.t1.key=x",
       "+distillation.teacher_models.t2.model_path=/c", "+distillation.teacher_models.t2.key=x"], r"t2.key='x' is another teacher's too"),
 ])
@@ -154,4 +157,21 @@ def test_start_up_mistakes_name_the_teacher_before_training(run_steps, teacher_p
     with pytest.raises(DataError, match=r"train.*: rows whose data_source is '.*' have no teacher: the teachers' keys .* are "
                                         r"elsewhere, other"):
         run_steps(*distill_args(teacher_path), *two)
+    with pytest.raises(DataError, match=r"rows with no value in column 'task', which distillation.teacher_key names"):
+        run_steps(*distill_args(teacher_path), *two, "distillation.teacher_key=task")
+    with pytest.raises(ConfigError, match=r"distillation.distillation_loss.topk=1000 is more tokens than the teacher .* and the "
+                                          r"student share \(384\)"):
+        run_steps(*distill_args(teacher_path, "forward_kl_topk", "distillation.distillation_loss.topk=1000"))
     assert not (tmp_path / "run" / "metrics.jsonl").exists()  # nothing trained
+
+
+def test_a_teacher_with_a_larger_padded_vocabulary_gives_top_k_ids_the_student_has(run_steps, cache_dir):
+    """A teacher whose embedding has more rows than the student's logits (a padded vocabulary): its top-k is taken among
+    the ids the student scores, so the top-k loss can index them."""
+    larger = ensure_tiny_model(TinyModelSpec(vocab_size=512, seed=1), root=cache_dir / "models")
+    steps = run_steps(*distill_args(larger, "forward_kl_topk", "distillation.distillation_loss.topk=16"))
+    assert all(math.isfinite(metrics["actor/distillation/loss"]) for metrics in steps.values())
+    logits = torch.randn(2, 3, 40)
+    values, ids = teacher_outputs(logits, torch.zeros(2, 3, dtype=torch.long), 4, vocab_limit=30)
+    exact = torch.log_softmax(logits, -1)
+    assert int(ids.max()) < 30 and torch.allclose(values, exact.gather(-1, ids), atol=1e-6)  # the teacher's own log-probs

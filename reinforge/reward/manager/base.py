@@ -81,18 +81,18 @@ def make_reward_manager(
     compute_score: Callable[..., Any] | None = None,
     reward_fn_key: str = "data_source",
     num_examine: int = 0,
-    num_workers: int | None = None,
+    reward_workers: int | None = None,
     **reward_kwargs: Any,
 ) -> Any:
     """The reward manager registered as `name`; `reward_kwargs` (reward_model.reward_kwargs) go to
-    its constructor, and `num_workers` (reward.num_workers) to one that takes it unless they set it.
-    `compute_score` None means `default_compute_score`."""
+    its constructor, and `reward_workers` (reward.num_workers) as `num_workers` to one that takes it,
+    unless they set it. `compute_score` None means `default_compute_score`."""
     if name not in _MANAGERS:
         raise ConfigError(f"reward_model.reward_manager={name!r} is unknown; choose one of {reward_manager_names()}")
     cls = _MANAGERS[name]
     parameters = inspect.signature(cls).parameters
-    if num_workers is not None and "num_workers" in parameters:
-        reward_kwargs.setdefault("num_workers", num_workers)
+    if reward_workers is not None and "num_workers" in parameters:
+        reward_kwargs.setdefault("num_workers", reward_workers)
     takes_any = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values())
     unknown = sorted(set(reward_kwargs) - set(parameters))
     if unknown and not takes_any:
