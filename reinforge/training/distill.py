@@ -27,7 +27,11 @@ from dataclasses import dataclass
 import torch
 
 from reinforge.algorithm import agg_loss, compute_policy_loss, kl_penalty, log_probs_from_logits, masked_mean
+from reinforge.batch import Batch
 from reinforge.config.distillation_schema import ESTIMATOR_MODES, TOPK_MODE, DistillationConfig, Teacher, resolve_teachers
+from reinforge.distributed.process_group import all_reduce
+from reinforge.errors import ConfigError, DataError, ModelError
+from reinforge.training.minibatch import FORWARD_KEYS, trim_padding
 
 
 def topk_of(config: DistillationConfig) -> int:
@@ -120,8 +124,6 @@ def total_loss(config: DistillationConfig, task_loss: torch.Tensor, distill: tor
 
 def extreme_metrics(parts: list[dict[str, torch.Tensor]]) -> dict[str, float]:
     """`actor/distillation/<name>_min` and `_max` of each per-token value over the mini-batch, on every rank's tokens."""
-    from reinforge.distributed.process_group import all_reduce
-
     names = sorted({name for part in parts for name in part})
     lows = [min((float(p[n].min()) for p in parts if n in p and p[n].numel()), default=float("inf")) for n in names]
     highs = [max((float(p[n].max()) for p in parts if n in p and p[n].numel()), default=float("-inf")) for n in names]
@@ -138,10 +140,7 @@ def teacher_log_probs(teachers: list[tuple[Teacher, torch.nn.Module]], batch, te
                       micro_batch_size: int | None, device, share_prompt: bool, pack: bool, vocab_limit: int | None = None):
     """`teacher_logprobs` and `teacher_ids` (rows, response width, K) of every row, each from its teacher; a row whose
     teacher_key value no teacher has is a DataError naming it. Teachers are whole on every rank (no collectives)."""
-    from reinforge.batch import Batch
-    from reinforge.errors import DataError
-    from reinforge.training.actor import response_logits
-    from reinforge.training.minibatch import FORWARD_KEYS, trim_padding
+    from reinforge.training.actor import response_logits  # here: actor.py imports this module
 
     rows, width = len(batch), batch["responses"].shape[1]
     log_probs, ids = torch.zeros(rows, width, topk), torch.zeros(rows, width, topk, dtype=torch.long)
@@ -187,7 +186,6 @@ def load_teachers(config, device, student_vocab: int) -> list[tuple[Teacher, tor
     the vocabulary the two models share (`student_vocab`: the student's logits)."""
     from transformers import AutoModelForCausalLM
 
-    from reinforge.errors import ConfigError, ModelError
     from reinforge.training.model import load_pretrained, load_tokenizer, prepare_model
 
     student = config.actor_rollout_ref.model
