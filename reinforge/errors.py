@@ -8,6 +8,7 @@ keeps its traceback. docs/errors.md lists the mistakes users make and the messag
 
 import argparse
 import os
+import re
 
 
 class UserError(Exception):
@@ -52,3 +53,8 @@ def add_debug_argument(parser: argparse.ArgumentParser) -> None:
 def debug_requested(args: argparse.Namespace) -> bool:
     """Whether tracebacks of user errors are wanted: `--debug`, REINFORGE_DEBUG=1 or REINFORGE_TRACEBACK=1."""
     return getattr(args, "debug", False) or "1" in (os.environ.get("REINFORGE_DEBUG"), os.environ.get("REINFORGE_TRACEBACK"))
+
+
+def without_colours(text: str) -> str:
+    """`text` without terminal colour codes (Ray's and transformers' output), which a log file shows as `[36m`."""
+    return re.sub(r"\x1b\[[0-9;]*m", "", text)

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from reinforge.config.fields import Node, _f, _sub
-from reinforge.errors import ConfigError
+from reinforge.errors import ConfigError, DataError
 
 ESTIMATOR_MODES = ("kl", "k1", "abs", "mse", "k2", "low_var_kl", "k3")  # single-sample KL estimators, sampled tokens only
 TOPK_MODE = "forward_kl_topk"
@@ -111,3 +111,9 @@ def check_distillation(config: DistillationConfig) -> None:
     if loss.loss_max_clamp is not None and loss.loss_max_clamp <= 0:
         raise ConfigError(f"{where}.loss_max_clamp={loss.loss_max_clamp} must be > 0 (null: no clamp)")
     resolve_teachers(config)
+
+
+def no_teacher(where: str, teacher_key: str, values, keys) -> DataError:
+    """The error for rows whose teacher_key `values` no teacher's key is (`where`: their files, or none)."""
+    return DataError(f"{where}rows whose {teacher_key} is {', '.join(map(repr, values))} have no teacher: the teachers' "
+                     f"keys (distillation.teacher_models.*.key) are {', '.join(sorted(map(str, keys)))}")

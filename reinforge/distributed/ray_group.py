@@ -25,7 +25,6 @@ from __future__ import annotations
 import contextlib
 import faulthandler
 import os
-import re
 import signal
 import socket
 import sys
@@ -41,7 +40,7 @@ from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 from reinforge.config.schema import Config
 from reinforge.distributed.process_group import ray_address, world_size_of
 from reinforge.distributed.worker_group import WorkerGroup, WorkerPool
-from reinforge.errors import ConfigError, RankError, UserError
+from reinforge.errors import ConfigError, RankError, UserError, without_colours
 from reinforge.trainer.checkpoint import plain_os_errors
 
 # the workers' logs as quiet as the driver's (trainer/main.py): no per-file progress bars or advisory warnings
@@ -270,16 +269,11 @@ def _raise_failure(ref, rank: int, what: str) -> None:
         raise RankError(f"rank {rank}, {what} raised {type(cause).__name__}: {cause}\n\n"
                         f"the worker's traceback:\n{_worker_traceback(exc)}") from (cause if isinstance(cause, OSError) else None)
     except RayActorError as exc:
-        raise RankError(f"rank {rank}, {what}: the worker process died ({_plain(str(exc))})") from None
-
-
-def _plain(text: str) -> str:
-    """Ray's text without its terminal colour codes, which a log file would show as `[36m`."""
-    return re.sub(r"\x1b\[[0-9;]*m", "", text)
+        raise RankError(f"rank {rank}, {what}: the worker process died ({without_colours(str(exc))})") from None
 
 
 def _worker_traceback(exc: RayTaskError) -> str:
     """The remote traceback of a RayTaskError as Python prints one, without Ray's header line about the actor."""
-    lines = _plain(str(exc)).splitlines()
+    lines = without_colours(str(exc)).splitlines()
     start = next((i for i, line in enumerate(lines) if line.startswith("  File ")), 0)
     return "\n".join(["Traceback (most recent call last):", *lines[start:]])

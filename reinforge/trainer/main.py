@@ -253,7 +253,7 @@ def _check_reward_data(data, built_in: bool, *datasets) -> None:
 def _check_teacher_routing(distillation, dataset, files) -> None:
     """With several teachers, each training row's distillation.teacher_key value names one: else a DataError naming the
     files and the value before any model work (the teachers are asked only after the first rollout)."""
-    from reinforge.config.distillation_schema import resolve_teachers
+    from reinforge.config.distillation_schema import no_teacher, resolve_teachers
     from reinforge.errors import DataError
 
     if not distillation.enabled or not hasattr(dataset, "data_source_files"):
@@ -266,8 +266,7 @@ def _check_teacher_routing(distillation, dataset, files) -> None:
             raise DataError(f"{', '.join(value_files) or files}: rows with no value in column {distillation.teacher_key!r}, "
                             "which distillation.teacher_key names as the one that picks each row's teacher")
         if value not in keys:
-            raise DataError(f"{', '.join(value_files) or files}: rows whose {distillation.teacher_key} is {value!r} have no "
-                            f"teacher: the teachers' keys (distillation.teacher_models.*.key) are {', '.join(sorted(keys))}")
+            raise no_teacher(f"{', '.join(value_files) or files}: ", distillation.teacher_key, [value], keys)
 
 
 def mean_val_reward(metrics: dict[str, float]) -> float:

@@ -28,7 +28,14 @@ import torch
 
 from reinforge.algorithm import agg_loss, compute_policy_loss, kl_penalty, log_probs_from_logits, masked_mean
 from reinforge.batch import Batch
-from reinforge.config.distillation_schema import ESTIMATOR_MODES, TOPK_MODE, DistillationConfig, Teacher, resolve_teachers
+from reinforge.config.distillation_schema import (
+    ESTIMATOR_MODES,
+    TOPK_MODE,
+    DistillationConfig,
+    Teacher,
+    no_teacher,
+    resolve_teachers,
+)
 from reinforge.distributed.process_group import all_reduce
 from reinforge.errors import ConfigError, DataError, ModelError
 from reinforge.training.minibatch import FORWARD_KEYS, trim_padding
@@ -149,10 +156,9 @@ def teacher_log_probs(teachers: list[tuple[Teacher, torch.nn.Module]], batch, te
         raise DataError(f"the rows have no field {teacher_key!r} (distillation.teacher_key) to pick their teacher by; "
                         f"they have {', '.join(batch.keys())}")
     values = list(batch[teacher_key]) if len(teachers) > 1 else [None] * rows
-    unknown = sorted({str(v) for v in values if v not in owners})
+    unknown = sorted({v for v in values if v not in owners}, key=str)
     if unknown:
-        raise DataError(f"rows whose {teacher_key} is {', '.join(unknown)} have no teacher: the teachers' keys "
-                        f"(distillation.teacher_models.*.key) are {', '.join(sorted(map(str, owners)))}")
+        raise no_teacher("", teacher_key, unknown, owners)
     inputs, size = batch.select(FORWARD_KEYS), micro_batch_size or rows
     for key, model in owners.items():
         mine = [row for row, value in enumerate(values) if value == key]

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import heapq
 import math
+import operator
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -162,7 +163,7 @@ def run_epochs(batch: Batch, keys: list[str], mini_size: int, epochs: int, shuff
         for mini in data.split(mini_size):
             metrics, stepped = optimizer_step(mini)
             for key, value in metrics.items():
-                reduce = min if key.endswith("_min") else max if key.endswith("_max") else float.__add__
+                reduce = min if key.endswith("_min") else max if key.endswith("_max") else operator.add
                 totals[key] = reduce(totals[key], value) if key in totals else value
             steps += 1
             skipped += not stepped

@@ -6,13 +6,12 @@ import contextlib
 import io
 import logging
 import os
-import re
 from pathlib import Path
 
 import torch
 
 from reinforge.config.schema import Config
-from reinforge.errors import ModelError
+from reinforge.errors import ModelError, without_colours
 from reinforge.user_code import import_user_module
 
 DTYPES = {"fp32": torch.float32, "float32": torch.float32, "32": torch.float32, "bf16": torch.bfloat16,
@@ -118,7 +117,7 @@ def load_pretrained(model_cfg, key: str, what: str, dtype: str, build) -> torch.
     except Exception as exc:
         detail = str(exc) if len(str(exc)) > 40 else f"{type(exc).__name__}: {exc}"
         if "above report" in detail and report.getvalue().strip():  # transformers' load report, which a quiet run kept back
-            detail += "\n" + re.sub(r"\x1b\[[0-9;]*m", "", report.getvalue().rstrip())  # without its terminal colours
+            detail += "\n" + without_colours(report.getvalue().rstrip())
         raise ModelError(f"{key}={source}: cannot load the {what}: {detail}") from exc
 
 

@@ -76,7 +76,7 @@ def test_each_row_is_scored_by_the_teacher_its_data_source_names(tiny_model_path
         chosen = [r for r, source in enumerate(batch["data_source"]) if source == key]
         assert torch.allclose(out["teacher_logprobs"][chosen, :, 0], own[chosen], atol=1e-5)
     batch["data_source"] = ["a", "c", "b", "a"]
-    with pytest.raises(DataError, match=r"rows whose data_source is c have no teacher: the teachers' keys .* are a, b"):
+    with pytest.raises(DataError, match=r"rows whose data_source is 'c' have no teacher: the teachers' keys .* are a, b"):
         teacher_log_probs(teachers, batch, "data_source", 1, None, "cpu", True, False)
 
 

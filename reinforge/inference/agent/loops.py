@@ -29,7 +29,7 @@ from reinforge.environment.envs import make_env
 from reinforge.errors import DataError
 from reinforge.inference.agent.base import AgentLoopBase, AgentOutput, AgentRow, Conversation, FailureReport, register_agent_loop
 from reinforge.inference.interactions import response_result
-from reinforge.inference.tools import execute_result, number, parse_tool_calls, plain_schema, truncate
+from reinforge.inference.tools import execute_result, number, parse_tool_calls, truncate
 from reinforge.user_code import class_label
 
 
@@ -139,7 +139,8 @@ class _RowInteraction:
 class ToolAgentLoop(AgentLoopBase):
     async def run(self, row: AgentRow) -> AgentOutput:
         ctx, cfg = self.ctx, self.ctx.multi_turn
-        schemas = [plain_schema(tool.get_openai_tool_schema()) for tool in ctx.tools.values()] or None
+        by_name = ctx.schemas
+        schemas = list(by_name.values()) or None
         row.prompt_ids = self._prompt_with_tools(row, schemas)
         self._check_tools_kwargs(row)
         conv = Conversation(ctx, row)
@@ -151,7 +152,7 @@ class ToolAgentLoop(AgentLoopBase):
                 text = await conv.model_turn()
                 if text is None or _over(cfg.max_assistant_turns, conv.assistant_turns):
                     break
-                parsed = parse_tool_calls(conv.raw_text, cfg.format, ctx.schemas) if ctx.tools else None
+                parsed = parse_tool_calls(conv.raw_text, cfg.format, by_name) if ctx.tools else None
                 tools.errors += len(parsed.errors) if parsed is not None else 0
                 calls_tools = parsed is not None and bool(parsed.calls)  # malformed calls alone: no call, as verl
                 if (not calls_tools and user is None) or _over(cfg.max_user_turns, conv.user_turns):
