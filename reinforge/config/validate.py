@@ -15,6 +15,7 @@ from pathlib import Path
 
 from reinforge.config.distillation_schema import check_distillation
 from reinforge.config.fields import node_at
+from reinforge.config.rollout_schema import TOOL_CALL_FORMATS
 from reinforge.config.schema import Config
 from reinforge.config.section_checks import (
     CHECKPOINT_CONTENTS,
@@ -258,7 +259,7 @@ def _check(config: Config) -> None:
     choice("actor_rollout_ref.rollout.mode", rollout.mode, ("sync", "async"))
     choice("actor_rollout_ref.rollout.multi_turn.tool_response_truncate_side", rollout.multi_turn.tool_response_truncate_side,
             ("left", "right", "middle"))
-    choice("actor_rollout_ref.rollout.multi_turn.format", rollout.multi_turn.format, ("hermes", "qwen3_coder"))
+    choice("actor_rollout_ref.rollout.multi_turn.format", rollout.multi_turn.format, TOOL_CALL_FORMATS)
     positive("actor_rollout_ref.rollout.multi_turn.max_parallel_calls", rollout.multi_turn.max_parallel_calls)
     positive("reward.num_workers", config.reward.num_workers)
     positive("actor_rollout_ref.rollout.multi_turn.max_tool_response_length", rollout.multi_turn.max_tool_response_length)

@@ -24,6 +24,7 @@ import traceback
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from reinforge.errors import ConfigError
 from reinforge.inference.engine import InferenceEngine, SamplingParams
 from reinforge.inference.seeds import derive_seed
 from reinforge.inference.tools.base import ReturnValueError
@@ -71,6 +72,7 @@ class AgentContext:
     max_prompt_length: int | None = None  # data.max_prompt_length and data.truncation, for a prompt rendered with tools
     truncation: str = "error"
     report: FailureReport = field(default_factory=FailureReport)  # the first failure of a tool or an interaction, printed
+    stop_token_ids: tuple[int, ...] = ()  # where the tool-call format's turns end besides end of sequence (tool_agent)
 
     @property
     def schemas(self) -> dict[str, dict]:
@@ -101,21 +103,21 @@ class AgentOutput:
     metrics: dict = field(default_factory=dict)  # tool_calls, tool_errors, generate_s, tool_s, ...
 
 
-def message_delta_text(tokenizer, messages: list[dict], tools: list[dict] | None = None, **template_kwargs) -> str:
-    """The template's text for `messages` appended after an assistant turn, starting right after its
-    end-of-turn token and ending with the next generation prompt.
+def message_delta_text(tokenizer, messages: list[dict], tools: list[dict] | None = None, calls: list | None = None,
+                       stopped_at: str | None = None, **template_kwargs) -> str:
+    """The template's text for `messages` appended after an assistant turn that ended with the token `stopped_at` (its
+    text; None: the tokenizer's end of sequence), starting right after that token and ending with the next generation
+    prompt.
 
     As verl builds it: the messages rendered after a stand-in conversation (system and user, and before tool answers
-    an assistant turn that calls as many tools, with reasoning), what the template adds for them, behind the text it
-    puts after an end-of-turn token. A template that renders the stand-in's last turn differently once more messages
-    follow (Qwen3 drops an empty think block from an earlier turn) is so handled. A template that refuses the stand-in
-    (no system role, one tool call at a time) is asked with a plain user/assistant exchange instead."""
+    an assistant turn that makes the calls answered, `tool_answers_text`), what the template adds for them, behind the
+    text it puts after an end-of-turn token. A template that renders the stand-in's last turn differently once more
+    messages follow is so handled. A template that refuses the stand-in (no system role) is asked with a plain
+    user/assistant exchange instead."""
     kwargs = {**template_kwargs, **({"tools": tools} if tools else {})}
-    stand_in = [{"role": "system", "content": "s"}, {"role": "user", "content": "u"}]
     if messages and messages[0]["role"] == "tool":
-        calls = [{"id": f"call_{i}", "type": "function", "function": {"name": "t", "arguments": {}}}
-                 for i, message in enumerate(messages) if message["role"] == "tool"]
-        stand_in.append({"role": "assistant", "content": "", "reasoning_content": "r", "tool_calls": calls})
+        return tool_answers_text(tokenizer, messages, calls, stopped_at, kwargs)
+    stand_in = [{"role": "system", "content": "s"}, {"role": "user", "content": "u"}]
     try:
         _, added = _rendered_after(tokenizer, stand_in, messages, kwargs)
         return _after_end_of_turn(tokenizer, tokenizer.apply_chat_template(stand_in[1:2], tokenize=False, **kwargs)) + added
@@ -124,6 +126,43 @@ def message_delta_text(tokenizer, messages: list[dict], tools: list[dict] | None
     before, added = _rendered_after(tokenizer, [{"role": "user", "content": "x"}, {"role": "assistant", "content": "y"}],
                                     messages, kwargs)
     return _after_end_of_turn(tokenizer, before) + added
+
+
+def tool_answers_text(tokenizer, messages: list[dict], calls: list | None, stopped_at: str | None, kwargs: dict) -> str:
+    """The template's text for tool answers (and the next generation prompt) after the turn that made `calls`
+    (ToolCalls; placeholders when not given).
+
+    The stand-in's assistant turn makes the real calls (names, arguments, ids), and each answer names its call's id
+    (`tool_call_id`, the stand-in's when the call has none), so templates that name the tool in its answer (gpt-oss,
+    Gemma 4, by the id) or the call's id (Kimi) render them. The text begins with what the template writes after the
+    token the model stopped at within that turn (Qwen's newline after `<|im_end|>`, Gemma 4's `<|tool_response>` after
+    `<tool_call|>`), or, when that token is not there, after the tokenizer's end-of-sequence token. The stand-in opens
+    with a system message, or without one for a template that has no system role; a template that renders neither
+    is a ConfigError naming its error (verl's rollout fails there too), never a guess."""
+    answered = calls or [None] * sum(message["role"] == "tool" for message in messages)
+    tool_calls = [{"id": getattr(call, "id", None) or f"call_{i}", "type": "function",
+                   "function": {"name": getattr(call, "name", "t"), "arguments": getattr(call, "arguments", {})}}
+                  for i, call in enumerate(answered)]
+    ids = iter(call["id"] for call in tool_calls)
+    messages = [{**m, "tool_call_id": m.get("tool_call_id") or next(ids, None)} if m["role"] == "tool" else m for m in messages]
+    turn = {"role": "assistant", "content": "", "reasoning_content": "r", "tool_calls": tool_calls}
+    error = None
+    for opening in ([{"role": "system", "content": "s"}, {"role": "user", "content": "u"}], [{"role": "user", "content": "u"}]):
+        try:
+            before, added = _rendered_after(tokenizer, [*opening, turn], messages, kwargs)
+            earlier = tokenizer.apply_chat_template(opening, tokenize=False, **kwargs)
+        except Exception as err:  # noqa: BLE001  (the template's refusal: jinja's, a SecurityError of its sandbox, ...)
+            error = error or err
+            continue
+        calling = before[len(earlier):] if before.startswith(earlier) else ""
+        if stopped_at and stopped_at in calling:
+            return calling[calling.rfind(stopped_at) + len(stopped_at):] + added
+        return _after_end_of_turn(tokenizer, earlier) + added
+    several = (" (it may take one call a turn: set actor_rollout_ref.rollout.multi_turn.max_parallel_calls=1)"
+               if len(tool_calls) > 1 else "")
+    raise ConfigError(f"the chat template cannot render {len(messages)} tool answer(s) after an assistant turn that makes "
+                      f"{len(tool_calls)} tool call(s){several}: {type(error).__name__}: {str(error).rstrip('.')}. Fix the template (the "
+                      "model's tokenizer_config.json or chat_template.jinja, or actor_rollout_ref.model.custom_chat_template)")
 
 
 def _rendered_after(tokenizer, base: list[dict], messages: list[dict], kwargs: dict) -> tuple[str, str]:
@@ -145,8 +184,9 @@ def _after_end_of_turn(tokenizer, text: str) -> str:
 class Conversation:
     """The growing response of one row: token ids, loss mask, log-probs, and turn counts."""
 
-    def __init__(self, ctx: AgentContext, row: AgentRow):
+    def __init__(self, ctx: AgentContext, row: AgentRow, stop_token_ids: tuple[int, ...] = ()):
         self.ctx, self.row = ctx, row
+        self.params = replace(ctx.params, stop_token_ids=tuple(dict.fromkeys((*ctx.params.stop_token_ids, *stop_token_ids))))
         self.ids: list[int] = []
         self.mask: list[int] = []
         self.log_probs: list[float] = []
@@ -160,7 +200,7 @@ class Conversation:
 
     @property
     def remaining(self) -> int:
-        return self.ctx.params.max_tokens - len(self.ids)
+        return self.params.max_tokens - len(self.ids)
 
     async def model_turn(self) -> str | None:
         """Generate one assistant turn; its text, or None when the budget ran out (the conversation ends)."""
@@ -171,7 +211,7 @@ class Conversation:
         start = time.perf_counter()
         seed = None if self.row.seed is None else derive_seed(self.row.seed, self.assistant_turns)
         output = await self.ctx.engine.generate(self.row.prompt_ids + self.ids,
-                                                replace(self.ctx.params, max_tokens=self.remaining, seed=seed))
+                                                replace(self.params, max_tokens=self.remaining, seed=seed))
         self.metrics["generate_s"] += time.perf_counter() - start
         tokens, log_probs = output.token_ids, list(output.log_probs)
         self.ids += tokens
@@ -191,11 +231,19 @@ class Conversation:
             return None
         return text
 
-    def add_messages(self, messages: list[dict], tools: list[dict] | None = None) -> bool:
+    def add_messages(self, messages: list[dict], tools: list[dict] | None = None, calls: list | None = None) -> bool:
         """Append tool/user messages (mask 0) and the next generation prompt; False, appending nothing, when they would
-        reach the end of the response budget (as verl's loop, which drops such a round and ends the conversation)."""
-        text = message_delta_text(self.ctx.tokenizer, messages, tools, **self.ctx.chat_template_kwargs)
-        ids = self.ctx.tokenizer(text, add_special_tokens=False)["input_ids"]
+        reach the end of the response budget (as verl's loop, which drops such a round and ends the conversation).
+
+        `calls`: the ToolCalls the tool messages answer. A template whose next message opens with the token the
+        model's turn stopped at (GLM's `<|observation|>` and `<|user|>`) does not get that token twice: the model's
+        stays, with its log-prob (verl removes the model's and adds the template's)."""
+        tok = self.ctx.tokenizer
+        stopped_at = tok.convert_ids_to_tokens(self.ids[-1]) if self.mask and self.mask[-1] == 1 else None
+        text = message_delta_text(tok, messages, tools, calls, stopped_at, **self.ctx.chat_template_kwargs)
+        if stopped_at and stopped_at in tok.get_added_vocab() and text.startswith(stopped_at):
+            text = text[len(stopped_at):]
+        ids = tok(text, add_special_tokens=False)["input_ids"]
         if len(ids) >= self.remaining:
             self.finish_reason = "length"
             return False

@@ -1,8 +1,10 @@
 """The built-in agent loops: `single_turn_agent`, `tool_agent` (tools and interactions) and `env_agent` (text games).
 
 tool_agent, per row: the prompt is re-rendered from the row's messages with the tools' schemas
-(`tools=`) when the chat template shows them (as verl does); the model speaks; Hermes `<tool_call>`s in its turn run (at most
+(`tools=`) when the chat template shows them (as verl does); the model speaks (generation also stops at the
+`multi_turn.format`'s stop token, if it has one); the tool calls in its turn (in that format) run (at most
 `multi_turn.max_parallel_calls`, concurrently) and their answers come back as `tool` messages in the order of the calls
+(with the call's `tool_call_id` when the model gave one)
 (cut to `max_tool_response_length` characters on `tool_response_truncate_side`). A turn without tool calls ends the
 conversation, or, when the row names an interaction (`extra_info.interaction_kwargs.name`), gets the interaction's reply
 as a `user` message. `max_assistant_turns` bounds model turns; `max_user_turns` bounds the rounds of tool answers and
@@ -143,7 +145,7 @@ class ToolAgentLoop(AgentLoopBase):
         schemas = list(by_name.values()) or None
         row.prompt_ids = self._prompt_with_tools(row, schemas)
         self._check_tools_kwargs(row)
-        conv = Conversation(ctx, row)
+        conv = Conversation(ctx, row, ctx.stop_token_ids)
         tools = _ToolState()
         user = await self._start_interaction(row)
         scores: dict = {}
@@ -157,8 +159,10 @@ class ToolAgentLoop(AgentLoopBase):
                 calls_tools = parsed is not None and bool(parsed.calls)  # malformed calls alone: no call, as verl
                 if (not calls_tools and user is None) or _over(cfg.max_user_turns, conv.user_turns):
                     break
-                if calls_tools:
-                    messages = [{"role": "tool", "content": answer} for answer in await self._call_tools(parsed, row, tools)]
+                calls = parsed.calls[: cfg.max_parallel_calls] if calls_tools else None
+                if calls:
+                    messages = [{"role": "tool", "content": answer, **({"tool_call_id": call.id} if call.id else {})}
+                                for call, answer in zip(calls, await self._call_tools(calls, row, tools), strict=True)]
                 else:
                     done, reply = await user.reply(conv.messages)
                     if reply is None:
@@ -167,7 +171,7 @@ class ToolAgentLoop(AgentLoopBase):
                         conv.user_turns += 1  # verl counts the closing reply as a user turn
                         break
                     messages = [{"role": "user", "content": reply}]
-                if not conv.add_messages(messages, schemas):  # a round the budget cannot hold is dropped, not counted
+                if not conv.add_messages(messages, schemas, calls):  # a round the budget cannot hold is dropped, not counted
                     break
                 conv.user_turns += 1
         finally:
@@ -229,12 +233,12 @@ class ToolAgentLoop(AgentLoopBase):
                 f"{_row_name(row)} has extra_info.tools_kwargs for {unknown}, but {configured} (the tools' names in "
                 f"{_tool_files(self.ctx.multi_turn)}); those kwargs reach no tool (said once per run)."))
 
-    async def _call_tools(self, parsed, row: AgentRow, tools: _ToolState) -> list[str]:
-        """The answers to a turn's calls, in the order written: the first max_parallel_calls valid calls run
-        (concurrently); the malformed ones are not (verl's parser drops them; run() counts them in tool_errors)."""
+    async def _call_tools(self, calls: list, row: AgentRow, tools: _ToolState) -> list[str]:
+        """The answers to the turn's first max_parallel_calls valid calls, run concurrently, in the order written (the
+        malformed ones are not run: verl's parser drops them; run() counts them in tool_errors)."""
         cfg = self.ctx.multi_turn
         start = time.perf_counter()
-        answers = await asyncio.gather(*(self._call_one(call, row, tools) for call in parsed.calls[: cfg.max_parallel_calls]))
+        answers = await asyncio.gather(*(self._call_one(call, row, tools) for call in calls))
         tools.seconds += time.perf_counter() - start
         return [truncate(text, cfg.max_tool_response_length, cfg.tool_response_truncate_side) for text in answers]
 

@@ -22,12 +22,20 @@ import torch
 from reinforge.batch import Batch
 from reinforge.environment.dataset import collate_prompts
 from reinforge.errors import ConfigError, DataError
-from reinforge.inference.agent.base import AGENT_LOOP_REGISTRY, AgentContext, AgentLoopBase, AgentOutput, AgentRow, FailureReport
+from reinforge.inference.agent.base import (
+    AGENT_LOOP_REGISTRY,
+    AgentContext,
+    AgentLoopBase,
+    AgentOutput,
+    AgentRow,
+    FailureReport,
+    tool_answers_text,
+)
 from reinforge.inference.engine import GenerationOutput, InferenceEngine, SamplingParams
 from reinforge.inference.interactions import load_interactions
 from reinforge.inference.rollout import prompt_token_lists, row_seed_list, trajectories
-from reinforge.inference.tools import load_all_tools
-from reinforge.inference.tools.parser import FORMATS
+from reinforge.inference.tools import ToolCall, load_all_tools, plain_schema
+from reinforge.inference.tools.parser import FORMATS, stop_token_ids
 
 AGENT_KEY = "actor_rollout_ref.rollout.agent.agent_loop_config_path"
 
@@ -77,6 +85,11 @@ class AgentRunner:
             load_agent_loops(agent.agent_loop_config_path)
         self.default_agent = (agent.default_agent_loop if agent is not None else None) or "tool_agent"
         self.report = FailureReport()  # one per run: the first failure of a tool or an interaction is printed once
+        self.stop_token_ids = tuple(stop_token_ids(multi_turn.format, tokenizer))
+        if self.tools:  # a template that cannot render a tool's answer fails now, not at the first call in the rollout
+            schemas = [plain_schema(tool.get_openai_tool_schema()) for tool in self.tools.values()]
+            tool_answers_text(tokenizer, [{"role": "tool", "content": "ok"}], [ToolCall(next(iter(self.tools)), {})], None,
+                              {**self.chat_template_kwargs, "tools": schemas})
 
     def generate_sequences(self, engine: InferenceEngine, prompts: Batch, params: SamplingParams, pad_token_id: int) -> Batch:
         """Run every row's agent loop concurrently and lay the conversations out as trajectories."""
@@ -94,7 +107,7 @@ class AgentRunner:
 
     async def _run_all(self, engine: InferenceEngine, prompts: Batch, params: SamplingParams) -> list[AgentOutput]:
         ctx = AgentContext(engine, self.tokenizer, params, self.multi_turn, self.tools, self.interactions, self.chat_template_kwargs,
-                           *self.prompt_limit, report=self.report)
+                           *self.prompt_limit, report=self.report, stop_token_ids=self.stop_token_ids)
         ids = prompt_token_lists(prompts["input_ids"], prompts["attention_mask"])
         rows = len(ids)
         names = list(prompts["agent_name"]) if "agent_name" in prompts else [None] * rows

@@ -1,4 +1,4 @@
-"""Tools for multi-turn rollouts: the interface (verl's BaseTool), the YAML loader, function tools, the Hermes parser,
+"""Tools for multi-turn rollouts: the interface (verl's BaseTool), the YAML loader, function tools, the tool-call parsers,
 built-ins."""
 
 from reinforge.inference.tools.base import (
@@ -15,8 +15,8 @@ from reinforge.inference.tools.base import (
 from reinforge.inference.tools.builtin import CalculatorTool, Gsm8kTool, PythonTool
 from reinforge.inference.tools.functions import FunctionTool, function_tool
 from reinforge.inference.tools.loading import BUILTIN_TOOLS, load_all_tools, load_tools
-from reinforge.inference.tools.parser import ParsedTurn, ToolCall, parse_tool_calls
+from reinforge.inference.tools.parser import FORMATS, ParsedTurn, ToolCall, parse_tool_calls, stop_token_ids
 
-__all__ = ["BUILTIN_TOOLS", "BaseTool", "CalculatorTool", "FunctionTool", "Gsm8kTool", "ParsedTurn", "PythonTool",
+__all__ = ["BUILTIN_TOOLS", "FORMATS", "BaseTool", "CalculatorTool", "FunctionTool", "Gsm8kTool", "ParsedTurn", "PythonTool",
            "ReturnValueError", "ToolCall", "ToolSchema", "execute_result", "function_tool", "load_all_tools", "load_tools",
-           "number", "parse_tool_calls", "plain_schema", "response_text", "show_value", "truncate"]
+           "number", "parse_tool_calls", "plain_schema", "response_text", "show_value", "stop_token_ids", "truncate"]

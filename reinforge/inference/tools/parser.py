@@ -1,17 +1,35 @@
 """Tool calls in the model's text, in the format `multi_turn.format` names (verl's tool parsers):
 
-- `hermes`: `<tool_call>{"name": ..., "arguments": {...}}</tool_call>`;
+- `hermes` (Qwen2.5, Qwen3, ...): `<tool_call>{"name": ..., "arguments": {...}}</tool_call>`;
 - `qwen3_coder` (Qwen3-Coder, Qwen3.5): `<tool_call><function=NAME><parameter=P>value</parameter>...</function></tool_call>`,
   each value converted by the type the tool's schema gives that parameter, as verl converts it (integer, number,
   boolean, object as JSON, other types as a Python literal, `null` as None; a value that does not convert, or a
   parameter the schema does not name, stays text); a call cut off by the token limit after its last complete
-  parameter still counts, as in verl.
+  parameter still counts, as in verl;
+- `glm` (GLM-4.5 and later): `<tool_call>NAME<arg_key>K</arg_key><arg_value>V</arg_value>...</tool_call>`;
+- `seed` (Seed-OSS): `<seed:tool_call><function=NAME><parameter=K>V</parameter>...</function></seed:tool_call>`;
+- `minimax` (MiniMax-M2): `<minimax:tool_call><invoke name="NAME"><parameter name="K">V</parameter>...</invoke>
+  </minimax:tool_call>`;
+- `kimi` (Kimi-K2): `<|tool_calls_section_begin|><|tool_call_begin|>functions.NAME:0<|tool_call_argument_begin|>{...}
+  <|tool_call_end|>...`; the id (`functions.NAME:0`) goes back with the answer as its `tool_call_id`;
+- `deepseek_v4` (DeepSeek-V4's DSML): `<｜DSML｜invoke name="NAME"><｜DSML｜parameter name="K" string="true">V
+  </｜DSML｜parameter>...` inside `<｜DSML｜tool_calls>`; a value marked `string="false"` is JSON;
+- `gpt-oss` (the harmony format): a message to `functions.NAME` ended by `<|call|>`, its body the JSON arguments;
+  messages on the `analysis` channel (reasoning) are never calls;
+- `gemma4`: `<|tool_call>call:NAME{key:<|"|>text<|"|>,key2:5}<tool_call|>`.
+
+The values of glm, seed and minimax parameters are JSON when they parse as JSON, else the text (stripped), as verl
+reads them. glm, kimi and gemma4 models end a turn of calls with a token their tokenizer need not count as the end
+of a sequence (`<|observation|>`, `<|im_end|>`, `<tool_call|>`), so the tool agent also stops generating there
+(`STOP_TOKENS`, `stop_token_ids`), as verl's parsers ask.
 
 `parse_tool_calls(text, format, schemas)` never raises: a call that is malformed (hermes: not valid JSON, not an
 object, without a string `name` or `arguments` (verl's parser needs both), with non-object `arguments`;
-qwen3_coder: a function or parameter tag without its `>`), or a hermes opening tag without its closing one,
-becomes an error message in `items` (in the order written, beside the calls): the agent loop counts them in
-`tool_errors` and, as verl's parsers do, runs only the valid calls.
+qwen3_coder: a function or parameter tag without its `>`; any format: without a function name, or, where the
+arguments are JSON (kimi, gpt-oss), arguments that are not a JSON object), or a hermes opening tag without its
+closing one, becomes an error message in `items` (in the order written, beside the calls): the agent loop counts
+them in `tool_errors` and, as verl's parsers do, runs only the valid calls. (verl runs a kimi call whose arguments
+are not JSON with no arguments, and answers a gpt-oss one with the JSON error.)
 """
 
 from __future__ import annotations
@@ -24,11 +42,15 @@ from dataclasses import dataclass, field
 OPEN, CLOSE = "<tool_call>", "</tool_call>"
 _CALL = re.compile(re.escape(OPEN) + r"(.*?)" + re.escape(CLOSE), re.DOTALL)
 
+# the token that ends a turn of tool calls, where generation must stop for the answers (verl's stop_token_ids)
+STOP_TOKENS = {"glm": "<|observation|>", "kimi": "<|im_end|>", "gemma4": "<tool_call|>"}
+
 
 @dataclass
 class ToolCall:
     name: str
     arguments: dict
+    id: str | None = None  # the model's own id for the call (kimi), sent back as the answer's tool_call_id
 
 
 @dataclass
@@ -45,13 +67,21 @@ class ParsedTurn:
         return [item for item in self.items if isinstance(item, str)]
 
 
-FORMATS = ("hermes", "qwen3_coder")
-
-
 def parse_tool_calls(text: str, format: str = "hermes", schemas: dict[str, dict] | None = None) -> ParsedTurn:
-    """The calls of a model turn; `schemas`: the tools' OpenAI schemas by name (qwen3_coder types its values by them)."""
-    if format == "qwen3_coder":
-        return _parse_qwen3_coder(text, schemas or {})
+    """The calls of a model turn; `schemas`: the tools' OpenAI schemas by name (qwen3_coder types its values by them,
+    kimi finds a call's tool by them)."""
+    return _PARSERS[format](text, schemas or {})
+
+
+def stop_token_ids(format: str, tokenizer) -> list[int]:
+    """The ids generation stops at, besides end of sequence, for a turn in this format (none when the tokenizer does not
+    have the format's token)."""
+    token = STOP_TOKENS.get(format)
+    vocabulary = tokenizer.get_vocab() if token else {}
+    return [vocabulary[token]] if token in vocabulary else []
+
+
+def _parse_hermes(text: str, schemas: dict) -> ParsedTurn:
     turn = ParsedTurn(content=_CALL.sub("", text).strip())
     for body in _CALL.findall(text):
         call, error = _parse_one(body.strip())
@@ -108,9 +138,12 @@ def _parse_qwen3_coder(text: str, schemas: dict[str, dict]) -> ParsedTurn:
     return turn
 
 
+def _parameters(schema: dict | None) -> dict:
+    return ((schema or {}).get("function") or {}).get("parameters") or {}
+
+
 def _properties(schema: dict | None) -> dict:
-    function = (schema or {}).get("function") or {}
-    return ((function.get("parameters") or {}).get("properties")) or {}
+    return _parameters(schema).get("properties") or {}
 
 
 def _typed(value: str, spec: dict | None):
@@ -141,3 +174,202 @@ def _typed(value: str, spec: dict | None):
         return ast.literal_eval(value)
     except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
         return value
+
+
+def _named(name: str, arguments: dict, call_id: str | None = None) -> ToolCall | str:
+    return ToolCall(name, arguments, call_id) if name else "Error: a tool call without a function name."
+
+
+def _json_or_text(value: str):
+    """A glm, seed or minimax value: JSON when it parses as JSON, else the text, stripped (as verl reads them)."""
+    return _json_or_raw(value.strip())
+
+
+def _json_or_raw(value: str):
+    try:
+        return json.loads(value)
+    except (ValueError, RecursionError):
+        return value
+
+
+def _json_object(text: str, what: str) -> dict | str:
+    """JSON arguments (kimi, gpt-oss) as a dict, or the error message."""
+    try:
+        value = json.loads(text.strip())
+    except (ValueError, RecursionError):
+        return f"Error: the arguments of {what} are not valid JSON: {text.strip()[:200]}"
+    return value if isinstance(value, dict) else f"Error: the arguments of {what} must be a JSON object."
+
+
+def _blocks(text: str, open_tag: str, close_tag: str) -> tuple[str, list[str]]:
+    """(the text before the first block, the blocks' bodies); no blocks unless both tags are in the text, as verl."""
+    if open_tag not in text or close_tag not in text:
+        return text, []
+    return text[:text.find(open_tag)], re.findall(re.escape(open_tag) + "(.*?)" + re.escape(close_tag), text, re.DOTALL)
+
+
+def _after_thinking(text: str) -> str:
+    return text.rpartition("</think>")[2]
+
+
+_GLM_ARGUMENT = re.compile(r"<arg_key>(.*?)</arg_key>\s*<arg_value>(.*?)</arg_value>", re.DOTALL)
+
+
+def _parse_glm(text: str, schemas: dict) -> ParsedTurn:
+    before, blocks = _blocks(text, OPEN, CLOSE)
+    turn = ParsedTurn(content=_after_thinking(before).strip())
+    for body in blocks:
+        cut = body.find("<arg_key>")
+        arguments = {} if cut == -1 else {k.strip(): _json_or_text(v) for k, v in _GLM_ARGUMENT.findall(body[cut:])}
+        turn.items.append(_named((body if cut == -1 else body[:cut]).strip(), arguments))
+    return turn
+
+
+_SEED_FUNCTION = re.compile(r"<function=([^>\n]+)>\s*(.*?)</function>", re.DOTALL)
+_SEED_PARAMETER = re.compile(r"<parameter=([^>\n]+)>(.*?)</parameter>", re.DOTALL)
+
+
+def _parse_seed(text: str, schemas: dict) -> ParsedTurn:
+    before, blocks = _blocks(text, "<seed:tool_call>", "</seed:tool_call>")
+    turn = ParsedTurn(content=before.strip())
+    for body in blocks:
+        function = _SEED_FUNCTION.search(body)  # one function a block, as the model writes it and verl reads it
+        if function is None:
+            turn.items.append("Error: a <seed:tool_call> without <function=NAME>...</function>.")
+            continue
+        arguments = {k.strip(): _json_or_text(v) for k, v in _SEED_PARAMETER.findall(function.group(2))}
+        turn.items.append(_named(function.group(1).strip(), arguments))
+    return turn
+
+
+_MINIMAX_INVOKE = re.compile(r'<invoke name="([^"]+)">\s*(.*?)</invoke>', re.DOTALL)
+_MINIMAX_PARAMETER = re.compile(r'<parameter name="([^"]+)">(.*?)</parameter>', re.DOTALL)
+
+
+def _parse_minimax(text: str, schemas: dict) -> ParsedTurn:
+    before, blocks = _blocks(text, "<minimax:tool_call>", "</minimax:tool_call>")
+    turn = ParsedTurn(content=before.strip())
+    for body in blocks:
+        for name, inner in _MINIMAX_INVOKE.findall(body):
+            turn.items.append(_named(name.strip(), {k.strip(): _json_or_text(v) for k, v in _MINIMAX_PARAMETER.findall(inner)}))
+    return turn
+
+
+_KIMI_SECTION = "<|tool_calls_section_begin|>"
+_KIMI_CALL = re.compile(r"<\|tool_call_begin\|>(.*?)<\|tool_call_argument_begin\|>(.*?)<\|tool_call_end\|>", re.DOTALL)
+_KIMI_ID = re.compile(r"(?:functions\.)?(.*?)(?::\d+)?")
+
+
+def _parse_kimi(text: str, schemas: dict) -> ParsedTurn:
+    start = text.find(_KIMI_SECTION)
+    turn = ParsedTurn(content=(text if start == -1 else text[:start]).strip())
+    if start == -1:
+        return turn
+    for call_id, raw in _KIMI_CALL.findall(text):
+        call_id = call_id.strip()
+        arguments = _json_object(raw, f"the call {call_id!r}")
+        turn.items.append(arguments if isinstance(arguments, str) else
+                          _named(_kimi_tool(call_id, arguments, schemas), arguments, call_id or None))
+    return turn
+
+
+def _kimi_tool(call_id: str, arguments: dict, schemas: dict) -> str:
+    """The tool a kimi call id names: the id itself or NAME of `functions.NAME:0` when a tool has that name; else, as verl
+    guesses, the one tool whose name is in the id, or the one tool whose required parameters the call gives; else the
+    id (answered as an unknown function)."""
+    name = _KIMI_ID.fullmatch(call_id).group(1)
+    for found in (call_id, name):
+        if found in schemas:
+            return found
+    compact = call_id.lower().replace("-", "_")
+    by_name = [tool for tool in schemas if tool.lower() in compact]
+    by_parameters = [tool for tool, schema in schemas.items()
+                     if (required := set(_parameters(schema).get("required") or ())) and required <= set(arguments)]
+    for candidates in (by_name, by_parameters):
+        if len(candidates) == 1:
+            return candidates[0]
+    return call_id
+
+
+_DSML = "｜DSML｜"
+_DSML_INVOKE = re.compile(f'<{_DSML}invoke name="(.*?)">(.*?)</{_DSML}invoke>', re.DOTALL)
+_DSML_PARAMETER = re.compile(f'<{_DSML}parameter name="(.*?)" string="(true|false)">(.*?)</{_DSML}parameter>', re.DOTALL)
+
+
+def _parse_deepseek_v4(text: str, schemas: dict) -> ParsedTurn:
+    before, blocks = _blocks(text, f"<{_DSML}tool_calls>", f"</{_DSML}tool_calls>")
+    turn = ParsedTurn(content=_after_thinking(before).replace("<｜end▁of▁sentence｜>", "").strip())
+    for body in blocks:
+        for name, inner in _DSML_INVOKE.findall(body):
+            arguments = {}
+            for key, is_text, value in _DSML_PARAMETER.findall(inner):
+                # string="true": the text as written; else JSON, or the text when it is not JSON (as verl)
+                arguments[key] = value if is_text == "true" else _json_or_raw(value)
+            turn.items.append(_named(name, arguments))
+    return turn
+
+
+# a harmony message: its header (role, channel, recipient), its body, and the token that ends it
+_HARMONY_MESSAGE = re.compile(r"((?:(?!<\|message\|>).)*?)<\|message\|>(.*?)(<\|end\|>|<\|call\|>|<\|return\|>|$)", re.DOTALL)
+_HARMONY_RECIPIENT = re.compile(r"to=([^\s<]+)")
+
+
+def _parse_gpt_oss(text: str, schemas: dict) -> ParsedTurn:
+    """gpt-oss: a message whose header names a recipient `functions.NAME` and that ends with `<|call|>` is a call (verl
+    asks for `<|start|>assistant` and `<|constrain|>json` in the header too, which a turn's first message lacks when the
+    prompt already opened it); messages on the analysis channel are reasoning; the others are the content."""
+    turn, content = ParsedTurn(content=""), []
+    for header, body, end in _HARMONY_MESSAGE.findall(text):
+        if "<|channel|>analysis" in header:
+            continue
+        recipient = _HARMONY_RECIPIENT.search(header)
+        if end != "<|call|>" or recipient is None:
+            content.append(body)
+        elif not recipient.group(1).startswith("functions."):
+            turn.items.append(f"Error: a call to {recipient.group(1)!r}, which is not a function (to=functions.NAME).")
+        else:
+            name = recipient.group(1).removeprefix("functions.")
+            arguments = _json_object(body, f"the call of {name!r}")
+            turn.items.append(arguments if isinstance(arguments, str) else _named(name, arguments))
+    turn.content = "\n".join(content).strip()
+    return turn
+
+
+_GEMMA_OPEN = "<|tool_call>"
+_GEMMA_CALL = re.compile(r"<\|tool_call>call:(\w+)\{(.*?)\}<tool_call\|>", re.DOTALL)
+# key:<|"|>text<|"|> or key:bare; a text may span lines (verl's pattern stops a text at a line's end)
+_GEMMA_ARGUMENT = re.compile(r'(\w+):(?:<\|"\|>(.*?)<\|"\|>|([^,}]*))', re.DOTALL)
+_GEMMA_WORDS = {"true": True, "false": False, "null": None}
+
+
+def _parse_gemma4(text: str, schemas: dict) -> ParsedTurn:
+    start = text.find(_GEMMA_OPEN)
+    turn = ParsedTurn(content=(text if start == -1 else text[:start]).strip())
+    calls = _GEMMA_CALL.findall(text)
+    for name, body in calls:
+        arguments = {}
+        for match in _GEMMA_ARGUMENT.finditer(body):
+            key, quoted, bare = match.groups()
+            arguments[key] = quoted if quoted is not None else _gemma_bare(bare.strip())
+        turn.items.append(ToolCall(name, arguments))
+    if text.count(_GEMMA_OPEN) > len(calls):
+        turn.items.append(f"Error: a {_GEMMA_OPEN} not of the form {_GEMMA_OPEN}call:NAME{{key:value,...}}<tool_call|>.")
+    return turn
+
+
+def _gemma_bare(value: str):
+    """An unquoted gemma4 value: true, false, null (any case), an integer, a number, else the text."""
+    if value.lower() in _GEMMA_WORDS:
+        return _GEMMA_WORDS[value.lower()]
+    for kind in (int, float):
+        try:
+            return kind(value)
+        except ValueError:
+            pass
+    return value
+
+
+_PARSERS = {"hermes": _parse_hermes, "gpt-oss": _parse_gpt_oss, "qwen3_coder": _parse_qwen3_coder, "glm": _parse_glm,
+            "seed": _parse_seed, "minimax": _parse_minimax, "kimi": _parse_kimi, "deepseek_v4": _parse_deepseek_v4,
+            "gemma4": _parse_gemma4}
+FORMATS = tuple(_PARSERS)
