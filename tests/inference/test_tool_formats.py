@@ -52,12 +52,14 @@ def test_seed_and_minimax_read_their_xml_calls():
             " 3 </parameter>\n</function>\n</seed:tool_call><seed:tool_call>nothing</seed:tool_call>")
     turn = parse_tool_calls(seed, "seed")
     assert turn.content == "I will look." and calls(turn) == [("get_weather", {"city": "Paris", "days": 3}, None)]
-    assert turn.errors == ["Error: a <seed:tool_call> without <function=NAME>...</function>."]
+    assert turn.errors == ["Error: a <seed:tool_call> block without a function call."]
     minimax = ('<minimax:tool_call>\n<invoke name="get_weather">\n<parameter name="city">"Paris"</parameter>\n'
                '<parameter name="days">[1, 2]</parameter>\n</invoke>\n<invoke name="search">\n<parameter name="query">'
                'red fox</parameter>\n</invoke>\n</minimax:tool_call>')
     assert calls(parse_tool_calls(minimax, "minimax")) == [("get_weather", {"city": "Paris", "days": [1, 2]}, None),
                                                            ("search", {"query": "red fox"}, None)]
+    assert parse_tool_calls("<minimax:tool_call>x</minimax:tool_call>", "minimax").errors == [
+        "Error: a <minimax:tool_call> block without a function call."]
 
 
 def test_kimi_calls_keep_their_ids_and_find_their_tool():

@@ -26,10 +26,11 @@ of a sequence (`<|observation|>`, `<|im_end|>`, `<tool_call|>`), so the tool age
 `parse_tool_calls(text, format, schemas)` never raises: a call that is malformed (hermes: not valid JSON, not an
 object, without a string `name` or `arguments` (verl's parser needs both), with non-object `arguments`;
 qwen3_coder: a function or parameter tag without its `>`; any format: without a function name, or, where the
-arguments are JSON (kimi, gpt-oss), arguments that are not a JSON object), or a hermes opening tag without its
-closing one, becomes an error message in `items` (in the order written, beside the calls): the agent loop counts
-them in `tool_errors` and, as verl's parsers do, runs only the valid calls. (verl runs a kimi call whose arguments
-are not JSON with no arguments, and answers a gpt-oss one with the JSON error.)
+arguments are JSON (kimi, gpt-oss), arguments that are not a JSON object; a seed, minimax or deepseek_v4 block
+without a function), or a hermes opening tag without its closing one, becomes an error message in `items` (in the
+order written, beside the calls): the agent loop counts them in `tool_errors` and, as verl's parsers do, runs only
+the valid calls. (verl runs a kimi call whose arguments are not JSON with no arguments, and answers a gpt-oss one
+with the JSON error.)
 """
 
 from __future__ import annotations
@@ -225,34 +226,43 @@ def _parse_glm(text: str, schemas: dict) -> ParsedTurn:
     return turn
 
 
-_SEED_FUNCTION = re.compile(r"<function=([^>\n]+)>\s*(.*?)</function>", re.DOTALL)
-_SEED_PARAMETER = re.compile(r"<parameter=([^>\n]+)>(.*?)</parameter>", re.DOTALL)
+def _markup_calls(text: str, tags: tuple[str, str], function: re.Pattern, parameter: re.Pattern, value=_json_or_text,
+                  first_only: bool = False) -> ParsedTurn:
+    """The calls in the blocks between `tags`: each block's functions (`function` finds name and body; the first only
+    with `first_only`) and their parameters (`parameter` finds the key, then what `value` reads the value from)."""
+    before, blocks = _blocks(text, *tags)
+    turn = ParsedTurn(content=_after_thinking(before).strip())
+    for body in blocks:
+        functions = function.findall(body)[: 1 if first_only else None]
+        if not functions:
+            turn.items.append(f"Error: a {tags[0]} block without a function call.")
+        for name, inner in functions:
+            turn.items.append(_named(name.strip(), {key.strip(): value(*rest) for key, *rest in parameter.findall(inner)}))
+    return turn
+
+
+_SEED = (("<seed:tool_call>", "</seed:tool_call>"), re.compile(r"<function=([^>\n]+)>\s*(.*?)</function>", re.DOTALL),
+         re.compile(r"<parameter=([^>\n]+)>(.*?)</parameter>", re.DOTALL))
+_MINIMAX = (("<minimax:tool_call>", "</minimax:tool_call>"), re.compile(r'<invoke name="([^"]+)">\s*(.*?)</invoke>', re.DOTALL),
+            re.compile(r'<parameter name="([^"]+)">(.*?)</parameter>', re.DOTALL))
+_DSML = "｜DSML｜"
+_DEEPSEEK_V4 = ((f"<{_DSML}tool_calls>", f"</{_DSML}tool_calls>"),
+                re.compile(f'<{_DSML}invoke name="(.*?)">(.*?)</{_DSML}invoke>', re.DOTALL),
+                re.compile(f'<{_DSML}parameter name="(.*?)" string="(true|false)">(.*?)</{_DSML}parameter>', re.DOTALL))
 
 
 def _parse_seed(text: str, schemas: dict) -> ParsedTurn:
-    before, blocks = _blocks(text, "<seed:tool_call>", "</seed:tool_call>")
-    turn = ParsedTurn(content=before.strip())
-    for body in blocks:
-        function = _SEED_FUNCTION.search(body)  # one function a block, as the model writes it and verl reads it
-        if function is None:
-            turn.items.append("Error: a <seed:tool_call> without <function=NAME>...</function>.")
-            continue
-        arguments = {k.strip(): _json_or_text(v) for k, v in _SEED_PARAMETER.findall(function.group(2))}
-        turn.items.append(_named(function.group(1).strip(), arguments))
-    return turn
-
-
-_MINIMAX_INVOKE = re.compile(r'<invoke name="([^"]+)">\s*(.*?)</invoke>', re.DOTALL)
-_MINIMAX_PARAMETER = re.compile(r'<parameter name="([^"]+)">(.*?)</parameter>', re.DOTALL)
+    return _markup_calls(text, *_SEED, first_only=True)  # one function a block, as the model writes it and verl reads it
 
 
 def _parse_minimax(text: str, schemas: dict) -> ParsedTurn:
-    before, blocks = _blocks(text, "<minimax:tool_call>", "</minimax:tool_call>")
-    turn = ParsedTurn(content=before.strip())
-    for body in blocks:
-        for name, inner in _MINIMAX_INVOKE.findall(body):
-            turn.items.append(_named(name.strip(), {k.strip(): _json_or_text(v) for k, v in _MINIMAX_PARAMETER.findall(inner)}))
-    return turn
+    return _markup_calls(text, *_MINIMAX)
+
+
+def _parse_deepseek_v4(text: str, schemas: dict) -> ParsedTurn:
+    # string="true": the text as written; else JSON, or the text when it is not JSON (as verl)
+    return _markup_calls(text.replace("<｜end▁of▁sentence｜>", ""), *_DEEPSEEK_V4,
+                         value=lambda is_text, value: value if is_text == "true" else _json_or_raw(value))
 
 
 _KIMI_SECTION = "<|tool_calls_section_begin|>"
@@ -289,24 +299,6 @@ def _kimi_tool(call_id: str, arguments: dict, schemas: dict) -> str:
         if len(candidates) == 1:
             return candidates[0]
     return call_id
-
-
-_DSML = "｜DSML｜"
-_DSML_INVOKE = re.compile(f'<{_DSML}invoke name="(.*?)">(.*?)</{_DSML}invoke>', re.DOTALL)
-_DSML_PARAMETER = re.compile(f'<{_DSML}parameter name="(.*?)" string="(true|false)">(.*?)</{_DSML}parameter>', re.DOTALL)
-
-
-def _parse_deepseek_v4(text: str, schemas: dict) -> ParsedTurn:
-    before, blocks = _blocks(text, f"<{_DSML}tool_calls>", f"</{_DSML}tool_calls>")
-    turn = ParsedTurn(content=_after_thinking(before).replace("<｜end▁of▁sentence｜>", "").strip())
-    for body in blocks:
-        for name, inner in _DSML_INVOKE.findall(body):
-            arguments = {}
-            for key, is_text, value in _DSML_PARAMETER.findall(inner):
-                # string="true": the text as written; else JSON, or the text when it is not JSON (as verl)
-                arguments[key] = value if is_text == "true" else _json_or_raw(value)
-            turn.items.append(_named(name, arguments))
-    return turn
 
 
 # a harmony message: its header (role, channel, recipient), its body, and the token that ends it
