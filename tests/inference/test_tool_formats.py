@@ -208,21 +208,22 @@ def test_answers_carry_the_call_id_and_the_template_sees_the_real_calls(tok, tmp
 
 
 # Gemma 4's shape: a turn of calls ends with <|tool_response>, which the answers then fill inside the same turn; an
-# answer names its tool by looking up its tool_call_id among the turn's calls
+# answer names its tool by looking up its tool_call_id among the turn's calls (neither has one here: None == None)
 GEMMA_STYLE = (
-    "{% set ns = namespace(calls=[]) %}{% for m in messages %}"
+    "{% set ns = namespace(calls=[], name='unknown') %}{% for m in messages %}"
     "{% if m['role'] == 'assistant' %}{% set ns.calls = m.get('tool_calls') or [] %}<|turn>model\n{{ m['content'] }}"
     "{% for c in ns.calls %}<|tool_call>call:{{ c['function']['name'] }}{}<tool_call|>{% endfor %}"
     "{% if ns.calls %}<|tool_response>{% else %}<turn|>\n{% endif %}"
-    "{% elif m['role'] == 'tool' %}{% set found = ns.calls | selectattr('id', 'equalto', m.get('tool_call_id')) | list %}"
-    "response:{{ found[0]['function']['name'] if found else 'unknown' }}{value:<|\"|>{{ m['content'] }}<|\"|>}<tool_response|>"
+    "{% elif m['role'] == 'tool' %}{% set ns.name = 'unknown' %}{% for c in ns.calls %}"
+    "{% if ns.name == 'unknown' and c.get('id') == m.get('tool_call_id') %}{% set ns.name = c['function']['name'] %}{% endif %}"
+    "{% endfor %}response:{{ ns.name }}{value:<|\"|>{{ m['content'] }}<|\"|>}<tool_response|>"
     "{% else %}<|turn>{{ m['role'] }}\n{{ m['content'] }}<turn|>\n{% endif %}{% endfor %}"
     "{% if add_generation_prompt and messages[-1]['role'] != 'tool' %}<|turn>model\n{% endif %}"
 )
 GEMMA_TOKENS = ["<|turn>", "<turn|>", "<|tool_call>", "<tool_call|>", "<|tool_response>", "<tool_response|>", '<|"|>']
 
 
-def test_a_gemma4_answer_fills_the_turn_its_call_left_open_and_names_the_tool_by_the_call_id(tok, tmp_path):
+def test_a_gemma4_answer_fills_the_turn_its_call_left_open_and_names_the_tool_of_its_call(tok, tmp_path):
     tok.add_special_tokens({"additional_special_tokens": GEMMA_TOKENS})
     tok.chat_template = GEMMA_STYLE
     prompts = prompts_batch(tok, [[{"role": "user", "content": "add 2 3"}]])
@@ -236,7 +237,7 @@ def test_a_gemma4_answer_fills_the_turn_its_call_left_open_and_names_the_tool_by
     assert engine.stops[0] == (stop,)
     _, response, mask = row_ids(out, 0)
     # what the template writes after <tool_call|> in a turn of calls (not the newline it writes after an ended turn),
-    # then the answer, with the tool's name found by the id the answer carries
+    # then the answer, with the name of the tool its call called
     answer = tok('<|tool_response>response:calculator{value:<|"|>5<|"|>}<tool_response|>', add_special_tokens=False)["input_ids"]
     assert response == turn1 + answer + turn2
     assert mask == [1] * len(turn1) + [0] * len(answer) + [1] * len(turn2)
@@ -253,7 +254,7 @@ def test_a_template_without_a_system_role_renders_the_answers_after_a_stand_in_w
         engine, prompts, SamplingParams(max_tokens=200), tok.pad_token_id)
     _, response, mask = row_ids(out, 0)
     added = tok.decode([t for t, m in zip(response, mask, strict=True) if m == 0])
-    assert added == "\n<|im_start|>tool\n## Return of call_0 from calculator\n5<|im_end|>\n<|im_start|>assistant\n"
+    assert added == "\n<|im_start|>tool\n## Return of ? from calculator\n5<|im_end|>\n<|im_start|>assistant\n"  # no id: none
 
 
 def test_a_template_that_cannot_render_tool_answers_is_refused_when_the_rollout_is_set_up(tok, tmp_path):
@@ -263,3 +264,24 @@ def test_a_template_that_cannot_render_tool_answers_is_refused_when_the_rollout_
     with pytest.raises(ConfigError, match=r"the chat template cannot render 1 tool answer\(s\) after an assistant turn that "
                                           r"makes 1 tool call\(s\): SecurityError: .*append.*custom_chat_template"):
         AgentRunner(tok, MultiTurnConfig(enable=True, tool_config_path=tools_yaml(tmp_path)))
+    with pytest.raises(ConfigError) as refused:  # two calls fail as one does: no advice to make one call a turn
+        AgentRunner(tok, MultiTurnConfig(enable=True, tool_config_path=tools_yaml(tmp_path), max_parallel_calls=2))
+    assert "makes 2 tool call(s): SecurityError" in str(refused.value) and "max_parallel_calls" not in str(refused.value)
+
+
+def test_a_template_of_one_call_a_turn_is_refused_at_start_when_turns_may_make_several(tok, tmp_path):
+    tok.chat_template = ("{% for m in messages %}{% if (m.get('tool_calls') or []) | length > 1 %}"
+                         "{{ raise_exception('This model only supports single tool-calls at once!') }}{% endif %}{% endfor %}"
+                         + NAMING_TEMPLATE)
+    AgentRunner(tok, MultiTurnConfig(enable=True, tool_config_path=tools_yaml(tmp_path)))  # one call a turn: fine
+    with pytest.raises(ConfigError, match=r"after an assistant turn that makes 2 tool call\(s\) \(it takes one call a "
+                                          r"turn: set actor_rollout_ref.rollout.multi_turn.max_parallel_calls=1\): "
+                                          r"TemplateError: This model only supports single tool-calls at once!"):
+        AgentRunner(tok, MultiTurnConfig(enable=True, tool_config_path=tools_yaml(tmp_path), max_parallel_calls=3))
+
+
+def test_turns_that_are_not_in_the_format_or_odd_ids_never_raise():
+    assert parse_tool_calls("word " * 20000, "gpt-oss").items == []  # no harmony message: no call (read in one pass)
+    odd = parse_tool_calls('<|tool_calls_section_begin|><|tool_call_begin|>functions.search\n:0<|tool_call_argument_begin|>'
+                           '{"query": "q"}<|tool_call_end|>', "kimi", SCHEMAS)
+    assert calls(odd) == [("search", {"query": "q"}, "functions.search\n:0")]

@@ -132,19 +132,17 @@ def tool_answers_text(tokenizer, messages: list[dict], calls: list | None, stopp
     """The template's text for tool answers (and the next generation prompt) after the turn that made `calls`
     (ToolCalls; placeholders when not given).
 
-    The stand-in's assistant turn makes the real calls (names, arguments, ids), and each answer names its call's id
-    (`tool_call_id`, the stand-in's when the call has none), so templates that name the tool in its answer (gpt-oss,
-    Gemma 4, by the id) or the call's id (Kimi) render them. The text begins with what the template writes after the
+    The stand-in's assistant turn makes the real calls (names, arguments, and ids where the model gave one, as do the
+    answers' `tool_call_id`s, as verl), so templates that name the tool in its answer (gpt-oss, Gemma 4) or the call's
+    id (Kimi) render them. The text begins with what the template writes after the
     token the model stopped at within that turn (Qwen's newline after `<|im_end|>`, Gemma 4's `<|tool_response>` after
     `<tool_call|>`), or, when that token is not there, after the tokenizer's end-of-sequence token. The stand-in opens
     with a system message, or without one for a template that has no system role; a template that renders neither
     is a ConfigError naming its error (verl's rollout fails there too), never a guess."""
     answered = calls or [None] * sum(message["role"] == "tool" for message in messages)
-    tool_calls = [{"id": getattr(call, "id", None) or f"call_{i}", "type": "function",
+    tool_calls = [{**({"id": call.id} if getattr(call, "id", None) else {}), "type": "function",
                    "function": {"name": getattr(call, "name", "t"), "arguments": getattr(call, "arguments", {})}}
-                  for i, call in enumerate(answered)]
-    ids = iter(call["id"] for call in tool_calls)
-    messages = [{**m, "tool_call_id": m.get("tool_call_id") or next(ids, None)} if m["role"] == "tool" else m for m in messages]
+                  for call in answered]
     turn = {"role": "assistant", "content": "", "reasoning_content": "r", "tool_calls": tool_calls}
     error = None
     for opening in ([{"role": "system", "content": "s"}, {"role": "user", "content": "u"}], [{"role": "user", "content": "u"}]):
@@ -158,8 +156,13 @@ def tool_answers_text(tokenizer, messages: list[dict], calls: list | None, stopp
         if stopped_at and stopped_at in calling:
             return calling[calling.rfind(stopped_at) + len(stopped_at):] + added
         return _after_end_of_turn(tokenizer, earlier) + added
-    several = (" (it may take one call a turn: set actor_rollout_ref.rollout.multi_turn.max_parallel_calls=1)"
-               if len(tool_calls) > 1 else "")
+    several = ""
+    if len(tool_calls) > 1 and len(messages) == len(tool_calls):  # does one call a turn render?
+        try:
+            tool_answers_text(tokenizer, messages[:1], answered[:1], stopped_at, kwargs)
+            several = " (it takes one call a turn: set actor_rollout_ref.rollout.multi_turn.max_parallel_calls=1)"
+        except ConfigError:
+            pass
     raise ConfigError(f"the chat template cannot render {len(messages)} tool answer(s) after an assistant turn that makes "
                       f"{len(tool_calls)} tool call(s){several}: {type(error).__name__}: {str(error).rstrip('.')}. Fix the template (the "
                       "model's tokenizer_config.json or chat_template.jinja, or actor_rollout_ref.model.custom_chat_template)")

@@ -86,9 +86,10 @@ class AgentRunner:
         self.default_agent = (agent.default_agent_loop if agent is not None else None) or "tool_agent"
         self.report = FailureReport()  # one per run: the first failure of a tool or an interaction is printed once
         self.stop_token_ids = tuple(stop_token_ids(multi_turn.format, tokenizer))
-        if self.tools:  # a template that cannot render a tool's answer fails now, not at the first call in the rollout
+        if self.tools:  # a template that cannot render the answers of a turn's calls fails now, not in the rollout
             schemas = [plain_schema(tool.get_openai_tool_schema()) for tool in self.tools.values()]
-            tool_answers_text(tokenizer, [{"role": "tool", "content": "ok"}], [ToolCall(next(iter(self.tools)), {})], None,
+            calls = [ToolCall(next(iter(self.tools)), {})] * min(multi_turn.max_parallel_calls, 2)
+            tool_answers_text(tokenizer, [{"role": "tool", "content": "ok"}] * len(calls), calls, None,
                               {**self.chat_template_kwargs, "tools": schemas})
 
     def generate_sequences(self, engine: InferenceEngine, prompts: Batch, params: SamplingParams, pad_token_id: int) -> Batch:

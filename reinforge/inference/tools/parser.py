@@ -267,7 +267,7 @@ def _parse_deepseek_v4(text: str, schemas: dict) -> ParsedTurn:
 
 _KIMI_SECTION = "<|tool_calls_section_begin|>"
 _KIMI_CALL = re.compile(r"<\|tool_call_begin\|>(.*?)<\|tool_call_argument_begin\|>(.*?)<\|tool_call_end\|>", re.DOTALL)
-_KIMI_ID = re.compile(r"(?:functions\.)?(.*?)(?::\d+)?")
+_KIMI_ID = re.compile(r"(?:functions\.)?(.*?)(?::\d+)?", re.DOTALL)
 
 
 def _parse_kimi(text: str, schemas: dict) -> ParsedTurn:
@@ -294,16 +294,27 @@ def _kimi_tool(call_id: str, arguments: dict, schemas: dict) -> str:
     compact = call_id.lower().replace("-", "_")
     by_name = [tool for tool in schemas if tool.lower() in compact]
     by_parameters = [tool for tool, schema in schemas.items()
-                     if (required := set(_parameters(schema).get("required") or ())) and required <= set(arguments)]
+                     if (required := {key for key in _parameters(schema).get("required") or () if isinstance(key, str)})
+                     and required <= set(arguments)]
     for candidates in (by_name, by_parameters):
         if len(candidates) == 1:
             return candidates[0]
     return call_id
 
 
-# a harmony message: its header (role, channel, recipient), its body, and the token that ends it
-_HARMONY_MESSAGE = re.compile(r"((?:(?!<\|message\|>).)*?)<\|message\|>(.*?)(<\|end\|>|<\|call\|>|<\|return\|>|$)", re.DOTALL)
+_HARMONY_END = re.compile(r"<\|end\|>|<\|call\|>|<\|return\|>")
 _HARMONY_RECIPIENT = re.compile(r"to=([^\s<]+)")
+
+
+def _harmony_messages(text: str):
+    """Each harmony message's header (role, channel, recipient: the text before its `<|message|>`), body, and the token
+    that ends it ("" at the text's end); one pass over the text."""
+    position = 0
+    while (opened := text.find("<|message|>", position)) != -1:
+        body = opened + len("<|message|>")
+        end = _HARMONY_END.search(text, body)
+        yield text[position:opened], text[body:end.start() if end else len(text)], end.group() if end else ""
+        position = end.end() if end else len(text)
 
 
 def _parse_gpt_oss(text: str, schemas: dict) -> ParsedTurn:
@@ -311,7 +322,7 @@ def _parse_gpt_oss(text: str, schemas: dict) -> ParsedTurn:
     asks for `<|start|>assistant` and `<|constrain|>json` in the header too, which a turn's first message lacks when the
     prompt already opened it); messages on the analysis channel are reasoning; the others are the content."""
     turn, content = ParsedTurn(content=""), []
-    for header, body, end in _HARMONY_MESSAGE.findall(text):
+    for header, body, end in _harmony_messages(text):
         if "<|channel|>analysis" in header:
             continue
         recipient = _HARMONY_RECIPIENT.search(header)
