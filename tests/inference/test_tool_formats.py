@@ -285,3 +285,23 @@ def test_turns_that_are_not_in_the_format_or_odd_ids_never_raise():
     odd = parse_tool_calls('<|tool_calls_section_begin|><|tool_call_begin|>functions.search\n:0<|tool_call_argument_begin|>'
                            '{"query": "q"}<|tool_call_end|>', "kimi", SCHEMAS)
     assert calls(odd) == [("search", {"query": "q"}, "functions.search\n:0")]
+
+
+def test_a_user_reply_follows_what_the_template_writes_after_the_token_the_model_stopped_at(tok, tmp_path):
+    """A base model's tokenizer ends sequences with <|endoftext|>, while the chat template ends turns with <|im_end|>
+    and a newline: the model stops at <|im_end|>, and the reply opens with the template's newline."""
+    config_path = tmp_path / "interaction.yaml"
+    config_path.write_text("interaction:\n  - name: checker\n    class_name: gsm8k\n")
+    tok.eos_token = "<|endoftext|>"
+    prompts = prompts_batch(tok, [[{"role": "user", "content": "2 + 3?"}]],
+                            [{"index": 0, "interaction_kwargs": {"name": "checker", "ground_truth": "5"}}])
+    im_end = tok.convert_tokens_to_ids("<|im_end|>")
+    turns = [tok(text, add_special_tokens=False)["input_ids"] + [im_end] for text in ("#### 4", "#### 5")]
+    engine = StopEngine([(prompts["input_ids"][0].tolist(), turns)])
+    runner = AgentRunner(tok, MultiTurnConfig(enable=True, interaction_config_path=str(config_path), max_user_turns=3))
+    out = runner.generate_sequences(engine, prompts, SamplingParams(max_tokens=100, stop_token_ids=(im_end,)), tok.pad_token_id)
+    _, response, mask = row_ids(out, 0)
+    user = tok.decode([t for t, m in zip(response, mask, strict=True) if m == 0])
+    assert user == ("\n<|im_start|>user\nYour response is incorrect! You need to reflect on your answer and try again."
+                    "<|im_end|>\n<|im_start|>assistant\n")
+    assert out["reward_scores"][0]["interaction_score"] == 1.0

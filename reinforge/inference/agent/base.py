@@ -111,21 +111,46 @@ def message_delta_text(tokenizer, messages: list[dict], tools: list[dict] | None
 
     As verl builds it: the messages rendered after a stand-in conversation (system and user, and before tool answers
     an assistant turn that makes the calls answered, `tool_answers_text`), what the template adds for them, behind the
-    text it puts after an end-of-turn token. A template that renders the stand-in's last turn differently once more
-    messages follow is so handled. A template that refuses the stand-in (no system role) is asked with a plain
-    user/assistant exchange instead."""
+    text it puts after the stopped-at token in an assistant turn (Qwen's newline after `<|im_end|>`), or, when no
+    assistant turn has that token, after the end-of-sequence token. A template that renders the stand-in's last turn
+    differently once more messages follow is so handled. A template that refuses the stand-in (no system role) is
+    asked with a plain user/assistant exchange instead."""
     kwargs = {**template_kwargs, **({"tools": tools} if tools else {})}
     if messages and messages[0]["role"] == "tool":
         return tool_answers_text(tokenizer, messages, calls, stopped_at, kwargs)
+    separator = _after_stop(stopped_at, _plain_turn_text(tokenizer, kwargs)) if stopped_at else None
     stand_in = [{"role": "system", "content": "s"}, {"role": "user", "content": "u"}]
     try:
         _, added = _rendered_after(tokenizer, stand_in, messages, kwargs)
-        return _after_end_of_turn(tokenizer, tokenizer.apply_chat_template(stand_in[1:2], tokenize=False, **kwargs)) + added
+        if separator is None:
+            separator = _after_end_of_turn(tokenizer, tokenizer.apply_chat_template(stand_in[1:2], tokenize=False, **kwargs))
+        return separator + added
     except Exception:  # noqa: BLE001  (a template's own refusal of the stand-in: jinja, ValueError, KeyError, ...)
         pass
     before, added = _rendered_after(tokenizer, [{"role": "user", "content": "x"}, {"role": "assistant", "content": "y"}],
                                     messages, kwargs)
-    return _after_end_of_turn(tokenizer, before) + added
+    return (_after_end_of_turn(tokenizer, before) if separator is None else separator) + added
+
+
+def _after_stop(stopped_at: str, turn: str) -> str | None:
+    """What the template writes after the token the model stopped at, within an assistant `turn`'s text (None when the
+    token is not in it)."""
+    return turn[turn.rfind(stopped_at) + len(stopped_at):] if stopped_at in turn else None
+
+
+def _plain_turn_text(tokenizer, kwargs: dict) -> str:
+    """The template's text of a plain assistant turn after a user message (with or without a system message before it);
+    "" when the template renders neither."""
+    turn = {"role": "assistant", "content": "a"}
+    for opening in ([{"role": "system", "content": "s"}, {"role": "user", "content": "u"}], [{"role": "user", "content": "u"}]):
+        try:
+            earlier = tokenizer.apply_chat_template(opening, tokenize=False, **kwargs)
+            whole = tokenizer.apply_chat_template([*opening, turn], tokenize=False, **kwargs)
+        except Exception:  # noqa: BLE001  (the template's refusal of this opening)
+            continue
+        if whole.startswith(earlier):
+            return whole[len(earlier):]
+    return ""
 
 
 def tool_answers_text(tokenizer, messages: list[dict], calls: list | None, stopped_at: str | None, kwargs: dict) -> str:
@@ -152,10 +177,8 @@ def tool_answers_text(tokenizer, messages: list[dict], calls: list | None, stopp
         except Exception as err:  # noqa: BLE001  (the template's refusal: jinja's, a SecurityError of its sandbox, ...)
             error = error or err
             continue
-        calling = before[len(earlier):] if before.startswith(earlier) else ""
-        if stopped_at and stopped_at in calling:
-            return calling[calling.rfind(stopped_at) + len(stopped_at):] + added
-        return _after_end_of_turn(tokenizer, earlier) + added
+        separator = _after_stop(stopped_at, before[len(earlier):] if before.startswith(earlier) else "") if stopped_at else None
+        return (_after_end_of_turn(tokenizer, earlier) if separator is None else separator) + added
     several = ""
     if len(tool_calls) > 1 and len(messages) == len(tool_calls):  # does one call a turn render?
         try:
