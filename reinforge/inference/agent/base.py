@@ -159,11 +159,11 @@ def tool_answers_text(tokenizer, messages: list[dict], calls: list | None, stopp
 
     The stand-in's assistant turn makes the real calls (names, arguments, and ids where the model gave one, as do the
     answers' `tool_call_id`s, as verl), so templates that name the tool in its answer (gpt-oss, Gemma 4) or the call's
-    id (Kimi) render them. The text begins with what the template writes after the
-    token the model stopped at within that turn (Qwen's newline after `<|im_end|>`, Gemma 4's `<|tool_response>` after
-    `<tool_call|>`), or, when that token is not there, after the tokenizer's end-of-sequence token. The stand-in opens
-    with a system message, or without one for a template that has no system role; a template that renders neither
-    is a ConfigError naming its error (verl's rollout fails there too), never a guess."""
+    id (Kimi) render them. The text begins with what the template writes after the token the model stopped at within
+    that turn (Qwen's newline after `<|im_end|>`, Gemma 4's `<|tool_response>` after `<tool_call|>`), or, when that
+    token is not there, after the tokenizer's end-of-sequence token. The stand-in opens with a system message, or
+    without one for a template that has no system role; a template that renders neither is a ConfigError naming its
+    error (verl's rollout fails there too), never a guess."""
     answered = calls or [None] * sum(message["role"] == "tool" for message in messages)
     tool_calls = [{**({"id": call.id} if getattr(call, "id", None) else {}), "type": "function",
                    "function": {"name": getattr(call, "name", "t"), "arguments": getattr(call, "arguments", {})}}
@@ -187,8 +187,9 @@ def tool_answers_text(tokenizer, messages: list[dict], calls: list | None, stopp
         except ConfigError:
             pass
     raise ConfigError(f"the chat template cannot render {len(messages)} tool answer(s) after an assistant turn that makes "
-                      f"{len(tool_calls)} tool call(s){several}: {type(error).__name__}: {str(error).rstrip('.')}. Fix the template (the "
-                      "model's tokenizer_config.json or chat_template.jinja, or actor_rollout_ref.model.custom_chat_template)")
+                      f"{len(tool_calls)} tool call(s){several}: {type(error).__name__}: {str(error).rstrip('.')}. Fix the "
+                      "template (the model's tokenizer_config.json or chat_template.jinja, or "
+                      "actor_rollout_ref.model.custom_chat_template)")
 
 
 def _rendered_after(tokenizer, base: list[dict], messages: list[dict], kwargs: dict) -> tuple[str, str]:

@@ -3,9 +3,9 @@
 tool_agent, per row: the prompt is re-rendered from the row's messages with the tools' schemas
 (`tools=`) when the chat template shows them (as verl does); the model speaks (generation also stops at the
 `multi_turn.format`'s stop token, if it has one); the tool calls in its turn (in that format) run (at most
-`multi_turn.max_parallel_calls`, concurrently) and their answers come back as `tool` messages in the order of the calls
-(with the call's `tool_call_id` when the model gave one)
-(cut to `max_tool_response_length` characters on `tool_response_truncate_side`). A turn without tool calls ends the
+`multi_turn.max_parallel_calls`, concurrently) and their answers come back as `tool` messages in the order of the calls,
+with the call's `tool_call_id` when the model gave one (cut to `max_tool_response_length` characters on
+`tool_response_truncate_side`). A turn without tool calls ends the
 conversation, or, when the row names an interaction (`extra_info.interaction_kwargs.name`), gets the interaction's reply
 as a `user` message. `max_assistant_turns` bounds model turns; `max_user_turns` bounds the rounds of tool answers and
 user replies together (verl counts both as user turns; null or 0: no limit, as verl's falsy check).
