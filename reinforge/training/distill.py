@@ -145,8 +145,9 @@ def extreme_metrics(parts: list[dict[str, torch.Tensor]]) -> dict[str, float]:
 @torch.no_grad()
 def teacher_log_probs(teachers: list[tuple[Teacher, torch.nn.Module]], batch, teacher_key: str, topk: int,
                       micro_batch_size: int | None, device, share_prompt: bool, pack: bool, vocab_limit: int | None = None):
-    """`teacher_logprobs` and `teacher_ids` (rows, response width, K) of every row, each from its teacher; a row whose
-    teacher_key value no teacher has is a DataError naming it. Teachers are whole on every rank (no collectives)."""
+    """`teacher_logprobs` (rows, response width, K) of every row, each from its teacher, and with K > 1 (top-k) the
+    tokens they are of, `teacher_ids` (with K = 1 those are the responses); a row whose teacher_key value no teacher
+    has is a DataError naming it. Teachers are whole on every rank (no collectives)."""
     from reinforge.training.actor import response_logits  # here: actor.py imports this module
 
     rows, width = len(batch), batch["responses"].shape[1]
@@ -169,7 +170,7 @@ def teacher_log_probs(teachers: list[tuple[Teacher, torch.nn.Module]], batch, te
             part_log_probs, part_ids = teacher_outputs(out.logits, out.tokens, topk, vocab_limit)
             log_probs[part] = trimmed.widen(out.unpack(part_log_probs)).cpu()
             ids[part] = trimmed.widen(out.unpack(part_ids)).cpu()
-    return Batch({"teacher_logprobs": log_probs, "teacher_ids": ids})
+    return Batch({"teacher_logprobs": log_probs, **({"teacher_ids": ids} if topk > 1 else {})})
 
 
 @dataclass
@@ -186,16 +187,15 @@ class _TeacherSource:
         return getattr(self, key, default)
 
 
-def load_teachers(config, device, student_vocab: int) -> list[tuple[Teacher, torch.nn.Module]]:
+def load_teachers(config, device, student_vocab: int, vocab: int) -> list[tuple[Teacher, torch.nn.Module]]:
     """Each teacher's causal LM, frozen, in the reference's dtype; one that scores fewer tokens than the student's
-    tokenizer has is a ModelError (its log-probs would be of other tokens), and so is a forward_kl_topk topk above
-    the vocabulary the two models share (`student_vocab`: the student's logits)."""
+    tokenizer has (`vocab`) is a ModelError (its log-probs would be of other tokens), and so is a forward_kl_topk topk
+    above the vocabulary the two models share (`student_vocab`: the student's logits)."""
     from transformers import AutoModelForCausalLM
 
-    from reinforge.training.model import load_pretrained, load_tokenizer, prepare_model
+    from reinforge.training.model import load_pretrained, prepare_model
 
     student = config.actor_rollout_ref.model
-    vocab = len(load_tokenizer(config))
     teachers = []
     for teacher in resolve_teachers(config.distillation):
         source = _TeacherSource(teacher.model_path, student.external_lib, student.trust_remote_code, {})

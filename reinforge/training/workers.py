@@ -100,7 +100,8 @@ class ActorRolloutRefWorker:
                                device=self.device, share_prompt=cfg.model.share_prompt_forward,
                                pack=cfg.model.use_remove_padding, distillation=self.config.distillation)
             self.vocab = model.get_output_embeddings().weight.shape[0]  # the student's logits, which a teacher's top-k index
-            self.teachers = load_teachers(self.config, self.device, self.vocab) if self.config.distillation.enabled else []
+            self.teachers = (load_teachers(self.config, self.device, self.vocab, len(self.tokenizer))
+                             if self.config.distillation.enabled else [])
             self.agents = None
             if cfg.rollout.multi_turn.enable:  # imported here: single-turn runs never load the agent machinery
                 from reinforge.inference.agent import AgentRunner
@@ -174,7 +175,7 @@ class ActorRolloutRefWorker:
 
     @register(Dispatch.DP)
     def compute_teacher_log_prob(self, batch: Batch) -> Batch:
-        """teacher_logprobs and teacher_ids of each response position, from each row's teacher (distillation)."""
+        """teacher_logprobs (and with top-k, teacher_ids) of each response position, from each row's teacher."""
         cfg, dcfg = self.config.actor_rollout_ref, self.config.distillation
         return teacher_log_probs(self.teachers, batch, dcfg.teacher_key, topk_of(dcfg), cfg.ref.log_prob_micro_batch_size_per_gpu,
                                  self.device, cfg.model.share_prompt_forward, cfg.model.use_remove_padding, self.vocab)
