@@ -25,7 +25,14 @@ def init_distributed(device: str) -> None:
         return
     backend = "gloo"
     if device == "cuda":
-        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
+        local_rank, gpus = int(os.environ.get("LOCAL_RANK", "0")), torch.cuda.device_count()
+        if local_rank >= gpus:
+            from reinforge.errors import ConfigError
+
+            raise ConfigError(f"local rank {local_rank} of {size} ranks has no GPU of its own: {gpus} visible on this node, "
+                              "one per rank needed; start at most that many processes per node (torchrun --nproc_per_node), "
+                              "or train on the CPU with trainer.device=cpu")
+        torch.cuda.set_device(local_rank)
         backend = "cpu:gloo,cuda:nccl"
     dist.init_process_group(backend=backend, rank=int(os.environ["RANK"]), world_size=size)
 

@@ -107,7 +107,7 @@ def model_state(model: torch.nn.Module, ranks: int, lora_only: bool = False) -> 
     adapters writes its keys under peft's names (SAVED_PREFIX first, as verl's rank files, which verl's model merger
     reads), and with `lora_only` only the adapters and what else trains (a critic's value head)."""
     if ranks == 1:
-        state = model.state_dict()
+        state = on_cpu(model.state_dict())
     else:
         from torch.distributed.checkpoint.state_dict import get_model_state_dict
 
@@ -122,10 +122,29 @@ def model_state(model: torch.nn.Module, ranks: int, lora_only: bool = False) -> 
 
 def optimizer_state(model: torch.nn.Module, optimizer: torch.optim.Optimizer, ranks: int) -> dict:
     if ranks == 1:
-        return optimizer.state_dict()
+        return on_cpu(optimizer.state_dict())
     from torch.distributed.checkpoint.state_dict import get_optimizer_state_dict
 
     return to_shard_records(get_optimizer_state_dict(model, optimizer))
+
+
+def on_cpu(tree, copies: dict | None = None):
+    """`tree` (nested dicts, lists, tuples) with every GPU tensor copied to the CPU, as verl's checkpoints hold them (so
+    `torch.load` reads them on a machine without a GPU); a tensor under two names (tied embeddings) is copied once. CPU
+    tensors are kept as they are."""
+    copies = {} if copies is None else copies
+    if isinstance(tree, torch.Tensor):
+        if tree.device.type == "cpu":
+            return tree
+        key = (tree.data_ptr(), tree.dtype, tuple(tree.shape), tree.stride())
+        if key not in copies:
+            copies[key] = tree.detach().to("cpu")
+        return copies[key]
+    if isinstance(tree, dict):
+        return {key: on_cpu(value, copies) for key, value in tree.items()}
+    if isinstance(tree, (list, tuple)):
+        return type(tree)(on_cpu(value, copies) for value in tree)
+    return tree
 
 
 def to_shard_records(tree, copies: dict | None = None):
@@ -157,7 +176,7 @@ def full_model_state(model: torch.nn.Module) -> dict[str, torch.Tensor]:
     """The full state dict on CPU: gathered from every rank (a collective; rank 0 gets it, the others an empty
     dict) with several ranks, the model's own with one."""
     if world_size() == 1:
-        return model.state_dict()
+        return on_cpu(model.state_dict())
     from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 
     return get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))

@@ -166,6 +166,15 @@ def load_causal_lm(config: Config, device: str, trainable: bool = True, dtype: s
     return prepare_model(model, device, trainable, model_cfg.enable_gradient_checkpointing)
 
 
+def enable_gradient_checkpointing(model: torch.nn.Module) -> None:
+    """Non-reentrant gradient checkpointing of a Hugging Face model's layers (transformers' newer name for it first:
+    `activation_checkpointing_enable` is in 5.2x, not in 5.17 or 4.x)."""
+    if hasattr(model, "activation_checkpointing_enable"):
+        model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
+    else:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+
+
 def prepare_model(model: torch.nn.Module, device: str, trainable: bool, gradient_checkpointing: bool) -> torch.nn.Module:
     """`model` on `device`: in train mode (with non-reentrant gradient checkpointing when asked) if `trainable`,
     else in eval mode with gradients off."""
@@ -173,11 +182,7 @@ def prepare_model(model: torch.nn.Module, device: str, trainable: bool, gradient
     if trainable:
         model.train()
         if gradient_checkpointing:
-            target = model.model if isinstance(model, CausalLMWithValueHead) else model
-            if hasattr(target, "activation_checkpointing_enable"):  # transformers >= 5
-                target.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
-            else:
-                target.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+            enable_gradient_checkpointing(model.model if isinstance(model, CausalLMWithValueHead) else model)
     else:
         model.eval()
         model.requires_grad_(False)

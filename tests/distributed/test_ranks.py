@@ -37,6 +37,19 @@ def test_cuda_without_a_gpu_is_a_config_error(monkeypatch):
         load_config(["trainer.device=cuda", "trainer.nnodes=2"])
 
 
+def test_more_processes_on_a_node_than_gpus_is_a_config_error(monkeypatch):
+    """torchrun --nproc_per_node=2 (reinforge sft) on a machine with one GPU: a message, not set_device's traceback."""
+    from reinforge.distributed.process_group import init_distributed
+
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("RANK", "1")
+    monkeypatch.setenv("LOCAL_RANK", "1")
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    with pytest.raises(ConfigError, match=r"local rank 1 of 2 ranks has no GPU of its own: 1 visible on this node.*"
+                                          r"torchrun --nproc_per_node.*trainer.device=cpu"):
+        init_distributed("cuda")
+
+
 def test_ray_settings_are_noted_as_unused_only_when_the_run_stays_in_process(monkeypatch):
     monkeypatch.delenv("RAY_ADDRESS", raising=False)
     keys_set = ["trainer.device=cpu", "+ray_kwargs.ray_init.num_cpus=4", "trainer.hang_dump_s=60"]

@@ -10,7 +10,9 @@ def compute_score(data_source, solution_str, ground_truth, extra_info=None):
     return sum(map(ord, solution_str)) % 7 / 7
 """
 
-TIMING = ("timing_s/", "timing_per_token_ms/", "perf/time_per_step", "perf/throughput", "perf/cpu_memory_used_gb")  # measured
+# measured: times, memory, and the MFU (FLOPs over a time; on a GPU, which has a peak to divide by)
+TIMING = ("timing_s/", "timing_per_token_ms/", "perf/time_per_step", "perf/throughput", "perf/cpu_memory_used_gb", "perf/mfu/",
+          "perf/max_memory_")
 
 
 def phases_s(metrics: dict) -> float:

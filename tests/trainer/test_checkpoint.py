@@ -254,3 +254,30 @@ def test_a_worker_process_failure_names_the_resume_point(run_steps, tmp_path, mo
         run_steps("trainer.total_training_steps=4")
     with pytest.raises(RankError, match="no checkpoint saved yet: the same command starts afresh"):
         run_steps(run_dir=tmp_path / "fresh")
+
+
+@pytest.mark.skipif(not __import__("torch").cuda.is_available(), reason="needs a CUDA GPU")
+def test_a_one_rank_gpu_checkpoint_holds_cpu_tensors_with_tied_weights_once(tiny_model_path, tmp_path):
+    """As verl's (offload_to_cpu): torch.load reads it without a GPU, and resuming puts it back on the GPU."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from reinforge.training.checkpoint_io import load_training_state, save_training_state
+
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_path).cuda()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    model(input_ids=torch.tensor([[5, 6, 7, 8]], device="cuda"), labels=torch.tensor([[5, 6, 7, 8]], device="cuda")).loss.backward()
+    optimizer.step()
+    save_training_state(str(tmp_path), ["model", "optimizer", "extra"], model, optimizer, {"step": 1})
+    state = torch.load(tmp_path / "model_world_size_1_rank_0.pt")
+    optim = torch.load(tmp_path / "optim_world_size_1_rank_0.pt")
+    tensors = [*state.values(), *(v for s in optim["state"].values() for v in s.values() if isinstance(v, torch.Tensor))]
+    assert tensors and all(t.device.type == "cpu" for t in tensors)
+    assert all(torch.equal(state[name], value.cpu()) for name, value in model.state_dict().items())
+    if model.config.tie_word_embeddings:
+        assert state["lm_head.weight"].data_ptr() == state["model.embed_tokens.weight"].data_ptr()
+    fresh = AutoModelForCausalLM.from_pretrained(tiny_model_path).cuda()
+    fresh_optimizer = torch.optim.AdamW(fresh.parameters(), lr=1e-2)
+    assert load_training_state(str(tmp_path), ["model", "optimizer", "extra"], fresh, fresh_optimizer, "cuda") == {"step": 1}
+    assert all(torch.equal(a, b) for a, b in zip(fresh.state_dict().values(), model.state_dict().values(), strict=True))
+    assert all(p.device.type == "cuda" for p in fresh.parameters())

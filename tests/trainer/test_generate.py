@@ -80,7 +80,9 @@ def test_greedy_response_is_model_generate_on_the_chat_prompt(varied_model_path,
     from transformers import AutoModelForCausalLM
 
     output = tmp_path / "greedy.parquet"
-    assert generate(varied_model_path, prompts_file, output, "data.n_samples=1", "rollout.do_sample=false") == 0
+    # on the CPU in float32, as the model.generate it is compared with (on a GPU the engine's default is bfloat16)
+    assert generate(varied_model_path, prompts_file, output, "data.n_samples=1", "rollout.do_sample=false",
+                    "trainer.device=cpu") == 0
     model = AutoModelForCausalLM.from_pretrained(varied_model_path).eval()
     written = pq.read_table(output).column("responses").to_pylist()
     assert len({responses[0] for responses in written}) == len(PROMPTS)  # a different response to each prompt

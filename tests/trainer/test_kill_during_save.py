@@ -75,8 +75,9 @@ def kill_points(events: list[str]) -> list[int]:
 
 def test_sigkill_at_any_moment_of_a_save_leaves_the_last_complete_checkpoint(small_run, tmp_path):
     run_dir = tmp_path / "run"
+    # on the CPU also where a GPU is: the saves run in forked children, where CUDA cannot be used
     child = Child([*small_run, f"trainer.default_local_dir={run_dir}", "trainer.max_actor_ckpt_to_keep=2",
-                   "trainer.logger=[console]"])
+                   "trainer.logger=[console]", "trainer.device=cpu"])
     try:
         assert child.answer() == {"ready": True}
         assert_resumable(run_dir, 2)

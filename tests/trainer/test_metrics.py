@@ -127,7 +127,7 @@ def test_a_run_logs_mfu_with_a_peak_and_prints_where_its_outputs_are(run_steps, 
 
     run_dir = tmp_path / "run"
     steps = run_steps("trainer.peak_flops=1e9", "trainer.save_freq=2", f"trainer.rollout_data_dir={tmp_path / 'rollouts'}",
-                      "actor_rollout_ref.actor.ppo_epochs=2", run_dir=run_dir)
+                      "actor_rollout_ref.actor.ppo_epochs=2", "trainer.device=cpu", run_dir=run_dir)
     out = capsys.readouterr().out
     weights = dense_weights(AutoConfig.from_pretrained(tiny_model_path))
     for s in steps.values():
@@ -144,7 +144,7 @@ def test_a_run_logs_mfu_with_a_peak_and_prints_where_its_outputs_are(run_steps, 
 
 
 def test_without_a_peak_a_cpu_run_logs_no_mfu(run_steps, tmp_path, capsys):
-    steps = run_steps("trainer.total_training_steps=1", run_dir=tmp_path / "run")
+    steps = run_steps("trainer.total_training_steps=1", "trainer.device=cpu", run_dir=tmp_path / "run")
     assert steps and all(not any(k.startswith("perf/mfu/") for k in s) for s in steps.values())
     out = capsys.readouterr().out
     assert "checkpoints  none saved (trainer.save_freq=-1)" in out

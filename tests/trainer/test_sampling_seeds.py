@@ -64,5 +64,5 @@ def test_a_run_samples_the_same_whatever_the_rollout_micro_batch(run_steps, tmp_
         same = {k: v for k, v in whole[step].items() if not k.startswith(WALL_CLOCK_PREFIXES + noise)}
         assert same == {k: v for k, v in split[step].items() if not k.startswith(WALL_CLOCK_PREFIXES + noise)}
         for key in (k for k in whole[step] if k.startswith(noise)):
-            assert split[step][key] == pytest.approx(whole[step][key], rel=1e-6, abs=1e-6), key
+            assert split[step][key] == pytest.approx(whole[step][key], rel=1e-6, abs=1e-5), key  # 1e-6 apart on a GPU
     assert all(s["critic/score/max"] > s["critic/score/min"] for s in whole.values())  # the rows sampled different texts

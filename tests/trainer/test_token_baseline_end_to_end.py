@@ -52,8 +52,10 @@ def test_the_worker_computes_sum_pi_squared_from_its_own_logits(small_run, tmp_p
                      "position_ids": torch.arange(6).repeat(4, 1)})
     batch = worker.generate_sequences(prompts)
     out = worker.compute_log_prob(batch)
-    with torch.no_grad():
-        probs = torch.softmax(response_logits(worker.actor.model, batch, share_prompt=False).logits.double() / 0.7, -1)
+    with torch.no_grad():  # the model where the worker put it (a GPU when one is present), the results back on the CPU
+        device = next(worker.actor.model.parameters()).device
+        logits = response_logits(worker.actor.model, batch.to(device), share_prompt=False).logits.cpu()
+        probs = torch.softmax(logits.double() / 0.7, -1)
     mask = batch["response_mask"].bool()
     expected = probs.square().sum(-1)
     picked = probs.gather(-1, batch["responses"].unsqueeze(-1)).squeeze(-1)

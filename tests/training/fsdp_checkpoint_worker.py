@@ -34,14 +34,16 @@ PROMPT = [[5, 17, 42, 9, 33, 60]]
 
 def sharded_model(model_path: str) -> tuple[torch.nn.Module, torch.optim.Optimizer]:
     """The tiny model sharded with FSDP2 the usual way (each decoder layer, then the root) and its AdamW."""
+    from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import fully_shard
     from transformers import AutoModelForCausalLM
 
     torch.manual_seed(0)
     model = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32)
+    mesh = init_device_mesh("cpu", (dist.get_world_size(),))  # named: fully_shard's default mesh is on the GPU when one is present
     for layer in model.model.layers:
-        fully_shard(layer)
-    fully_shard(model)
+        fully_shard(layer, mesh=mesh)
+    fully_shard(model, mesh=mesh)
     return model, torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.1)
 
 

@@ -22,6 +22,7 @@ from reinforge.config.schema import ActorConfig
 from reinforge.distributed.process_group import full_tensor, init_distributed, world_size
 from reinforge.training.actor import Actor
 from reinforge.training.fsdp import shard_model
+from reinforge.training.model import enable_gradient_checkpointing
 from reinforge.training.shared_prefix import shared_prompt_logits
 
 SAMPLES = 4  # rollout.n: rank r holds group r of a 2-group batch
@@ -55,7 +56,7 @@ def checkpointed_shards(model_path: str) -> tuple[int, torch.nn.Module]:
     """This rank (joined from RANK/WORLD_SIZE/MASTER_*) and the model at `model_path`, checkpointed and sharded."""
     init_distributed("cpu")
     model = AutoModelForCausalLM.from_pretrained(model_path).train()
-    model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
+    enable_gradient_checkpointing(model)
     return int(os.environ["RANK"]), shard_model(model, FSDPConfig(), "cpu")
 
 

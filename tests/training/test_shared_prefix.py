@@ -21,7 +21,7 @@ from reinforge.config import load_config
 from reinforge.config.schema import ActorConfig
 from reinforge.errors import ModelError
 from reinforge.training.actor import Actor, response_log_probs
-from reinforge.training.model import prepare_model
+from reinforge.training.model import enable_gradient_checkpointing, prepare_model
 from reinforge.training.shared_prefix import PromptLayer, can_share, prompt_owners, shared_prompt_logits
 from reinforge.training.workers import ActorRolloutRefWorker
 from tests.training.shared_prefix_ranks import UNEVEN_ROWS, grouped_batch, update_gradients
@@ -102,7 +102,7 @@ def actor_update_gradient(base: torch.nn.Module, batch: Batch, share_prompt: boo
     loss, with sharing (which must then run) or packing (test_packing.py) on or off."""
     model = copy.deepcopy(base).train()
     if checkpointing:
-        model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
+        enable_gradient_checkpointing(model)
     cfg = ActorConfig(ppo_mini_batch_size=len(batch), clip_ratio_low=0.2, clip_ratio_high=0.2, entropy_coeff=0.01,
                       grad_clip=1e9, use_kl_loss=True, kl_loss_coef=0.1, **config)
     ref = copy.deepcopy(base).eval().requires_grad_(False)
