@@ -1,37 +1,40 @@
 #!/usr/bin/env bash
-# Checks the vLLM and SGLang engines on one CUDA GPU: generation, weight sync, and 2 GRPO training steps.
+# Checks training on one CUDA GPU with each engine: the hf engine, and vLLM and SGLang where installed
+# (generation, weight sync), each with 2 GRPO training steps.
 #
 #   pip install 'reinforge[vllm]'      # and/or 'reinforge[sglang]' (this script installs nothing)
 #   bash scripts/gpu_smoke.sh [MODEL]  # MODEL: a local folder or hub id; default Qwen/Qwen2.5-0.5B-Instruct
 #
-# For each engine (ENGINES="vllm sglang" by default; one that is not installed is skipped, but at least
-# one must run):
-#   1. scripts/gpu_smoke_sync.py: the engine, started with dummy weights, generates; its log-probs must
-#      match the actor's (the first weight push worked); the actor is changed and handed over as after an
-#      update, and the engine's log-probs must follow (every later push works);
+# For each engine (ENGINES="hf vllm sglang" by default; vllm or sglang not installed is skipped, but at
+# least one engine must run):
+#   1. vllm and sglang, scripts/gpu_smoke_sync.py: the engine, started with dummy weights, generates; its
+#      log-probs must match the actor's (the first weight push worked); the actor is changed and handed over
+#      as after an update, and the engine's log-probs must follow (every later push works);
 #   2. `reinforge train` for 2 steps on the built-in task with rollout.name=<engine>: both steps must be
-#      logged with non-empty responses.
+#      logged with non-empty responses (the actor computing in bf16, verl's default on CUDA).
 # Exits non-zero at the first failure. Runs are written under $OUT (default: a new temporary folder).
 set -euo pipefail
 MODEL=${1:-${MODEL:-Qwen/Qwen2.5-0.5B-Instruct}}
-ENGINES=${ENGINES:-vllm sglang}
+ENGINES=${ENGINES:-hf vllm sglang}
 OUT=${OUT:-$(mktemp -d -t reinforge-gpu-smoke.XXXXXX)}
 HERE=$(cd "$(dirname "$0")" && pwd)
 
 if ! python -c 'import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)'; then
-    echo "FAIL: no CUDA GPU visible to torch; the vllm and sglang engines need one" >&2
+    echo "FAIL: no CUDA GPU visible to torch; this script checks reinforge on one" >&2
     exit 1
 fi
 read -r TRAIN VAL < <(python -c 'from reinforge.environment.tasks import write_task_files; print(*write_task_files())')
 
 checked=0
 for engine in $ENGINES; do
-    if ! python -c "import $engine" 2>/dev/null; then
-        echo "skip $engine: not installed (pip install 'reinforge[$engine]')"
-        continue
+    if [ "$engine" != hf ]; then
+        if ! python -c "import $engine" 2>/dev/null; then
+            echo "skip $engine: not installed (pip install 'reinforge[$engine]')"
+            continue
+        fi
+        echo "== $engine: generation and weight sync ($MODEL)"
+        python "$HERE/gpu_smoke_sync.py" "$engine" "$MODEL"
     fi
-    echo "== $engine: generation and weight sync ($MODEL)"
-    python "$HERE/gpu_smoke_sync.py" "$engine" "$MODEL"
 
     echo "== $engine: 2 training steps"
     run_dir="$OUT/$engine"
@@ -70,7 +73,7 @@ PY
 done
 
 if [ "$checked" -eq 0 ]; then
-    echo "FAIL: none of ($ENGINES) is installed: pip install 'reinforge[vllm]' or 'reinforge[sglang]'" >&2
+    echo "FAIL: none of ($ENGINES) ran: name hf, or pip install 'reinforge[vllm]' or 'reinforge[sglang]'" >&2
     exit 1
 fi
 echo "GPU smoke passed for $checked engine(s); runs in $OUT"

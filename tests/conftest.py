@@ -35,6 +35,23 @@ def tokenizer(tiny_model_path):
 
 
 @pytest.fixture(autouse=True)
+def fp32_compute_on_a_gpu(monkeypatch):
+    """Where a GPU is present the runs here use it (trainer.device null), and their models compute (and the hf engine
+    generates) in fp32 instead of verl's bf16 default: the expected numbers are fp32 ones, as on the CPU.
+    The tests of that default take the verl_default fixture."""
+    import torch
+
+    if torch.cuda.is_available():
+        monkeypatch.setattr("reinforge.training.fsdp.CUDA_COMPUTE_DTYPE", "fp32")
+
+
+@pytest.fixture
+def verl_default(monkeypatch):
+    """verl's bf16 on CUDA, which fp32_compute_on_a_gpu replaces on a GPU, for the tests of that default."""
+    monkeypatch.setattr("reinforge.training.fsdp.CUDA_COMPUTE_DTYPE", "bf16")
+
+
+@pytest.fixture(autouse=True)
 def clean_registries():
     """Estimators, losses, agent loops and text environments a test registers do not leak into the other tests'
     lists of registered names."""

@@ -46,7 +46,7 @@ class FSDPConfig(Node):
     reshard_after_forward: bool = _f(True, "FSDP2 (more than one rank): free each gathered layer after its forward (gather again for the backward); false keeps it, more memory, less communication.")
     fsdp_size: int = _f(-1, "FSDP shard group size; this version shards over all ranks (-1).")
     wrap_policy: dict = _f({}, "FSDP wrap policy; this version wraps every decoder layer (the model's _no_split_modules).")
-    mixed_precision: dict = _f({}, "FSDP2 (more than one rank, CUDA) mixed precision, verl's keys: param_dtype (compute dtype, bf16), reduce_dtype (gradient reduction, fp32), buffer_dtype (accepted; buffers keep model_dtype). Empty: compute in model_dtype.")
+    mixed_precision: dict = _f({}, "CUDA mixed precision, verl's keys: param_dtype (compute dtype), reduce_dtype (gradient reduction over ranks), buffer_dtype (accepted; buffers keep model_dtype). Unset keys and empty: verl's default, bf16 compute and fp32 reduction; param_dtype: fp32 computes in fp32. One rank: the forward runs under torch.autocast to param_dtype. On the CPU the model computes in model_dtype.")
     model_dtype: str = _f("fp32", "Parameter dtype of the model: fp32 or bf16 (float32/bfloat16 also accepted).")
     forward_prefetch: bool = _f(False, "Accepted for verl compatibility (prefetch the next layer's parameters in the "
                                        "forward pass); FSDP2's own prefetching is used here.")

@@ -99,8 +99,8 @@ class RolloutConfig(Node):
     response_length: int | None = _f(None, "Most new tokens per response; null: data.max_response_length.")
     ignore_eos: bool = _f(False, "Keep generating past EOS up to response_length.")
     dtype: str | None = _f(
-        None, "Engine dtype: fp32 or bf16 (float32/bfloat16). Null: the actor's (actor.fsdp_config.model_dtype), and the hf "
-        "engine generates with the actor's own module (vLLM/SGLang take null as bfloat16). Another dtype than the actor's: "
+        None, "Engine dtype: fp32 or bf16 (float32/bfloat16). Null: bfloat16 on CUDA (verl's default, every engine); on the "
+        "CPU the actor's (actor.fsdp_config.model_dtype), and the hf engine generates with the actor's own module. Another dtype than the actor's: "
         "the hf engine generates from a copy of the policy in it, refreshed after every update, which is the "
         "train/inference mismatch of a bf16 engine beside an fp32 trainer (algorithm.rollout_correction).")
     log_prob_micro_batch_size: int | None = _f(None, "verl's deprecated global micro-batch: rows over all data-parallel ranks, "

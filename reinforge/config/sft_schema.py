@@ -93,6 +93,9 @@ class SFTFSDPConfig(Node):
     cpu_offload: bool = _f(False, "FSDP's CPU offload (several CUDA ranks); no effect on CPU.")
     offload_params: bool = _f(False, "FSDP's parameter offload (with cpu_offload); no effect on CPU.")
     reshard_after_forward: bool = _f(True, "FSDP2: free each gathered layer after its forward.")
+    mixed_precision: dict = _f({}, "CUDA mixed precision, verl's keys: param_dtype (compute dtype), reduce_dtype (gradient "
+                                   "reduction over ranks), buffer_dtype (accepted). Unset keys and empty: verl's default, bf16 "
+                                   "compute and fp32 reduction; param_dtype: fp32 computes in fp32. On the CPU: model_dtype.")
 
     # what FSDP2 sharding (training/fsdp.py) reads, in the RL config's names
     @property
@@ -102,10 +105,6 @@ class SFTFSDPConfig(Node):
     @property
     def offload_policy(self) -> bool:
         return self.cpu_offload and self.offload_params
-
-    @property
-    def mixed_precision(self) -> dict:
-        return {}
 
 
 @dataclass
@@ -196,7 +195,7 @@ class SFTConfig(Node):
                                         "padded to their longest row, not to max_length.")
     trainer: SFTTrainerConfig = _sub(SFTTrainerConfig, "The loop, checkpoints and logging.")
     engine: dict = _f({}, "verl 0.9's training engine settings: strategy, model_dtype, param_offload, reshard_after_forward, "
-                          "wrap_policy and ulysses_sequence_parallel_size are model.strategy, model.fsdp_config.* and "
+                          "wrap_policy, mixed_precision and ulysses_sequence_parallel_size are model.strategy, model.fsdp_config.* and "
                           "ulysses_sequence_parallel_size; the others (GPU tuning) are without effect here.")
     checkpoint: dict = _f({}, "verl 0.9's place of trainer.checkpoint (save_contents, load_contents).")
     profiler: dict = _f({}, NO_EFFECT)
@@ -211,7 +210,8 @@ GROUP_CHOICES = {"engine": ("fsdp", "fsdp2"), "optim": ("fsdp", "fsdp2"), "model
 # verl 0.9's engine keys that name a setting of this schema
 ENGINE_KEYS = {"strategy": "model.strategy", "model_dtype": "model.fsdp_config.model_dtype",
                "param_offload": "model.fsdp_config.cpu_offload", "reshard_after_forward": "model.fsdp_config.reshard_after_forward",
-               "wrap_policy": "model.fsdp_config.wrap_policy", "ulysses_sequence_parallel_size": "ulysses_sequence_parallel_size"}
+               "wrap_policy": "model.fsdp_config.wrap_policy", "ulysses_sequence_parallel_size": "ulysses_sequence_parallel_size",
+               "mixed_precision": "model.fsdp_config.mixed_precision"}
 
 
 def load_sft_config(args: list[str], config_file: str | None, ranks: int) -> tuple[SFTConfig, list[str]]:
@@ -243,7 +243,15 @@ def load_sft_config(args: list[str], config_file: str | None, ranks: int) -> tup
 def finalize_sft(config: SFTConfig, ranks: int, user_keys: list[str] | tuple = ()) -> list[str]:
     """Check `config` for a run on `ranks` ranks and fill in what verl derives (older names, the run folder, the
     micro-batch size); `user_keys` are the keys the user set. Returns notes on settings that have no effect here."""
-    from reinforge.config.section_checks import CHECKPOINT_CONTENTS, DTYPE_NAMES, LR_SCHEDULES, check_optim, choice, positive
+    from reinforge.config.section_checks import (
+        CHECKPOINT_CONTENTS,
+        DTYPE_NAMES,
+        LR_SCHEDULES,
+        check_mixed_precision,
+        check_optim,
+        choice,
+        positive,
+    )
     from reinforge.errors import ConfigError
     from reinforge.trainer.tracking import check_loggers, logger_names
 
@@ -269,6 +277,7 @@ def finalize_sft(config: SFTConfig, ranks: int, user_keys: list[str] | tuple = (
     if optim.warmup_steps_ratio is not None:
         optim.lr_warmup_steps_ratio = optim.warmup_steps_ratio
     choice("model.fsdp_config.model_dtype", model.fsdp_config.model_dtype, DTYPE_NAMES)  # fp16 would fail only at load
+    check_mixed_precision("model.fsdp_config", model.fsdp_config.mixed_precision)
     newer = [(key, value) for key, value in (("optim.lr_scheduler_type", optim.lr_scheduler_type),
                                               ("optim.warmup_style", optim.warmup_style)) if given(key)]
     if given("optim.lr_scheduler"):

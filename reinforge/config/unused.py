@@ -277,7 +277,9 @@ def _fsdp_reason(config: Config, section: str, setting: str) -> str | None:
         return "FSDP2 shards over all ranks with one unit per decoder layer in this version"
     if section == "reward_model":
         return "the reward model is not sharded in this version"
-    if world_size_of(config) == 1:
+    if config.trainer.device == "cpu" and setting == "mixed_precision":
+        return "acts on CUDA only; on the CPU the model computes in model_dtype"
+    if world_size_of(config) == 1 and setting != "mixed_precision":
         return "one data-parallel rank: the model is a plain module, not sharded (more ranks: trainer.n_gpus_per_node)"
     if config.trainer.device == "cpu" and setting in _CUDA_ONLY_FSDP:
         return "acts on CUDA only; on the CPU parameters and optimizer state are already in CPU memory, in model_dtype"

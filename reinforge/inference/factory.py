@@ -78,12 +78,17 @@ def check_gpu_engine(config: Config) -> None:
 
 def make_engine(config: Config, model: torch.nn.Module | None, tokenizer, own_copy: bool = False) -> InferenceEngine:
     """The engine of `rollout.name` for the actor `model`; a vllm/sglang engine already holds `ModuleWeights(model)`,
-    an hf engine generates with `model` itself unless `own_copy` or rollout.dtype asks for a copy. Without a `model`
+    an hf engine generates with `model` itself unless `own_copy` or its dtype (rollout.dtype; null: bf16 on CUDA, the
+    actor's on the CPU) asks for a copy. Without a `model`
     (reinforge generate), a vllm/sglang engine generates with the weights it loads from model.path itself."""
     rollout, trainer = config.actor_rollout_ref.rollout, config.trainer
     eos = eos_token_ids(model.generation_config if model is not None else _folder_generation_config(config), tokenizer)
     if rollout.name == "hf":
-        return HFEngine(hf_engine_module(model, rollout.dtype, own_copy), tokenizer.pad_token_id, eos, seed=trainer.seed, micro_batch_size=rollout.micro_batch_size_per_gpu)
+        from reinforge.training import fsdp
+
+        dtype = rollout.dtype or (fsdp.CUDA_COMPUTE_DTYPE if trainer.device == "cuda" else None)  # verl's bf16 on a GPU
+        return HFEngine(hf_engine_module(model, dtype, own_copy), tokenizer.pad_token_id, eos, seed=trainer.seed,
+                        micro_batch_size=rollout.micro_batch_size_per_gpu)
     check_gpu_engine(config)
     from reinforge.training.model import model_source, policy_tokenizer
 

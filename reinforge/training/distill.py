@@ -188,11 +188,12 @@ class _TeacherSource:
 
 
 def load_teachers(config, device, student_vocab: int, vocab: int) -> list[tuple[Teacher, torch.nn.Module]]:
-    """Each teacher's causal LM, frozen, in the reference's dtype; one that scores fewer tokens than the student's
+    """Each teacher's causal LM, frozen, in the reference's dtype (and compute dtype); one that scores fewer tokens than the student's
     tokenizer has (`vocab`) is a ModelError (its log-probs would be of other tokens), and so is a forward_kl_topk topk
     above the vocabulary the two models share (`student_vocab`: the student's logits)."""
     from transformers import AutoModelForCausalLM
 
+    from reinforge.training.fsdp import compute_in
     from reinforge.training.model import load_pretrained, prepare_model
 
     student = config.actor_rollout_ref.model
@@ -209,5 +210,7 @@ def load_teachers(config, device, student_vocab: int, vocab: int) -> list[tuple[
             raise ConfigError(f"distillation.distillation_loss.topk={topk_of(config.distillation)} is more tokens than the "
                               f"teacher {teacher.setting}={teacher.model_path} and the student share "
                               f"({min(rows, student_vocab)}): set it lower (verl's default is 32)")
-        teachers.append((teacher, prepare_model(model, device, trainable=False, gradient_checkpointing=False)))
+        model = prepare_model(model, device, trainable=False, gradient_checkpointing=False)
+        compute_in(model, config.actor_rollout_ref.ref.fsdp_config, device)  # on CUDA in the reference's compute dtype too
+        teachers.append((teacher, model))
     return teachers

@@ -11,14 +11,17 @@ gradient equal the single-process one).
 - `param_offload` / `offload_policy`: FSDP2's CPUOffloadPolicy (sharded parameters, gradients
   and, with them, the optimizer step live in CPU memory; CUDA only: on CPU they are already there).
 - `optimizer_offload`: the optimizer state is moved to CPU memory between updates (CUDA only).
-- `mixed_precision` (`param_dtype`, `reduce_dtype`): compute in `param_dtype` (bf16) while the
-  sharded parameters stay in `model_dtype`, gradients reduced in `reduce_dtype` (fp32). Only on
-  CUDA and only when set.
+- `mixed_precision` (`param_dtype`, `reduce_dtype`): compute in `param_dtype` while the parameters
+  stay in `model_dtype`, gradients reduced in `reduce_dtype`. On CUDA only, where an empty setting
+  means verl's default, bf16 compute and fp32 reduction; `param_dtype: fp32` computes in fp32. With
+  one rank there is nothing to shard: the model's forward runs under `torch.autocast` to
+  `param_dtype` instead (`compute_in`).
 - `reshard_after_forward`: free gathered layers after the forward (else keep them for the backward).
 """
 
 from __future__ import annotations
 
+import functools
 import warnings
 
 import torch
@@ -44,19 +47,50 @@ def decoder_layers(model: torch.nn.Module) -> list[torch.nn.Module]:
     return layers
 
 
+# verl's on CUDA: the compute dtype of the trained models when mixed_precision.param_dtype is unset, and the hf engine's
+# when rollout.dtype is (tests/conftest.py makes it fp32 on a GPU: the suite's expected numbers are fp32 ones)
+CUDA_COMPUTE_DTYPE = "bf16"
+
+
+def compute_dtype(fsdp_config: FSDPConfig, device: str) -> torch.dtype | None:
+    """The dtype a role's forward computes in: on CUDA `mixed_precision.param_dtype`, bf16 when unset (verl's default,
+    also when `mixed_precision` is empty); None on the CPU, where it computes in `model_dtype`."""
+    if device != "cuda":
+        return None
+    return DTYPES[(fsdp_config.mixed_precision or {}).get("param_dtype", CUDA_COMPUTE_DTYPE)]
+
+
 def mixed_precision_policy(fsdp_config: FSDPConfig, device: str) -> MixedPrecisionPolicy:
-    """`fsdp_config.mixed_precision` (checked by config/validate.py) as FSDP2's policy; empty when unset or on CPU."""
-    settings = fsdp_config.mixed_precision
-    if not settings or device != "cuda":
+    """`fsdp_config.mixed_precision` (checked by config/validate.py) as FSDP2's policy, with verl's defaults on CUDA (bf16
+    compute, fp32 gradient reduction); empty on the CPU."""
+    if device != "cuda":
         return MixedPrecisionPolicy()
-    return MixedPrecisionPolicy(param_dtype=DTYPES[settings.get("param_dtype", "bf16")],
-                                reduce_dtype=DTYPES[settings.get("reduce_dtype", "fp32")])
+    reduce = (fsdp_config.mixed_precision or {}).get("reduce_dtype", "fp32")
+    return MixedPrecisionPolicy(param_dtype=compute_dtype(fsdp_config, device), reduce_dtype=DTYPES[reduce])
+
+
+def compute_in(model: torch.nn.Module, fsdp_config: FSDPConfig, device: str) -> None:
+    """An unsharded `model` computes in `compute_dtype`: on CUDA, when its parameters are in another dtype, its forward
+    (an attribute of this instance, so its state dict and class stay as they are) runs under `torch.autocast` to that
+    dtype: matrix products in it, the parameters and gradients in their own dtype. Nothing on the CPU."""
+    dtype = compute_dtype(fsdp_config, device)
+    if dtype is None or dtype == next(model.parameters()).dtype:
+        return
+    forward = model.forward
+
+    @functools.wraps(forward)
+    def cast_forward(*args, **kwargs):
+        with torch.autocast("cuda", dtype=dtype):
+            return forward(*args, **kwargs)
+
+    model.forward = cast_forward
 
 
 def shard_model(model: torch.nn.Module, fsdp_config: FSDPConfig, device: str) -> torch.nn.Module:
     """`model` (already on `device`) wrapped with FSDP2 over all ranks, per decoder layer, then the root; on one rank
-    `model` itself, untouched."""
+    `model` itself, computing in `compute_dtype` on CUDA (under autocast when its parameters are in another dtype)."""
     if world_size() == 1:
+        compute_in(model, fsdp_config, device)
         return model
     # FSDP2 warns at every forward whose output is a view (a value model's logits are), in case the caller changes it in
     # place, which would skip the all-gather of the backward; reinforge never does (tests/distributed compares 2 ranks'

@@ -167,8 +167,8 @@ def load_causal_lm(config: Config, device: str, trainable: bool = True, dtype: s
 
 
 def enable_gradient_checkpointing(model: torch.nn.Module) -> None:
-    """Non-reentrant gradient checkpointing of a Hugging Face model's layers (transformers' newer name for it first:
-    `activation_checkpointing_enable` is in 5.2x, not in 5.17 or 4.x)."""
+    """Non-reentrant gradient checkpointing of a Hugging Face model's layers, by transformers' newer name for it where
+    the model has it (`activation_checkpointing_enable`: in 5.24, not in 5.17 or 4.x)."""
     if hasattr(model, "activation_checkpointing_enable"):
         model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
     else:

@@ -197,7 +197,8 @@ class ActorRolloutRefWorker:
     @register(Dispatch.ALL)
     def update_weights(self) -> None:
         """Give the engine the updated weights: vllm/sglang push them in buckets at their next wake; the hf engine
-        copies them into its own copy of the policy when it has one (rollout.dtype), else shares the actor's module."""
+        copies them into its own copy of the policy when it has one (several ranks, rollout.dtype: bf16 on CUDA), else
+        shares the actor's module."""
         self.engine.update_weights(engine_weights(self.actor.model))
 
     # ---- checkpoints --------------------------------------------------------------------------

@@ -89,6 +89,27 @@ def test_training_engines_take_the_datas_prompt_limit_plus_the_response(log, mon
     assert engine.llm.kwargs["max_model_len"] == 40 + 24
 
 
+def test_the_hf_engine_generates_from_a_bf16_copy_on_cuda_and_with_the_actors_module_on_cpu(tiny_model_path, verl_default):
+    """rollout.dtype null is bf16 on CUDA, as in verl (the copy follows the actor through update_weights); the actor's
+    own module on the CPU. (The copy is made on the CPU here: the device only decides the dtype.)"""
+    config, _ = load_config([f"actor_rollout_ref.model.path={tiny_model_path}", "data.train_files=/d.parquet"])
+    tokenizer = SimpleNamespace(eos_token_id=2, pad_token_id=0)
+    actor = tiny_qwen()
+    config.trainer.device = "cpu"
+    assert factory.make_engine(config, actor, tokenizer).model is actor
+    config.trainer.device = "cuda"
+    engine = factory.make_engine(config, actor, tokenizer)
+    assert engine.model is not actor and {p.dtype for p in engine.model.parameters()} == {torch.bfloat16}
+    with torch.no_grad():
+        for param in actor.parameters():
+            param.add_(1.0)
+    engine.update_weights(ModuleWeights(actor))
+    assert all(torch.equal(mine, theirs.to(torch.bfloat16)) for mine, theirs in
+               zip(engine.model.state_dict().values(), actor.state_dict().values(), strict=True))
+    config.actor_rollout_ref.rollout.dtype = "fp32"  # the actor's dtype: its own module again
+    assert factory.make_engine(config, actor, tokenizer).model is actor
+
+
 def test_engine_kwargs_not_nested_under_an_engine_name_are_an_error():
     with pytest.raises(ConfigError, match=r"engine_kwargs\.swap_space: .*engine_kwargs\.vllm\.swap_space"):
         engine_kwargs_for("vllm", {"swap_space": 4})

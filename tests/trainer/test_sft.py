@@ -242,9 +242,9 @@ def test_lora_trains_adapters_only(tiny_model_path, data, tmp_path):
 
 
 def _torchrun(ranks: int, args: list[str]) -> None:
-    """`reinforge <args>` in `ranks` processes started by torchrun (FSDP2 over gloo)."""
+    """`reinforge <args>` in `ranks` processes started by torchrun (FSDP2 over gloo, on the CPU also where a GPU is)."""
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={ranks}", "-m", "reinforge",
-               *args]
+               *args, "trainer.device=cpu"]
     done = subprocess.run(command, env={**os.environ, "OMP_NUM_THREADS": "1"}, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
 
@@ -374,6 +374,20 @@ def test_verl_09_sft_command_lines_load_with_their_settings(line):
     else:  # verl 0.9's defaults: constant schedule, no warmup, betas (0.9, 0.999)
         assert (config.optim.lr, config.optim.lr_scheduler, config.optim.lr_warmup_steps_ratio) == (1e-4, "constant", 0.0)
         assert config.optim.betas == [0.9, 0.999] and config.model.lora_rank == 32
+
+
+def test_mixed_precision_is_an_fsdp_setting_in_both_trainers_forms():
+    """verl 0.9's engine.mixed_precision and the older model.fsdp_config.mixed_precision set the compute dtype on CUDA
+    (training/fsdp.py); a dtype the trainer cannot compute in is refused when the config is read."""
+    from reinforge.config.sft_schema import load_sft_config
+    from reinforge.errors import ConfigError
+
+    base = ["model.partial_pretrain=/models/x", "data.train_files=train.parquet"]
+    assert load_sft_config(base, None, 1)[0].model.fsdp_config.mixed_precision == {}  # bf16 on CUDA, verl's default
+    for key in ("engine.mixed_precision.param_dtype", "model.fsdp_config.mixed_precision.param_dtype"):
+        assert load_sft_config([*base, f"{key}=fp32"], None, 1)[0].model.fsdp_config.mixed_precision == {"param_dtype": "fp32"}
+    with pytest.raises(ConfigError, match=r"model.fsdp_config.mixed_precision.param_dtype='fp16' is not one of"):
+        load_sft_config([*base, "model.fsdp_config.mixed_precision.param_dtype=fp16"], None, 1)
 
 
 def test_a_verl_09_sft_run_trains_on_conversations_and_saves_after_each_epoch(tiny_model_path, data, tmp_path):
