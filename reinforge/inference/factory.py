@@ -40,7 +40,11 @@ def hf_engine_module(model: torch.nn.Module, rollout_dtype: str | None, own_copy
     dtype = None if rollout_dtype is None else DTYPES[rollout_dtype]
     if not own_copy and (dtype is None or dtype == next(model.parameters()).dtype):
         return model
-    replica = copy.deepcopy(model) if dtype is None else copy.deepcopy(model).to(dtype)
+    # each parameter cast as it is copied (no second full-precision copy on the way; tied ones stay one), the buffers
+    # left in theirs, as a model loaded in that dtype has them (rotary frequencies in bf16 would turn the angles of
+    # positions in the thousands by whole radians)
+    memo = {} if dtype is None else {id(p): torch.nn.Parameter(p.detach().to(dtype)) for p in model.parameters()}
+    replica = copy.deepcopy(model, memo)
     replica.eval()
     replica.requires_grad_(False)
     return replica
@@ -85,8 +89,13 @@ def make_engine(config: Config, model: torch.nn.Module | None, tokenizer, own_co
     eos = eos_token_ids(model.generation_config if model is not None else _folder_generation_config(config), tokenizer)
     if rollout.name == "hf":
         from reinforge.training import fsdp
+        from reinforge.training.model import DTYPES
 
         dtype = rollout.dtype or (fsdp.CUDA_COMPUTE_DTYPE if trainer.device == "cuda" else None)  # verl's bf16 on a GPU
+        # the actor's module computes in the actor's compute dtype on CUDA (fsdp.compute_in): an engine in another
+        # dtype decodes from its own copy, even where the weights' dtype is its own
+        computes = fsdp.compute_dtype(config.actor_rollout_ref.actor.fsdp_config, trainer.device)
+        own_copy = own_copy or (computes is not None and computes != DTYPES[dtype])
         return HFEngine(hf_engine_module(model, dtype, own_copy), tokenizer.pad_token_id, eos, seed=trainer.seed,
                         micro_batch_size=rollout.micro_batch_size_per_gpu)
     check_gpu_engine(config)

@@ -22,6 +22,7 @@ gradient equal the single-process one).
 from __future__ import annotations
 
 import functools
+import types
 import warnings
 
 import torch
@@ -76,14 +77,14 @@ def compute_in(model: torch.nn.Module, fsdp_config: FSDPConfig, device: str) -> 
     dtype = compute_dtype(fsdp_config, device)
     if dtype is None or dtype == next(model.parameters()).dtype:
         return
-    forward = model.forward
+    forward = type(model).forward
 
-    @functools.wraps(forward)
-    def cast_forward(*args, **kwargs):
+    @functools.wraps(forward)  # its signature too (inference/hf.py reads the KV cache's keyword from it)
+    def cast_forward(self, *args, **kwargs):
         with torch.autocast("cuda", dtype=dtype):
-            return forward(*args, **kwargs)
+            return forward(self, *args, **kwargs)
 
-    model.forward = cast_forward
+    model.forward = types.MethodType(cast_forward, model)  # bound: a deep copy of the model binds its own copy
 
 
 def shard_model(model: torch.nn.Module, fsdp_config: FSDPConfig, device: str) -> torch.nn.Module:

@@ -100,13 +100,19 @@ def test_the_hf_engine_generates_from_a_bf16_copy_on_cuda_and_with_the_actors_mo
     config.trainer.device = "cuda"
     engine = factory.make_engine(config, actor, tokenizer)
     assert engine.model is not actor and {p.dtype for p in engine.model.parameters()} == {torch.bfloat16}
+    assert engine.model.model.rotary_emb.inv_freq.dtype == torch.float32  # as a model loaded in bf16 keeps it
     with torch.no_grad():
         for param in actor.parameters():
             param.add_(1.0)
     engine.update_weights(ModuleWeights(actor))
     assert all(torch.equal(mine, theirs.to(torch.bfloat16)) for mine, theirs in
                zip(engine.model.state_dict().values(), actor.state_dict().values(), strict=True))
-    config.actor_rollout_ref.rollout.dtype = "fp32"  # the actor's dtype: its own module again
+    # fp32 as the actor's weights, which compute in bf16 on CUDA: an fp32 copy, so the engine decodes in fp32
+    config.actor_rollout_ref.rollout.dtype = "fp32"
+    engine = factory.make_engine(config, actor, tokenizer)
+    assert engine.model is not actor and {p.dtype for p in engine.model.parameters()} == {torch.float32}
+    assert {b.dtype for b in engine.model.buffers()} == {b.dtype for b in actor.buffers()}  # rotary frequencies stay fp32
+    config.actor_rollout_ref.actor.fsdp_config.mixed_precision = {"param_dtype": "fp32"}  # the actor's module computes in fp32
     assert factory.make_engine(config, actor, tokenizer).model is actor
 
 

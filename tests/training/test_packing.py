@@ -270,6 +270,31 @@ def test_packed_sequences_read_only_from_a_batch_of_one_row_are_caught_by_the_pr
     assert "does not compute sequences packed by their position ids" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("step, computed_in, works", [(1, torch.bfloat16, True), (8, torch.float32, True),
+                                                     (1, torch.float32, False)])
+def test_the_probe_allows_the_rounding_of_the_dtype_the_outputs_are_computed_in(tiny_model_path, step, computed_in, works):
+    """fp32 weights computing in bf16 (on CUDA, verl's default): the two layouts' bf16 logits may differ by a rounding
+    step, which the probe allows as it does for bf16 weights; an fp32 forward gets the fp32 tolerance (1e-3), which
+    a bf16 rounding step on every logit exceeds."""
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_path, dtype=torch.float32).eval()
+    calls = []
+
+    def outputs(ids: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        logits = model(input_ids=ids, position_ids=positions, attention_mask=None, use_cache=False).logits
+        if computed_in == torch.bfloat16:
+            logits = logits.to(torch.bfloat16)
+        if not calls:  # the packed layout: one bf16 rounding step off (or a step of an fp32 ulp x 8, within fp32's tolerance)
+            bump = logits.to(torch.bfloat16) if step == 1 else logits
+            for _ in range(step):
+                bump = torch.nextafter(bump, torch.full_like(bump, float("inf")))
+            logits = bump.to(logits.dtype)
+        calls.append(logits.dtype)
+        return logits
+
+    assert packing.packing_works(model, torch.device("cpu"), outputs) is works
+    assert calls == [computed_in, computed_in]
+
+
 def test_under_flash_attention_every_sequence_goes_in_one_row(tiny_model_path):
     """Flash attention computes only the pairs within each sequence (verl's varlen layout), so attention costs nothing
     extra in a long row, and transformers packs only a batch of one row: one row of all tokens, however many."""
