@@ -25,9 +25,10 @@ import sys
 import tempfile
 from pathlib import Path
 
+from grpo_step_vs_trl import REWARD_SOURCE, SIZES  # benchmarks/grpo_step_vs_trl.py: its medium model's tokenizer, its reward
+
 SHAPE = dict(hidden_size=896, intermediate_size=4864, num_hidden_layers=24, num_attention_heads=14, num_key_value_heads=2)
 SMALL = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2)
-REWARD = "def compute_score(data_source, solution_str, ground_truth, extra_info=None):\n    return len(solution_str) % 7 / 7\n"
 ARMS = {"bf16 (default)": [], "fp32": ["actor_rollout_ref.actor.fsdp_config.mixed_precision.param_dtype=fp32"]}
 REPORTED = {"step s": "timing_s/step", "generate s": "timing_s/gen", "update_actor s": "timing_s/update_actor",
             "GPU peak GB": "perf/max_memory_allocated_gb"}
@@ -40,8 +41,7 @@ def build_model(folder: Path, shape: dict) -> Path:
 
     from reinforge.training.tiny_model import TinyModelSpec, ensure_tiny_model
 
-    tokenizer_source = ensure_tiny_model(TinyModelSpec(vocab_size=32768, hidden_size=512, intermediate_size=1408,
-                                                       num_hidden_layers=4, num_attention_heads=8, num_key_value_heads=4))
+    tokenizer_source = ensure_tiny_model(TinyModelSpec(**SIZES["medium"]))
     base = json.loads((tokenizer_source / "config.json").read_text())
     config = Qwen2Config(vocab_size=base["vocab_size"], max_position_embeddings=2048, tie_word_embeddings=True,
                          eos_token_id=base["eos_token_id"], pad_token_id=base["pad_token_id"], **shape)
@@ -56,7 +56,7 @@ def build_model(folder: Path, shape: dict) -> Path:
 def run_arm(model: Path, train_file: str, work: Path, name: str, extra: list[str], args) -> list[dict]:
     run_dir = work / name.split()[0]
     reward = work / "reward.py"
-    reward.write_text(REWARD)
+    reward.write_text(REWARD_SOURCE)
     command = [sys.executable, "-m", "reinforge", "train", f"actor_rollout_ref.model.path={model}",
                f"data.train_files={train_file}", f"custom_reward_function.path={reward}", "data.train_batch_size=16",
                "data.max_prompt_length=64", f"data.max_response_length={args.new_tokens}", "algorithm.adv_estimator=grpo",

@@ -30,15 +30,17 @@ def eos_token_ids(generation_config, tokenizer) -> list[int]:
     return ids
 
 
-def hf_engine_module(model: torch.nn.Module, rollout_dtype: str | None, own_copy: bool = False) -> torch.nn.Module:
+def hf_engine_module(model: torch.nn.Module, rollout_dtype: str | None, own_copy: bool = False,
+                     computes: torch.dtype | None = None) -> torch.nn.Module:
     """The module the hf engine generates with: the actor's own, or a frozen copy, which `HFEngine.update_weights`
     refreshes after every update. A copy is made when `own_copy` (several ranks: the actor is sharded) or when
-    rollout.dtype names another dtype than the actor's (a bf16 engine beside an fp32 actor: the train/inference
-    mismatch algorithm.rollout_correction corrects)."""
+    rollout.dtype names another dtype than the actor's weights or than `computes`, the dtype the actor's module computes
+    in on CUDA (training/fsdp.py `compute_in`): a bf16 engine beside an fp32 actor, the train/inference mismatch
+    algorithm.rollout_correction corrects, decodes from bf16 weights, not under the actor's autocast."""
     from reinforge.training.model import DTYPES
 
     dtype = None if rollout_dtype is None else DTYPES[rollout_dtype]
-    if not own_copy and (dtype is None or dtype == next(model.parameters()).dtype):
+    if not own_copy and (dtype is None or dtype == next(model.parameters()).dtype) and computes in (None, dtype):
         return model
     # each parameter cast as it is copied (no second full-precision copy on the way; tied ones stay one), the buffers
     # left in theirs, as a model loaded in that dtype has them (rotary frequencies in bf16 would turn the angles of
@@ -89,14 +91,10 @@ def make_engine(config: Config, model: torch.nn.Module | None, tokenizer, own_co
     eos = eos_token_ids(model.generation_config if model is not None else _folder_generation_config(config), tokenizer)
     if rollout.name == "hf":
         from reinforge.training import fsdp
-        from reinforge.training.model import DTYPES
 
         dtype = rollout.dtype or (fsdp.CUDA_COMPUTE_DTYPE if trainer.device == "cuda" else None)  # verl's bf16 on a GPU
-        # the actor's module computes in the actor's compute dtype on CUDA (fsdp.compute_in): an engine in another
-        # dtype decodes from its own copy, even where the weights' dtype is its own
         computes = fsdp.compute_dtype(config.actor_rollout_ref.actor.fsdp_config, trainer.device)
-        own_copy = own_copy or (computes is not None and computes != DTYPES[dtype])
-        return HFEngine(hf_engine_module(model, dtype, own_copy), tokenizer.pad_token_id, eos, seed=trainer.seed,
+        return HFEngine(hf_engine_module(model, dtype, own_copy, computes), tokenizer.pad_token_id, eos, seed=trainer.seed,
                         micro_batch_size=rollout.micro_batch_size_per_gpu)
     check_gpu_engine(config)
     from reinforge.training.model import model_source, policy_tokenizer

@@ -106,12 +106,9 @@ def model_state(model: torch.nn.Module, ranks: int, lora_only: bool = False) -> 
     """The state dict this rank writes: the full one with one rank, its shard records with several. A model with LoRA
     adapters writes its keys under peft's names (SAVED_PREFIX first, as verl's rank files, which verl's model merger
     reads), and with `lora_only` only the adapters and what else trains (a critic's value head)."""
-    if ranks == 1:
-        state = on_cpu(model.state_dict())
-    else:
-        from torch.distributed.checkpoint.state_dict import get_model_state_dict
+    from torch.distributed.checkpoint.state_dict import get_model_state_dict
 
-        state = to_shard_records(get_model_state_dict(model))
+    state = to_shard_records(model.state_dict() if ranks == 1 else get_model_state_dict(model))
     if not any(".lora_A." in name for name in state):
         return state
     if lora_only:
@@ -121,50 +118,38 @@ def model_state(model: torch.nn.Module, ranks: int, lora_only: bool = False) -> 
 
 
 def optimizer_state(model: torch.nn.Module, optimizer: torch.optim.Optimizer, ranks: int) -> dict:
-    if ranks == 1:
-        return on_cpu(optimizer.state_dict())
     from torch.distributed.checkpoint.state_dict import get_optimizer_state_dict
 
-    return to_shard_records(get_optimizer_state_dict(model, optimizer))
-
-
-def on_cpu(tree, copies: dict | None = None):
-    """`tree` (nested dicts, lists, tuples) with every GPU tensor copied to the CPU, as verl's checkpoints hold them (so
-    `torch.load` reads them on a machine without a GPU); a tensor under two names (tied embeddings) is copied once. CPU
-    tensors are kept as they are."""
-    copies = {} if copies is None else copies
-    if isinstance(tree, torch.Tensor):
-        if tree.device.type == "cpu":
-            return tree
-        key = (tree.data_ptr(), tree.dtype, tuple(tree.shape), tree.stride())
-        if key not in copies:
-            copies[key] = tree.detach().to("cpu")
-        return copies[key]
-    if isinstance(tree, dict):
-        return {key: on_cpu(value, copies) for key, value in tree.items()}
-    if isinstance(tree, (list, tuple)):
-        return type(tree)(on_cpu(value, copies) for value in tree)
-    return tree
+    return to_shard_records(optimizer.state_dict() if ranks == 1 else get_optimizer_state_dict(model, optimizer))
 
 
 def to_shard_records(tree, copies: dict | None = None):
-    """`tree` (nested dicts, lists, tuples) with each DTensor replaced by this rank's shard record. A tensor that
-    appears under two names (tied embeddings: two DTensors over the same local memory) gets one local copy, which
-    torch.save then writes once."""
+    """`tree` (nested dicts, lists, tuples) as a checkpoint file holds it: each DTensor replaced by this rank's shard
+    record, every other tensor on the CPU (as verl's files: torch.load reads them without a GPU; CPU tensors as they
+    are). A tensor that appears under two names (tied embeddings, also as two DTensors over the same local memory)
+    gets one copy, which torch.save then writes once."""
     from torch.distributed.tensor import DTensor, Replicate, Shard
 
     copies = {} if copies is None else copies
+
+    def once(tensor: torch.Tensor, always: bool) -> torch.Tensor:
+        if not always and tensor.device.type == "cpu":
+            return tensor
+        key = (tensor.data_ptr(), tensor.dtype, tuple(tensor.shape), tensor.stride())
+        if key not in copies:
+            copies[key] = tensor.detach().to("cpu", copy=True)
+        return copies[key]
+
     if isinstance(tree, DTensor):
         if tree.device_mesh.ndim != 1 or type(tree.placements[0]) not in (Shard, Replicate):
             raise NotImplementedError(f"checkpoints hold 1-D sharded or replicated tensors, not {tree.placements} "
                                       f"on a {tree.device_mesh.ndim}-D mesh")
-        local = tree.to_local()
-        key = (local.data_ptr(), local.dtype, tuple(local.shape), local.stride())
-        if key not in copies:  # a copy: the local piece views FSDP's padded storage, which torch.save would write whole
-            copies[key] = local.detach().to("cpu", copy=True)
+        local = once(tree.to_local(), always=True)  # a copy: it views FSDP's padded storage, which torch.save would write whole
         if isinstance(tree.placements[0], Replicate):
-            return copies[key]
-        return {SHARD_DIM: tree.placements[0].dim, "local": copies[key], "shape": list(tree.shape)}
+            return local
+        return {SHARD_DIM: tree.placements[0].dim, "local": local, "shape": list(tree.shape)}
+    if isinstance(tree, torch.Tensor):
+        return once(tree, always=False)
     if isinstance(tree, dict):
         return {key: to_shard_records(value, copies) for key, value in tree.items()}
     if isinstance(tree, (list, tuple)):
@@ -176,7 +161,7 @@ def full_model_state(model: torch.nn.Module) -> dict[str, torch.Tensor]:
     """The full state dict on CPU: gathered from every rank (a collective; rank 0 gets it, the others an empty
     dict) with several ranks, the model's own with one."""
     if world_size() == 1:
-        return on_cpu(model.state_dict())
+        return to_shard_records(model.state_dict())
     from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 
     return get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))

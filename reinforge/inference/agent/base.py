@@ -22,7 +22,6 @@ import sys
 import time
 import traceback
 from dataclasses import dataclass, field, replace
-from functools import cached_property
 from typing import Any
 
 from reinforge.errors import ConfigError
@@ -74,14 +73,9 @@ class AgentContext:
     truncation: str = "error"
     report: FailureReport = field(default_factory=FailureReport)  # the first failure of a tool or an interaction, printed
     stop_token_ids: tuple[int, ...] = ()  # where the tool-call format's turns end besides end of sequence (tool_agent)
-
-    @cached_property
-    def schemas(self) -> dict[str, dict]:
-        """The tools' OpenAI schemas by name, as plain dicts (the qwen3_coder parser types its values by them, the kimi
-        parser finds a call's tool by them); built once per rollout, shared by its rows."""
-        from reinforge.inference.tools import plain_schema
-
-        return {name: plain_schema(tool.get_openai_tool_schema()) for name, tool in self.tools.items()}
+    # the tools' OpenAI schemas by name, as plain dicts (the chat template shows them; the qwen3_coder parser types its
+    # values by them, the kimi parser finds a call's tool by them); built once per run by the AgentRunner
+    schemas: dict = field(default_factory=dict)
 
 
 @dataclass

@@ -86,11 +86,11 @@ class AgentRunner:
         self.default_agent = (agent.default_agent_loop if agent is not None else None) or "tool_agent"
         self.report = FailureReport()  # one per run: the first failure of a tool or an interaction is printed once
         self.stop_token_ids = tuple(stop_token_ids(multi_turn.format, tokenizer))
+        self.schemas = {name: plain_schema(tool.get_openai_tool_schema()) for name, tool in self.tools.items()}
         if self.tools:  # a template that cannot render the answers of a turn's calls fails now, not in the rollout
-            schemas = [plain_schema(tool.get_openai_tool_schema()) for tool in self.tools.values()]
             calls = [ToolCall(next(iter(self.tools)), {})] * min(multi_turn.max_parallel_calls, 2)
             tool_answers_text(tokenizer, [{"role": "tool", "content": "ok"}] * len(calls), calls, None,
-                              {**self.chat_template_kwargs, "tools": schemas})
+                              {**self.chat_template_kwargs, "tools": list(self.schemas.values())})
 
     def generate_sequences(self, engine: InferenceEngine, prompts: Batch, params: SamplingParams, pad_token_id: int) -> Batch:
         """Run every row's agent loop concurrently and lay the conversations out as trajectories."""
@@ -108,7 +108,7 @@ class AgentRunner:
 
     async def _run_all(self, engine: InferenceEngine, prompts: Batch, params: SamplingParams) -> list[AgentOutput]:
         ctx = AgentContext(engine, self.tokenizer, params, self.multi_turn, self.tools, self.interactions, self.chat_template_kwargs,
-                           *self.prompt_limit, report=self.report, stop_token_ids=self.stop_token_ids)
+                           *self.prompt_limit, report=self.report, stop_token_ids=self.stop_token_ids, schemas=self.schemas)
         ids = prompt_token_lists(prompts["input_ids"], prompts["attention_mask"])
         rows = len(ids)
         names = list(prompts["agent_name"]) if "agent_name" in prompts else [None] * rows
