@@ -25,7 +25,7 @@ import traceback
 
 from reinforge import __version__
 from reinforge.environment.preprocess import add_data_arguments, run_data_command
-from reinforge.errors import RankError, UserError, add_debug_argument, debug_requested
+from reinforge.errors import ConfigError, RankError, UserError, add_debug_argument, debug_requested
 from reinforge.trainer.stop import RunStopped
 
 
@@ -50,6 +50,11 @@ def _train(args: argparse.Namespace) -> int:
 
 def _config_file(args: argparse.Namespace) -> str | None:
     """--config, or Hydra's --config-path and --config-name."""
+    if args.config and args.config_name:
+        raise ConfigError(f"--config {args.config} and --config-name {args.config_name} both name a config file; give one "
+                          "(put the keys of one into the other, or on the command line)")
+    if args.config_path and not args.config_name:
+        raise ConfigError(f"--config-path {args.config_path} needs --config-name, the file in it to read")
     if args.config_name:
         return os.path.join(args.config_path or ".", args.config_name if args.config_name.endswith(".yaml") else args.config_name + ".yaml")
     return args.config
@@ -222,8 +227,20 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def parse_arguments(argv: list[str] | None = None) -> argparse.Namespace:
+    """The command line, config overrides allowed after options too (`train a=1 --debug b=2`, as Hydra takes them)."""
+    parser = build_parser()
+    args, extra = parser.parse_known_args(argv)
+    overrides = [word for word in extra if not word.startswith("-") and ("=" in word or word.startswith("~"))]
+    if overrides != extra or (extra and not hasattr(args, "overrides")):
+        parser.parse_args(argv)  # argparse's own message for the words that are neither options nor overrides
+    if extra:
+        args.overrides += extra
+    return args
+
+
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    args = parse_arguments(argv)
     show_traceback = debug_requested(args)
     try:
         return args.func(args)

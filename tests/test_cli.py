@@ -95,3 +95,23 @@ def test_unknown_data_source_fails_before_training_naming_the_file(tiny_model_pa
     assert result.returncode == 2
     assert str(data) in result.stderr and "no reward function for data_source 'my/task'" in result.stderr
     assert "custom_reward_function.path" in result.stderr and "step 1" not in result.stdout
+
+
+def test_overrides_may_follow_options_and_one_config_file_is_named(tmp_path, capsys):
+    """As Hydra takes them: `train a=1 --debug b=2` (a wrapper script that appends "$@" puts options first); --config
+    beside --config-name would have read one of the two files only."""
+    import pytest
+
+    from reinforge.cli import main, parse_arguments
+
+    args = parse_arguments(["train", "data.train_batch_size=8", "--debug", "trainer.seed=3", "--dry-run", "~trainer.logger"])
+    assert args.overrides == ["data.train_batch_size=8", "trainer.seed=3", "~trainer.logger"] and args.dry_run and args.debug
+    with pytest.raises(SystemExit):
+        parse_arguments(["train", "--dry-run", "--bogus"])
+    (tmp_path / "a.yaml").write_text("data:\n  train_batch_size: 4\n")
+    (tmp_path / "b.yaml").write_text("data:\n  train_batch_size: 8\n")
+    for argv, message in [(["--config", str(tmp_path / "a.yaml"), "--config-path", str(tmp_path), "--config-name", "b"],
+                           f"--config {tmp_path / 'a.yaml'} and --config-name b both name a config file; give one"),
+                          (["--config-path", str(tmp_path)], f"--config-path {tmp_path} needs --config-name")]:
+        assert main(["train", "--dry-run", *argv]) == 2
+        assert f"reinforge: error: {message}" in capsys.readouterr().err

@@ -123,6 +123,16 @@ def make_workspace(folder: Path, model: Path, other_model: Path) -> None:
     for file in model.iterdir():
         if file.suffix in (".json", ".jinja") and file.name != "generation_config.json":
             shutil.copy(file, folder / "no_weights")
+    shutil.copytree(model, folder / "renamed_weights")  # keys as torch.compile's module saves them: none fits the model
+    from safetensors.torch import load_file, save_file
+
+    weights = folder / "renamed_weights" / "model.safetensors"
+    save_file({f"_orig_mod.{name}": tensor for name, tensor in load_file(weights).items()}, weights, metadata={"format": "pt"})
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    columns = [pa.array([json.dumps(row["prompt"]) for row in prompts]), pa.array(["other"] * len(prompts))]
+    pq.write_table(pa.Table.from_arrays(columns, names=["prompt", "prompt"]), folder / "dup_columns.parquet")
     shutil.copytree(model, folder / "no_template")
     config_file = folder / "no_template" / "tokenizer_config.json"
     config_file.write_text(json.dumps({k: v for k, v in json.loads(config_file.read_text()).items() if k != "chat_template"}))
@@ -135,15 +145,15 @@ def make_workspace(folder: Path, model: Path, other_model: Path) -> None:
     half = folder / "half_run" / "global_step_1" / "actor"  # rank 0's files of a 2-rank save only (names are checked first)
     half.mkdir(parents=True)
     for prefix in ("model", "optim", "extra_state"):
-        (half / f"{prefix}_world_size_2_rank_0.pt").write_bytes(b"")
+        torch.save({}, half / f"{prefix}_world_size_2_rank_0.pt")
     from transformers import AutoModelForCausalLM
 
     small = AutoModelForCausalLM.from_pretrained(other_model)  # a checkpoint of another shape than the run's model
     save_training_state(str(folder / "small_run" / "global_step_1" / "actor"), ["model", "optimizer", "extra"], small,
                         torch.optim.AdamW(small.parameters()), {})
     for run in ("half_run/global_step_1", "small_run/global_step_1"):  # the rest of a checkpoint: only the actor's files are wrong
-        (folder / run / "data.pt").write_bytes(b"")
-        (folder / run / "trainer_state.json").write_text("{}")
+        torch.save({}, folder / run / "data.pt")
+        (folder / run / "trainer_state.json").write_text(json.dumps({"global_steps": 1, "kl_ctrl": {}}))
 
 
 def command_line(case: Case, index: int, model: Path) -> tuple[list[str], dict[str, str]]:

@@ -292,6 +292,10 @@ def finalize_sft(config: SFTConfig, ranks: int, user_keys: list[str] | tuple = (
     positive("optim.lr", optim.lr, allow_zero=True)
     positive("optim.weight_decay", optim.weight_decay, allow_zero=True)
     positive("optim.clip_grad", optim.clip_grad)  # 0 would scale every gradient to nothing; null: no clipping
+    choice("data.truncation", data.truncation, ("error", "left", "right"))  # environment/sft_dataset.py's TRUNCATIONS
+    positive("ulysses_sequence_parallel_size", config.ulysses_sequence_parallel_size)
+    if data.max_token_len_per_gpu is not None:
+        positive("data.max_token_len_per_gpu", data.max_token_len_per_gpu)
     trainer.logger = logger_names(trainer.logger)  # verl also takes a bare string: trainer.logger=console
     check_loggers(trainer.logger)
     for name in ("messages_key", "tools_key", "enable_thinking_key"):  # verl's newer MultiTurnSFTDataset reads data.<name>

@@ -370,6 +370,13 @@ def unused_settings(config: Config, user_keys: list[str]) -> list[str]:
         elif reason is None and key == "reward.num_workers" and config.reward_model.reward_manager != "remote":
             reason = ("read by reward_model.reward_manager=remote only (its processes); the other managers' parallelism is "
                       "reward_model.reward_kwargs' (max_concurrency, num_processes)")
+        elif reason is None and key == "trainer.resume_from_path" and config.trainer.resume_mode != "resume_path":
+            reason = (f"read with trainer.resume_mode=resume_path only, as in verl; resume_mode={config.trainer.resume_mode} "
+                      + ("starts afresh" if config.trainer.resume_mode == "disable" else "resumes the run folder's latest checkpoint"))
+        elif reason is None and key == "custom_reward_function.name" and not config.custom_reward_function.path:
+            reason = "names a function in custom_reward_function.path, which is not set: the built-in scorers score the rows"
+        elif reason is None and key == "trainer.test_freq" and config.trainer.test_freq > 0 and not config.data.val_files:
+            reason = "data.val_files is not set, so there is nothing to validate"
         elif reason is None and key == "trainer.balance_batch" and world_size_of(config) == 1:
             reason = "one data-parallel rank: nothing to balance"
         elif reason is None and (parts[0] == "ray_kwargs" or key == "trainer.hang_dump_s") and not _uses_ray(config):

@@ -360,10 +360,13 @@ def _check(config: Config) -> None:
         ("algorithm.filter_groups.tolerance", algo.filter_groups.tolerance),
     ]:
         positive(key, value, allow_zero=True)
-    if not 0 < rollout.top_p <= 1:
-        raise ConfigError(f"actor_rollout_ref.rollout.top_p={rollout.top_p} must be in (0, 1]")
-    if rollout.do_sample and rollout.temperature == 0:
-        raise ConfigError("actor_rollout_ref.rollout.temperature=0 with do_sample=true: set do_sample=false for greedy")
+    for key, top_p in (("top_p", rollout.top_p), ("val_kwargs.top_p", rollout.val_kwargs.top_p)):
+        if not 0 < top_p <= 1:
+            raise ConfigError(f"actor_rollout_ref.rollout.{key}={top_p} must be in (0, 1]")
+    if rollout.temperature == 0:  # the actor divides the logits by it to compute the log-probs the loss takes
+        raise ConfigError("actor_rollout_ref.rollout.temperature=0: the actor divides the logits by the rollout temperature "
+                          "when it computes the responses' log-probs; for greedy rollouts set do_sample=false and leave the "
+                          "temperature at 1.0 (do_sample=false alone decodes greedily)")
     params = actor.policy_loss
     for key, value in (("algorithm.gamma", algo.gamma), ("algorithm.lam", algo.lam),
                        ("actor_rollout_ref.actor.clip_ratio_low", actor.clip_ratio_low),

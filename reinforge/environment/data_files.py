@@ -6,7 +6,9 @@ DataError that names the file (and the line or row). Only pyarrow and json are i
 
 from __future__ import annotations
 
+import glob
 import json
+import os
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -19,12 +21,21 @@ FORMATS = (".parquet", ".json", ".jsonl")
 
 
 def file_list(data_files: str | Path | Sequence[str | Path]) -> list[str]:
-    """The data files given as one path or a list of them, as strings (an empty list is a DataError)."""
-    if isinstance(data_files, (str, Path)):
-        return [str(data_files)]
-    files = [str(f) for f in data_files]
-    if not files:
+    """The data files given as one path or a list of them, as strings, a glob pattern replaced by the files it matches in
+    name order (as `datasets.load_dataset`, which verl reads them with, expands it); an empty list, or a pattern that
+    matches no file, is a DataError."""
+    given = [str(data_files)] if isinstance(data_files, (str, Path)) else [str(f) for f in data_files]
+    if not given:
         raise DataError("No data files given: set data.train_files / data.val_files to a file or a list of files.")
+    files = []
+    for name in given:
+        if not glob.has_magic(name):
+            files.append(name)
+            continue
+        matches = sorted(glob.glob(os.path.expanduser(name)))
+        if not matches:
+            raise DataError(f"{name}: the pattern matches no file; check data.train_files and data.val_files.")
+        files += matches
     return files
 
 
@@ -63,6 +74,9 @@ def read_rows(given: str) -> tuple[list[dict[str, Any]], list[str]]:
     try:
         if path.suffix == ".parquet":
             table = pq.ParquetFile(path).read()  # one file: read_table would import pyarrow.dataset (~0.5 s quiet, seconds on busy cores)
+            repeated = sorted({name for name in table.column_names if table.column_names.count(name) > 1})
+            if repeated:  # a row dict would keep the last of them; datasets.load_dataset, verl's reader, refuses the file too
+                raise DataError(f"the file has more than one column named {', '.join(map(repr, repeated))}; keep one of each.")
             return table.to_pylist(), list(table.column_names)
         rows = parse_json_rows(path.read_text(encoding="utf-8"))
     except DataError as err:

@@ -256,6 +256,11 @@ class RLDataset(Dataset):
         measured = token_ids
         if self._tool_schemas and texts:
             measured = self.tokenizer(with_tools, add_special_tokens=False)["input_ids"]
+        empty = next((i for i, ids in enumerate(token_ids) if not ids), None)
+        if empty is not None:  # nothing for the model to continue from
+            file, row = origins[empty]
+            raise DataError(f"{file}: row {row}, column {key!r}: the prompt is 0 tokens after the chat template "
+                            f"({_preview(texts[empty])}); give it some text, or fix the chat template")
         keep = self._fit_lengths(measured, origins, where, keep_none_ok)
         limit, mode = self.config.max_prompt_length, self.config.truncation
         self._has_ability |= any("ability" in rows[i] for i in keep)
@@ -334,6 +339,16 @@ class RLDataset(Dataset):
         return [i for i in range(len(token_ids)) if i not in dropped]
 
     # ---- items -----------------------------------------------------------------------------------
+    def check_token_ids(self, vocab_size: int, setting: str) -> None:
+        """A DataError naming the first prompt that holds a token id of `vocab_size` or more, which the model (its path
+        the config `setting`) has no embedding for: a tokenizer with tokens added that the model was not resized for."""
+        for ids, origin in zip(self._input_ids, self._origins, strict=True):
+            if len(ids) and int(ids.max()) >= vocab_size:
+                file, row = origin
+                raise DataError(f"{file}: row {row}, column {self.config.prompt_key!r}: the prompt holds token id "
+                                f"{int(ids.max())}, but the model of {setting} has embeddings for {vocab_size} tokens; use the "
+                                "model's own tokenizer, or a model whose embeddings were resized for the added tokens")
+
     def __len__(self) -> int:
         return len(self._rows)
 

@@ -119,7 +119,14 @@ class SFTDataset(torch.utils.data.Dataset):
         for i in select_rows(len(sources), max_samples, config.get("shuffle", False), config.get("seed")):
             given, index, row = sources[i]
             where = f"{given} row {index}"
-            ids, trained = self._conversation(row, where) if multiturn else self._pair(row, where)
+            try:
+                ids, trained = self._conversation(row, where) if multiturn else self._pair(row, where)
+            except DataError:
+                raise
+            except Exception as error:  # a chat template may raise on messages it does not accept (none, a number as content)
+                column = config.multiturn.messages_key if multiturn else config.prompt_key
+                raise DataError(f"{where}, column {column!r}: the chat template failed on this row "
+                                f"({type(error).__name__}: {str(error)[:200]})") from error
             ids, trained = truncate(ids, trained, config.max_length, config.truncation, where)
             example = split_example(ids, trained)
             if example is None:

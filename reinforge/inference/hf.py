@@ -51,6 +51,7 @@ def filter_logits(logits: torch.Tensor, top_k: int, top_p: float) -> torch.Tenso
         sorted_logits, order = torch.sort(logits, descending=True, dim=-1)
         cumulative = torch.softmax(sorted_logits, dim=-1).cumsum(-1)
         drop_sorted = cumulative - torch.softmax(sorted_logits, dim=-1) >= top_p  # mass before this token
+        drop_sorted[..., 0] = False  # the best token, also when top_p <= 0
         drop = drop_sorted.scatter(-1, order, drop_sorted)
         logits = logits.masked_fill(drop, float("-inf"))
     return logits

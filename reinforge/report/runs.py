@@ -41,8 +41,9 @@ class Run:
             value = record.get(key)
             if value in NON_FINITE:
                 value = float(value)
-            if isinstance(value, (int, float)) and not isinstance(value, bool) and "step" in record:
-                by_step[int(record["step"])] = float(value)
+            step = record.get("step")
+            if isinstance(value, (int, float)) and not isinstance(value, bool) and isinstance(step, int):
+                by_step[step] = float(value)
         steps = sorted(by_step)
         return steps, [by_step[s] for s in steps]
 
@@ -63,11 +64,13 @@ def load_run(path: str | Path, sample_steps: int = 3) -> Run:
     if not records:
         raise UserError(f"{metrics} is empty: the run has not finished a step yet; report again after its first step")
     config_file = folder / "config.yaml"
-    config_text = config_file.read_text() if config_file.is_file() else ""
     try:
+        config_text = config_file.read_text() if config_file.is_file() else ""
         config = yaml.safe_load(config_text) or {} if config_text else {}
-    except yaml.YAMLError as exc:
+    except (yaml.YAMLError, UnicodeDecodeError) as exc:
         raise UserError(f"{config_file} is not valid YAML ({exc}); it is the resolved config the trainer wrote") from exc
+    if not isinstance(config, dict):
+        raise UserError(f"{config_file} holds a {type(config).__name__}, not the mapping of config keys the trainer writes")
     run = Run(name=folder.resolve().name, path=folder, records=records, config_text=config_text, config=config)
     run.samples = _latest_samples(_rollout_folder(folder, config), sample_steps)
     return run
@@ -75,7 +78,10 @@ def load_run(path: str | Path, sample_steps: int = 3) -> Run:
 
 def _read_jsonl(path: Path) -> list[dict]:
     records = []
-    lines = path.read_text().splitlines()
+    try:
+        lines = path.read_text().splitlines()
+    except UnicodeDecodeError as exc:
+        raise UserError(f"{path} is not text ({exc}); metrics.jsonl holds one JSON object per line") from exc
     for number, line in enumerate(lines, start=1):
         if not line.strip():
             continue

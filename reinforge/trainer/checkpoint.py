@@ -27,12 +27,15 @@ the run with a `CheckpointError` naming the step, folder and error.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import json
 import os
+import pickle
 import re
 import shutil
 import sys
+import zipfile
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -42,6 +45,7 @@ from reinforge.errors import CheckpointError, ConfigError
 
 TRACKER = "latest_checkpointed_iteration.txt"
 STEP_FOLDER = re.compile(r"^global_step_(\d+)$")
+LOCK = ".reinforge.lock"  # held by the process training in the run folder
 DISK_FULL = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG})
 
 
@@ -188,9 +192,54 @@ def _save_failed(run_dir: Path, step: int, error: OSError) -> None:
                           "to train without checkpoints") from error
 
 
+@contextlib.contextmanager
+def hold_run_folder(run_dir: Path, setting: str):
+    """`run_dir` made, and held by this process (an exclusive lock on its .reinforge.lock file, which the system releases
+    when the process ends, however it ends) until the block ends: a second run started in it, which would write over the
+    first's checkpoints or append to its metrics, stops with a ConfigError naming the process holding it."""
+    import fcntl
+
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        lock = open(run_dir / LOCK, "a+")  # noqa: SIM115  (closed below, after the block)
+    except OSError as error:
+        raise ConfigError(f"trainer.default_local_dir={setting}: cannot write the run folder {run_dir} ({error.strerror or error}: "
+                          f"{error.filename}); point trainer.default_local_dir at a writable folder") from None
+    with lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            lock.seek(0)
+            holder = lock.read().strip() or "?"
+            raise ConfigError(f"trainer.default_local_dir={setting} is in use by another reinforge run (process {holder}); "
+                              "wait for it to end, or give this run another trainer.default_local_dir") from None
+        lock.seek(0)
+        lock.truncate()
+        lock.write(f"{os.getpid()}\n")
+        lock.flush()
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+def saved_steps(run_dir: Path) -> list[int]:
+    """The steps of the global_step_<N> folders in `run_dir`, in order."""
+    if not run_dir.is_dir():
+        return []
+    return sorted(int(match.group(1)) for match in map(STEP_FOLDER.match, os.listdir(run_dir)) if match)
+
+
 def resume_folder(trainer: TrainerConfig) -> Path | None:
-    """The global_step_<N> folder to resume from, or None to start fresh."""
+    """The global_step_<N> folder to resume from, or None to start fresh. A fresh start in a folder holding another run's
+    checkpoints, which it would write over (and whose metrics it would drop), is a ConfigError."""
     if trainer.resume_mode == "disable":
+        steps = saved_steps(Path(trainer.default_local_dir).expanduser())
+        if steps:
+            raise ConfigError(f"trainer.default_local_dir={trainer.default_local_dir} holds the checkpoints of an earlier run "
+                              f"({_step_folders(steps)}), which trainer.resume_mode=disable would write over with this run's "
+                              "steps and metrics; continue that run (trainer.resume_mode=auto), give this one another "
+                              "trainer.default_local_dir, or delete the folder")
         return None
     if trainer.resume_mode == "resume_path":
         folder = Path(trainer.resume_from_path).expanduser()
@@ -202,14 +251,53 @@ def resume_folder(trainer: TrainerConfig) -> Path | None:
     clean_stale(run_dir)  # puts back the old copy of a step whose new copy never arrived
     tracker = run_dir / TRACKER
     if not tracker.is_file():
-        return None
+        steps = saved_steps(run_dir)
+        if not steps:
+            return None
+        # copied without it, or killed between a first save and its tracker: the newest step, not a fresh start over them
+        print(f"reinforge: note: {run_dir} holds checkpoints ({_step_folders(steps)}) but no {TRACKER}; resuming the "
+              f"newest, global_step_{steps[-1]} (another: trainer.resume_mode=resume_path trainer.resume_from_path=...)",
+              flush=True)
+        return run_dir / f"global_step_{steps[-1]}"
     text = tracker.read_text().strip()
     folder = run_dir / f"global_step_{text}"
-    if not text.isdigit() or not folder.is_dir():
+    if not text.isdigit():
+        raise ConfigError(f"{tracker} should hold the step of the latest checkpoint, but holds {text!r}; write the step of "
+                          f"one of the global_step_<N> folders there, or resume one with trainer.resume_mode=resume_path")
+    if not folder.is_dir():
         raise ConfigError(
-            f"{tracker} names step {text!r} but {folder} does not exist; fix the file or start fresh with trainer.resume_mode=disable"
+            f"{tracker} names step {text!r} but {folder} does not exist; fix the file, or resume another step with "
+            "trainer.resume_mode=resume_path trainer.resume_from_path=<run folder>/global_step_<N>"
         )
     return folder
+
+
+def read_trainer_state(folder: Path) -> tuple[dict, dict]:
+    """The data loader's state (data.pt) and the trainer's (trainer_state.json) of a step folder; a file that cannot be
+    read is a CheckpointError naming it."""
+    import torch
+
+    try:
+        loader_state = torch.load(folder / "data.pt")
+    except (RuntimeError, EOFError, OSError, pickle.UnpicklingError) as error:
+        raise damaged(folder / "data.pt", error) from error
+    try:
+        state = json.loads((folder / "trainer_state.json").read_text())
+        state["global_steps"], state["kl_ctrl"] = int(state["global_steps"]), dict(state["kl_ctrl"])
+    except (ValueError, TypeError, KeyError) as error:
+        raise damaged(folder / "trainer_state.json", error) from error
+    return loader_state, state
+def damaged(file: Path, error: BaseException) -> CheckpointError:
+    """The error for a checkpoint file that cannot be read (a save cut short, a disk fault, a file copied in part)."""
+    step = next((part for part in Path(file).parts if part.startswith("global_step_")), None)
+    other = f"; resume an earlier step than {step}" if step else "; resume an earlier step"
+    return CheckpointError(f"{file} is damaged and cannot be read ({type(error).__name__}: {str(error)[:200]}){other} "
+                           "(trainer.resume_mode=resume_path trainer.resume_from_path=<run folder>/global_step_<N>), or start "
+                           "afresh in another trainer.default_local_dir")
+
+
+def _step_folders(steps: list[int]) -> str:
+    return ", ".join(f"global_step_{step}" for step in steps[:3]) + (f" ... global_step_{steps[-1]}" if len(steps) > 3 else "")
 
 
 def _saved_by_verl(fsdp_config: Path) -> bool:
@@ -223,10 +311,15 @@ def _saved_by_verl(fsdp_config: Path) -> bool:
 
 
 def check_resume_folder(folder: Path, critic: bool) -> None:
-    """Before anything loads: ConfigError naming what `folder` lacks of what resuming needs (the critic's only with `critic`)."""
+    """Before anything loads: ConfigError naming what `folder` lacks of what resuming needs (the critic's only with `critic`),
+    CheckpointError naming a file of it that is not whole."""
     missing = [f"{name}/" for name in (["actor", "critic"] if critic else ["actor"]) if not (folder / name).is_dir()]
     missing += [name for name in ("data.pt", "trainer_state.json") if not (folder / name).is_file()]
     if not missing:
+        for file in [folder / "data.pt", *sorted(folder.glob("*/*.pt"))]:  # torch.save writes zip archives
+            if not zipfile.is_zipfile(file):
+                raise damaged(file, ValueError("not a complete torch.save archive"))
+        read_trainer_state(folder)
         return
     if "trainer_state.json" in missing and _saved_by_verl(folder / "actor" / "fsdp_config.json"):
         what = ("it is a verl checkpoint (actor/fsdp_config.json, no trainer_state.json), not a reinforge one; "
@@ -234,8 +327,8 @@ def check_resume_folder(folder: Path, critic: bool) -> None:
     else:
         what = "it has no " + ", ".join(f"{name} (this run trains a critic)" if name == "critic/" else name for name in missing)
     raise ConfigError(f"{folder} is not a checkpoint this run can load: {what}. Resume another global_step_<N> folder that "
-                      "reinforge saved (trainer.resume_mode=resume_path trainer.resume_from_path=<folder>), or start fresh "
-                      "with trainer.resume_mode=disable")
+                      "reinforge saved (trainer.resume_mode=resume_path trainer.resume_from_path=<folder>), or start "
+                      "afresh in another trainer.default_local_dir")
 
 
 def step_of(folder: Path) -> int:

@@ -112,6 +112,10 @@ def run_evaluation(config: EvaluationConfig, user_keys: list[str]) -> dict[str, 
         by_source.setdefault(row.get(data.data_source_key), []).append(float(np.mean(values)))
     metrics = {f"test_score/{source}": float(np.mean(means)) for source, means in by_source.items()}  # numpy's sums, as verl
     failed = failures["reward/errors"] + failures["reward/timeouts"]
+    if samples and failed == len(samples):  # the function is broken, not the responses: no score to report
+        raise RewardError(f"the reward function {function_name(compute_score)} failed on all {failed} responses of "
+                          f"{data.path} ({failures['reward/errors']} errors, {failures['reward/timeouts']} timeouts; the "
+                          "first is printed above), so every score would be 0; fix the function and run again")
     print(f"reinforge: scored {len(samples)} responses of {len(rows)} rows ({len(by_source)} data source(s)) with "
           f"{function_name(compute_score)} in {time.perf_counter() - start:.1f} s"
           + (f"; {failed} call(s) failed and scored 0" if failed else ""), flush=True)

@@ -180,11 +180,11 @@ def _load_model(view: Any, device: str, dtype: str | None) -> Any:
     """The causal LM of `model.path` for inference, in `dtype` (null: bfloat16 on cuda, float32 on cpu)."""
     from transformers import AutoModelForCausalLM
 
-    from reinforge.training.model import load_pretrained, prepare_model
+    from reinforge.training.model import load_pretrained, prepare_model, pretrained
 
     dtype = dtype or ("bf16" if device == "cuda" else "fp32")
     model = load_pretrained(view.actor_rollout_ref.model, "model.path", "model", dtype,
-                            lambda source, hf_config, kwargs: AutoModelForCausalLM.from_pretrained(source, **kwargs))
+                            lambda source, hf_config, kwargs: pretrained(AutoModelForCausalLM, source, **kwargs))
     return prepare_model(model, device, trainable=False, gradient_checkpointing=False)
 
 

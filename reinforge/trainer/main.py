@@ -13,6 +13,7 @@ import numpy as np
 
 from reinforge.config import Config, batch_arithmetic, quickstart, to_dict, unused_settings
 from reinforge.config.derived import generation_batch
+from reinforge.trainer.checkpoint import hold_run_folder
 from reinforge.trainer.startup import StartupClock
 
 if TYPE_CHECKING:
@@ -63,18 +64,6 @@ def run(config: Config, user_keys: list[str], startup: StartupClock | None = Non
 
     `startup` times the start (reinforge/trainer/startup.py); its breakdown is printed when the first step begins."""
     import transformers.modeling_utils  # noqa: F401  (model loading's imports, ~1 s, timed as "imports", not in the phase that first uses them)
-    from omegaconf import OmegaConf
-
-    from reinforge.distributed import LocalPool, open_worker_pool
-    from reinforge.environment.dataloader import PromptLoader
-    from reinforge.environment.dataset import collate_fn, create_rl_dataset
-    from reinforge.environment.sampler import create_rl_sampler
-    from reinforge.errors import ConfigError, RankError
-    from reinforge.reward import get_compute_score, make_reward_manager
-    from reinforge.trainer.checkpoint import resume_folder
-    from reinforge.trainer.ppo_trainer import RLTrainer
-    from reinforge.trainer.stop import latest_checkpoint
-    from reinforge.training.model import load_tokenizer
 
     startup = startup or StartupClock(from_process_start=False)  # called as a library: time from here
     startup.mark("imports")
@@ -89,9 +78,29 @@ def run(config: Config, user_keys: list[str], startup: StartupClock | None = Non
     for key in ("rollout_data_dir", "validation_data_dir"):  # absolute in config.yaml, which `reinforge report` reads
         if getattr(config.trainer, key):
             setattr(config.trainer, key, str(Path(getattr(config.trainer, key)).expanduser().resolve()))
+    with hold_run_folder(run_dir, config.trainer.default_local_dir):  # this process's alone until the run ends
+        return _run_in(run_dir, config, user_keys, startup)
+
+
+def _run_in(run_dir: Path, config: Config, user_keys: list[str], startup: StartupClock) -> dict[str, float]:
+    """`run`, from writing the run folder's config.yaml on."""
+    from omegaconf import OmegaConf
+
+    from reinforge.distributed import LocalPool, open_worker_pool
+    from reinforge.environment.dataloader import PromptLoader
+    from reinforge.environment.dataset import collate_fn, create_rl_dataset
+    from reinforge.environment.sampler import create_rl_sampler
+    from reinforge.errors import ConfigError, RankError
+    from reinforge.reward import get_compute_score, make_reward_manager
+    from reinforge.trainer.checkpoint import check_resume_folder, resume_folder
+    from reinforge.trainer.ppo_trainer import RLTrainer
+    from reinforge.trainer.stop import latest_checkpoint
+    from reinforge.training.model import load_tokenizer, model_vocab_size
+
     try:
-        run_dir.mkdir(parents=True, exist_ok=True)
-        (run_dir / "config.yaml").write_text(OmegaConf.to_yaml(OmegaConf.create(to_dict(config))))
+        written = run_dir / ".config.yaml.tmp"  # a new file, then renamed: a folder where files cannot be added fails here
+        written.write_text(OmegaConf.to_yaml(OmegaConf.create(to_dict(config))))
+        os.replace(written, run_dir / "config.yaml")
     except OSError as error:
         raise ConfigError(f"trainer.default_local_dir={config.trainer.default_local_dir}: cannot write the run folder "
                           f"{run_dir} ({error.strerror or error}: {error.filename}); point trainer.default_local_dir at a "
@@ -105,8 +114,9 @@ def run(config: Config, user_keys: list[str], startup: StartupClock | None = Non
     if not config.actor_rollout_ref.model.path:
         raise ConfigError("actor_rollout_ref.model.path is not set; set it to a Hugging Face model folder (or a model name "
                           "on the Hub, when this machine can reach it)")
-    if config.trainer.resume_mode == "resume_path":
-        resume_folder(config.trainer)  # a resume_from_path that is no global_step_<N> folder fails before any loading
+    resumed = resume_folder(config.trainer)  # no global_step_<N> folder, a fresh start over a saved run: before any loading
+    if resumed is not None:
+        check_resume_folder(resumed, critic=config.critic.enable)
     data = config.data
     tokenizer = load_tokenizer(config)
     train_set = create_rl_dataset(data.train_files, data, tokenizer, is_train=True, max_samples=data.max_samples)
@@ -119,6 +129,11 @@ def run(config: Config, user_keys: list[str], startup: StartupClock | None = Non
         val_set = create_rl_dataset(data.val_files, data, tokenizer, is_train=False, max_samples=data.max_val_samples)
         val_loader = PromptLoader(val_set, data.val_batch_size or len(val_set), collate, shuffle=data.validation_shuffle,
                                   seed=data.seed, drop_last=False, batch_key="data.val_batch_size")
+
+    vocab_size = model_vocab_size(config.actor_rollout_ref.model)
+    for dataset in (train_set, val_loader.dataset if val_loader else None):
+        if vocab_size is not None and hasattr(dataset, "check_token_ids"):  # not a user's Dataset class
+            dataset.check_token_ids(vocab_size, f"actor_rollout_ref.model.path={config.actor_rollout_ref.model.path}")
 
     # total_training_steps, when set, is the length of the LR schedule and training ends after total_epochs, as verl's;
     # past the data's epochs the last step is the data's last (verl then neither saves nor validates it: no last step)

@@ -65,7 +65,15 @@ from reinforge.errors import ConfigError, RewardError, TrainingError
 from reinforge.inference.rollout import AGENT_INPUT_KEYS, PROMPT_KEYS, SEED_KEY, concat_trajectories, rollout_inputs
 from reinforge.inference.seeds import RESAMPLE, TRAIN, derive_seed, row_seeds
 from reinforge.report.rollouts import keep_recent_rollouts
-from reinforge.trainer.checkpoint import check_resume_folder, due, resume_folder, save_checkpoint, save_torch, step_of
+from reinforge.trainer.checkpoint import (
+    check_resume_folder,
+    due,
+    read_trainer_state,
+    resume_folder,
+    save_checkpoint,
+    save_torch,
+    step_of,
+)
 from reinforge.trainer.generations import EXTRA, generation_records, reward_extra_info, write_generations
 from reinforge.trainer.metrics import (
     compute_data_metrics,
@@ -489,8 +497,8 @@ class RLTrainer:
             notes += self.critic_wg.load_checkpoint(str(folder / "critic"))
         for note in notes:
             print(f"reinforge: note: {note}", flush=True)
-        self.train_loader.load_state_dict(torch.load(folder / "data.pt"))
-        state = json.loads((folder / "trainer_state.json").read_text())
+        loader_state, state = read_trainer_state(folder)
+        self.train_loader.load_state_dict(loader_state)
         self.global_steps = state["global_steps"]
         self.kl_ctrl.load_state_dict(state["kl_ctrl"])
         self.nonfinite_steps = state.get("nonfinite_steps", 0)  # absent in checkpoints written before the key existed

@@ -224,14 +224,14 @@ def load_sft_model(config: SFTConfig, device: str) -> torch.nn.Module:
 
     from reinforge.training.fsdp import shard_model
     from reinforge.training.lora import add_lora
-    from reinforge.training.model import load_pretrained, prepare_model
+    from reinforge.training.model import load_pretrained, prepare_model, pretrained
 
     model_cfg = config.model
 
     def build(source, hf_config, kwargs):
         if model_cfg.attn_implementation:
             kwargs["attn_implementation"] = model_cfg.attn_implementation
-        return AutoModelForCausalLM.from_pretrained(source, **kwargs)
+        return pretrained(AutoModelForCausalLM, source, **kwargs)
 
     model = load_pretrained(model_cfg, "model.partial_pretrain", "model", model_cfg.fsdp_config.model_dtype, build)
     model = prepare_model(model, device, True, model_cfg.enable_gradient_checkpointing)

@@ -33,6 +33,7 @@ from __future__ import annotations
 import copy
 import json
 import os
+import pickle
 import random
 import re
 import sys
@@ -43,7 +44,7 @@ import torch
 
 from reinforge.distributed.process_group import all_reduce, rank, world_size
 from reinforge.errors import ConfigError
-from reinforge.trainer.checkpoint import save_torch
+from reinforge.trainer.checkpoint import damaged, save_torch
 from reinforge.training.lora import SAVED_PREFIX
 
 SAVED_BY = "reinforge"  # in fsdp_config.json, which verl writes too: tells a reinforge checkpoint from a verl one
@@ -207,8 +208,8 @@ def load_training_state(folder: str, contents: list, model: torch.nn.Module, opt
     if not parts:
         raise ConfigError(f"{key}.checkpoint.load_contents={list(contents)} names nothing to resume {path} from: a run resumes "
                           f"from model, optimizer and extra (hf_model is an export); save them (checkpoint.save_contents) "
-                          "or start fresh with trainer.resume_mode=disable")
-    elsewhere = "trainer.resume_from_path at a global_step_<N> folder that reinforge saved, or start fresh with trainer.resume_mode=disable"
+                          "or start afresh in another trainer.default_local_dir")
+    elsewhere = "trainer.resume_from_path at a global_step_<N> folder that reinforge saved, or start afresh in another trainer.default_local_dir"
     advice = f"Point {elsewhere}"
     saved = [part for part in parts if path.is_dir() and any(path.glob(f"{PARTS[part]}_world_size_*_rank_*.pt"))]
     if saved and saved != parts:  # saved with fewer save_contents than this run loads
@@ -259,7 +260,7 @@ def check_same_adapters(path: Path, state: dict, model: torch.nn.Module, section
 
             check_same_scaling(path, model, section)
         return
-    fresh = "or start fresh with trainer.resume_mode=disable (or another trainer.default_local_dir)"
+    fresh = "or start afresh in another trainer.default_local_dir"
     if not saved:
         raise ConfigError(f"the checkpoint {path} was saved without LoRA adapters and this run adds them ({section}.lora_rank="
                           f"{next(iter(current.values()))}): resume it with {section}.lora_rank=0, {fresh}")
@@ -281,7 +282,7 @@ def lora_only_state(path: Path, state: dict, model: torch.nn.Module) -> bool:
     trained = [name for name, param in model.named_parameters() if param.requires_grad and name in missing]
     if trained:
         raise ConfigError(f"the checkpoint {path} holds the LoRA adapters but not {trained[:3]}, which this run trains; it "
-                          "was saved by another configuration: start fresh with trainer.resume_mode=disable")
+                          "was saved by another configuration: start afresh in another trainer.default_local_dir")
     return True
 
 
@@ -346,8 +347,11 @@ def load_rank_file(file: Path):
     mesh_log.setLevel(logging.ERROR)
     try:
         return torch.load(file, map_location="cpu")
+    except (RuntimeError, EOFError, OSError, pickle.UnpicklingError) as error:  # a file cut short or overwritten
+        raise damaged(file, error) from error
     finally:
         mesh_log.setLevel(level)
+
 
 
 def merge_shard_records(pieces: list, where: str):
@@ -431,5 +435,5 @@ def check_same_architecture(folder: Path, model: torch.nn.Module) -> None:
         raise ConfigError(
             f"the checkpoint {folder} was saved from a different model than {model.config._name_or_path or 'this run'}'s: "
             f"{'; '.join(differ)}. Resume with the model the checkpoint was trained from (actor_rollout_ref.model.path / "
-            "critic.model.path), or start fresh with trainer.resume_mode=disable (or another trainer.default_local_dir)"
+            "critic.model.path), or start afresh in another trainer.default_local_dir"
         )

@@ -194,14 +194,14 @@ def load_teachers(config, device, student_vocab: int, vocab: int) -> list[tuple[
     from transformers import AutoModelForCausalLM
 
     from reinforge.training.fsdp import compute_in
-    from reinforge.training.model import load_pretrained, prepare_model
+    from reinforge.training.model import load_pretrained, prepare_model, pretrained
 
     student = config.actor_rollout_ref.model
     teachers = []
     for teacher in resolve_teachers(config.distillation):
         source = _TeacherSource(teacher.model_path, student.external_lib, student.trust_remote_code, {})
         model = load_pretrained(source, teacher.setting, "teacher model", config.actor_rollout_ref.ref.fsdp_config.model_dtype,
-                                lambda path, hf_config, kwargs: AutoModelForCausalLM.from_pretrained(path, **kwargs))
+                                lambda path, hf_config, kwargs: pretrained(AutoModelForCausalLM, path, **kwargs))
         rows = model.get_output_embeddings().weight.shape[0]
         if rows < vocab:
             raise ModelError(f"{teacher.setting}={teacher.model_path}: the teacher scores {rows} tokens, fewer than the "

@@ -287,5 +287,5 @@ def check_same_scaling(path: Path, model: torch.nn.Module, section: str) -> None
               if saved.get(name) != getattr(current, name)]
     if differ:
         raise ConfigError(f"the checkpoint {path} scales its LoRA adapters otherwise than this run: {'; '.join(differ)}. "
-                          f"Resume it with the {section}.lora_alpha it was saved with, or start fresh with "
-                          "trainer.resume_mode=disable (or another trainer.default_local_dir)")
+                          f"Resume it with the {section}.lora_alpha it was saved with, or start afresh in another "
+                          "trainer.default_local_dir")

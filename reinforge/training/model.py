@@ -36,10 +36,17 @@ def tokenizer_source(path: str, key: str) -> str:
     tokenizer's files, not a model's config.json (a folder holding only tokenizer.json, tokenizer_config.json and a
     chat template loads, as AutoTokenizer loads it)."""
     source, local = _local_or_hub(path, key)
-    if local and not any((Path(source) / name).is_file() for name in TOKENIZER_FILES):
-        raise ModelError(f"{key}={path}: the folder has no tokenizer files (none of {', '.join(TOKENIZER_FILES)}); is it "
-                         "a Hugging Face tokenizer or model folder?")
+    if local:
+        _require_tokenizer_files(source, f"{key}={path}")
     return source
+
+
+def _require_tokenizer_files(folder: str, setting: str) -> None:
+    """A ModelError naming `setting` when `folder` holds no tokenizer files (transformers would build a tokenizer of one
+    token from a config.json alone)."""
+    if not any((Path(folder) / name).is_file() for name in TOKENIZER_FILES):
+        raise ModelError(f"{setting}: the folder has no tokenizer files (none of {', '.join(TOKENIZER_FILES)}); is it "
+                         "a Hugging Face tokenizer or model folder?")
 
 
 def _local_or_hub(path: str, key: str) -> tuple[str, bool]:
@@ -78,6 +85,8 @@ def tokenizer_from(source: str, key: str, trust_remote_code: bool, chat_template
     given, and EOS as its padding token when it has none."""
     from transformers import AutoTokenizer
 
+    if Path(source).is_dir():
+        _require_tokenizer_files(source, f"{key}={source}")
     try:
         tokenizer = AutoTokenizer.from_pretrained(source, trust_remote_code=trust_remote_code)
     except Exception as exc:
@@ -156,13 +165,42 @@ def _generation_config(source: str, hf_config):
         return GenerationConfig.from_model_config(hf_config)
 
 
+def pretrained(cls, source: str, new_head: bool = False, **kwargs) -> torch.nn.Module:
+    """`cls.from_pretrained(source, **kwargs)`, refusing a checkpoint that leaves weights of the model unloaded, which
+    transformers would initialise at random and only log (renamed keys, another architecture's checkpoint, a tensor
+    missing); with `new_head` the task head outside the backbone may be new (a value head on a causal LM's weights, as
+    verl's critic starts)."""
+    model, info = cls.from_pretrained(source, output_loading_info=True, **kwargs)
+    backbone = model.base_model_prefix + "."
+    missing = sorted(k for k in info["missing_keys"] if not new_head or k.startswith(backbone))
+    if missing:
+        unexpected = sorted(info["unexpected_keys"])
+        hint = f"; the checkpoint has weights the model does not use, e.g. {unexpected[:3]}" if unexpected else ""
+        raise ModelError(f"the checkpoint has no weights for {len(missing)} of the model's tensors, e.g. {missing[:3]}, so "
+                         f"they would be random{hint}")
+    return model
+
+
+def model_vocab_size(model_cfg) -> int | None:
+    """The number of token embeddings the config of `model_cfg` (a config's `...model` section) gives its model, after
+    override_config; None when the config cannot be read here (loading the model reports why)."""
+    from transformers import AutoConfig
+
+    try:
+        source = model_cfg.get("hf_config_path") or model_source(model_cfg.path)
+        hf_config = AutoConfig.from_pretrained(source, trust_remote_code=model_cfg.trust_remote_code)
+    except Exception:
+        return None
+    return model_cfg.override_config.get("vocab_size", getattr(hf_config.get_text_config(), "vocab_size", None))
+
+
 def load_causal_lm(config: Config, device: str, trainable: bool = True, dtype: str = "fp32") -> torch.nn.Module:
     """The causal LM of actor_rollout_ref.model in `dtype` (fsdp_config.model_dtype), on `device`, in train mode if `trainable`."""
     from transformers import AutoModelForCausalLM
 
     model_cfg = config.actor_rollout_ref.model
     model = load_pretrained(model_cfg, "actor_rollout_ref.model.path", "model", dtype,
-                             lambda source, hf_config, kwargs: AutoModelForCausalLM.from_pretrained(source, **kwargs))
+                             lambda source, hf_config, kwargs: pretrained(AutoModelForCausalLM, source, **kwargs))
     return prepare_model(model, device, trainable, model_cfg.enable_gradient_checkpointing)
 
 
@@ -224,8 +262,8 @@ def load_value_model(config: Config, device: str, dtype: str = "fp32") -> torch.
         hf_config.num_labels = 1
         hf_config.classifier_dropout = 0.0  # a value estimate, not a regulariser's sample
         if type(hf_config) in AutoModelForTokenClassification._model_mapping:
-            return AutoModelForTokenClassification.from_pretrained(source, **kwargs)
-        return CausalLMWithValueHead(AutoModelForCausalLM.from_pretrained(source, **kwargs))
+            return pretrained(AutoModelForTokenClassification, source, new_head=True, **kwargs)
+        return CausalLMWithValueHead(pretrained(AutoModelForCausalLM, source, **kwargs))
 
     model_cfg = config.critic.model
     model = load_pretrained(model_cfg, "critic.model.path", "value model", dtype, build)

@@ -51,6 +51,17 @@ def test_validation_sampling_settings_under_greedy_validation_are_listed():
     assert not [n for n in unused_settings(cfg, keys) if "val_kwargs" in n]
 
 
+def test_settings_verl_ignores_as_well_are_listed():
+    cfg, keys = load_config(VERL + ["trainer.resume_from_path=/runs/a/global_step_3", "custom_reward_function.name=score",
+                                    "custom_reward_function.path=null", "trainer.test_freq=5", "data.val_files=null"])
+    notes = unused_settings(cfg, keys)
+    assert ("trainer.resume_from_path: read with trainer.resume_mode=resume_path only, as in verl; resume_mode=auto resumes "
+            "the run folder's latest checkpoint") in notes
+    assert ("custom_reward_function.name: names a function in custom_reward_function.path, which is not set: the built-in "
+            "scorers score the rows") in notes
+    assert "trainer.test_freq: data.val_files is not set, so there is nothing to validate" in notes
+
+
 def test_algorithm_settings_without_effect_are_listed_with_what_would_use_them():
     cfg, keys = load_config(VERL + [
         "actor_rollout_ref.actor.use_kl_loss=false", "actor_rollout_ref.actor.kl_loss_coef=0.5", "algorithm.kl_ctrl.kl_coef=0.1",
@@ -119,12 +130,17 @@ def test_algorithm_settings_without_effect_are_listed_with_what_would_use_them()
      "actor_rollout_ref.actor.policy_loss.dro_beta=None must be a positive number with policy_loss.loss_mode=dro"),
     ("+reward_model.reward_kwargs.overlong_buffer_cfg={enable: true, len: 4}",  # with reward_manager=dapo below
      "overlong_buffer_cfg.enable=true needs reward_model.reward_kwargs.max_resp_len"),
+    ("actor_rollout_ref.rollout.val_kwargs.top_p=0", "actor_rollout_ref.rollout.val_kwargs.top_p=0.0 must be in (0, 1]"),
+    ("actor_rollout_ref.rollout.temperature=0",  # do_sample=false too: the actor's log-probs divide the logits by it
+     "actor_rollout_ref.rollout.temperature=0: the actor divides the logits by the rollout temperature"),
     ("data.seed=[1,2", "cannot parse override 'data.seed=[1,2': no viable alternative"),  # Hydra refuses it, so does reinforge
 ])
 def test_bad_values_name_the_key(override, message):
     args = [a for a in VERL if not a.startswith(override.split("=")[0] + "=")] + [override]
     if "overlong_buffer_cfg" in override:
         args.append("reward_model.reward_manager=dapo")
+    if override.endswith("temperature=0"):
+        args.append("actor_rollout_ref.rollout.do_sample=false")
     with pytest.raises(ConfigError, match=message.replace("[", r"\[").replace("(", r"\(")):
         load_config(args)
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import copy
+
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -44,6 +46,41 @@ def test_expands_home_in_paths(tmp_path, monkeypatch, tokenizer, data_config, ma
     monkeypatch.setenv("HOME", str(tmp_path))
     write_rows(tmp_path / "d.jsonl", make_rows(2))
     assert len(RLDataset("~/d.jsonl", tokenizer, data_config())) == 2
+
+
+def test_a_glob_pattern_stands_for_the_files_it_matches_in_name_order(tmp_path, tokenizer, data_config, make_rows,
+                                                                      write_rows):
+    """As datasets.load_dataset (verl's reader) expands it; a pattern that matches nothing is a DataError."""
+    write_rows(tmp_path / "part-1.jsonl", make_rows(2, start=2))
+    write_rows(tmp_path / "part-0.parquet", make_rows(2))
+    dataset = RLDataset(str(tmp_path / "part-*"), tokenizer, data_config())
+    assert [dataset[i]["index"] for i in range(len(dataset))] == [100, 101, 102, 103]
+    with pytest.raises(DataError, match=r"shard-\*.parquet: the pattern matches no file"):
+        RLDataset(str(tmp_path / "shard-*.parquet"), tokenizer, data_config())
+
+
+def test_a_parquet_file_with_two_columns_of_one_name_is_refused(tmp_path, tokenizer, data_config):
+    """A row dict would keep the last of them silently (datasets, verl's reader, refuses the file too)."""
+    table = pa.Table.from_arrays([pa.array(["[]"]), pa.array(["x"]), pa.array(["y"])], names=["prompt", "data_source", "prompt"])
+    pq.write_table(table, tmp_path / "d.parquet")
+    with pytest.raises(DataError, match=r"d.parquet: the file has more than one column named 'prompt'; keep one of each"):
+        RLDataset(str(tmp_path / "d.parquet"), tokenizer, data_config())
+
+
+def test_a_prompt_of_no_tokens_and_a_token_past_the_model_are_named(tmp_path, tokenizer, data_config, make_rows, write_rows):
+    rows = make_rows(3)
+    path = write_rows(tmp_path / "d.jsonl", rows)
+    dataset = RLDataset(str(path), tokenizer, data_config())
+    largest = max(int(dataset[i]["input_ids"].max()) for i in range(3))
+    dataset.check_token_ids(largest + 1, "actor_rollout_ref.model.path=m")  # every id has an embedding
+    with pytest.raises(DataError, match=rf"d.jsonl: row \d, column 'prompt': the prompt holds token id {largest}, but the "
+                                        rf"model of actor_rollout_ref.model.path=m has embeddings for {largest} tokens"):
+        dataset.check_token_ids(largest, "actor_rollout_ref.model.path=m")
+    bare = copy.deepcopy(tokenizer)  # (the fixture is the session's)
+    bare.chat_template = "{% for m in messages %}{{ m['content'] }}{% endfor %}"  # renders nothing around the content
+    rows[1]["prompt"] = [{"role": "user", "content": ""}]
+    with pytest.raises(DataError, match=r"e.jsonl: row 1, column 'prompt': the prompt is 0 tokens after the chat template"):
+        RLDataset(str(write_rows(tmp_path / "e.jsonl", rows)), bare, data_config())
 
 
 def test_max_samples_without_shuffle_keeps_the_first_rows(tmp_path, tokenizer, data_config, make_rows, write_rows):

@@ -135,6 +135,8 @@ def test_top_k_and_top_p_filtering():
     kept = ~torch.isinf(filter_logits(logits, top_k=-1, top_p=0.7))
     assert kept.tolist() == [[True, True, False, False]]  # 0.5 < 0.7, 0.5 + 0.3 >= 0.7
     assert (~torch.isinf(filter_logits(logits, top_k=-1, top_p=0.1))).sum() == 1
+    for top_p in (0.0, -1.0):  # refused by the config checks; still the best token, never an empty distribution
+        assert (~torch.isinf(filter_logits(logits, top_k=-1, top_p=top_p))).tolist() == [[True, False, False, False]]
 
 
 def test_per_request_token_limits_run_as_one_batch(tiny_model_path, tokenizer):

@@ -182,3 +182,11 @@ def test_a_broken_metrics_line_names_the_file_and_line_but_a_cut_last_line_is_to
     metrics.write_text('{"step": 1}\nnot json\n{"step": 2}\n')
     with pytest.raises(UserError, match=r"metrics.jsonl, line 2: not JSON"):
         load_run(run_dir)
+    metrics.write_bytes(b'{"step": 1}\n\xff\xfe\n')
+    with pytest.raises(UserError, match=r"metrics.jsonl is not text"):
+        load_run(run_dir)
+    metrics.write_text('{"step": "x", "critic/score/mean": 1.0}\n{"step": 2, "critic/score/mean": 0.5}\n')
+    assert load_run(run_dir).series("critic/score/mean") == ([2], [0.5])  # a record without a step number is not plotted
+    (run_dir / "config.yaml").write_text("- a list\n- not a config\n")
+    with pytest.raises(UserError, match=r"config.yaml holds a list, not the mapping of config keys the trainer writes"):
+        load_run(run_dir)

@@ -1,8 +1,10 @@
 import errno
 import json
+import os
 import re
 
 import pytest
+import torch
 
 from reinforge.config.schema import TrainerConfig
 from reinforge.errors import CheckpointError, ConfigError
@@ -95,17 +97,37 @@ def test_retention_never_deletes_the_new_checkpoint_nor_higher_steps(tmp_path):
 
 
 def resumable(folder, *leave_out):
-    """A step folder as reinforge saves it (file contents aside), without the names in `leave_out`."""
+    """A step folder as reinforge saves it (the rank files' contents aside), without the names in `leave_out`."""
     for name in ("actor", "critic"):
         if name not in leave_out:
             write_marker(folder / name)
-    for name in ("data.pt", "trainer_state.json"):
-        if name not in leave_out:
-            (folder / name).write_text("{}")
+            torch.save({}, folder / name / "model_world_size_1_rank_0.pt")
+    if "data.pt" not in leave_out:
+        torch.save({}, folder / "data.pt")
+    if "trainer_state.json" not in leave_out:
+        (folder / "trainer_state.json").write_text(json.dumps({"global_steps": 1, "kl_ctrl": {}}))
     return folder
 
 
-ADVICE = r"trainer.resume_mode=resume_path trainer.resume_from_path=.*or start fresh with trainer.resume_mode=disable"
+def test_a_damaged_checkpoint_file_is_named_before_anything_loads(tmp_path):
+    """A file cut short (a save killed in a copy, a disk fault) or overwritten: a CheckpointError naming it, not a traceback
+    from torch.load or json after the models have loaded."""
+    damage = [("actor/model_world_size_1_rank_0.pt", lambda f: f.write_bytes(f.read_bytes()[:100])),
+              ("critic/model_world_size_1_rank_0.pt", lambda f: f.write_bytes(b"")),
+              ("data.pt", lambda f: f.write_bytes(f.read_bytes()[:-30])),
+              ("trainer_state.json", lambda f: f.write_text("garbage")),
+              ("trainer_state.json", lambda f: f.write_text("[1, 2]")),
+              ("trainer_state.json", lambda f: f.write_text("{}"))]
+    for step, (name, spoil) in enumerate(damage, start=1):
+        folder = resumable(tmp_path / f"global_step_{step}")
+        check_resume_folder(folder, critic=True)
+        spoil(folder / name)
+        with pytest.raises(CheckpointError, match=rf"^{re.escape(str(folder / name))} is damaged and cannot be read .*resume "
+                                                  rf"an earlier step than global_step_{step} \(trainer.resume_mode=resume_path"):
+            check_resume_folder(folder, critic=True)
+
+
+ADVICE = r"trainer.resume_mode=resume_path trainer.resume_from_path=.*or start afresh in another trainer.default_local_dir"
 
 
 def test_a_resume_folder_missing_files_gets_a_message_naming_them(tmp_path):
@@ -208,7 +230,8 @@ def test_what_a_killed_save_leaves_is_cleaned_up(tmp_path):
 def test_resume_modes(tmp_path):
     assert resume_folder(TrainerConfig(default_local_dir=str(tmp_path))) is None  # nothing saved yet
     save_checkpoint(tmp_path, 5, write_marker)
-    assert resume_folder(TrainerConfig(default_local_dir=str(tmp_path), resume_mode="disable")) is None
+    with pytest.raises(ConfigError, match="holds the checkpoints of an earlier run"):  # test below
+        resume_folder(TrainerConfig(default_local_dir=str(tmp_path), resume_mode="disable"))
     picked = resume_folder(TrainerConfig(resume_mode="resume_path", resume_from_path=str(tmp_path / "global_step_5")))
     assert picked == tmp_path / "global_step_5"
     with pytest.raises(ConfigError, match="not an existing global_step_<N> folder"):
@@ -281,3 +304,46 @@ def test_a_one_rank_gpu_checkpoint_holds_cpu_tensors_with_tied_weights_once(tiny
     assert load_training_state(str(tmp_path), ["model", "optimizer", "extra"], fresh, fresh_optimizer, "cuda") == {"step": 1}
     assert all(torch.equal(a, b) for a, b in zip(fresh.state_dict().values(), model.state_dict().values(), strict=True))
     assert all(p.device.type == "cuda" for p in fresh.parameters())
+
+
+def test_a_fresh_start_never_writes_over_saved_checkpoints(tmp_path):
+    """resume_mode=disable in a folder holding checkpoints would write over them: it stops, naming the steps; resume_mode=auto
+    resumes the newest of them when the tracker file is missing, rather than start afresh over them."""
+    for step in (1, 2, 3, 4):
+        resumable(tmp_path / f"global_step_{step}")
+    with pytest.raises(ConfigError, match=r"holds the checkpoints of an earlier run \(global_step_1, global_step_2, "
+                                          r"global_step_3 \.\.\. global_step_4\), which trainer.resume_mode=disable"):
+        resume_folder(TrainerConfig(default_local_dir=str(tmp_path), resume_mode="disable"))
+    # without the tracker (a folder copied without it, a kill between a first save and its tracker): the newest step
+    assert resume_folder(TrainerConfig(default_local_dir=str(tmp_path))) == tmp_path / "global_step_4"
+    (tmp_path / TRACKER).write_text("")
+    with pytest.raises(ConfigError, match=rf"{TRACKER} should hold the step of the latest checkpoint, but holds ''"):
+        resume_folder(TrainerConfig(default_local_dir=str(tmp_path)))
+    (tmp_path / TRACKER).write_text("4")
+    assert resume_folder(TrainerConfig(default_local_dir=str(tmp_path))) == tmp_path / "global_step_4"
+    assert resume_folder(TrainerConfig(default_local_dir=str(tmp_path / "new"), resume_mode="disable")) is None
+
+
+def test_a_run_folder_is_held_by_one_run_at_a_time(tmp_path):
+    """A second run in a folder a run is training in would write over its checkpoints and metrics: it stops, naming the
+    process; the folder is free again when that process ends (killed included) or its run ends."""
+    import subprocess
+    import sys
+
+    from reinforge.trainer.checkpoint import hold_run_folder
+
+    code = ("import sys, time\nfrom pathlib import Path\nfrom reinforge.trainer.checkpoint import hold_run_folder\n"
+            "with hold_run_folder(Path(sys.argv[1]), 'x'):\n    print('held', flush=True)\n    time.sleep(120)\n")
+    holder = subprocess.Popen([sys.executable, "-c", code, str(tmp_path)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        with pytest.raises(ConfigError, match=rf"^trainer.default_local_dir=run is in use by another reinforge run "
+                                              rf"\(process {holder.pid}\); wait for it to end"):
+            with hold_run_folder(tmp_path, "run"):
+                pass
+    finally:
+        holder.kill()
+        holder.wait()
+    for _ in range(2):  # free once the holder is gone, and again after a run of this process ends
+        with hold_run_folder(tmp_path, "run"):
+            assert (tmp_path / ".reinforge.lock").read_text() == f"{os.getpid()}\n"

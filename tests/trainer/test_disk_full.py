@@ -12,7 +12,7 @@ import subprocess
 import sys
 
 from reinforge.config import load_config
-from reinforge.trainer.checkpoint import TRACKER
+from reinforge.trainer.checkpoint import LOCK, TRACKER
 from reinforge.trainer.main import run
 from tests.trainer.conftest import train_steps
 
@@ -44,7 +44,8 @@ def test_a_full_disk_skips_the_save_keeps_the_last_checkpoint_and_trains_on(smal
     assert sorted(steps) == [1, 2, 3, 4]  # trained on after both failures
     assert [steps[s]["checkpoint/save_failed"] for s in (1, 2, 3, 4)] == [0, 0, 1, 1]
     # max_actor_ckpt_to_keep=1 deleted nothing: the previous checkpoint, whole, is still the resume point
-    assert {p.name for p in run_dir.iterdir()} == {TRACKER, "global_step_2", "metrics.jsonl", "config.yaml", "rollouts"}
+    assert {p.name for p in run_dir.iterdir()} == {TRACKER, "global_step_2", "metrics.jsonl", "config.yaml", "rollouts",
+                                                  LOCK}
     assert (run_dir / TRACKER).read_text().strip() == "2"
     assert sorted(p.relative_to(run_dir) for p in (run_dir / "global_step_2").rglob("*")) == before
 

@@ -71,6 +71,12 @@ def test_a_failing_call_scores_zero_and_the_rest_are_scored(tmp_path, capsys):
     assert printed_metrics(captured.out) == {"test_score/d": 0.5}
     assert "1 call(s) failed and scored 0" in captured.out and "ValueError: cannot parse" in captured.err
 
+    (tmp_path / "broken.py").write_text("def compute_score(data_source, solution_str, ground_truth):\n    return 'high'\n")
+    assert main(["eval", f"data.path={path}", f"custom_reward_function.path={tmp_path / 'broken.py'}"]) == 2
+    err = capsys.readouterr().err  # every call failed: the function is broken, and a score of 0 would be no result
+    assert (f"reinforge: error: the reward function compute_score ({tmp_path / 'broken.py'}) failed on all 2 responses of "
+            f"{path} (2 errors, 0 timeouts; the first is printed above), so every score would be 0") in err
+
 
 @pytest.mark.parametrize("override, message", [
     ("data.response_key=answers", "no column 'answers' (data.response_key); its columns are data_source, responses, reward_model"),

@@ -19,7 +19,7 @@ from pathlib import Path
 import torch
 
 from reinforge.config.schema import TrainerConfig
-from reinforge.trainer.checkpoint import STEP_FOLDER, TRACKER, resume_folder
+from reinforge.trainer.checkpoint import LOCK, STEP_FOLDER, TRACKER, resume_folder
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -100,7 +100,7 @@ def test_sigkill_at_any_moment_of_a_save_leaves_the_last_complete_checkpoint(sma
         step += 1
         assert child.ask(f"save {step}") == {"saved": True}
         assert_resumable(run_dir, step)
-        assert not list(run_dir.glob(".*"))  # the save removed what the killed ones left
+        assert [p.name for p in run_dir.glob(".*")] == [LOCK]  # the save removed what the killed ones left
         kept = [p.name for p in run_dir.glob("global_step_*")]
         assert len(kept) == 2 and f"global_step_{step}" in kept  # max_actor_ckpt_to_keep=2
         assert child.ask("resume") == {"global_steps": step, "weight": float(step)}

@@ -135,6 +135,10 @@ def test_rows_with_nothing_to_train_keep_their_place_and_an_assistant_first_conv
     config.multiturn.enable = True
     with pytest.raises(DataError, match=r"multi.parquet row 0: the conversation starts with an assistant message"):
         SFTDataset(str(tmp_path / "multi.parquet"), tokenizer, config)
+    for messages in ([], [{"role": "user", "content": 5}, {"role": "assistant", "content": "b"}]):  # no message; a number
+        (tmp_path / "odd.jsonl").write_text(json.dumps({"messages": messages}) + "\n")
+        with pytest.raises(DataError, match=r"odd.jsonl row 0, column 'messages': the chat template failed on this row \("):
+            SFTDataset(str(tmp_path / "odd.jsonl"), tokenizer, config)  # the template's own error, named, not a traceback
 
 
 def test_max_samples_keep_the_first_rows_or_with_shuffle_a_seeded_random_choice(tokenizer, data):

@@ -13,7 +13,7 @@ import sys
 import pytest
 
 from reinforge.config import load_config
-from reinforge.trainer.checkpoint import TRACKER
+from reinforge.trainer.checkpoint import LOCK, TRACKER
 from reinforge.trainer.main import run
 from tests.trainer.conftest import train_steps
 
@@ -51,7 +51,7 @@ def test_300_steps_with_checkpoints_keep_memory_and_file_handles_flat(small_run,
 
     kept = [STEPS - SAVE_FREQ * i for i in reversed(range(KEEP))]
     assert sorted(p.name for p in run_dir.glob("*global_step_*")) == sorted(f"global_step_{s}" for s in kept)
-    assert not list(run_dir.glob(".*"))  # no temporary, old or half-deleted folder left
+    assert [p.name for p in run_dir.glob(".*")] == [LOCK]  # no temporary, old or half-deleted folder left
     assert (run_dir / TRACKER).read_text().strip() == str(STEPS)
     for step in kept:
         folder = run_dir / f"global_step_{step}"

@@ -48,6 +48,11 @@ def test_a_tokenizer_folder_without_tokenizer_files_is_named(tiny_model_path, tm
         load_tokenizer(_config(tiny_model_path, tmp_path / "notes"))
     with pytest.raises(ModelError, match=r"data.tokenizer=.*absent: no such folder"):
         load_tokenizer(_config(tiny_model_path, tmp_path / "absent"))
+    (tmp_path / "weights_only").mkdir()  # a model folder without its tokenizer: transformers would make one of 1 token
+    for name in ("config.json", "model.safetensors"):
+        shutil.copy(tiny_model_path / name, tmp_path / "weights_only" / name)
+    with pytest.raises(ModelError, match=r"actor_rollout_ref.model.path=.*weights_only: the folder has no tokenizer files"):
+        load_tokenizer(_config(tmp_path / "weights_only"))
 
 
 def test_a_model_folder_still_needs_its_config_json(tokenizer_folder):

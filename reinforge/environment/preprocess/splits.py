@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
-from reinforge.errors import DataError
+from reinforge.errors import DataError, UserError
 
 _T = TypeVar("_T")
 
@@ -210,7 +210,11 @@ def write_splits(local_dir: str | Path, splits: dict[str, list[dict[str, Any]]])
     import pyarrow.parquet as pq
 
     folder = Path(local_dir).expanduser()
-    folder.mkdir(parents=True, exist_ok=True)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as error:  # a file of that name, a folder where files cannot be added
+        raise UserError(f"--local_dir {local_dir}: cannot make the folder ({error.strerror or error}: "
+                        f"{error.filename or folder}); give a folder that can be written") from None
     written = {}
     for split, rows in splits.items():
         path = folder / f"{split}.parquet"

@@ -3,8 +3,8 @@
 `RewardManager.__call__(batch, return_dict=False)` is the one entry of every manager:
 
 1. `_samples`: decode each row's valid response tokens (`solution_str`) and read its data
-   source (`reward_fn_key`), `reward_model.ground_truth` and `extra_info` (after a multi-turn
-   rollout with `num_turns` and `rollout_reward_scores` added, as verl does: docs/agents.md);
+   source (`reward_fn_key`), `reward_model.ground_truth` and `extra_info` (with `num_turns` and
+   `rollout_reward_scores` added, as verl 0.9 does: docs/agents.md);
 2. `_compute` (each manager's own): one entry per row, the reward function's result or the
    exception in its place. Without `timeout_s` nothing stops a call that hangs, so a watchdog
    prints a warning naming the function and `timeout_s` once a call has run 300 s
@@ -292,13 +292,14 @@ class RewardManager:
                 f"{prompt_len} + {responses.shape[1]}"
             )
         extra_infos = list(batch["extra_info"]) if "extra_info" in batch else [None] * len(batch)
-        if "reward_scores" in batch:  # multi-turn rollouts: what tools, interactions and environments scored
-            turns = batch["__num_turns__"] if "__num_turns__" in batch else [None] * len(batch)
-            # verl's agent loop hands its reward function turn_scores and tool_rewards (lists) at the top level
-            extra_infos = [{**(info or {}), "num_turns": turns[i], "rollout_reward_scores": batch["reward_scores"][i],
-                            **{key: batch["reward_scores"][i][key] for key in ("turn_scores", "tool_rewards")
-                               if key in batch["reward_scores"][i]}}
-                           for i, info in enumerate(extra_infos)]
+        # as verl 0.9's reward loop: every row's extra_info has num_turns (2 for a single-turn rollout: the prompt and the
+        # response) and rollout_reward_scores (what tools, interactions and environments scored in a multi-turn one)
+        turns = batch["__num_turns__"] if "__num_turns__" in batch else [2] * len(batch)
+        scores = batch["reward_scores"] if "reward_scores" in batch else [{} for _ in range(len(batch))]
+        # verl's agent loop hands its reward function turn_scores and tool_rewards (lists) at the top level
+        extra_infos = [{**(info or {}), "num_turns": turns[i], "rollout_reward_scores": scores[i],
+                        **{key: scores[i][key] for key in ("turn_scores", "tool_rewards") if key in scores[i]}}
+                       for i, info in enumerate(extra_infos)]
         return [
             Sample(
                 row=i,
