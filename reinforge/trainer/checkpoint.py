@@ -30,6 +30,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import json
+import math
 import os
 import pickle
 import re
@@ -46,6 +47,7 @@ from reinforge.errors import CheckpointError, ConfigError
 TRACKER = "latest_checkpointed_iteration.txt"
 STEP_FOLDER = re.compile(r"^global_step_(\d+)$")
 LOCK = ".reinforge.lock"  # held by the process training in the run folder
+STEP_RECORD = "metrics.json"  # in a step folder: the step's metrics, logged on resuming when the run had not logged them
 DISK_FULL = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG})
 
 
@@ -270,6 +272,23 @@ def resume_folder(trainer: TrainerConfig) -> Path | None:
             "trainer.resume_mode=resume_path trainer.resume_from_path=<run folder>/global_step_<N>"
         )
     return folder
+
+
+def save_step_record(folder: Path, metrics: dict) -> None:
+    """The step's metrics so far (the save's timing included) in its step folder: a run stopped after the save but before
+    it logged the step (in the step's validation, say) logs them when it resumes (`read_step_record`)."""
+    written = folder / f".{STEP_RECORD}.tmp"
+    written.write_text(json.dumps({k: str(v) if isinstance(v, float) and not math.isfinite(v) else v for k, v in metrics.items()}))
+    os.replace(written, folder / STEP_RECORD)
+
+
+def read_step_record(folder: Path) -> dict | None:
+    """The metrics `save_step_record` kept in `folder`; None when there are none (saved before they were kept)."""
+    try:
+        record = json.loads((folder / STEP_RECORD).read_text())
+    except (OSError, ValueError):
+        return None
+    return {k: float(v) if v in ("nan", "inf", "-inf") else v for k, v in record.items()} if isinstance(record, dict) else None
 
 
 def read_trainer_state(folder: Path) -> tuple[dict, dict]:

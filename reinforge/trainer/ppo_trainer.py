@@ -61,16 +61,18 @@ from reinforge.batch import Batch
 from reinforge.config import batch_arithmetic, wants_sum_pi_squared
 from reinforge.config.schema import Config
 from reinforge.distributed import WorkerGroup
-from reinforge.errors import ConfigError, RewardError, TrainingError
+from reinforge.errors import ConfigError, RewardError
 from reinforge.inference.rollout import AGENT_INPUT_KEYS, PROMPT_KEYS, SEED_KEY, concat_trajectories, rollout_inputs
 from reinforge.inference.seeds import RESAMPLE, TRAIN, derive_seed, row_seeds
 from reinforge.report.rollouts import keep_recent_rollouts
 from reinforge.trainer.checkpoint import (
     check_resume_folder,
     due,
+    read_step_record,
     read_trainer_state,
     resume_folder,
     save_checkpoint,
+    save_step_record,
     save_torch,
     step_of,
 )
@@ -85,8 +87,8 @@ from reinforge.trainer.metrics import (
     variance_proxy_metrics,
 )
 from reinforge.trainer.rollout_cache import RolloutCache, skip_settings
-from reinforge.trainer.stop import RunStopped, StopSignals, latest_checkpoint
-from reinforge.trainer.tracking import Tracking
+from reinforge.trainer.stop import RunStopped, StopSignals, count_nonfinite_step, latest_checkpoint, stop_if_nonfinite
+from reinforge.trainer.tracking import Tracking, logged_step
 from reinforge.trainer.validation import validate
 
 
@@ -356,14 +358,21 @@ class RLTrainer:
 
     def _fit(self, stop: StopSignals) -> dict[str, float]:
         cfg = self.config.trainer
-        self._load_checkpoint()
-        if self.global_steps >= self.total_training_steps and not cfg.val_only:
+        unlogged = self._load_checkpoint()
+        finished = self.global_steps >= self.total_training_steps
+        if finished and not cfg.val_only and unlogged is None:
             print(f"reinforge: this run already finished step {self.global_steps} of {self.total_training_steps}; "
                   "nothing to do (raise trainer.total_training_steps or trainer.total_epochs to train on)", flush=True)
             return {}
         tracking = Tracking(self.run_dir, cfg.logger, self.total_training_steps, self.global_steps, config=self.config)
         val_metrics: dict[str, float] = {}
         try:
+            if unlogged is not None:  # the run stopped after saving this step, before logging it: its validation, then the record
+                print(f"reinforge: step {self.global_steps} was saved but not logged; logging it now", flush=True)
+                val_metrics = self._save_and_validate(unlogged, tracking, False, finished or due(self.global_steps, cfg.test_freq))
+                tracking.log(unlogged, self.global_steps)
+                if finished and not cfg.val_only:
+                    return val_metrics
             # val_only validates once and exits whatever val_before_train says (verl would train a whole run with
             # val_before_train=False); config checks refuse val_only without validation data
             if self.val_loader is not None and (cfg.val_only or (cfg.val_before_train and self.global_steps == 0)):
@@ -386,13 +395,13 @@ class RLTrainer:
                     self.global_steps -= 1
                     val_metrics = self._end_of_data(str(end), first_step, tracking) or val_metrics
                     break
-                self._count_nonfinite_step(metrics)
+                self.nonfinite_steps = count_nonfinite_step(self.nonfinite_steps, metrics)
                 metrics["training/global_step"] = self.global_steps
                 metrics["training/epoch"] = self.train_loader.epoch
                 val_metrics = self._save_and_validate(metrics, tracking, last or due(self.global_steps, cfg.save_freq),
                                                       last or due(self.global_steps, cfg.test_freq)) or val_metrics
                 tracking.log(metrics, self.global_steps)
-                self._stop_if_nonfinite()
+                stop_if_nonfinite(self.nonfinite_steps, self.global_steps, cfg.max_nonfinite_steps)
         finally:
             tracking.close()
             if self.reward_thread is not None:
@@ -428,6 +437,8 @@ class RLTrainer:
                 metrics["timing_s/step"] = metrics["perf/time_per_step"] = step_s + seconds
                 metrics["perf/throughput"] *= step_s / (step_s + seconds)
             metrics["checkpoint/save_failed"] = 0 if saved else 1  # 1: skipped, the disk was full
+            if saved:
+                save_step_record(self.run_dir / f"global_step_{self.global_steps}", metrics)
         if self.val_loader is not None and cfg.test_freq > 0 and validate:
             val_metrics = self._validate(tracking)
             metrics.update(val_metrics)
@@ -443,22 +454,6 @@ class RLTrainer:
         if self.config.trainer.resume_mode == "auto":
             return "Run the same command again to continue from it (trainer.resume_mode=auto, the default)."
         return "Run the same command with trainer.resume_mode=auto to continue from it."
-
-    def _count_nonfinite_step(self, metrics: dict[str, float]) -> None:
-        """A step counts when every optimizer step of every update that ran (actor, critic) was skipped; a good step resets."""
-        roles = [role for role in ("actor", "critic") if f"{role}/optimizer_steps" in metrics]
-        all_skipped = bool(roles) and all(metrics[f"{r}/nonfinite_skipped"] == metrics[f"{r}/optimizer_steps"] for r in roles)
-        self.nonfinite_steps = self.nonfinite_steps + 1 if all_skipped else 0
-
-    def _stop_if_nonfinite(self) -> None:
-        limit = self.config.trainer.max_nonfinite_steps
-        if limit and self.nonfinite_steps >= limit:
-            first = self.global_steps - self.nonfinite_steps + 1
-            raise TrainingError(
-                f"steps {first} to {self.global_steps}: {self.nonfinite_steps} training steps in a row had a NaN/inf loss or "
-                "gradient in every optimizer step, so nothing trained (trainer.max_nonfinite_steps="
-                f"{limit}). Lower the learning rate (actor_rollout_ref.actor.optim.lr, critic.optim.lr), check the reward "
-                "function and any custom loss or estimator for NaN/inf, or set trainer.max_nonfinite_steps=0 to keep going.")
 
     def _validate(self, tracking: Tracking | None = None) -> dict[str, float]:
         """Validation metrics (with timing_s/testing), remembered in val_history."""
@@ -487,10 +482,11 @@ class RLTrainer:
             self._saved_step = self.global_steps
         return folder is not None
 
-    def _load_checkpoint(self) -> None:
+    def _load_checkpoint(self) -> dict | None:
+        """Resume from the configured checkpoint, if any; returns its step's saved metrics when metrics.jsonl lacks them."""
         folder = resume_folder(self.config.trainer)
         if folder is None:
-            return
+            return None
         check_resume_folder(folder, critic=self.critic_wg is not None)
         notes = self.actor_rollout_wg.load_checkpoint(str(folder / "actor"))  # settings the command line changed
         if self.critic_wg is not None:
@@ -503,3 +499,5 @@ class RLTrainer:
         self.kl_ctrl.load_state_dict(state["kl_ctrl"])
         self.nonfinite_steps = state.get("nonfinite_steps", 0)  # absent in checkpoints written before the key existed
         print(f"resumed from {folder} (step {step_of(folder)}); continuing at step {self.global_steps + 1}", flush=True)
+        own = folder.resolve().parent == self.run_dir.resolve()  # (another run's step was logged in its own folder)
+        return read_step_record(folder) if own and not logged_step(self.run_dir, self.global_steps) else None

@@ -24,6 +24,7 @@ import threading
 from pathlib import Path
 from types import FrameType
 
+from reinforge.errors import TrainingError
 from reinforge.trainer.checkpoint import TRACKER
 
 SIGNALS = (signal.SIGINT, signal.SIGTERM)
@@ -92,3 +93,21 @@ def latest_checkpoint(run_dir: Path) -> Path | None:
         return None
     folder = run_dir / f"global_step_{tracker.read_text().strip()}"
     return folder if folder.is_dir() else None
+
+
+def count_nonfinite_step(count: int, metrics: dict[str, float]) -> int:
+    """Training steps in a row that trained nothing, with this step's `metrics`: a step counts when every optimizer step of
+    every update that ran (actor, critic) was skipped for a NaN/inf loss or gradient; a good step resets the count."""
+    roles = [role for role in ("actor", "critic") if f"{role}/optimizer_steps" in metrics]
+    all_skipped = bool(roles) and all(metrics[f"{r}/nonfinite_skipped"] == metrics[f"{r}/optimizer_steps"] for r in roles)
+    return count + 1 if all_skipped else 0
+
+
+def stop_if_nonfinite(count: int, step: int, limit: int) -> None:
+    """A TrainingError when `count` steps up to `step` trained nothing and trainer.max_nonfinite_steps=`limit` (0: never)."""
+    if limit and count >= limit:
+        raise TrainingError(
+            f"steps {step - count + 1} to {step}: {count} training steps in a row had a NaN/inf loss or gradient in every "
+            f"optimizer step, so nothing trained (trainer.max_nonfinite_steps={limit}). Lower the learning rate "
+            "(actor_rollout_ref.actor.optim.lr, critic.optim.lr), check the reward function and any custom loss or estimator "
+            "for NaN/inf, or set trainer.max_nonfinite_steps=0 to keep going.")

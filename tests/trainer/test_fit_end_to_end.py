@@ -153,3 +153,30 @@ def test_relative_dump_folders_are_written_absolute_so_the_report_finds_them_fro
     assert (tmp_path / "dumps" / "roll" / "1.jsonl").is_file()
     monkeypatch.chdir(tmp_path / "runs")  # the report is read from elsewhere
     assert load_run(run_dir).samples
+
+
+TIMES = ("timing_s/", "timing_per_token_ms/", "perf/")
+
+
+def test_a_step_saved_but_not_logged_is_logged_on_resuming(tiny_model_path, task_files, tmp_path):
+    """A run stopped after saving step N but before logging it (in step N's validation, which follows the save as in
+    verl) would have lost step N's record for good: resuming logs it from the step folder, validated as it would have
+    been, also when N was the last step (the run had 'nothing to do' before)."""
+    run_dir = tmp_path / "run"
+    config, keys = load_config(overrides(tiny_model_path, task_files, run_dir, "trainer.total_training_steps=2",
+                                         "trainer.save_freq=1", "trainer.test_freq=1", "trainer.val_before_train=false"))
+    run(config, keys)
+    whole = records(run_dir)
+    assert [r["step"] for r in whole] == [1, 2] and "val-core/reinforge/add_one/acc/mean@1" in whole[1]
+    untimed = [{k: v for k, v in r.items() if not k.startswith(TIMES)} for r in whole]
+    for cut in (1, 0):  # as a kill during the validation of step 2 (the last), then of step 1 (resume_path to it)
+        lines = (run_dir / "metrics.jsonl").read_text().splitlines()
+        (run_dir / "metrics.jsonl").write_text("".join(line + "\n" for line in lines[:cut]))
+        extra = [] if cut else ["trainer.resume_mode=resume_path", f"trainer.resume_from_path={run_dir / 'global_step_1'}"]
+        config, keys = load_config(overrides(tiny_model_path, task_files, run_dir, "trainer.total_training_steps=2",
+                                             "trainer.save_freq=1", "trainer.test_freq=1", *extra))
+        run(config, keys)
+        again = records(run_dir)
+        assert [r["step"] for r in again] == [1, 2]
+        assert [{k: v for k, v in r.items() if not k.startswith(TIMES)} for r in again] == untimed
+        assert again[0]["timing_s/save_checkpoint"] == whole[0]["timing_s/save_checkpoint"]  # the saved record's own

@@ -75,6 +75,12 @@ def _record_step(line: str) -> float:
         return math.inf
 
 
+def logged_step(run_dir: Path, step: int) -> bool:
+    """Whether the run folder's metrics.jsonl holds a record of `step`."""
+    path = Path(run_dir) / "metrics.jsonl"
+    return path.is_file() and any(_record_step(line) == step for line in path.read_text().splitlines())
+
+
 def _jsonable(value):
     if isinstance(value, float) and not math.isfinite(value):
         return str(value)
