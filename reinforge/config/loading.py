@@ -418,12 +418,18 @@ def resolve(root: type, args: list[str] | None = None, config_file: str | None =
     from omegaconf.errors import OmegaConfBaseException
 
     file_overrides, ignored = _from_yaml(config_file, root, base) if config_file else ([], [])
-    overrides = [_as_read(override, null_is_unset) for override in file_overrides + parse_overrides(list(args or []))
+    from_file = {id(override) for override in file_overrides}
+    overrides = [override for override in file_overrides + parse_overrides(list(args or []))
                  if override.key.rpartition(".")[2] != "_target_"]  # verl's class for Hydra to build a section: no setting
     defaults = dataclasses.asdict(root())
     tree = copy.deepcopy(defaults) if preset else defaults
-    # the keys the user sets (a group given as a mapping sets the keys it names), which the preset depends on
-    user_keys = [key for override in overrides for key in _apply(tree, root, override) if override.kind != "unset"]
+    user_keys = []  # the keys the user sets (a group given as a mapping sets the keys it names), which the preset depends on
+    for index, given in enumerate(overrides):
+        try:
+            overrides[index] = override = _as_read(given, null_is_unset)
+            user_keys += [key for key in _apply(tree, root, override) if override.kind != "unset"]
+        except ConfigError as error:  # a key of the file: the message names it
+            raise ConfigError(f"{config_file}: {error}" if id(given) in from_file else str(error)) from None
     values = preset(user_keys) if preset else None
     if values:  # the preset lies under the user's overrides: applied to the defaults, then the overrides again
         tree = defaults

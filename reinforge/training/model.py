@@ -90,7 +90,7 @@ def tokenizer_from(source: str, key: str, trust_remote_code: bool, chat_template
     try:
         tokenizer = AutoTokenizer.from_pretrained(source, trust_remote_code=trust_remote_code)
     except Exception as exc:
-        raise ModelError(f"{key}={source}: cannot load the tokenizer: {exc}") from exc
+        raise ModelError(f"{key}={source}: cannot load the tokenizer{_as_hub_id(source)}: {exc}") from exc
     if chat_template:
         tokenizer.chat_template = chat_template
     if tokenizer.pad_token_id is None:
@@ -127,7 +127,12 @@ def load_pretrained(model_cfg, key: str, what: str, dtype: str, build) -> torch.
         detail = str(exc) if len(str(exc)) > 40 else f"{type(exc).__name__}: {exc}"
         if "above report" in detail and report.getvalue().strip():  # transformers' load report, which a quiet run kept back
             detail += "\n" + without_colours(report.getvalue().rstrip())
-        raise ModelError(f"{key}={source}: cannot load the {what}: {detail}") from exc
+        raise ModelError(f"{key}={source}: cannot load the {what}{_as_hub_id(source)}: {detail}") from exc
+
+
+def _as_hub_id(source: str) -> str:
+    """For a message: that `source` was read as a hub model id, there being no such folder here (a mistyped path?)."""
+    return "" if Path(source).exists() else f" (there is no folder {source} here, so it was taken for a model id on the hub)"
 
 
 @contextlib.contextmanager

@@ -1,4 +1,5 @@
 import dataclasses
+import re
 
 import pytest
 
@@ -172,6 +173,12 @@ def test_yaml_file_then_command_line(tmp_path):
     file.write_text("data:\n  train_batch_size: 16\n  max_response_length: 32\nactor_rollout_ref:\n  rollout:\n    n: 4\n")
     cfg, keys = load_config(VERL + ["data.train_batch_size=8", "actor_rollout_ref.actor.ppo_mini_batch_size=8"], str(file))
     assert (cfg.data.train_batch_size, cfg.data.max_response_length, cfg.actor_rollout_ref.rollout.n) == (8, 32, 4)
+    file.write_text("data:\n  max_respone_length: 32\n")  # a key of the file is named with the file
+    with pytest.raises(ConfigError, match=rf"^{re.escape(str(file))}: unknown config key 'data.max_respone_length'; did you"):
+        load_config(VERL, str(file))
+    file.write_text("data:\n  max_response_length: 32\n")
+    with pytest.raises(ConfigError, match=r"^unknown config key 'data.max_respone_length'"):  # one of the command line's: not
+        load_config(VERL + ["data.max_respone_length=3"], str(file))
 
 
 def test_batch_arithmetic_follows_verl_units():
