@@ -258,8 +258,9 @@ def resume_folder(trainer: TrainerConfig) -> Path | None:
             return None
         # copied without it, or killed between a first save and its tracker: the newest step, not a fresh start over them
         print(f"reinforge: note: {run_dir} holds checkpoints ({_step_folders(steps)}) but no {TRACKER}; resuming the "
-              f"newest, global_step_{steps[-1]} (another: trainer.resume_mode=resume_path trainer.resume_from_path=...)",
-              flush=True)
+              f"newest, global_step_{steps[-1]}, and writing the file (another: trainer.resume_mode=resume_path "
+              "trainer.resume_from_path=...)", flush=True)
+        _write_atomic(tracker, f"{steps[-1]}\n")
         return run_dir / f"global_step_{steps[-1]}"
     text = tracker.read_text().strip()
     folder = run_dir / f"global_step_{text}"
@@ -277,9 +278,8 @@ def resume_folder(trainer: TrainerConfig) -> Path | None:
 def save_step_record(folder: Path, metrics: dict) -> None:
     """The step's metrics so far (the save's timing included) in its step folder: a run stopped after the save but before
     it logged the step (in the step's validation, say) logs them when it resumes (`read_step_record`)."""
-    written = folder / f".{STEP_RECORD}.tmp"
-    written.write_text(json.dumps({k: str(v) if isinstance(v, float) and not math.isfinite(v) else v for k, v in metrics.items()}))
-    os.replace(written, folder / STEP_RECORD)
+    _write_atomic(folder / STEP_RECORD,
+                  json.dumps({k: str(v) if isinstance(v, float) and not math.isfinite(v) else v for k, v in metrics.items()}))
 
 
 def read_step_record(folder: Path) -> dict | None:

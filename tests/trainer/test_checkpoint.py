@@ -316,6 +316,7 @@ def test_a_fresh_start_never_writes_over_saved_checkpoints(tmp_path):
         resume_folder(TrainerConfig(default_local_dir=str(tmp_path), resume_mode="disable"))
     # without the tracker (a folder copied without it, a kill between a first save and its tracker): the newest step
     assert resume_folder(TrainerConfig(default_local_dir=str(tmp_path))) == tmp_path / "global_step_4"
+    assert (tmp_path / TRACKER).read_text() == "4\n"  # written back, for the next reader
     (tmp_path / TRACKER).write_text("")
     with pytest.raises(ConfigError, match=rf"{TRACKER} should hold the step of the latest checkpoint, but holds ''"):
         resume_folder(TrainerConfig(default_local_dir=str(tmp_path)))
