@@ -57,6 +57,9 @@ def load_run(path: str | Path, sample_steps: int = 3) -> Run:
     metrics = folder / "metrics.jsonl"
     if not folder.is_dir():
         raise UserError(f"{folder}: no such folder; `reinforge report` takes run folders (trainer.default_local_dir of a run)")
+    if not metrics.is_file() and (folder / "config.yaml").is_file():  # a run that stopped before its first step
+        raise UserError(f"{folder} is the folder of a run that logged no step (it has config.yaml, no metrics.jsonl); "
+                        "report again once it has trained a step")
     if not metrics.is_file():
         raise UserError(f"{folder} is not a run folder: it has no metrics.jsonl. Pass the folder a run wrote "
                         "(trainer.default_local_dir, default checkpoints/<project_name>/<experiment_name>)")

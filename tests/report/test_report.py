@@ -147,6 +147,9 @@ def test_a_folder_that_is_not_a_run_exits_2_with_a_clear_message(tmp_path, capsy
     assert "is not a run folder: it has no metrics.jsonl" in capsys.readouterr().err
     assert main(["report", str(tmp_path / "missing")]) == 2
     assert "no such folder" in capsys.readouterr().err
+    (tmp_path / "config.yaml").write_text("trainer: {}\n")  # a run that stopped before its first step
+    assert main(["report", str(tmp_path)]) == 2
+    assert "is the folder of a run that logged no step (it has config.yaml, no metrics.jsonl)" in capsys.readouterr().err
 
 
 def test_an_out_folder_that_cannot_be_made_exits_2_naming_it(tmp_path, capsys):
