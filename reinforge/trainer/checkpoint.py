@@ -260,7 +260,8 @@ def resume_folder(trainer: TrainerConfig) -> Path | None:
         print(f"reinforge: note: {run_dir} holds checkpoints ({_step_folders(steps)}) but no {TRACKER}; resuming the "
               f"newest, global_step_{steps[-1]}, and writing the file (another: trainer.resume_mode=resume_path "
               "trainer.resume_from_path=...)", flush=True)
-        _write_atomic(tracker, f"{steps[-1]}\n")
+        with contextlib.suppress(OSError):  # another rank of the run wrote it first (reinforge sft under torchrun)
+            _write_atomic(tracker, f"{steps[-1]}\n")
         return run_dir / f"global_step_{steps[-1]}"
     text = tracker.read_text().strip()
     folder = run_dir / f"global_step_{text}"

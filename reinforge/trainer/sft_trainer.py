@@ -267,6 +267,7 @@ def run_sft(config: SFTConfig, notes: list[str]) -> dict[str, float]:
 
         run_dir.mkdir(parents=True, exist_ok=True)
         OmegaConf.save(OmegaConf.create(to_dict(config)), run_dir / "config.yaml")
+    folder = resume_folder(config.trainer)  # before any loading: a fresh start over a saved run stops here
     tokenizer = load_sft_tokenizer(config)
     train = create_sft_dataset(config.data.train_files, config.data, tokenizer, config.data.train_max_samples)
     val = create_sft_dataset(config.data.val_files, config.data, tokenizer, config.data.val_max_samples) if config.data.val_files else None
@@ -282,7 +283,6 @@ def run_sft(config: SFTConfig, notes: list[str]) -> dict[str, float]:
     optimizer = make_optimizer(model.parameters(), config.optim)
     trainer = SFTTrainer(config, model, tokenizer, optimizer, None, train, val, device)
     trainer.scheduler = make_scheduler(optimizer, config.optim, trainer.total_steps)
-    folder = resume_folder(config.trainer)
     if folder is not None:
         trainer.load(folder)
         say(f"reinforge: resumed from {folder} (step {trainer.global_step})", flush=True)
