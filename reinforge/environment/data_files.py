@@ -29,7 +29,7 @@ def file_list(data_files: str | Path | Sequence[str | Path]) -> list[str]:
         raise DataError("No data files given: set data.train_files / data.val_files to a file or a list of files.")
     files = []
     for name in given:
-        if not glob.has_magic(name):
+        if not glob.has_magic(name) or os.path.exists(os.path.expanduser(name)):  # a file named train[v2].parquet is one
             files.append(name)
             continue
         matches = sorted(glob.glob(os.path.expanduser(name)))

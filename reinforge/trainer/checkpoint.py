@@ -27,7 +27,6 @@ the run with a `CheckpointError` naming the step, folder and error.
 
 from __future__ import annotations
 
-import contextlib
 import errno
 import json
 import math
@@ -113,8 +112,8 @@ def clean_stale(run_dir: Path) -> None:
                 continue
         if path.is_dir():
             shutil.rmtree(path, ignore_errors=True)
-        elif path.exists():
-            path.unlink()
+        else:
+            path.unlink(missing_ok=True)  # (several ranks of an sft run tidy at once)
 
 
 def due(step: int, freq: int) -> bool:
@@ -194,7 +193,7 @@ def _save_failed(run_dir: Path, step: int, error: OSError) -> None:
                           "to train without checkpoints") from error
 
 
-@contextlib.contextmanager
+@contextmanager
 def hold_run_folder(run_dir: Path, setting: str):
     """`run_dir` made, and held by this process (an exclusive lock on its .reinforge.lock file, which the system releases
     when the process ends, however it ends) until the block ends: a second run started in it, which would write over the
@@ -215,6 +214,11 @@ def hold_run_folder(run_dir: Path, setting: str):
             holder = lock.read().strip() or "?"
             raise ConfigError(f"trainer.default_local_dir={setting} is in use by another reinforge run (process {holder}); "
                               "wait for it to end, or give this run another trainer.default_local_dir") from None
+        except OSError as error:  # a file system without locks (some network mounts): train, unguarded
+            print(f"reinforge: warning: cannot lock the run folder {run_dir} ({error.strerror or error}); nothing stops "
+                  "a second run from writing in it at the same time", file=sys.stderr, flush=True)
+            yield
+            return
         lock.seek(0)
         lock.truncate()
         lock.write(f"{os.getpid()}\n")
@@ -257,11 +261,13 @@ def resume_folder(trainer: TrainerConfig) -> Path | None:
         if not steps:
             return None
         # copied without it, or killed between a first save and its tracker: the newest step, not a fresh start over them
-        print(f"reinforge: note: {run_dir} holds checkpoints ({_step_folders(steps)}) but no {TRACKER}; resuming the "
-              f"newest, global_step_{steps[-1]}, and writing the file (another: trainer.resume_mode=resume_path "
-              "trainer.resume_from_path=...)", flush=True)
-        with contextlib.suppress(OSError):  # another rank of the run wrote it first (reinforge sft under torchrun)
-            _write_atomic(tracker, f"{steps[-1]}\n")
+        if os.environ.get("RANK", "0") == "0":  # one process of a torchrun (reinforge sft) says so and writes the file back
+            print(f"reinforge: note: {run_dir} holds checkpoints ({_step_folders(steps)}) but no {TRACKER}; resuming the "
+                  f"newest, global_step_{steps[-1]}, and writing the file (another: trainer.resume_mode=resume_path "
+                  "trainer.resume_from_path=...)", flush=True)
+            written = tracker.with_name(f".{TRACKER}.{os.getpid()}.tmp")  # not the name the other ranks' clean_stale removes
+            written.write_text(f"{steps[-1]}\n")
+            os.replace(written, tracker)
         return run_dir / f"global_step_{steps[-1]}"
     text = tracker.read_text().strip()
     folder = run_dir / f"global_step_{text}"

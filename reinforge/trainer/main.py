@@ -97,6 +97,10 @@ def _run_in(run_dir: Path, config: Config, user_keys: list[str], startup: Startu
     from reinforge.trainer.stop import latest_checkpoint
     from reinforge.training.model import load_tokenizer, model_vocab_size
 
+    # no global_step_<N> folder to resume, or a fresh start over a saved run: before anything is written or loaded
+    resumed = resume_folder(config.trainer)
+    if resumed is not None:
+        check_resume_folder(resumed, critic=config.critic.enable)
     try:
         written = run_dir / ".config.yaml.tmp"  # a new file, then renamed: a folder where files cannot be added fails here
         written.write_text(OmegaConf.to_yaml(OmegaConf.create(to_dict(config))))
@@ -114,9 +118,6 @@ def _run_in(run_dir: Path, config: Config, user_keys: list[str], startup: Startu
     if not config.actor_rollout_ref.model.path:
         raise ConfigError("actor_rollout_ref.model.path is not set; set it to a Hugging Face model folder (or a model name "
                           "on the Hub, when this machine can reach it)")
-    resumed = resume_folder(config.trainer)  # no global_step_<N> folder, a fresh start over a saved run: before any loading
-    if resumed is not None:
-        check_resume_folder(resumed, critic=config.critic.enable)
     data = config.data
     tokenizer = load_tokenizer(config)
     train_set = create_rl_dataset(data.train_files, data, tokenizer, is_train=True, max_samples=data.max_samples)

@@ -260,6 +260,7 @@ def run_sft(config: SFTConfig, notes: list[str]) -> dict[str, float]:
     _quiet_transformers()
     run_dir = Path(config.trainer.default_local_dir).resolve()
     say(f"reinforge: run folder {run_dir}", flush=True)
+    folder = resume_folder(config.trainer)  # before anything is written or loaded: a fresh start over a saved run stops here
     if rank() == 0:
         from omegaconf import OmegaConf
 
@@ -267,7 +268,6 @@ def run_sft(config: SFTConfig, notes: list[str]) -> dict[str, float]:
 
         run_dir.mkdir(parents=True, exist_ok=True)
         OmegaConf.save(OmegaConf.create(to_dict(config)), run_dir / "config.yaml")
-    folder = resume_folder(config.trainer)  # before any loading: a fresh start over a saved run stops here
     tokenizer = load_sft_tokenizer(config)
     train = create_sft_dataset(config.data.train_files, config.data, tokenizer, config.data.train_max_samples)
     val = create_sft_dataset(config.data.val_files, config.data, tokenizer, config.data.val_max_samples) if config.data.val_files else None

@@ -57,6 +57,8 @@ def test_a_glob_pattern_stands_for_the_files_it_matches_in_name_order(tmp_path, 
     assert [dataset[i]["index"] for i in range(len(dataset))] == [100, 101, 102, 103]
     with pytest.raises(DataError, match=r"shard-\*.parquet: the pattern matches no file"):
         RLDataset(str(tmp_path / "shard-*.parquet"), tokenizer, data_config())
+    named = write_rows(tmp_path / "train[v2].jsonl", make_rows(1))  # a file whose name has a pattern's characters is that file
+    assert len(RLDataset(str(named), tokenizer, data_config())) == 1
 
 
 def test_a_parquet_file_with_two_columns_of_one_name_is_refused(tmp_path, tokenizer, data_config):

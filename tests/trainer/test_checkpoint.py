@@ -314,7 +314,12 @@ def test_a_fresh_start_never_writes_over_saved_checkpoints(tmp_path):
     with pytest.raises(ConfigError, match=r"holds the checkpoints of an earlier run \(global_step_1, global_step_2, "
                                           r"global_step_3 \.\.\. global_step_4\), which trainer.resume_mode=disable"):
         resume_folder(TrainerConfig(default_local_dir=str(tmp_path), resume_mode="disable"))
-    # without the tracker (a folder copied without it, a kill between a first save and its tracker): the newest step
+    # without the tracker (a folder copied without it, a kill between a first save and its tracker): the newest step;
+    # the file is written back by one process of a torchrun only (the others would race it)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("RANK", "1")
+        assert resume_folder(TrainerConfig(default_local_dir=str(tmp_path))) == tmp_path / "global_step_4"
+        assert not (tmp_path / TRACKER).exists()
     assert resume_folder(TrainerConfig(default_local_dir=str(tmp_path))) == tmp_path / "global_step_4"
     assert (tmp_path / TRACKER).read_text() == "4\n"  # written back, for the next reader
     (tmp_path / TRACKER).write_text("")
@@ -348,3 +353,18 @@ def test_a_run_folder_is_held_by_one_run_at_a_time(tmp_path):
     for _ in range(2):  # free once the holder is gone, and again after a run of this process ends
         with hold_run_folder(tmp_path, "run"):
             assert (tmp_path / ".reinforge.lock").read_text() == f"{os.getpid()}\n"
+
+
+def test_a_file_system_without_locks_trains_unguarded_with_a_warning(tmp_path, monkeypatch, capsys):
+    import fcntl
+
+    from reinforge.trainer.checkpoint import hold_run_folder
+
+    def no_locks(*args):
+        raise OSError(errno.ENOLCK, "No locks available")
+
+    monkeypatch.setattr(fcntl, "flock", no_locks)  # as on a network mount without flock
+    ran = []
+    with hold_run_folder(tmp_path, "run"):
+        ran.append(True)
+    assert ran and "warning: cannot lock the run folder" in capsys.readouterr().err

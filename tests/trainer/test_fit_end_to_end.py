@@ -128,10 +128,11 @@ def test_metrics_file_restarts_with_the_run(tiny_model_path, task_files, tmp_pat
     config, keys = load_config(overrides(tiny_model_path, task_files, run_dir, "trainer.total_training_steps=3",
                                          "trainer.resume_mode=disable", "trainer.save_freq=-1", "trainer.test_freq=-1",
                                          "trainer.val_before_train=false", "trainer.total_training_steps=2"))
+    saved_config = (run_dir / "config.yaml").read_text()
     with pytest.raises(ConfigError, match=r"holds the checkpoints of an earlier run \(global_step_1, global_step_2, "
                                           r"global_step_3\), which trainer.resume_mode=disable would write over"):
         run(config, keys)  # before anything is written
-    assert [r["step"] for r in records(run_dir)] == [1, 2, 3]
+    assert [r["step"] for r in records(run_dir)] == [1, 2, 3] and (run_dir / "config.yaml").read_text() == saved_config
     for folder in run_dir.glob("global_step_*"):  # with the checkpoints gone, a fresh run starts the metrics anew
         shutil.rmtree(folder)
     run(config, keys)
