@@ -10,6 +10,9 @@ otherwise not be found. Every failure raises `error` (a
 `UserError` kind) naming the config key, the file, and for an exception inside the file the
 line it came from.
 
+`load_user_class(path, name, path_key, name_key)` is the class a config names by file or module and
+class name (a Dataset, a sampler, a data generator), with verl's `file://` and `pkg://` prefixes.
+
 `check_keywords(cls, kwargs, where, error)` says, before the call, that a user's class cannot be
 built as verl builds it; `user_call(where, error)` wraps a call into user code, so that an exception
 it raises becomes `error` "<where> failed: <type>: <message>" (the traceback kept as its cause,
@@ -31,7 +34,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from reinforge.errors import UserError
+from reinforge.errors import DataError, UserError
 
 
 def import_user_module(path: str, key: str, error: type[UserError]) -> ModuleType:
@@ -124,3 +127,26 @@ def user_call(where: str, error: type[UserError]) -> Iterator[None]:
         raise
     except Exception as err:
         raise error(f"{where} failed: {type(err).__name__}: {err}") from err
+
+
+def load_user_class(path: str, name: str | None, path_key: str, name_key: str) -> type:
+    """The class `name` defined in the Python file or importable module `path`, with verl's prefixes: `file://` before a
+    file's path, `pkg://` before a module's dotted or slashed path (`pkg://pkg/module` is `pkg.module`).
+
+    Errors are DataErrors that name the config keys `path_key` and `name_key` and list the classes the file defines.
+    """
+    source = str(path)
+    if source.startswith("pkg://"):
+        source = source.removeprefix("pkg://").replace("/", ".")
+    module = import_user_module(source.removeprefix("file://"), path_key, DataError)
+    defined = sorted(k for k, v in vars(module).items() if isinstance(v, type) and v.__module__ == module.__name__)
+    where = f"{path_key}={path!r}"
+    if not name or not hasattr(module, name):
+        missing = f"{name_key} is not set" if not name else f"it defines no {name!r} ({name_key})"
+        raise DataError(f"{where}: {missing}; the classes it defines are: {', '.join(defined) or '(none)'}.")
+    cls = getattr(module, name)
+    if not isinstance(cls, type):
+        text = repr(cls)
+        raise DataError(f"{where}: {name!r} ({name_key}) is not a class; it is {type(cls).__name__} "
+                        f"{text if len(text) <= 120 else text[:120] + '...'}.")
+    return cls

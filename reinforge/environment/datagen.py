@@ -28,9 +28,9 @@ from typing import Any
 
 import numpy as np
 
-from reinforge.environment.dataset import RLDataset, load_user_class
+from reinforge.environment.dataset import RLDataset
 from reinforge.errors import DataError
-from reinforge.user_code import user_call
+from reinforge.user_code import load_user_class, user_call
 
 
 class AbstractDataGenerator(ABC):

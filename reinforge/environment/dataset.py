@@ -34,7 +34,7 @@ from torch.utils.data import Dataset
 
 from reinforge.environment.data_files import file_list, read_rows
 from reinforge.errors import ConfigError, DataError, ModelError
-from reinforge.user_code import check_keywords, import_user_module, user_call
+from reinforge.user_code import check_keywords, load_user_class, user_call
 
 TRUNCATION_MODES = ("error", "left", "right", "middle")
 
@@ -472,27 +472,6 @@ def create_rl_dataset(data_files: str | Path | Sequence[str | Path], data_config
 def _accepts(cls: type, name: str) -> bool:
     params = inspect.signature(cls.__init__).parameters.values()
     return any(p.name == name or p.kind is inspect.Parameter.VAR_KEYWORD for p in params)
-
-
-def load_user_class(path: str, name: str | None, path_key: str, name_key: str) -> type:
-    """The class `name` defined in the Python file or importable module `path`, with verl's prefixes: `file://` before a
-    file's path, `pkg://` before a module's dotted or slashed path (`pkg://pkg/module` is `pkg.module`).
-
-    Errors are DataErrors that name the config keys `path_key` and `name_key` and list the classes the file defines.
-    """
-    source = str(path)
-    if source.startswith("pkg://"):
-        source = source.removeprefix("pkg://").replace("/", ".")
-    module = import_user_module(source.removeprefix("file://"), path_key, DataError)
-    defined = sorted(k for k, v in vars(module).items() if isinstance(v, type) and v.__module__ == module.__name__)
-    where = f"{path_key}={path!r}"
-    if not name or not hasattr(module, name):
-        missing = f"{name_key} is not set" if not name else f"it defines no {name!r} ({name_key})"
-        raise DataError(f"{where}: {missing}; the classes it defines are: {', '.join(defined) or '(none)'}.")
-    cls = getattr(module, name)
-    if not isinstance(cls, type):
-        raise DataError(f"{where}: {name!r} ({name_key}) is not a class; it is {_preview(cls)}.")
-    return cls
 
 
 def load_dataset_class(path: str, name: str | None) -> type:

@@ -31,9 +31,8 @@ from typing import Any
 import torch
 from torch.utils.data import Sampler
 
-from reinforge.environment.dataset import load_user_class
 from reinforge.errors import DataError
-from reinforge.user_code import check_keywords, user_call
+from reinforge.user_code import check_keywords, load_user_class, user_call
 
 
 class AbstractSampler(Sampler[int]):

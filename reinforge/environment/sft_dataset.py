@@ -29,8 +29,8 @@ import torch
 
 from reinforge.batch import Batch
 from reinforge.environment.data_files import file_list, read_rows
-from reinforge.environment.dataset import load_user_class
 from reinforge.errors import DataError
+from reinforge.user_code import load_user_class
 
 TRUNCATIONS = ("error", "left", "right")
 

@@ -46,6 +46,7 @@ from reinforge.errors import CheckpointError, ConfigError
 TRACKER = "latest_checkpointed_iteration.txt"
 STEP_FOLDER = re.compile(r"^global_step_(\d+)$")
 LOCK = ".reinforge.lock"  # held by the process training in the run folder
+UNREADABLE = (RuntimeError, EOFError, OSError, pickle.UnpicklingError)  # what torch.load raises on a file cut short or overwritten
 STEP_RECORD = "metrics.json"  # in a step folder: the step's metrics, logged on resuming when the run had not logged them
 DISK_FULL = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG})
 
@@ -83,8 +84,8 @@ def plain_os_errors() -> Iterator[None]:
         raise OSError(os_error.errno, os_error.strerror, os_error.filename) from error
 
 
-def _write_atomic(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
+def _write_atomic(path: Path, text: str, tmp: Path | None = None) -> None:
+    tmp = tmp or path.with_name(f".{path.name}.tmp")
     tmp.write_text(text)
     os.replace(tmp, path)
 
@@ -193,6 +194,12 @@ def _save_failed(run_dir: Path, step: int, error: OSError) -> None:
                           "to train without checkpoints") from error
 
 
+def unwritable(setting: str, run_dir: Path, error: OSError) -> ConfigError:
+    """The error for a run folder that cannot be made or written (trainer.default_local_dir=`setting`)."""
+    return ConfigError(f"trainer.default_local_dir={setting}: cannot write the run folder {run_dir} ({error.strerror or error}: "
+                       f"{error.filename}); point trainer.default_local_dir at a writable folder")
+
+
 @contextmanager
 def hold_run_folder(run_dir: Path, setting: str):
     """`run_dir` made, and held by this process (an exclusive lock on its .reinforge.lock file, which the system releases
@@ -204,8 +211,7 @@ def hold_run_folder(run_dir: Path, setting: str):
         run_dir.mkdir(parents=True, exist_ok=True)
         lock = open(run_dir / LOCK, "a+")  # noqa: SIM115  (closed below, after the block)
     except OSError as error:
-        raise ConfigError(f"trainer.default_local_dir={setting}: cannot write the run folder {run_dir} ({error.strerror or error}: "
-                          f"{error.filename}); point trainer.default_local_dir at a writable folder") from None
+        raise unwritable(setting, run_dir, error) from None
     with lock:
         try:
             fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -265,9 +271,8 @@ def resume_folder(trainer: TrainerConfig) -> Path | None:
             print(f"reinforge: note: {run_dir} holds checkpoints ({_step_folders(steps)}) but no {TRACKER}; resuming the "
                   f"newest, global_step_{steps[-1]}, and writing the file (another: trainer.resume_mode=resume_path "
                   "trainer.resume_from_path=...)", flush=True)
-            written = tracker.with_name(f".{TRACKER}.{os.getpid()}.tmp")  # not the name the other ranks' clean_stale removes
-            written.write_text(f"{steps[-1]}\n")
-            os.replace(written, tracker)
+            # under a name of this process's: the other ranks' clean_stale removes the usual one
+            _write_atomic(tracker, f"{steps[-1]}\n", tracker.with_name(f".{TRACKER}.{os.getpid()}.tmp"))
         return run_dir / f"global_step_{steps[-1]}"
     text = tracker.read_text().strip()
     folder = run_dir / f"global_step_{text}"
@@ -305,7 +310,7 @@ def read_trainer_state(folder: Path) -> tuple[dict, dict]:
 
     try:
         loader_state = torch.load(folder / "data.pt")
-    except (RuntimeError, EOFError, OSError, pickle.UnpicklingError) as error:
+    except UNREADABLE as error:
         raise damaged(folder / "data.pt", error) from error
     try:
         state = json.loads((folder / "trainer_state.json").read_text())
@@ -336,17 +341,16 @@ def _saved_by_verl(fsdp_config: Path) -> bool:
         return True
 
 
-def check_resume_folder(folder: Path, critic: bool) -> None:
+def check_resume_folder(folder: Path, critic: bool) -> tuple[dict, dict]:
     """Before anything loads: ConfigError naming what `folder` lacks of what resuming needs (the critic's only with `critic`),
-    CheckpointError naming a file of it that is not whole."""
+    CheckpointError naming a file of it that is not whole; else its data loader's and trainer's states (`read_trainer_state`)."""
     missing = [f"{name}/" for name in (["actor", "critic"] if critic else ["actor"]) if not (folder / name).is_dir()]
     missing += [name for name in ("data.pt", "trainer_state.json") if not (folder / name).is_file()]
     if not missing:
         for file in [folder / "data.pt", *sorted(folder.glob("*/*.pt"))]:  # torch.save writes zip archives
             if not zipfile.is_zipfile(file):
                 raise damaged(file, ValueError("not a complete torch.save archive"))
-        read_trainer_state(folder)
-        return
+        return read_trainer_state(folder)
     if "trainer_state.json" in missing and _saved_by_verl(folder / "actor" / "fsdp_config.json"):
         what = ("it is a verl checkpoint (actor/fsdp_config.json, no trainer_state.json), not a reinforge one; "
                 "reinforge resumes only its own checkpoints")

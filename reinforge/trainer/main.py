@@ -13,7 +13,7 @@ import numpy as np
 
 from reinforge.config import Config, batch_arithmetic, quickstart, to_dict, unused_settings
 from reinforge.config.derived import generation_batch
-from reinforge.trainer.checkpoint import hold_run_folder
+from reinforge.trainer.checkpoint import hold_run_folder, unwritable
 from reinforge.trainer.startup import StartupClock
 
 if TYPE_CHECKING:
@@ -106,9 +106,7 @@ def _run_in(run_dir: Path, config: Config, user_keys: list[str], startup: Startu
         written.write_text(OmegaConf.to_yaml(OmegaConf.create(to_dict(config))))
         os.replace(written, run_dir / "config.yaml")
     except OSError as error:
-        raise ConfigError(f"trainer.default_local_dir={config.trainer.default_local_dir}: cannot write the run folder "
-                          f"{run_dir} ({error.strerror or error}: {error.filename}); point trainer.default_local_dir at a "
-                          "writable folder") from None
+        raise unwritable(config.trainer.default_local_dir, run_dir, error) from None
     _seed_everything(config.trainer.seed)
     startup.mark("run folder" + (" and quickstart files" if quickstart.applies(user_keys) else ""))
 

@@ -61,7 +61,7 @@ from reinforge.batch import Batch
 from reinforge.config import batch_arithmetic, wants_sum_pi_squared
 from reinforge.config.schema import Config
 from reinforge.distributed import WorkerGroup
-from reinforge.errors import ConfigError, RewardError
+from reinforge.errors import ConfigError
 from reinforge.inference.rollout import AGENT_INPUT_KEYS, PROMPT_KEYS, SEED_KEY, concat_trajectories, rollout_inputs
 from reinforge.inference.seeds import RESAMPLE, TRAIN, derive_seed, row_seeds
 from reinforge.report.rollouts import keep_recent_rollouts
@@ -69,7 +69,6 @@ from reinforge.trainer.checkpoint import (
     check_resume_folder,
     due,
     read_step_record,
-    read_trainer_state,
     resume_folder,
     save_checkpoint,
     save_step_record,
@@ -87,7 +86,14 @@ from reinforge.trainer.metrics import (
     variance_proxy_metrics,
 )
 from reinforge.trainer.rollout_cache import RolloutCache, skip_settings
-from reinforge.trainer.stop import RunStopped, StopSignals, count_nonfinite_step, latest_checkpoint, stop_if_nonfinite
+from reinforge.trainer.stop import (
+    RunStopped,
+    StopSignals,
+    count_nonfinite_step,
+    latest_checkpoint,
+    stop_if_every_reward_failed,
+    stop_if_nonfinite,
+)
 from reinforge.trainer.tracking import Tracking, logged_step
 from reinforge.trainer.validation import validate
 
@@ -313,27 +319,12 @@ class RLTrainer:
         """`token_level_scores` and the reward's extra values per row into `batch`; its counts and time into the step's."""
         scored, seconds = timed_scores
         timing["reward"] = timing.get("reward", 0.0) + seconds
-        self._stop_if_every_reward_failed(len(batch), scored.get("reward_metrics", {}))
+        stop_if_every_reward_failed(self.global_steps, len(batch), scored.get("reward_metrics", {}), self.reward_fn)
         batch["token_level_scores"] = scored["reward_tensor"]
         for key, value in scored.get("reward_metrics", {}).items():  # counts: summed over generation batches
             metrics[key] = metrics.get(key, 0) + value
         for key, values in scored.get("reward_extra_info", {}).items():  # score too: filter_groups.metric=score reads it
             batch[EXTRA + key] = values
-
-    def _stop_if_every_reward_failed(self, responses: int, counts: dict) -> None:
-        """A RewardError when the reward function failed on every response of a training batch: a broken function
-        (always raising, returning a string or NaN, hanging past its timeout_s), not an unlucky row."""
-        errors, timeouts = counts.get("reward/errors", 0), counts.get("reward/timeouts", 0)
-        if responses == 0 or errors + timeouts < responses:
-            return
-        summary = getattr(self.reward_fn, "failure_summary", None)
-        raise RewardError(
-            f"step {self.global_steps}: the reward function failed on all {responses} responses ({errors} errors, "
-            f"{timeouts} timeouts), so every reward would be 0; the run stops before this step updates or saves anything. "
-            + (f"It is {summary()}. " if summary else "")
-            + "Fix the function (or its reward_model.reward_kwargs.timeout_s) and run again; a function that fails only "
-            "on some responses scores those 0 and counts them in reward/errors and reward/timeouts."
-        )
 
     # ---- the loop -----------------------------------------------------------------------------
     def _prompt_batches(self) -> Iterator[Batch]:
@@ -487,13 +478,12 @@ class RLTrainer:
         folder = resume_folder(self.config.trainer)
         if folder is None:
             return None
-        check_resume_folder(folder, critic=self.critic_wg is not None)
+        loader_state, state = check_resume_folder(folder, critic=self.critic_wg is not None)
         notes = self.actor_rollout_wg.load_checkpoint(str(folder / "actor"))  # settings the command line changed
         if self.critic_wg is not None:
             notes += self.critic_wg.load_checkpoint(str(folder / "critic"))
         for note in notes:
             print(f"reinforge: note: {note}", flush=True)
-        loader_state, state = read_trainer_state(folder)
         self.train_loader.load_state_dict(loader_state)
         self.global_steps = state["global_steps"]
         self.kl_ctrl.load_state_dict(state["kl_ctrl"])

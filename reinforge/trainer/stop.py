@@ -1,4 +1,5 @@
-"""Graceful stop of a training run on SIGINT (Ctrl-C) or SIGTERM.
+"""How a training run stops short: gracefully on SIGINT (Ctrl-C) or SIGTERM, and with an error when its steps stop
+training (`stop_if_nonfinite`) or its reward function fails on every response (`stop_if_every_reward_failed`).
 
 Decided behaviour (`RLTrainer.fit` installs `StopSignals` for the length of the run):
 
@@ -24,7 +25,7 @@ import threading
 from pathlib import Path
 from types import FrameType
 
-from reinforge.errors import TrainingError
+from reinforge.errors import RewardError, TrainingError
 from reinforge.trainer.checkpoint import TRACKER
 
 SIGNALS = (signal.SIGINT, signal.SIGTERM)
@@ -111,3 +112,19 @@ def stop_if_nonfinite(count: int, step: int, limit: int) -> None:
             f"optimizer step, so nothing trained (trainer.max_nonfinite_steps={limit}). Lower the learning rate "
             "(actor_rollout_ref.actor.optim.lr, critic.optim.lr), check the reward function and any custom loss or estimator "
             "for NaN/inf, or set trainer.max_nonfinite_steps=0 to keep going.")
+
+
+def stop_if_every_reward_failed(step: int, responses: int, counts: dict, reward_fn) -> None:
+    """A RewardError when the reward function failed on every response of a training batch: a broken function
+    (always raising, returning a string or NaN, hanging past its timeout_s), not an unlucky row."""
+    errors, timeouts = counts.get("reward/errors", 0), counts.get("reward/timeouts", 0)
+    if responses == 0 or errors + timeouts < responses:
+        return
+    summary = getattr(reward_fn, "failure_summary", None)
+    raise RewardError(
+        f"step {step}: the reward function failed on all {responses} responses ({errors} errors, "
+        f"{timeouts} timeouts), so every reward would be 0; the run stops before this step updates or saves anything. "
+        + (f"It is {summary()}. " if summary else "")
+        + "Fix the function (or its reward_model.reward_kwargs.timeout_s) and run again; a function that fails only "
+        "on some responses scores those 0 and counts them in reward/errors and reward/timeouts."
+    )

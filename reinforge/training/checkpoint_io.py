@@ -33,7 +33,6 @@ from __future__ import annotations
 import copy
 import json
 import os
-import pickle
 import random
 import re
 import sys
@@ -44,7 +43,7 @@ import torch
 
 from reinforge.distributed.process_group import all_reduce, rank, world_size
 from reinforge.errors import ConfigError
-from reinforge.trainer.checkpoint import damaged, save_torch
+from reinforge.trainer.checkpoint import UNREADABLE, damaged, save_torch
 from reinforge.training.lora import SAVED_PREFIX
 
 SAVED_BY = "reinforge"  # in fsdp_config.json, which verl writes too: tells a reinforge checkpoint from a verl one
@@ -347,7 +346,7 @@ def load_rank_file(file: Path):
     mesh_log.setLevel(logging.ERROR)
     try:
         return torch.load(file, map_location="cpu")
-    except (RuntimeError, EOFError, OSError, pickle.UnpicklingError) as error:  # a file cut short or overwritten
+    except UNREADABLE as error:
         raise damaged(file, error) from error
     finally:
         mesh_log.setLevel(level)
