@@ -235,6 +235,17 @@ def hold_run_folder(run_dir: Path, setting: str):
             fcntl.flock(lock, fcntl.LOCK_UN)
 
 
+def write_run_config(run_dir: Path, config: dict, setting: str) -> None:
+    """The run's resolved config as `run_dir`/config.yaml (`reinforge report` reads it), through a new file and a rename:
+    a folder where files cannot be added fails here, at the start, with a ConfigError naming `setting`."""
+    from omegaconf import OmegaConf
+
+    try:
+        _write_atomic(run_dir / "config.yaml", OmegaConf.to_yaml(OmegaConf.create(config)))
+    except OSError as error:
+        raise unwritable(setting, run_dir, error) from None
+
+
 def saved_steps(run_dir: Path) -> list[int]:
     """The steps of the global_step_<N> folders in `run_dir`, in order."""
     if not run_dir.is_dir():

@@ -13,7 +13,7 @@ import numpy as np
 
 from reinforge.config import Config, batch_arithmetic, quickstart, to_dict, unused_settings
 from reinforge.config.derived import generation_batch
-from reinforge.trainer.checkpoint import hold_run_folder, unwritable
+from reinforge.trainer.checkpoint import hold_run_folder, write_run_config
 from reinforge.trainer.startup import StartupClock
 
 if TYPE_CHECKING:
@@ -84,8 +84,6 @@ def run(config: Config, user_keys: list[str], startup: StartupClock | None = Non
 
 def _run_in(run_dir: Path, config: Config, user_keys: list[str], startup: StartupClock) -> dict[str, float]:
     """`run`, from writing the run folder's config.yaml on."""
-    from omegaconf import OmegaConf
-
     from reinforge.distributed import LocalPool, open_worker_pool
     from reinforge.environment.dataloader import PromptLoader
     from reinforge.environment.dataset import collate_fn, create_rl_dataset
@@ -101,12 +99,7 @@ def _run_in(run_dir: Path, config: Config, user_keys: list[str], startup: Startu
     resumed = resume_folder(config.trainer)
     if resumed is not None:
         check_resume_folder(resumed, critic=config.critic.enable)
-    try:
-        written = run_dir / ".config.yaml.tmp"  # a new file, then renamed: a folder where files cannot be added fails here
-        written.write_text(OmegaConf.to_yaml(OmegaConf.create(to_dict(config))))
-        os.replace(written, run_dir / "config.yaml")
-    except OSError as error:
-        raise unwritable(config.trainer.default_local_dir, run_dir, error) from None
+    write_run_config(run_dir, to_dict(config), config.trainer.default_local_dir)
     _seed_everything(config.trainer.seed)
     startup.mark("run folder" + (" and quickstart files" if quickstart.applies(user_keys) else ""))
 

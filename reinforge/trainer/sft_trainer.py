@@ -21,6 +21,7 @@ position follows from the step, so a resumed run (trainer.resume_mode=auto, the 
 
 from __future__ import annotations
 
+import contextlib
 import math
 import random
 import time
@@ -243,11 +244,8 @@ def load_sft_model(config: SFTConfig, device: str) -> torch.nn.Module:
 def run_sft(config: SFTConfig, notes: list[str]) -> dict[str, float]:
     """Fine-tune as configured (every rank runs this); returns the last validation metrics."""
     from reinforge.distributed.process_group import init_distributed
-    from reinforge.environment.sft_dataset import create_sft_dataset
-    from reinforge.errors import ConfigError
-    from reinforge.trainer.checkpoint import resume_folder
+    from reinforge.trainer.checkpoint import hold_run_folder
     from reinforge.trainer.main import _quiet_transformers
-    from reinforge.training.optim import make_optimizer, make_scheduler
 
     device = config.trainer.device or ("cuda" if torch.cuda.is_available() else "cpu")
     init_distributed(device)
@@ -260,14 +258,22 @@ def run_sft(config: SFTConfig, notes: list[str]) -> dict[str, float]:
     _quiet_transformers()
     run_dir = Path(config.trainer.default_local_dir).resolve()
     say(f"reinforge: run folder {run_dir}", flush=True)
+    # rank 0 holds the run folder until the run ends: a second run started in it stops at once
+    with hold_run_folder(run_dir, config.trainer.default_local_dir) if rank() == 0 else contextlib.nullcontext():
+        return _run_sft_in(run_dir, config, device, say)
+
+
+def _run_sft_in(run_dir: Path, config: SFTConfig, device: str, say) -> dict[str, float]:
+    """`run_sft`, from the resume checks on."""
+    from reinforge.config.loading import to_dict
+    from reinforge.environment.sft_dataset import create_sft_dataset
+    from reinforge.errors import ConfigError
+    from reinforge.trainer.checkpoint import resume_folder, write_run_config
+    from reinforge.training.optim import make_optimizer, make_scheduler
+
     folder = resume_folder(config.trainer)  # before anything is written or loaded: a fresh start over a saved run stops here
     if rank() == 0:
-        from omegaconf import OmegaConf
-
-        from reinforge.config.loading import to_dict
-
-        run_dir.mkdir(parents=True, exist_ok=True)
-        OmegaConf.save(OmegaConf.create(to_dict(config)), run_dir / "config.yaml")
+        write_run_config(run_dir, to_dict(config), config.trainer.default_local_dir)
     tokenizer = load_sft_tokenizer(config)
     train = create_sft_dataset(config.data.train_files, config.data, tokenizer, config.data.train_max_samples)
     val = create_sft_dataset(config.data.val_files, config.data, tokenizer, config.data.val_max_samples) if config.data.val_files else None

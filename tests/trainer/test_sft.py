@@ -294,6 +294,22 @@ def test_user_mistakes_are_named(tiny_model_path, data, tmp_path, capsys, extra,
     assert message in capsys.readouterr().err
 
 
+def test_a_run_folder_in_use_stops_before_anything_is_written(tiny_model_path, data, tmp_path, capsys):
+    """A second SFT run in a folder another run holds would write over its config.yaml, checkpoints and metrics."""
+    run = tmp_path / "run"
+    code = ("import sys, time\nfrom pathlib import Path\nfrom reinforge.trainer.checkpoint import hold_run_folder\n"
+            "with hold_run_folder(Path(sys.argv[1]), 'x'):\n    print('held', flush=True)\n    time.sleep(120)\n")
+    holder = subprocess.Popen([sys.executable, "-c", code, str(run)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        assert main(_args(tiny_model_path, data, run)) == 2
+    finally:
+        holder.kill()
+        holder.wait()
+    assert f"is in use by another reinforge run (process {holder.pid})" in capsys.readouterr().err
+    assert sorted(p.name for p in run.iterdir()) == [".reinforge.lock"]
+
+
 def test_no_gradient_clip(tiny_model_path, data, tmp_path):
     """optim.clip_grad=null (the schema allows it): the step runs unclipped and reports the gradient's norm."""
     run = tmp_path / "run"
