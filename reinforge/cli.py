@@ -48,16 +48,38 @@ def _train(args: argparse.Namespace) -> int:
     return 0
 
 
+# verl's packaged configs (verl/trainer/config/<name>.yaml, which `--config-path=config` names beside verl's entry
+# points): for each command, the ones that are its defaults, and the other training backends' ones
+VERL_BASE_CONFIGS = {"train": {"ppo_trainer"}, "sft": {"sft_trainer", "sft_trainer_engine"},
+                     "generate": {"generation", "ppo_trainer"}, "eval": {"evaluation"}}
+VERL_BACKEND_CONFIGS = {"ppo_megatron_trainer": "Megatron-LM", "ppo_torchtitan_trainer": "TorchTitan",
+                        "ppo_veomni_trainer": "VeOmni"}
+
+
 def _config_file(args: argparse.Namespace) -> str | None:
-    """--config, or Hydra's --config-path and --config-name."""
+    """--config, or Hydra's --config-path and --config-name. verl's own packaged config (`--config-path=config
+    --config-name=ppo_trainer`, as verl's scripts give it) is reinforge's defaults: no file to read, unless one of that
+    name is there."""
     if args.config and args.config_name:
         raise ConfigError(f"--config {args.config} and --config-name {args.config_name} both name a config file; give one "
                           "(put the keys of one into the other, or on the command line)")
     if args.config_path and not args.config_name:
         raise ConfigError(f"--config-path {args.config_path} needs --config-name, the file in it to read")
-    if args.config_name:
-        return os.path.join(args.config_path or ".", args.config_name if args.config_name.endswith(".yaml") else args.config_name + ".yaml")
-    return args.config
+    if not args.config_name:
+        return args.config
+    name = args.config_name.removesuffix(".yaml")
+    path = os.path.join(args.config_path or ".", name + ".yaml")
+    if os.path.exists(path) or os.path.normpath(args.config_path or "config") != "config":
+        return path
+    if name in VERL_BASE_CONFIGS.get(args.command, ()):
+        print(f"reinforge: note: --config-name={args.config_name} is verl's packaged config, whose values are "
+              f"reinforge's defaults (there is no {path} to read)", flush=True)
+        return None
+    if name in VERL_BACKEND_CONFIGS:
+        raise ConfigError(f"--config-name={args.config_name} is verl's packaged config for its {VERL_BACKEND_CONFIGS[name]} "
+                          f"training backend; reinforge trains with FSDP2: drop --config-path/--config-name and the "
+                          f"backend's keys (actor_rollout_ref.actor.megatron.* and the like)")
+    return path
 
 
 def _add_config_arguments(command: argparse.ArgumentParser) -> None:

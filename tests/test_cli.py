@@ -115,3 +115,31 @@ def test_overrides_may_follow_options_and_one_config_file_is_named(tmp_path, cap
                           (["--config-path", str(tmp_path)], f"--config-path {tmp_path} needs --config-name")]:
         assert main(["train", "--dry-run", *argv]) == 2
         assert f"reinforge: error: {message}" in capsys.readouterr().err
+
+
+def test_verls_packaged_config_names_are_the_defaults(tmp_path, monkeypatch, capsys):
+    """verl's scripts name its packaged config (`--config-path=config --config-name=ppo_trainer.yaml`, the folder beside
+    verl's entry point), which reinforge's defaults are; another backend's packaged config is refused, naming it; a file
+    of that name where the user points wins."""
+    from reinforge.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    defaults = None
+    for argv in (["--config-path=config", "--config-name=ppo_trainer.yaml"], ["--config-name", "ppo_trainer"], []):
+        assert main(["train", "--dry-run", *argv]) == 0
+        out = capsys.readouterr().out
+        assert ("verl's packaged config, whose values are reinforge's defaults" in out) == bool(argv)
+        resolved = out[out.index("# resolved config"):]
+        assert defaults in (None, resolved)
+        defaults = resolved
+    assert main(["sft", "--dry-run", "--config-path=config", "--config-name=sft_trainer", "model.partial_pretrain=m",
+                 "data.train_files=t.parquet"]) == 0
+    assert main(["train", "--dry-run", "--config-path=config", "--config-name=ppo_megatron_trainer"]) == 2
+    assert ("reinforge: error: --config-name=ppo_megatron_trainer is verl's packaged config for its Megatron-LM training "
+            "backend; reinforge trains with FSDP2") in capsys.readouterr().err
+    (tmp_path / "config").mkdir()
+    (tmp_path / "config" / "ppo_trainer.yaml").write_text("data:\n  train_batch_size: 32\n")
+    assert main(["train", "--dry-run", "--config-path=config", "--config-name=ppo_trainer"]) == 0
+    assert "train_batch_size: 32" in capsys.readouterr().out
+    assert main(["eval", "--dry-run", "--config-name=ppo_trainer"]) == 2  # not eval's: a file that is not there
+    assert "config file not found: ppo_trainer.yaml" in capsys.readouterr().err

@@ -31,7 +31,7 @@ class LinePanel:
 LINE_PANELS = (
     LinePanel("reward", "Training reward", "mean sequence score (critic/score/mean)", ("critic/score/mean",)),
     LinePanel("response_length", "Response length", "tokens (response_length/mean)", ("response_length/mean",)),
-    LinePanel("kl", "KL to the reference / old policy", "KL", ("actor/kl_loss", "actor/ppo_kl", "critic/kl"), all_keys=True),
+    LinePanel("kl", "KL to the reference / old policy", "KL", ("actor/kl_loss", "actor/ppo_kl", "actor/reward_kl_penalty"), all_keys=True),
     LinePanel("entropy", "Policy entropy", "nats per token (actor/entropy)", ("actor/entropy",)),
     LinePanel("clipfrac", "Clip fraction", "fraction of tokens clipped (actor/pg_clipfrac)", ("actor/pg_clipfrac",)),
     LinePanel("grad_norm", "Gradient norm", "norm before clipping (actor/grad_norm)", ("actor/grad_norm", "train/grad_norm")),

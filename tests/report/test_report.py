@@ -193,3 +193,13 @@ def test_a_broken_metrics_line_names_the_file_and_line_but_a_cut_last_line_is_to
     (run_dir / "config.yaml").write_text("- a list\n- not a config\n")
     with pytest.raises(UserError, match=r"config.yaml holds a list, not the mapping of config keys the trainer writes"):
         load_run(run_dir)
+
+
+def test_every_plotted_metric_is_one_reinforge_logs():
+    """A plot of a name no run logs stays empty without a word: each panel's keys are rows of docs/metrics.md."""
+    from reinforge.report.plots import LINE_PANELS
+    from tests.trainer.test_metrics_documented import DOC, documented_patterns
+
+    patterns = documented_patterns(DOC.read_text())
+    undocumented = [key for panel in LINE_PANELS for key in panel.keys if not any(p.match(key) for p in patterns)]
+    assert not undocumented
