@@ -51,8 +51,9 @@ class DataConfig(Node):
     max_response_length: int = _f(512, "Most tokens generated per response.")
     train_batch_size: int = _f(1024, "Prompts per training step (each is sampled rollout.n times).")
     gen_batch_size: int | None = _f(
-        None, "Prompts per generation batch when algorithm.filter_groups is on (DAPO's dynamic sampling draws batches "
-        "of this size until train_batch_size groups survive the filter); null: train_batch_size.",
+        None, "Prompts per generation batch: with algorithm.filter_groups on, DAPO's dynamic sampling draws batches of "
+        "this size until train_batch_size groups survive the filter; without it, each step draws and trains this many "
+        "prompts, as verl's trainer does (train_batch_size is set to it). null: train_batch_size.",
     )
     val_batch_size: int | None = _f(None, "Prompts per validation generation call; null: the whole validation set at once.")
     truncation: str = _f("error", "What to do with a prompt over max_prompt_length: error, left, right or middle.")

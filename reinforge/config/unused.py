@@ -326,8 +326,10 @@ def unused_settings(config: Config, user_keys: list[str]) -> list[str]:
                       "values (gae does)")
         elif reason is None and key == "data.shuffle" and config.data.sampler.class_path:
             reason = "data.sampler.class_path sets the order of the training rows"
-        elif reason is None and key == "data.gen_batch_size" and not config.algorithm.filter_groups.enable:
-            reason = "generation batches differ from data.train_batch_size only with algorithm.filter_groups.enable=true"
+        elif (reason is None and key == "data.train_batch_size" and "data.gen_batch_size" in user_keys
+              and not config.algorithm.filter_groups.enable):
+            reason = (f"without algorithm.filter_groups.enable each step draws and trains data.gen_batch_size="
+                      f"{config.data.gen_batch_size} prompts, as verl's trainer does")
         elif (reason is None and key == "reward_model.launch_reward_fn_async" and config.reward_model.launch_reward_fn_async
               and config.algorithm.filter_groups.enable):
             reason = ("algorithm.filter_groups needs each generation batch's scores to decide which groups to keep, so "

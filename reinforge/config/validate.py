@@ -92,6 +92,8 @@ def finalize(config: Config, quickstart: bool = False) -> None:
     _finalize_reward_model(config)
 
     _check(config)
+    if not config.algorithm.filter_groups.enable:  # verl's trainer draws and trains data.gen_batch_size prompts a step
+        data.train_batch_size = data.gen_batch_size
 
 
 def _finalize_devices(config: Config, visible_gpus: int) -> None:
@@ -404,28 +406,31 @@ def _check(config: Config) -> None:
 
     ranks = world_size_of(config)
     ranks_source = f"trainer.nnodes={trainer.nnodes} x trainer.n_gpus_per_node={trainer.n_gpus_per_node}"
-    if data.train_batch_size * rollout.n % ranks:
+    # the prompts of a step: data.gen_batch_size, which verl's loader draws, unless DAPO's filtering keeps train_batch_size
+    step_key, prompts = (("data.gen_batch_size", data.gen_batch_size) if not config.algorithm.filter_groups.enable
+                         and data.gen_batch_size != data.train_batch_size else ("data.train_batch_size", data.train_batch_size))
+    if prompts * rollout.n % ranks:
         raise ConfigError(
-            f"data.train_batch_size={data.train_batch_size} x rollout.n={rollout.n} = {data.train_batch_size * rollout.n} "
+            f"{step_key}={prompts} x rollout.n={rollout.n} = {prompts * rollout.n} "
             f"trajectories do not split evenly over the {ranks} data-parallel ranks ({ranks_source})"
         )
-    if actor.ppo_mini_batch_size > data.train_batch_size:
+    if actor.ppo_mini_batch_size > prompts:
         raise ConfigError(
             f"actor_rollout_ref.actor.ppo_mini_batch_size={actor.ppo_mini_batch_size} is larger than "
-            f"data.train_batch_size={data.train_batch_size}; both count prompts"
+            f"{step_key}={prompts}; both count prompts"
         )
-    if data.train_batch_size % actor.ppo_mini_batch_size:
+    if prompts % actor.ppo_mini_batch_size:
         raise ConfigError(
-            f"data.train_batch_size={data.train_batch_size} is not a multiple of "
+            f"{step_key}={prompts} is not a multiple of "
             f"actor_rollout_ref.actor.ppo_mini_batch_size={actor.ppo_mini_batch_size}; every mini-batch must be full"
         )
     for role, section in (("actor_rollout_ref.actor", actor), ("critic", config.critic)):
         if role == "critic" and not config.critic.enable:
             continue
-        if role == "critic" and data.train_batch_size % section.ppo_mini_batch_size:
+        if role == "critic" and prompts % section.ppo_mini_batch_size:
             raise ConfigError(
-                f"{role}.ppo_mini_batch_size={section.ppo_mini_batch_size} must divide data.train_batch_size="
-                f"{data.train_batch_size} (both count prompts); every mini-batch must be full"
+                f"{role}.ppo_mini_batch_size={section.ppo_mini_batch_size} must divide {step_key}="
+                f"{prompts} (both count prompts); every mini-batch must be full"
             )
         mini = section.ppo_mini_batch_size * rollout.n
         if mini % ranks:

@@ -88,6 +88,23 @@ def test_critic_rollout_n_is_the_rollout_n():
         load_config([*VERL, "critic.enable=true", "actor_rollout_ref.rollout.n=4", "critic.rollout_n=2"])
 
 
+def test_gen_batch_size_without_group_filtering_is_the_prompts_of_a_step_as_in_verl():
+    """verl's trainer builds its loader with data.gen_batch_size (else train_batch_size) and trains every prompt it draws;
+    only DAPO's dynamic sampling (algorithm.filter_groups) trains train_batch_size of the gen_batch_size drawn."""
+    config, keys = load_config([*VERL, "data.train_batch_size=16", "+data.gen_batch_size=20",
+                                "actor_rollout_ref.actor.ppo_mini_batch_size=4"])
+    assert (config.data.train_batch_size, config.data.gen_batch_size) == (20, 20)
+    assert ("data.train_batch_size: without algorithm.filter_groups.enable each step draws and trains "
+            "data.gen_batch_size=20 prompts, as verl's trainer does") in notes(config, keys)
+    config, keys = load_config([*VERL, "data.train_batch_size=16", "+data.gen_batch_size=20",
+                                "algorithm.filter_groups.enable=true", "actor_rollout_ref.actor.ppo_mini_batch_size=4",
+                                "actor_rollout_ref.rollout.n=2"])
+    assert (config.data.train_batch_size, config.data.gen_batch_size) == (16, 20)
+    assert "data.train_batch_size" not in notes(config, keys)
+    with pytest.raises(ConfigError, match=r"^data.gen_batch_size=20 is not a multiple of actor_rollout_ref.actor.ppo_mini_batch_"):
+        load_config([*VERL, "data.train_batch_size=16", "+data.gen_batch_size=20", "actor_rollout_ref.actor.ppo_mini_batch_size=8"])
+
+
 # ------------------------------------------------------------------------------ deprecated global micro-batches
 def test_deprecated_global_micro_batches_are_split_over_the_ranks():
     config, _ = load_config([*TWO_RANKS, *CRITIC_AND_RM, "actor_rollout_ref.actor.ppo_micro_batch_size=4",

@@ -94,9 +94,9 @@ def test_a_run_reuses_its_first_generation_and_another_run_reads_it(run_steps, t
 
 
 def test_the_folder_is_named_after_the_prompts_a_generation_batch_holds(small_run, tmp_path):
-    """verl names it after its loader's batch (data.gen_batch_size); reinforge's loader takes gen_batch_size only under
-    algorithm.filter_groups, so without it a gen_batch_size must not name (and mix up) the folder."""
-    assert cache_of(small_run, tmp_path, "data.gen_batch_size=6").folder.name == "GBS2_N2_in48_out4"
+    """verl names it after its loader's batch: data.gen_batch_size, or data.train_batch_size (2 here) without it."""
+    assert cache_of(small_run, tmp_path).folder.name == "GBS2_N2_in48_out4"
+    assert cache_of(small_run, tmp_path, "data.gen_batch_size=6").folder.name == "GBS6_N2_in48_out4"
     dynamic = cache_of(small_run, tmp_path, "data.gen_batch_size=6", "algorithm.filter_groups.enable=true")
     assert dynamic.folder.name == "GBS6_N2_in48_out4"
 
