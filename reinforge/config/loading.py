@@ -138,6 +138,9 @@ RENAMED = {
     ("actor_rollout_ref.rollout", "interactions"): ("'actor_rollout_ref.rollout.multi_turn.interaction_config_path' (a YAML "
                                                     "file listing the interactions; docs/agents.md)"),
     ("data", "chat_template"): "'actor_rollout_ref.model.custom_chat_template' (a Jinja template string)",
+    ("data", "custom_chat_template"): "'actor_rollout_ref.model.custom_chat_template' (a Jinja template string)",
+    ("", "ray_init"): "'ray_kwargs.ray_init' (verl's newer place)",
+    ("ray_init", "*"): "'ray_kwargs.ray_init.{leaf}' (verl's newer place)",
     ("*", "beta1"): "'{section}.betas=[<beta1>,<beta2>]' (AdamW's two betas, as one list)",
     ("*", "beta2"): "'{section}.betas=[<beta1>,<beta2>]' (AdamW's two betas, as one list)",
     ("algorithm", "policy_loss_fn"): "'actor_rollout_ref.actor.policy_loss.loss_mode' (vanilla is PPO's clipped loss)",

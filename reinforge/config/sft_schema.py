@@ -376,6 +376,10 @@ def finalize_sft(config: SFTConfig, ranks: int, user_keys: list[str] | tuple = (
     if data.balance_dp_token:
         notes.append("data.balance_dp_token=True has no effect here: the loss is always the token mean over the whole step, "
                      "on all ranks and micro-batches")
+    offload = [key for key in ("model.fsdp_config.cpu_offload", "model.fsdp_config.offload_params") if given(key)]
+    if offload and (ranks == 1 or trainer.device == "cpu"):
+        notes.append(f"{' / '.join(offload)}: FSDP's offload of a model sharded over several CUDA ranks; no effect "
+                     f"{'on one rank' if ranks == 1 else 'on the CPU'}")
     if model.use_liger or model.use_shm or data.use_shm:
         notes.append("model.use_liger / model.use_shm / data.use_shm have no effect here")
     inert = [key for key in ("data.num_workers", "model.enable_activation_offload",

@@ -252,6 +252,9 @@ def _check(config: Config) -> None:
                              ("critic.model.fsdp_config", config.critic.model.fsdp_config)):
         choice(f"{key}.model_dtype", fsdp_config.model_dtype, DTYPE_NAMES)
         check_mixed_precision(key, fsdp_config.mixed_precision)
+    if rollout.name == "sglang_async":  # verl 0.4's name of its SGLang engine for multi-turn rollouts
+        raise ConfigError("actor_rollout_ref.rollout.name='sglang_async' is verl's older name of its SGLang engine; write "
+                          "sglang (or hf on a machine without a GPU)")
     choice("actor_rollout_ref.rollout.name", rollout.name, ("hf", "vllm", "sglang"))
     choice("actor_rollout_ref.rollout.skip.action", rollout.skip.action, ("cache", "repeat", "repeat_last"))
     positive("actor_rollout_ref.rollout.skip.max_dump_step", rollout.skip.max_dump_step, allow_zero=True)

@@ -437,8 +437,9 @@ def test_tracking_logger_is_wandb_with_one_note_under_torchrun(monkeypatch, caps
 def test_dry_run_prints_the_config_and_the_keys_without_effect(capsys):
     assert main(["sft", "--dry-run", "model.partial_pretrain=/models/x", "data.train_files=train.parquet",
                  "optim.warmup_steps_ratio=0.05", "ulysses_sequence_parallel_size=2", "data.balance_dp_token=true",
-                 "+data.pad_mode=right"]) == 0
+                 "+data.pad_mode=right", "model.fsdp_config.cpu_offload=true"]) == 0
     out = capsys.readouterr().out
+    assert "- model.fsdp_config.cpu_offload: FSDP's offload of a model sharded over several CUDA ranks; no effect on one rank" in out
     assert "lr_warmup_steps_ratio: 0.05" in out  # verl's older name, carried over
     assert "- ulysses_sequence_parallel_size=2: sequences are not split over ranks here" in out
     assert "- data.pad_mode=right has no effect here: micro-batches are padded to their longest row" in out
