@@ -442,6 +442,8 @@ def _multi_turn_reason(config: Config, key: str) -> str | None:
     if (key.startswith((rollout + "multi_turn.", rollout + "agent.")) and key != rollout + "multi_turn.enable"
             and not config.actor_rollout_ref.rollout.multi_turn.enable):
         return "multi-turn rollouts are off (actor_rollout_ref.rollout.multi_turn.enable=true runs an agent loop per row)"
+    if key == "data.return_raw_chat" and config.actor_rollout_ref.rollout.multi_turn.enable:
+        return "agent loops render each row's chat messages themselves (with the tools), so they are kept, as verl 0.9 does"
     return None
 
 

@@ -174,10 +174,12 @@ def _finalize_micro_batches(config: Config) -> None:
 
 
 def _finalize_reward_model(config: Config) -> None:
-    """The chat messages kept for a reward model."""
+    """The chat messages kept for a reward model and for agent loops."""
     rm = config.reward_model
     if rm.enable:  # a reward model with another chat template, and the judge, rebuild the conversation from the messages
         config.data.return_raw_chat = True
+    if config.actor_rollout_ref.rollout.multi_turn.enable:  # agent loops render the messages with the tools (verl 0.9 always
+        config.data.return_raw_chat = True                 # keeps them, whatever return_raw_chat says)
 
 
 def _finalize_token_budgets(config: Config) -> None:
@@ -277,7 +279,7 @@ def _check(config: Config) -> None:
     if rollout.multi_turn.enable:  # custom loops load and the default loop is known before any model loads
         from reinforge.inference.agent import check_agent_config
 
-        check_agent_config(rollout.agent)
+        check_agent_config(rollout.multi_turn, rollout.agent)
     choice("algorithm.kl_penalty", algo.kl_penalty, KL_PENALTIES)
     choice("algorithm.kl_ctrl.type", algo.kl_ctrl.type, ("fixed", "adaptive"))
     choice("reward_model.reward_manager", config.reward_model.reward_manager, reward_manager_names())

@@ -24,7 +24,7 @@ from __future__ import annotations
 import functools
 import inspect
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -172,6 +172,10 @@ class RLDataset(Dataset):
     def origin(self, i: int) -> Origin:
         """The file (or data generator) and row that item `i` comes from, for messages."""
         return self._origins[i]
+
+    def located_rows(self) -> Iterator[tuple[dict[str, Any], str, int]]:
+        """Each row with its file and row number there (what a message about the row names)."""
+        return ((row, file, number) for row, (file, number) in zip(self._rows, self._origins, strict=True))
 
     def data_source_files(self, key: str = "data_source") -> dict[str, list[str]]:
         """For each distinct value of column `key` (data.reward_fn_key: what picks the scorer), the files (in the

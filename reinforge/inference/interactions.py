@@ -101,14 +101,13 @@ BUILTIN_INTERACTIONS = {"gsm8k": Gsm8kInteraction,
 INTERFACE = ("start_interaction", "generate_response", "calculate_score", "finalize_interaction")
 
 
-def load_interactions(path: str | Path) -> dict[str, BaseInteraction]:
-    """The interactions of an interaction config file, by name.
+def interaction_entries(path: str | Path) -> list[tuple[str, type, str, dict]]:
+    """(where, class, name, config) of each interaction of an interaction config file, the classes imported and checked
+    but not built: a ConfigError names the file and entry of a class that does not load or is not an interaction, and
+    of a name given twice."""
+    from reinforge.inference.tools.loading import config_entries
 
-    A class is a BaseInteraction subclass, or has all of its methods; anything else is refused here, at start, rather
-    than failing at the first row that uses it."""
-    from reinforge.inference.tools.loading import build, config_entries
-
-    interactions: dict[str, BaseInteraction] = {}
+    entries: dict[str, tuple[str, type, str, dict]] = {}
     for where, entry, cls in config_entries(path, KEY, "interaction", "name, class_name, config", BUILTIN_INTERACTIONS):
         if not issubclass(cls, BaseInteraction) and not all(callable(getattr(cls, m, None)) for m in INTERFACE):
             raise ConfigError(f"{where}: {entry['class_name']} is not a subclass of "
@@ -117,7 +116,17 @@ def load_interactions(path: str | Path) -> dict[str, BaseInteraction]:
         simple = cls.__name__  # without a name, verl's: the class name without "Interaction", lowercased
         name = entry.get("name") or config.get("name") or (simple[:-len("Interaction")] if simple.endswith("Interaction") else simple).lower()
         config.setdefault("name", name)
-        if name in interactions:
+        if name in entries:
             raise ConfigError(f"{where}: a second interaction named {name!r}")
-        interactions[name] = build(cls, where, config)
-    return interactions
+        entries[name] = (where, cls, name, config)
+    return list(entries.values())
+
+
+def load_interactions(path: str | Path) -> dict[str, BaseInteraction]:
+    """The interactions of an interaction config file, by name.
+
+    A class is a BaseInteraction subclass, or has all of its methods; anything else is refused here, at start, rather
+    than failing at the first row that uses it."""
+    from reinforge.inference.tools.loading import build
+
+    return {name: build(cls, where, config) for where, cls, name, config in interaction_entries(path)}

@@ -126,6 +126,11 @@ def _run_in(run_dir: Path, config: Config, user_keys: list[str], startup: Startu
     for dataset in (train_set, val_loader.dataset if val_loader else None):
         if vocab_size is not None and hasattr(dataset, "check_token_ids"):  # not a user's Dataset class
             dataset.check_token_ids(vocab_size, f"actor_rollout_ref.model.path={config.actor_rollout_ref.model.path}")
+        rollout = config.actor_rollout_ref.rollout
+        if hasattr(dataset, "located_rows") and (rollout.multi_turn.enable or any(row.get("agent_name") for row, *_ in dataset.located_rows())):
+            from reinforge.inference.agent import check_agent_rows  # each row's agent loop, interaction and environment exist
+
+            check_agent_rows(dataset.located_rows(), rollout)
 
     # total_training_steps, when set, is the length of the LR schedule and training ends after total_epochs, as verl's;
     # past the data's epochs the last step is the data's last (verl then neither saves nor validates it: no last step)

@@ -11,7 +11,7 @@ from reinforge.inference.agent.base import (
     message_delta_text,
     register_agent_loop,
 )
-from reinforge.inference.agent.runner import AgentRunner, check_agent_config, load_agent_loops
+from reinforge.inference.agent.runner import AgentRunner, check_agent_config, check_agent_rows, load_agent_loops
 
 __all__ = ["AGENT_LOOP_REGISTRY", "AgentContext", "AgentLoopBase", "AgentOutput", "AgentRow", "AgentRunner",
-           "Conversation", "check_agent_config", "load_agent_loops", "message_delta_text", "register_agent_loop"]
+           "Conversation", "check_agent_config", "check_agent_rows", "load_agent_loops", "message_delta_text", "register_agent_loop"]

@@ -15,6 +15,7 @@ conversation after the prompt and `response_mask` is 1 only on model tokens, plu
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Iterable
 from pathlib import Path
 
 import torch
@@ -32,12 +33,13 @@ from reinforge.inference.agent.base import (
     tool_answers_text,
 )
 from reinforge.inference.engine import GenerationOutput, InferenceEngine, SamplingParams
-from reinforge.inference.interactions import load_interactions
+from reinforge.inference.interactions import interaction_entries, load_interactions
 from reinforge.inference.rollout import prompt_token_lists, row_seed_list, trajectories
 from reinforge.inference.tools import ToolCall, load_all_tools, plain_schema
 from reinforge.inference.tools.parser import FORMATS, stop_token_ids
 
 AGENT_KEY = "actor_rollout_ref.rollout.agent.agent_loop_config_path"
+DEFAULT_AGENT_LOOP = "tool_agent"  # of rows without agent_name, unless agent.default_agent_loop (verl's: single_turn_agent)
 
 
 def load_agent_loops(path: str | Path) -> None:
@@ -57,10 +59,14 @@ def load_agent_loops(path: str | Path) -> None:
         AGENT_LOOP_REGISTRY[entry["name"]] = cls
 
 
-def check_agent_config(agent) -> None:
-    """At start, before any model loads: the loops of agent.agent_loop_config_path load, and agent.default_agent_loop
-    names a loop (built in, registered by @register_agent_loop in a module of algorithm.custom_modules, or listed in
+def check_agent_config(multi_turn, agent) -> None:
+    """At start, before any model loads (--dry-run too): the tools of multi_turn's tool files load, the classes of its
+    interaction file import, the loops of agent.agent_loop_config_path load, and agent.default_agent_loop names a loop
+    (built in, registered by @register_agent_loop in a module of algorithm.custom_modules, or listed in
     agent.agent_loop_config_path)."""
+    load_all_tools(multi_turn.tool_config_path, multi_turn.function_tool_path)
+    if multi_turn.interaction_config_path:
+        interaction_entries(multi_turn.interaction_config_path)
     if agent.agent_loop_config_path:
         load_agent_loops(agent.agent_loop_config_path)
     name = agent.default_agent_loop
@@ -68,6 +74,41 @@ def check_agent_config(agent) -> None:
         raise ConfigError(f"actor_rollout_ref.rollout.agent.default_agent_loop={name!r} is not an agent loop; the agent loops are "
                           f"{', '.join(AGENT_LOOP_REGISTRY.names())} (your own: @register_agent_loop in a file of "
                           f"algorithm.custom_modules, or an entry of {AGENT_KEY})")
+
+
+def check_agent_rows(rows: Iterable[tuple[dict, str, int]], rollout) -> None:
+    """At start, before any model loads: a DataError naming the file and row (`rows`: each row with its file and row
+    number) of the first row that names an agent loop, an interaction (extra_info.interaction_kwargs.name) or an
+    environment (extra_info.env_kwargs.name) that does not exist, or an agent loop while multi-turn rollouts are off
+    (the row would be generated single-turn and its tools or environment never used)."""
+    from reinforge.environment.envs import ENV_REGISTRY
+
+    multi_turn = rollout.multi_turn
+    path = multi_turn.interaction_config_path
+    interactions = [name for _, _, name, _ in interaction_entries(path)] if multi_turn.enable and path else []
+    default = rollout.agent.default_agent_loop or DEFAULT_AGENT_LOOP
+    for row, file, number in rows:
+        named = row.get("agent_name")
+        if not multi_turn.enable:
+            if named not in (None, "single_turn_agent"):
+                raise DataError(f"{file}: row {number} has agent_name={named!r}, but actor_rollout_ref.rollout.multi_turn.enable="
+                                "false: no agent loop runs, so the row would be generated single-turn; set it to true")
+            continue
+        loop = named or default
+        if loop not in AGENT_LOOP_REGISTRY:
+            raise DataError(f"{file}: row {number} has agent_name={loop!r}; the agent loops are "
+                            f"{', '.join(AGENT_LOOP_REGISTRY.names())}")
+        extra = row.get("extra_info") if isinstance(row.get("extra_info"), dict) else {}
+        asked = extra.get("interaction_kwargs")
+        if interactions and isinstance(asked, dict) and asked:
+            name = asked.get("name")
+            if name not in interactions and not (name is None and len(interactions) == 1):
+                raise DataError(f"{file}: row {number}: extra_info.interaction_kwargs.name={name!r}; the interactions of "
+                                f"{path} are {', '.join(sorted(interactions))}")
+        env = extra.get("env_kwargs")
+        if loop == "env_agent" and isinstance(env, dict) and env.get("name") not in ENV_REGISTRY:
+            raise DataError(f"{file}: row {number}: extra_info.env_kwargs.name={env.get('name')!r}; the text environments are "
+                            f"{', '.join(ENV_REGISTRY.names())} (your own: @register_env in a file of algorithm.custom_modules)")
 
 
 class AgentRunner:
@@ -83,7 +124,7 @@ class AgentRunner:
         self.interactions = load_interactions(multi_turn.interaction_config_path) if multi_turn.interaction_config_path else {}
         if agent is not None and agent.agent_loop_config_path:
             load_agent_loops(agent.agent_loop_config_path)
-        self.default_agent = (agent.default_agent_loop if agent is not None else None) or "tool_agent"
+        self.default_agent = (agent.default_agent_loop if agent is not None else None) or DEFAULT_AGENT_LOOP
         self.report = FailureReport()  # one per run: the first failure of a tool or an interaction is printed once
         self.stop_token_ids = tuple(stop_token_ids(multi_turn.format, tokenizer))
         self.schemas = {name: plain_schema(tool.get_openai_tool_schema()) for name, tool in self.tools.items()}
