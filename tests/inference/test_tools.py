@@ -65,7 +65,7 @@ def test_builtin_tools():
         assert (await calc.execute(iid, {"expression": "1/0"}))[0].startswith("Error")
 
         checker = Gsm8kTool()
-        iid = await checker.create(create_kwargs={"ground_truth": "1,234"})
+        iid = await checker.create(create_kwargs={"ground_truth": "1234"})  # verl's flexible extraction: "1,234" would not match
         assert (await checker.execute(iid, {"answer": "12"})) == ("Current parsed answer='12' reward=0.0", -0.05, {})
         assert await checker.calc_reward(iid) == 0.0
         assert (await checker.execute(iid, {"answer": "$1234"})) == ("Current parsed answer='$1234' reward=1.0", 0.0, {})

@@ -15,10 +15,33 @@ from reinforge.reward.scorers.math import compute_score, last_boxed_answer, norm
         (r"\boxed {4}", "4"),
         (r"\boxed{3", None),
         ("no box at all", None),
+        # verl's order: any `\boxed <answer>` wins, then the last `\boxed{}`, and `\fbox{}` only without a `\boxed`
+        (r"So $\boxed 7$. Check: \boxed{5}", "7"),
+        (r"\boxed{7} \fbox{5}", "7"),
     ],
 )
 def test_last_boxed_answer(text, expected):
     assert last_boxed_answer(text) == expected
+
+
+@pytest.mark.parametrize(  # each scored as verl 0.9.1's default_compute_score scores it (run on these cases)
+    ("data_source", "solution", "ground_truth", "score"),
+    [
+        ("HuggingFaceH4/MATH-500", r"So $\boxed 7$. Check: \boxed{5}", "7", 1.0),
+        ("HuggingFaceH4/MATH-500", r"\boxed{7} \fbox{5}", "7", 1.0),
+        ("lighteval/MATH", r"The area is $\boxed{5\text{ cm}.}$", "5", 1.0),  # a unit: from `\text{ ` on
+        ("lighteval/MATH", r"\boxed{12\text{ inches}.}", r"12\text{ inches}", 1.0),
+        ("lighteval/MATH", r"\boxed{\text{(B)}}", r"\text{(B)}\text{ cm}^2", 1.0),
+        ("math_dapo", r"The answer is \boxed{42}. \boxed", "42", 1.0),  # DAPO reads the last `\boxed{` only
+        ("aime2024", r"\boxed{204} so \boxed 5$", "204", 1.0),
+        ("math_dapo", r"\boxed{204} so \boxed 5$", "5", -1.0),
+    ],
+)
+def test_answers_are_found_where_verl_finds_them(data_source, solution, ground_truth, score):
+    from reinforge.reward.registry import default_compute_score
+
+    result = default_compute_score(data_source, solution, ground_truth)
+    assert (result["score"] if isinstance(result, dict) else result) == score
 
 
 @pytest.mark.parametrize(

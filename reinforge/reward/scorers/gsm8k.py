@@ -3,15 +3,16 @@
 Two extraction modes, as in verl:
 
 - strict: the last `#### <number>` in the solution (the GSM8K answer format);
-- flexible: the last number anywhere in the solution (a match without digits, such as a
-  sentence's full stop, is not a number).
+- flexible: the last run of digits, `.`, `,` and `-` anywhere in the solution that is not a bare
+  `.` (a sentence's full stop), taken as it stands: "1,000" does not match "1000" there, as in verl.
 
 Only the last 300 characters are searched, so a long chain of thought cannot hide a stray
-"#### 3" early on. Thousands separators and `$` are removed from the extracted number; the
+"#### 3" early on. Thousands separators and `$` are removed from the strict answer; the
 comparison with the ground truth is then exact string equality (no numeric tolerance: "72.0"
-does not match "72"), as verl's. The ground truth is taken as a string with its spaces, separators
-and `$` removed, so an int or `" 72 "` or `"1,000"` matches where verl's comparison with the value
-as given never does; for GSM8K's own answers (plain digit strings) the scores are verl's.
+does not match "72"), as verl's. The ground truth is taken as a string without surrounding spaces
+(and, for the strict answer, without separators and `$`), so an int or `" 72 "` (or `"1,000"` in
+strict mode) matches where verl's comparison with the value as given never does; for GSM8K's own
+answers (plain digit strings) the scores are verl's.
 """
 
 from __future__ import annotations
@@ -32,11 +33,8 @@ def extract_solution(solution_str: str, method: str = "strict") -> str | None:
     if method == "strict":
         matches = _STRICT_ANSWER.findall(tail)
         return _clean(matches[-1]) if matches else None
-    for candidate in reversed(_ANY_NUMBER.findall(tail)):
-        cleaned = _clean(candidate)
-        if any(char.isdigit() for char in cleaned):  # skip bare "." or "," from prose
-            return cleaned
-    return None
+    candidates = _ANY_NUMBER.findall(tail)  # verl's: the last that is not a bare ".", as it stands (no cleaning)
+    return next((c for c in reversed(candidates) if c != "."), candidates[0]) if candidates else None
 
 
 def _clean(number: str) -> str:
@@ -51,7 +49,8 @@ def compute_score(
     answer = extract_solution(solution_str, method=method)
     if answer is None:
         return 0.0
-    return score if answer == _clean(str(ground_truth).strip()) else format_score
+    truth = str(ground_truth).strip()
+    return score if answer == (_clean(truth) if method == "strict" else truth) else format_score
 
 
 def score_answer(answer: str, ground_truth: str | None) -> float:

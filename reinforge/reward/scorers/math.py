@@ -1,6 +1,7 @@
 """MATH scorer: compare the last `\\boxed{...}` answer of a solution with the ground truth.
 
-The answer is the content of the last `\\boxed{...}` (braces balanced), `\\boxed <answer>` or
+The answer is found as verl's scorer finds it: the last `\\boxed <answer>` (a space, no braces) when
+there is one, else the content of the last `\\boxed{...}` (braces balanced), else of the last
 `\\fbox{...}`; a solution without one scores 0.0 (the MATH instruction asks for a box). The
 answer and the ground truth (a bare answer or itself a `\\boxed{}` string) are compared in two
 stages, and the score is 1.0 when either says equal, else 0.0 (verl's values):
@@ -27,8 +28,8 @@ without a box, and refuses unreduced fractions); reinforge scores them as MATH.
 What the normaliser makes equal (and nothing more; it does no symbolic maths):
 
 - spacing: spaces, newlines, `\\!`, `\\,`, `\\;`, `\\:`, `\\displaystyle`, `\\left`, `\\right`;
-- decoration: `$`, `^\\circ`/`^{\\circ}`, `\\%`/`%`, a trailing `.`, a trailing unit written
-  `\\text{ cm}` (with the leading space), and the wrappers `\\text{}`, `\\textbf{}`, `\\mathrm{}`,
+- decoration: `$`, `^\\circ`/`^{\\circ}`, `\\%`/`%`, a trailing `.`, a unit written
+  `\\text{ cm}` (with the leading space: from there on, as in verl), and the wrappers `\\text{}`, `\\textbf{}`, `\\mathrm{}`,
   `\\mbox{}` (their content is kept);
 - fractions: `\\dfrac`/`\\tfrac` -> `\\frac`, `\\frac12` -> `\\frac{1}{2}`, `3/4` -> `\\frac{3}{4}`
   for integers, and `0.5` -> `\\frac{1}{2}` (only that decimal, as in Hendrycks' normaliser);
@@ -42,22 +43,24 @@ import logging
 import re
 import threading
 
-_BOX_COMMANDS = ("\\boxed", "\\fbox")
 
-
-def last_boxed_answer(text: str) -> str | None:
-    """Content of the last `\\boxed{...}`/`\\boxed ...`/`\\fbox{...}` in `text`, or None."""
-    start = max(text.rfind(command) for command in _BOX_COMMANDS)
+def last_boxed_answer(text: str, braced_only: bool = False) -> str | None:
+    """The boxed answer of `text` as verl's MATH scorer finds it, or None: with any `\\boxed <answer>` (a space, no
+    braces), the last one's answer, up to the next `$` (or line end); else the content of the last `\\boxed{...}`;
+    `\\fbox{...}` only when there is no `\\boxed` at all. `braced_only`: the last `\\boxed{...}` alone, as verl's
+    DAPO scorer reads it."""
+    if braced_only:
+        start = text.rfind("\\boxed{")
+        return None if start < 0 else _braced_content(text[start + len("\\boxed"):])
+    if "\\boxed " in text:
+        answer = re.split(r"[$\n]", text.split("\\boxed ")[-1].strip(), maxsplit=1)[0].strip()
+        return (_braced_content(answer) or None) if answer.startswith("{") else (answer or None)
+    command = "\\boxed" if "\\boxed" in text else "\\fbox"
+    start = text.rfind(command)
     if start < 0:
         return None
-    command = next(c for c in _BOX_COMMANDS if text.startswith(c, start))
-    rest = text[start + len(command) :]
-    if rest.lstrip().startswith("{"):
-        return _braced_content(rest.lstrip())
-    if rest[:1].isspace():  # `\boxed 5$`: up to the closing `$` or the end of the line
-        answer = re.split(r"[$\n]", rest.strip(), maxsplit=1)[0].strip()
-        return answer or None
-    return None
+    rest = text[start + len(command):].lstrip()
+    return _braced_content(rest) if rest.startswith("{") else None
 
 
 def _braced_content(text: str) -> str | None:
@@ -75,7 +78,7 @@ def _braced_content(text: str) -> str | None:
 
 _SPACING = re.compile(r"\\[!,;:]|\\displaystyle|\\left(?![a-zA-Z])|\\right(?![a-zA-Z])|\n")
 _DEGREES = re.compile(r"\^\s*\{\\circ\}|\^\s*\\circ")
-_TRAILING_UNIT = re.compile(r"\\(?:text|mbox)\{ [^{}]*\}\s*$")
+_UNIT = re.compile(r"\\(?:text|mbox)\{ ")  # a unit, as verl's normaliser takes it: from there to the end goes
 _WRAPPER = re.compile(r"\\(?:text|textbf|mathrm|mbox)\{([^{}]*)\}")
 _FRAC_TWO_CHARS = re.compile(r"\\frac(\w)(\w)")
 _FRAC_FIRST_CHAR = re.compile(r"\\frac(\w)(?=\{)")
@@ -94,7 +97,7 @@ def normalize_answer(answer: str) -> str:
     text = _SPACING.sub("", text)
     text = _DEGREES.sub("", text)
     text = text.replace("\\$", "").replace("$", "")
-    text = _TRAILING_UNIT.sub("", text)
+    text = _UNIT.split(text, maxsplit=1)[0]
     text = _unwrap(text)
     text = text.replace("\\%", "").replace("%", "").replace("{,}", "")
     text = text.strip().rstrip(".").strip()

@@ -70,7 +70,7 @@ def extract_answer(solution_str: str, strict_box_verify: bool = False) -> tuple[
     matches = [] if strict_box_verify else _ANSWER_LINE.findall(tail)
     if matches:
         return matches[-1], True
-    return last_boxed_answer(tail[-STRICT_BOX_CHARS:]), False
+    return last_boxed_answer(tail[-STRICT_BOX_CHARS:], braced_only=True), False
 
 
 def compute_score(
