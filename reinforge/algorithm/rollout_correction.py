@@ -186,7 +186,7 @@ def _is_metrics(weights: torch.Tensor, raw: torch.Tensor, level_log_ratio: torch
     metrics = {
         "rollout_is_mean": mean.item(), **extremes,
         "rollout_is_std": masked_mean((weights - mean).square(), mask).sqrt().item(),
-        "rollout_is_eff_sample_size": 1.0 / masked_mean((weights / (mean + 1e-8)).square(), mask).item(),
+        "rollout_is_eff_sample_size": _effective_sample_size(weights, mean, mask),
         "rollout_is_seq_mean": seq_weights.mean().item(),
         "rollout_is_seq_std": seq_weights.std().item() if len(seq_weights) > 1 else 0.0,
         "rollout_is_seq_max": seq_weights.max().item(), "rollout_is_seq_min": seq_weights.min().item(),
@@ -326,3 +326,10 @@ def bypass_policy_loss(log_prob: torch.Tensor, rollout_log_prob: torch.Tensor, a
         loss = agg_loss(token_losses, kept_mask, loss_agg_mode, **getattr(actor_config, "global_batch_info", {}))
         pg_metrics = {"actor/ppo_kl": masked_mean(rollout_log_prob - log_prob.detach(), kept_mask).item()}
     return loss, {**pg_metrics, **metrics}
+
+
+def _effective_sample_size(weights: torch.Tensor, mean: torch.Tensor, mask: torch.Tensor) -> float:
+    """1 / E[(w / E[w])^2]: the fraction of the tokens the weights count in full; 0 when every weight is 0 (IcePop's
+    band rejected every token; verl divides by zero there)."""
+    second_moment = masked_mean((weights / (mean + 1e-8)).square(), mask).item()
+    return 1.0 / second_moment if second_moment > 0 else 0.0

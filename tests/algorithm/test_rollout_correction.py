@@ -67,6 +67,13 @@ def test_icepop_zeroes_weights_outside_the_bounds_and_batch_normalize():
     assert rows(normalized) == rows(torch.tensor([[2.0, 0.5, 1.0], [1.0, 2.5, 0.0]]) / 1.4)
 
 
+def test_icepop_rejecting_every_token_reports_an_effective_sample_size_of_0():
+    """Sequence ratios 1 and 3, a band of [1.5, 2]: every weight is 0 (verl divides by zero there)."""
+    weights, m = rollout_is_weights(LOG_RATIO, MASK, "sequence", "1.5_2.0")
+    assert rows(weights) == [[0.0] * 3, [0.0] * 3]
+    assert m["rollout_is_eff_sample_size"] == 0.0 and m["rollout_is_mean"] == 0.0
+
+
 @pytest.mark.parametrize(("option", "threshold", "kept"), [
     ("token_k1", 2.5, [[1, 1, 1], [1, 0, 0]]),  # ratios in [0.4, 2.5]: the 3 is out
     ("token_k3", 0.3, [[0, 1, 1], [1, 0, 0]]),  # r - 1 - log r: 0.307 (r=2) and 0.901 (r=3) are above 0.3
