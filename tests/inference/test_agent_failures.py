@@ -61,6 +61,26 @@ class ReturnsInt(BaseTool):
 class ReturnsBadReward(BaseTool):
     async def execute(self, instance_id, parameters, **kwargs):
         return "ok", "high", {}
+
+class ReturnsNanReward(BaseTool):
+    async def execute(self, instance_id, parameters, **kwargs):
+        return "ok", float("nan"), {}
+
+class Exits(BaseTool):
+    async def execute(self, instance_id, parameters, **kwargs):
+        import sys
+        sys.exit("bad")
+
+class Cancels(BaseTool):
+    async def execute(self, instance_id, parameters, **kwargs):
+        import asyncio
+        raise asyncio.CancelledError()
+
+class Sleeps(BaseTool):
+    async def execute(self, instance_id, parameters, **kwargs):
+        import asyncio
+        await asyncio.sleep(0.5)
+        return "late", 0.0, {}
 '''
 
 
@@ -96,6 +116,9 @@ def test_a_failing_calc_reward_or_release_costs_only_its_row(tok, tmp_path, caps
 @pytest.mark.parametrize(("cls", "answer"), [
     ("ReturnsInt", "Error executing tool 't': returned the response 42 (int); a response is text"),
     ("ReturnsBadReward", "Error executing tool 't': returned the step reward 'high' (str), not a number"),
+    ("ReturnsNanReward", "Error executing tool 't': returned the step reward nan (float), not a finite number"),
+    ("Exits", "Error executing tool 't': bad"),  # sys.exit in a tool costs its row, not the run
+    ("Cancels", "Error executing tool 't': "),
 ])
 def test_execute_returning_the_wrong_shape_is_the_rows_tool_error(tok, tmp_path, cls, answer):
     out = run_texts(tok, tmp_path, [[T_CALL, "answer"], ["no tool"]], tool_config_path=bad_tool_config(tmp_path, cls))
@@ -170,7 +193,9 @@ def test_a_failing_interaction_costs_only_its_row(tok, tmp_path, capsys, cls, pr
     out = run_texts(tok, tmp_path, [["hi", "more"], ["hi", "more"], ["hi"]], extra, interaction_config_path=interaction_config(tmp_path, cls))
     assert list(out["reward_scores"])[:2] == [scores, scores] and out["reward_scores"][2] == {}
     assert [m.get("interaction_errors") for m in out["agent_metrics"]] == [1, 1, None]
-    assert list(out["__num_turns__"]) == [2, 2, 2]  # the prompt and one model turn: no user reply follows
+    # the prompt and one model turn; ScoreRaises ends the conversation with "bye", which joins it as in verl (mask 0)
+    assert list(out["__num_turns__"]) == ([3, 3, 2] if cls == "ScoreRaises" else [2, 2, 2])
+    assert ("<|im_start|>user\nbye<|im_end|>" in added_text(tok, out, 0)) is (cls == "ScoreRaises")
     err = capsys.readouterr().err
     assert err.count(printed) == 1 and f"interaction 'u' ({tmp_path / 'bad_interactions.py'}:{cls}) failed in" in err
 
@@ -254,6 +279,55 @@ def test_env_agent_sends_at_most_max_user_turns_observations(tok, tmp_path, max_
     assert out["reward_scores"][0]["env_reward"] == (1.0 if observations == 3 else 0.0)
 
 
+def test_a_tool_call_still_running_after_the_watchdog_time_is_named(tok, tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("REINFORGE_TOOL_WATCHDOG_S", "0.1")
+    out = run_texts(tok, tmp_path, [[T_CALL, "answer"]], tool_config_path=bad_tool_config(tmp_path, "Sleeps"))
+    assert "<|im_start|>tool\nlate" in added_text(tok, out, 0)  # the call goes on
+    assert (f"reinforge: warning: tool 't' ({tmp_path / 'bad_tools.py'}:Sleeps) has been running for 0.1 s on row "
+            "extra_info.index=0; it may be stuck") in capsys.readouterr().err
+
+
+BROKEN_GAMES = '''
+from reinforge.environment.envs import TextEnv, register_env
+
+class Base(TextEnv):
+    def reset(self, seed=None, **kwargs):
+        return "Play."
+
+@register_env("raises_game")
+class Raises(Base):
+    def step(self, action):
+        raise RuntimeError("boom in step")
+
+@register_env("pair_game")
+class Pair(Base):
+    def step(self, action):
+        return "again", 1.0
+
+@register_env("string_reward_game")
+class StringReward(Base):
+    def step(self, action):
+        return "again", "1.0", "no"
+'''
+
+
+@pytest.mark.parametrize(("game", "message"), [
+    ("raises_game", "failed in step: RuntimeError: boom in step"),
+    ("pair_game", "step returned ('again', 1.0) (tuple); it returns (observation, reward, done)"),
+    ("string_reward_game", "step returned the observation 'again' (str) and done 'no' (str); it returns a string and a bool"),
+])
+def test_an_environment_whose_step_fails_stops_the_run_naming_it_and_the_row(tok, tmp_path, game, message):
+    from reinforge.config import load_config
+
+    (tmp_path / "broken_games.py").write_text(BROKEN_GAMES)
+    load_config(["actor_rollout_ref.model.path=/m", "actor_rollout_ref.rollout.multi_turn.enable=true",
+                 f"algorithm.custom_modules=[{tmp_path / 'broken_games.py'}]"])
+    with pytest.raises(ConfigError) as error:
+        run_texts(tok, tmp_path, [["1"]], [{"index": 3, "env_kwargs": {"name": game}}], ["env_agent"])
+    assert str(error.value).startswith(f"environment {game!r} ({tmp_path / 'broken_games.py'}:")
+    assert "on row extra_info.index=3" in str(error.value) and message in str(error.value)
+
+
 MY_GAME = '''
 from reinforge.environment.envs import TextEnv, register_env
 
@@ -322,3 +396,36 @@ def test_agent_loop_config_mistakes_are_config_errors_naming_the_file(tmp_path, 
     with pytest.raises(ConfigError) as error:
         load_agent_loops(file)
     assert message.format(file=file) in str(error.value)
+
+
+BROKEN_LOOPS = '''
+from reinforge.inference.agent import AgentLoopBase
+
+class Raising(AgentLoopBase):
+    async def run(self, row):
+        raise RuntimeError("loop bug")
+
+class ReturnsNone(AgentLoopBase):
+    async def run(self, row):
+        return None
+'''
+
+
+@pytest.mark.parametrize(("loop", "message"), [
+    ("raising_loop", "failed: RuntimeError: loop bug"),
+    ("none_loop", "returned None (NoneType); run returns an AgentOutput"),
+])
+def test_a_custom_agent_loop_that_fails_stops_the_run_naming_it_and_the_row(tok, tmp_path, loop, message):
+    from reinforge.inference.agent import AGENT_LOOP_REGISTRY, load_agent_loops
+
+    (tmp_path / "broken_loops.py").write_text(BROKEN_LOOPS)
+    (tmp_path / "loops.yaml").write_text(f"- name: raising_loop\n  _target_: {tmp_path / 'broken_loops.py'}:Raising\n"
+                                         f"- name: none_loop\n  _target_: {tmp_path / 'broken_loops.py'}:ReturnsNone\n")
+    load_agent_loops(tmp_path / "loops.yaml")
+    try:
+        with pytest.raises(ConfigError) as error:
+            run_texts(tok, tmp_path, [["1"]], [{"index": 7}], [loop])
+    finally:
+        AGENT_LOOP_REGISTRY.pop("raising_loop"), AGENT_LOOP_REGISTRY.pop("none_loop")
+    assert str(error.value).startswith(f"agent loop {loop!r} ({tmp_path / 'broken_loops.py'}:")
+    assert "on row extra_info.index=7" in str(error.value) and message in str(error.value)

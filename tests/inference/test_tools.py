@@ -297,3 +297,19 @@ def test_qwen3_coder_cut_off_calls_and_malformed_tags():
     assert parse_tool_calls("no calls <function=search>", "qwen3_coder").items == []  # no <tool_call>: no call, as verl
     bad = parse_tool_calls("<tool_call><function=search</function></tool_call>", "qwen3_coder")
     assert bad.calls == [] and bad.errors == ["Error: the tool call <function=search has no '>' after the function name."]
+
+
+@pytest.mark.parametrize(("entry", "message"), [
+    ("class_name: calculater", "class_name 'calculater' is not a built-in tool (calculator, gsm8k, python; did you mean "
+                               "'calculator'?) nor a class path"),
+    ("class_name: python\n    config: {timeout_s: 5s}", "config timeout_s='5s': a number > 0 (default 5.0)"),
+    ("class_name: python\n    config: {memroy_mb: 64}", "config has memroy_mb; the python tool's settings are timeout_s, memory_mb"),
+])
+def test_tool_file_mistakes_name_the_entry(tmp_path, entry, message):
+    from reinforge.errors import ConfigError
+    from reinforge.inference.tools import load_tools
+
+    (tmp_path / "tools.yaml").write_text(f"tools:\n  - {entry}\n")
+    with pytest.raises(ConfigError, match=r"tools.yaml, tools\[0\]: ") as error:
+        load_tools(tmp_path / "tools.yaml")
+    assert message in str(error.value)

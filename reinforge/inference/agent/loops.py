@@ -22,17 +22,32 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import os
+import sys
+import threading
 import time
 import uuid
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from reinforge.environment.dataset import truncate as truncate_ids
 from reinforge.environment.envs import make_env
-from reinforge.errors import DataError
-from reinforge.inference.agent.base import AgentLoopBase, AgentOutput, AgentRow, Conversation, FailureReport, register_agent_loop
+from reinforge.errors import ConfigError, DataError
+from reinforge.inference.agent.base import (
+    USER_FAILURES,
+    AgentLoopBase,
+    AgentOutput,
+    AgentRow,
+    Conversation,
+    FailureReport,
+    register_agent_loop,
+)
 from reinforge.inference.interactions import response_result
-from reinforge.inference.tools import execute_result, number, parse_tool_calls, truncate
+from reinforge.inference.tools import ReturnValueError, execute_result, number, parse_tool_calls, show_value, truncate
 from reinforge.user_code import class_label
+
+TOOL_WATCHDOG_ENV = "REINFORGE_TOOL_WATCHDOG_S"  # seconds before the warning about a tool call still running (default 300)
 
 
 def _tool_files(multi_turn) -> str:
@@ -103,7 +118,7 @@ class _RowInteraction:
         try:
             await self.interaction.start_interaction(self.instance_id, **self.kwargs)
             self.started = True
-        except Exception as err:
+        except USER_FAILURES as err:
             self._failed("start_interaction", err, "the row goes on without it")
 
     async def reply(self, messages: list[dict]) -> tuple[bool, str | None]:
@@ -113,7 +128,7 @@ class _RowInteraction:
         try:
             done, text, score = response_result(await self.interaction.generate_response(self.instance_id, messages,
                                                                                          **self.kwargs))
-        except Exception as err:
+        except USER_FAILURES as err:
             self._failed("generate_response", err, "the conversation ends there")
             return True, None
         if score is not None:
@@ -127,12 +142,12 @@ class _RowInteraction:
         try:
             score = number(await _call_for_instance(self.interaction.calculate_score, self.instance_id),
                            "the score from calculate_score")
-        except Exception as err:
+        except USER_FAILURES as err:
             self._failed("calculate_score", err, "interaction_score is 0.0")
             score = 0.0
         try:
             await _call_for_instance(self.interaction.finalize_interaction, self.instance_id)
-        except Exception as err:
+        except USER_FAILURES as err:
             self._failed("finalize_interaction", err, "nothing else is lost")
         return {"interaction_score": score, "turn_scores": self.turn_scores}
 
@@ -167,10 +182,11 @@ class ToolAgentLoop(AgentLoopBase):
                     done, reply = await user.reply(conv.messages)
                     if reply is None:
                         break
-                    if done:
-                        conv.user_turns += 1  # verl counts the closing reply as a user turn
-                        break
                     messages = [{"role": "user", "content": reply}]
+                    if done:  # as verl: the closing reply joins the conversation too (when it fits), counted, then the end
+                        conv.add_messages(messages, schemas, None)
+                        conv.user_turns += 1
+                        break
                 if not conv.add_messages(messages, schemas, calls):  # a round the budget cannot hold is dropped, not counted
                     break
                 conv.user_turns += 1
@@ -250,16 +266,22 @@ class ToolAgentLoop(AgentLoopBase):
             tools.step_rewards.append(0.0)
             return f"Unknown function '{call.name}'. Available tools: {list(self.ctx.tools)}"
         kwargs = _tool_kwargs(row, call.name)
+        seconds = float(os.environ.get(TOOL_WATCHDOG_ENV) or 300)
+        watchdog = threading.Timer(seconds, _warn_stuck, args=(call.name, tool, row, seconds))
+        watchdog.daemon = True
+        watchdog.start()
         try:
             if call.name not in tools.instances:
                 created = await tool.create(create_kwargs=kwargs.get("create_kwargs") or {})
                 tools.instances[call.name] = created[0] if isinstance(created, tuple) else created
             text, reward, metrics = execute_result(await tool.execute(tools.instances[call.name], call.arguments,
                                                                       **(kwargs.get("execute_kwargs") or {})))
-        except Exception as err:  # a tool's failure is the row's, answered to the model (verl's words), not the run's
+        except USER_FAILURES as err:  # a tool's failure is the row's, answered to the model (verl's words), not the run's
             self._tool_failed(tool, call.name, "execute", row, tools, err, "the model is answered with the error")
             tools.step_rewards.append(0.0)
             return f"Error executing tool '{call.name}': {err}"
+        finally:
+            watchdog.cancel()
         if reward is not None:  # a step reward of None is no step reward, as verl keeps them
             tools.step_rewards.append(reward)
         tools.errors += int(bool(metrics.get("error")))
@@ -273,17 +295,25 @@ class ToolAgentLoop(AgentLoopBase):
             try:
                 total += number(await tool.calc_reward(instance_id, **(kwargs.get("calc_reward_kwargs") or {})),
                                 "the reward from calc_reward")
-            except Exception as err:
+            except USER_FAILURES as err:
                 self._tool_failed(tool, name, "calc_reward", row, tools, err, "its tool_reward counts 0.0")
             try:
                 await tool.release(instance_id, **(kwargs.get("release_kwargs") or {}))
-            except Exception as err:
+            except USER_FAILURES as err:
                 self._tool_failed(tool, name, "release", row, tools, err, "nothing else is lost")
         return total
 
     def _tool_failed(self, tool, name: str, method: str, row: AgentRow, tools: _ToolState, error: Exception, cost: str) -> None:
         tools.errors += 1
         self.ctx.report("tool", f"tool {name!r} ({_class_of(tool)}) failed in {method} on {_row_name(row)}; {cost}", error)
+
+
+def _warn_stuck(name: str, tool, row: AgentRow, seconds: float) -> None:
+    """What a tool call that runs on past REINFORGE_TOOL_WATCHDOG_S seconds prints (from a timer thread, so a tool that
+    blocks the event loop is named too); the call goes on: tools set their own limits, as in verl."""
+    print(f"reinforge: warning: tool {name!r} ({_class_of(tool)}) has been running for {seconds:g} s on {_row_name(row)}; "
+          "it may be stuck, and the step waits for it (give the tool a time limit of its own; a second Ctrl-C "
+          "abandons the step)", file=sys.stderr, flush=True)
 
 
 def _tool_kwargs(row: AgentRow, name: str) -> dict:
@@ -309,8 +339,8 @@ class EnvAgentLoop(AgentLoopBase):
             text = await conv.model_turn()
             if text is None:
                 break
-            observation, reward, done = env.step(text)
-            total += float(reward)
+            observation, reward, done = _step(env, row, text)
+            total += reward
             if done or _over(cfg.max_assistant_turns, conv.assistant_turns) or _over(cfg.max_user_turns, conv.user_turns):
                 break
             if not conv.add_messages([{"role": "user", "content": observation}]):
@@ -331,7 +361,27 @@ def _reset_env(row: AgentRow):
     kwargs.setdefault("seed", row.extra_info.get("index", row.index))
     try:
         env.reset(**kwargs)
-    except Exception as err:
+    except USER_FAILURES as err:
         raise DataError(f"{_row_name(row)}: environment {name!r} ({_class_of(env)}) cannot reset with extra_info.env_kwargs "
                         f"{kwargs}: {type(err).__name__}: {err}") from err
     return env
+
+
+def _step(env, row: AgentRow, action: str) -> tuple[str, float, bool]:
+    """`env.step(action)`, checked: (observation text, finite reward, done as a bool); a ConfigError naming the environment
+    class and the row when it raises or returns anything else (a bug in the environment would fail every row)."""
+    where = f"environment {(row.extra_info.get('env_kwargs') or {}).get('name')!r} ({_class_of(env)}) on {_row_name(row)}"
+    try:
+        result = env.step(action)
+    except USER_FAILURES as err:
+        raise ConfigError(f"{where} failed in step: {type(err).__name__}: {err}") from err
+    if not isinstance(result, (tuple, list)) or len(result) != 3:
+        raise ConfigError(f"{where}: step returned {show_value(result)}; it returns (observation, reward, done)")
+    observation, reward, done = result
+    if not isinstance(observation, str) or not isinstance(done, (bool, np.bool_)):
+        raise ConfigError(f"{where}: step returned the observation {show_value(observation)} and done {show_value(done)}; "
+                          "it returns a string and a bool")
+    try:
+        return observation, number(reward, "the reward from step"), bool(done)
+    except ReturnValueError as err:
+        raise ConfigError(f"{where}: {err}") from None

@@ -22,9 +22,10 @@ import torch
 
 from reinforge.batch import Batch
 from reinforge.environment.dataset import collate_prompts
-from reinforge.errors import ConfigError, DataError
+from reinforge.errors import ConfigError, DataError, UserError
 from reinforge.inference.agent.base import (
     AGENT_LOOP_REGISTRY,
+    USER_FAILURES,
     AgentContext,
     AgentLoopBase,
     AgentOutput,
@@ -35,8 +36,9 @@ from reinforge.inference.agent.base import (
 from reinforge.inference.engine import GenerationOutput, InferenceEngine, SamplingParams
 from reinforge.inference.interactions import interaction_entries, load_interactions
 from reinforge.inference.rollout import prompt_token_lists, row_seed_list, trajectories
-from reinforge.inference.tools import ToolCall, load_all_tools, plain_schema
+from reinforge.inference.tools import ToolCall, load_all_tools, plain_schema, show_value
 from reinforge.inference.tools.parser import FORMATS, stop_token_ids
+from reinforge.user_code import class_label
 
 AGENT_KEY = "actor_rollout_ref.rollout.agent.agent_loop_config_path"
 DEFAULT_AGENT_LOOP = "tool_agent"  # of rows without agent_name, unless agent.default_agent_loop (verl's: single_turn_agent)
@@ -164,5 +166,23 @@ class AgentRunner:
                                 f"the agent loops are {sorted(AGENT_LOOP_REGISTRY)}")
             row_messages = [dict(m) for m in messages[i]] if messages[i] is not None else None
             row = AgentRow(ids[i], row_messages, dict(extra[i] or {}), i, seeds[i])
-            loops.append(AGENT_LOOP_REGISTRY[name](ctx).run(row))
+            loops.append(_run_loop(name, AGENT_LOOP_REGISTRY[name], ctx, row))
         return list(await asyncio.gather(*loops))
+
+
+async def _run_loop(name: str, cls: type[AgentLoopBase], ctx: AgentContext, row: AgentRow) -> AgentOutput:
+    """One row's conversation; a loop of the user's that raises or returns something other than an AgentOutput stops
+    the run with a ConfigError naming the loop and the row (it would fail on every row that names it)."""
+    if cls.__module__.startswith("reinforge."):  # the built-in loops contain their tools' failures themselves
+        return await cls(ctx).run(row)
+    where = f"agent loop {name!r} ({class_label(cls)}) on row extra_info.index={row.extra_info.get('index', row.index)}"
+    try:
+        output = await cls(ctx).run(row)
+    except UserError:
+        raise
+    except USER_FAILURES as err:
+        raise ConfigError(f"{where} failed: {type(err).__name__}: {err}") from err
+    if not isinstance(output, AgentOutput):
+        raise ConfigError(f"{where} returned {show_value(output)}; run returns an AgentOutput "
+                          "(Conversation(ctx, row).output(...) makes one)")
+    return output

@@ -19,6 +19,7 @@ raises `ReturnValueError`, which the agent loop counts as the row's tool error.
 
 from __future__ import annotations
 
+import math
 import numbers
 import uuid
 from typing import Any
@@ -125,9 +126,9 @@ def response_text(response: Any) -> str:
 
 def number(value: Any, what: str) -> float:
     """`value` as a float, when it is a number (a bool or a numpy number too); ReturnValueError naming `what` when not."""
-    if isinstance(value, numbers.Real):
+    if isinstance(value, numbers.Real) and math.isfinite(value):
         return float(value)
-    raise ReturnValueError(f"returned {what} {show_value(value)}, not a number")
+    raise ReturnValueError(f"returned {what} {show_value(value)}, not a {'finite ' if isinstance(value, numbers.Real) else ''}number")
 
 
 def execute_result(result: Any) -> tuple[str, float | None, dict]:

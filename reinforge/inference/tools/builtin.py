@@ -103,15 +103,24 @@ class PythonTool(BaseTool):
 
     DEFAULT_SCHEMA = _schema("python", "Run a Python program and return what it prints.", "code", "a Python program")
 
+    SETTINGS = {"timeout_s": 5.0, "memory_mb": 512}
+
     def __init__(self, config=None, tool_schema=None):
         super().__init__(config, tool_schema or self.DEFAULT_SCHEMA)
+        unknown = sorted(set(self.config) - {*self.SETTINGS, "type", "name"})  # verl's configs carry `type: native`
+        if unknown:
+            raise ValueError(f"config has {', '.join(unknown)}; the python tool's settings are {', '.join(self.SETTINGS)}")
+        for key, default in self.SETTINGS.items():
+            value = self.config.get(key, default)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+                raise ValueError(f"config {key}={value!r}: a number > 0 (default {default})")
+        self.timeout_s, self.memory_mb = float(self.config.get("timeout_s", 5.0)), int(self.config.get("memory_mb", 512))
 
     async def execute(self, instance_id, parameters, **kwargs):
         from reinforge.reward.sandbox import run_code
 
         code = str(parameters.get("code", ""))
-        result = await asyncio.to_thread(run_code, code, timeout_s=float(self.config.get("timeout_s", 5.0)),
-                                         memory_mb=int(self.config.get("memory_mb", 512)))
+        result = await asyncio.to_thread(run_code, code, timeout_s=self.timeout_s, memory_mb=self.memory_mb)
         if result.ok:
             return result.stdout, 0.0, {"status": result.status}
         return f"{result.stdout}Error ({result.status}): {result.reason}\n{result.stderr[-500:]}", 0.0, {

@@ -12,6 +12,7 @@ mistake, a tool whose `__init__` raises included, raises ConfigError naming the 
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -79,12 +80,17 @@ def config_entries(path: str | Path, key: str, section: str, entry_fields: str,
             raise ConfigError(f"{where}: each entry needs a class_name")
         _check_mapping(where, entry, "config", "the keyword settings given to the class, e.g. {timeout_s: 5}")
         name = entry["class_name"]
+        short = sorted(b for b in builtins if "." not in b)
+        if name not in builtins and "." not in name and ":" not in name:  # neither a built-in nor a path: a typo?
+            close = difflib.get_close_matches(name, short, n=1)
+            raise ConfigError(f"{where}: class_name {name!r} is not a built-in {section.removesuffix('s')} ({', '.join(short)}"
+                              f"{f'; did you mean {close[0]!r}?' if close else ''}) nor a class path (package.module.Class "
+                              "or file.py:Class)")
         try:
             yield where, entry, builtins.get(name) or import_class(name, key, where)
         except ConfigError as err:
             if not name.startswith("verl."):
                 raise
-            short = sorted(b for b in builtins if "." not in b)
             raise ConfigError(f"{err} (verl is not a dependency of reinforge: its {name.rsplit('.', 1)[-1]} needs verl "
                               f"installed; reinforge's built-in ones are {', '.join(short)})") from err
 
