@@ -53,7 +53,7 @@ class DataConfig(Node):
     gen_batch_size: int | None = _f(
         None, "Prompts per generation batch: with algorithm.filter_groups on, DAPO's dynamic sampling draws batches of "
         "this size until train_batch_size groups survive the filter; without it, each step draws and trains this many "
-        "prompts, as verl's trainer does (train_batch_size is set to it). null: train_batch_size.",
+        "prompts, as verl's trainer does (train_batch_size then has no effect). null: train_batch_size.",
     )
     val_batch_size: int | None = _f(None, "Prompts per validation generation call; null: the whole validation set at once.")
     truncation: str = _f("error", "What to do with a prompt over max_prompt_length: error, left, right or middle.")

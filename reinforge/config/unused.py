@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from reinforge.config.derived import step_batch
 from reinforge.config.distillation_schema import TOPK_MODE
 from reinforge.config.fields import node_at
 from reinforge.config.schema import Config
@@ -326,8 +327,7 @@ def unused_settings(config: Config, user_keys: list[str]) -> list[str]:
                       "values (gae does)")
         elif reason is None and key == "data.shuffle" and config.data.sampler.class_path:
             reason = "data.sampler.class_path sets the order of the training rows"
-        elif (reason is None and key == "data.train_batch_size" and "data.gen_batch_size" in user_keys
-              and not config.algorithm.filter_groups.enable):
+        elif reason is None and key == "data.train_batch_size" and step_batch(config)[0] == "data.gen_batch_size":
             reason = (f"without algorithm.filter_groups.enable each step draws and trains data.gen_batch_size="
                       f"{config.data.gen_batch_size} prompts, as verl's trainer does")
         elif (reason is None and key == "reward_model.launch_reward_fn_async" and config.reward_model.launch_reward_fn_async

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from reinforge.config.derived import step_batch
 from reinforge.config.distillation_schema import check_distillation
 from reinforge.config.fields import node_at
 from reinforge.config.rollout_schema import TOOL_CALL_FORMATS
@@ -92,8 +93,6 @@ def finalize(config: Config, quickstart: bool = False) -> None:
     _finalize_reward_model(config)
 
     _check(config)
-    if not config.algorithm.filter_groups.enable:  # verl's trainer draws and trains data.gen_batch_size prompts a step
-        data.train_batch_size = data.gen_batch_size
 
 
 def _finalize_devices(config: Config, visible_gpus: int) -> None:
@@ -411,9 +410,7 @@ def _check(config: Config) -> None:
 
     ranks = world_size_of(config)
     ranks_source = f"trainer.nnodes={trainer.nnodes} x trainer.n_gpus_per_node={trainer.n_gpus_per_node}"
-    # the prompts of a step: data.gen_batch_size, which verl's loader draws, unless DAPO's filtering keeps train_batch_size
-    step_key, prompts = (("data.gen_batch_size", data.gen_batch_size) if not config.algorithm.filter_groups.enable
-                         and data.gen_batch_size != data.train_batch_size else ("data.train_batch_size", data.train_batch_size))
+    step_key, prompts = step_batch(config)  # data.gen_batch_size when set apart without filter_groups, as verl's loader
     if prompts * rollout.n % ranks:
         raise ConfigError(
             f"{step_key}={prompts} x rollout.n={rollout.n} = {prompts * rollout.n} "

@@ -101,6 +101,15 @@ BUILTIN_INTERACTIONS = {"gsm8k": Gsm8kInteraction,
 INTERFACE = ("start_interaction", "generate_response", "calculate_score", "finalize_interaction")
 
 
+def chosen_interaction(interaction_kwargs: dict, names) -> str | None:
+    """The interaction a row's extra_info.interaction_kwargs choose: its `name`, or without one the only interaction
+    there is; None when that is not one of `names`."""
+    name = interaction_kwargs.get("name")
+    if name is None and len(names) == 1:
+        name = next(iter(names))
+    return name if name in names else None
+
+
 def interaction_entries(path: str | Path) -> list[tuple[str, type, str, dict]]:
     """(where, class, name, config) of each interaction of an interaction config file, the classes imported and checked
     but not built: a ConfigError names the file and entry of a class that does not load or is not an interaction, and

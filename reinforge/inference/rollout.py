@@ -22,6 +22,7 @@ from dataclasses import replace
 import torch
 
 from reinforge.batch import Batch
+from reinforge.errors import DataError
 from reinforge.inference.engine import GenerationOutput, InferenceEngine, SamplingParams
 
 PROMPT_KEYS = ("input_ids", "attention_mask", "position_ids")  # what generate_sequences reads
@@ -34,6 +35,17 @@ def rollout_inputs(batch: Batch) -> Batch:
     moved = [*PROMPT_KEYS, *([SEED_KEY] if SEED_KEY in batch else [])]
     present = [key for key in AGENT_INPUT_KEYS if key in batch]
     return batch.pop(moved).union(batch.select(present, meta_info=False))
+
+
+def check_single_turn(prompts: Batch) -> None:
+    """DataError when a row of a single-turn rollout names an agent loop (its tools or environment would never run); the
+    built-in dataset's rows are checked at start (inference/agent/runner.py check_agent_rows), a Dataset class's here."""
+    names = prompts["agent_name"] if "agent_name" in prompts else ()
+    for row, name in enumerate(names):
+        if name not in (None, "single_turn_agent"):
+            index = (prompts["extra_info"][row] or {}).get("index") if "extra_info" in prompts else None
+            raise DataError(f"a row (extra_info.index={index}) has agent_name={name!r}, but actor_rollout_ref.rollout."
+                            "multi_turn.enable=false: no agent loop runs, so it would be generated single-turn; set it to true")
 
 
 def row_seed_list(prompts: Batch) -> list[int | None]:

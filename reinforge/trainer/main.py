@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     from reinforge.distributed import WorkerPool
 
 ARITHMETIC_NOTES = {
-    "prompts_per_step": "data.train_batch_size",
+    "prompts_per_step": "data.train_batch_size (data.gen_batch_size when set apart without algorithm.filter_groups)",
     "trajectories_per_step": "prompts x actor_rollout_ref.rollout.n",
     "trajectories_per_mini_batch": "actor.ppo_mini_batch_size x rollout.n",
     "data_parallel_ranks": "trainer.nnodes x trainer.n_gpus_per_node",

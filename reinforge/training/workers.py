@@ -27,6 +27,7 @@ from reinforge.config.schema import Config, TrainerConfig
 from reinforge.distributed import Dispatch, register
 from reinforge.distributed.process_group import init_distributed, rank, world_size
 from reinforge.inference import SamplingParams, generate_sequences, make_engine
+from reinforge.inference.rollout import check_single_turn
 from reinforge.training.actor import Actor
 from reinforge.training.checkpoint_io import (
     full_model_state,
@@ -139,6 +140,7 @@ class ActorRolloutRefWorker:
         try:
             if self.agents is not None:  # multi-turn: an agent loop per row (docs/agents.md)
                 return self.agents.generate_sequences(self.engine, prompts, params, self.tokenizer.pad_token_id)
+            check_single_turn(prompts)
             return generate_sequences(self.engine, prompts, params, self.tokenizer.pad_token_id)
         finally:
             self.engine.sleep()  # with rollout.free_cache_engine the training passes get the memory back

@@ -4,7 +4,8 @@ import dataclasses
 
 import pytest
 
-from reinforge.config import load_config, unused_settings
+from reinforge.config import batch_arithmetic, load_config, unused_settings
+from reinforge.config.derived import generation_batch
 from reinforge.config.fields import node_at
 from reinforge.errors import ConfigError
 
@@ -93,14 +94,19 @@ def test_gen_batch_size_without_group_filtering_is_the_prompts_of_a_step_as_in_v
     only DAPO's dynamic sampling (algorithm.filter_groups) trains train_batch_size of the gen_batch_size drawn."""
     config, keys = load_config([*VERL, "data.train_batch_size=16", "+data.gen_batch_size=20",
                                 "actor_rollout_ref.actor.ppo_mini_batch_size=4"])
-    assert (config.data.train_batch_size, config.data.gen_batch_size) == (20, 20)
+    assert (config.data.train_batch_size, config.data.gen_batch_size) == (16, 20)  # as given, in config.yaml too
+    assert batch_arithmetic(config)["prompts_per_step"] == 20 and generation_batch(config) == ("data.gen_batch_size", 20)
     assert ("data.train_batch_size: without algorithm.filter_groups.enable each step draws and trains "
             "data.gen_batch_size=20 prompts, as verl's trainer does") in notes(config, keys)
+    for same in ("data.gen_batch_size=null", "data.gen_batch_size=16"):  # nothing set apart: nothing to note
+        config, keys = load_config([*VERL, "data.train_batch_size=16", same, "actor_rollout_ref.actor.ppo_mini_batch_size=4"])
+        assert generation_batch(config) == ("data.train_batch_size", 16) and "data.train_batch_size" not in notes(config, keys)
     config, keys = load_config([*VERL, "data.train_batch_size=16", "+data.gen_batch_size=20",
                                 "algorithm.filter_groups.enable=true", "actor_rollout_ref.actor.ppo_mini_batch_size=4",
                                 "actor_rollout_ref.rollout.n=2"])
     assert (config.data.train_batch_size, config.data.gen_batch_size) == (16, 20)
     assert "data.train_batch_size" not in notes(config, keys)
+    assert generation_batch(config) == ("data.gen_batch_size", 20) and batch_arithmetic(config)["prompts_per_step"] == 16
     with pytest.raises(ConfigError, match=r"^data.gen_batch_size=20 is not a multiple of actor_rollout_ref.actor.ppo_mini_batch_"):
         load_config([*VERL, "data.train_batch_size=16", "+data.gen_batch_size=20", "actor_rollout_ref.actor.ppo_mini_batch_size=8"])
 

@@ -71,11 +71,6 @@ class Exits(BaseTool):
         import sys
         sys.exit("bad")
 
-class Cancels(BaseTool):
-    async def execute(self, instance_id, parameters, **kwargs):
-        import asyncio
-        raise asyncio.CancelledError()
-
 class Sleeps(BaseTool):
     async def execute(self, instance_id, parameters, **kwargs):
         import asyncio
@@ -118,7 +113,6 @@ def test_a_failing_calc_reward_or_release_costs_only_its_row(tok, tmp_path, caps
     ("ReturnsBadReward", "Error executing tool 't': returned the step reward 'high' (str), not a number"),
     ("ReturnsNanReward", "Error executing tool 't': returned the step reward nan (float), not a finite number"),
     ("Exits", "Error executing tool 't': bad"),  # sys.exit in a tool costs its row, not the run
-    ("Cancels", "Error executing tool 't': "),
 ])
 def test_execute_returning_the_wrong_shape_is_the_rows_tool_error(tok, tmp_path, cls, answer):
     out = run_texts(tok, tmp_path, [[T_CALL, "answer"], ["no tool"]], tool_config_path=bad_tool_config(tmp_path, cls))
@@ -287,6 +281,26 @@ def test_a_tool_call_still_running_after_the_watchdog_time_is_named(tok, tmp_pat
             "extra_info.index=0; it may be stuck") in capsys.readouterr().err
 
 
+def test_a_bad_watchdog_time_is_refused_before_the_rollout(tok, tmp_path, monkeypatch):
+    monkeypatch.setenv("REINFORGE_TOOL_WATCHDOG_S", "5m")
+    with pytest.raises(ConfigError, match=r"^REINFORGE_TOOL_WATCHDOG_S='5m': seconds, a number > 0"):
+        AgentRunner(tok, MultiTurnConfig(enable=True, tool_config_path=bad_tool_config(tmp_path, "Sleeps")))
+
+
+def test_a_single_turn_rollout_refuses_rows_that_name_an_agent_loop():
+    """What a Dataset class of the user's gives is checked at its first rollout (the built-in dataset's rows at start)."""
+    import numpy as np
+    import torch
+
+    from reinforge.inference.rollout import check_single_turn
+
+    names = np.array([None, "single_turn_agent", "tool_agent"], dtype=object)
+    extra = np.array([{"index": 0}, {"index": 1}, {"index": 9}], dtype=object)
+    check_single_turn(Batch({"input_ids": torch.zeros(2, 3)}, {"agent_name": names[:2], "extra_info": extra[:2]}))
+    with pytest.raises(DataError, match=r"^a row \(extra_info.index=9\) has agent_name='tool_agent', but actor_rollout_ref"):
+        check_single_turn(Batch({"input_ids": torch.zeros(3, 3)}, {"agent_name": names, "extra_info": extra}))
+
+
 BROKEN_GAMES = '''
 from reinforge.environment.envs import TextEnv, register_env
 
@@ -314,7 +328,8 @@ class StringReward(Base):
 @pytest.mark.parametrize(("game", "message"), [
     ("raises_game", "failed in step: RuntimeError: boom in step"),
     ("pair_game", "step returned ('again', 1.0) (tuple); it returns (observation, reward, done)"),
-    ("string_reward_game", "step returned the observation 'again' (str) and done 'no' (str); it returns a string and a bool"),
+    ("string_reward_game", "step returned the observation 'again' (str) and done 'no' (str); it returns a string and a bool "
+                           "(or 0/1)"),
 ])
 def test_an_environment_whose_step_fails_stops_the_run_naming_it_and_the_row(tok, tmp_path, game, message):
     from reinforge.config import load_config

@@ -18,7 +18,6 @@ nothing is left.
 
 from __future__ import annotations
 
-import asyncio
 import sys
 import time
 import traceback
@@ -32,8 +31,8 @@ from reinforge.inference.tools.base import ReturnValueError
 from reinforge.registry import Registry
 
 # what a tool, interaction, environment or agent loop of the user's may raise that costs its row, not the run: a
-# SystemExit (sys.exit in a tool) or a CancelledError of its own included; KeyboardInterrupt still stops the run
-USER_FAILURES = (Exception, SystemExit, asyncio.CancelledError)
+# SystemExit (sys.exit in a tool) included; KeyboardInterrupt and the cancellation of an abandoned step still stop it
+USER_FAILURES = (Exception, SystemExit)
 AGENT_LOOP_REGISTRY = Registry("agent loop")  # per-row `agent_name` -> AgentLoopBase subclass
 register_agent_loop = AGENT_LOOP_REGISTRY.register  # class decorator
 

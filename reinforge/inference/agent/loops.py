@@ -27,6 +27,7 @@ import sys
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -43,7 +44,7 @@ from reinforge.inference.agent.base import (
     FailureReport,
     register_agent_loop,
 )
-from reinforge.inference.interactions import response_result
+from reinforge.inference.interactions import chosen_interaction, response_result
 from reinforge.inference.tools import ReturnValueError, execute_result, number, parse_tool_calls, show_value, truncate
 from reinforge.user_code import class_label
 
@@ -184,7 +185,9 @@ class ToolAgentLoop(AgentLoopBase):
                         break
                     messages = [{"role": "user", "content": reply}]
                     if done:  # as verl: the closing reply joins the conversation too (when it fits), counted, then the end
+                        finish_reason = conv.finish_reason
                         conv.add_messages(messages, schemas, None)
+                        conv.finish_reason = finish_reason  # a closing reply that does not fit ends nothing early
                         conv.user_turns += 1
                         break
                 if not conv.add_messages(messages, schemas, calls):  # a round the budget cannot hold is dropped, not counted
@@ -229,11 +232,9 @@ class ToolAgentLoop(AgentLoopBase):
         kwargs = dict(row.extra_info.get("interaction_kwargs") or {})
         if not kwargs or not self.ctx.interactions:
             return None
-        name = kwargs.get("name")
-        if name is None and len(self.ctx.interactions) == 1:
-            name = next(iter(self.ctx.interactions))
-        if name not in self.ctx.interactions:
-            raise DataError(f"{_row_name(row)} asks for interaction {name!r} "
+        name = chosen_interaction(kwargs, self.ctx.interactions)
+        if name is None:
+            raise DataError(f"{_row_name(row)} asks for interaction {kwargs.get('name')!r} "
                             f"(extra_info.interaction_kwargs.name); the interaction config defines {sorted(self.ctx.interactions)}")
         user = _RowInteraction(self.ctx.interactions[name], name, row, self.ctx.report, kwargs)
         await user.start()
@@ -266,10 +267,10 @@ class ToolAgentLoop(AgentLoopBase):
             tools.step_rewards.append(0.0)
             return f"Unknown function '{call.name}'. Available tools: {list(self.ctx.tools)}"
         kwargs = _tool_kwargs(row, call.name)
-        seconds = float(os.environ.get(TOOL_WATCHDOG_ENV) or 300)
-        watchdog = threading.Timer(seconds, _warn_stuck, args=(call.name, tool, row, seconds))
-        watchdog.daemon = True
-        watchdog.start()
+        watched = TOOL_WATCH.start(lambda seconds: (
+            f"reinforge: warning: tool {call.name!r} ({_class_of(tool)}) has been running for {seconds:g} s on "
+            f"{_row_name(row)}; it may be stuck, and the step waits for it (give the tool a time limit of its own; a "
+            "second Ctrl-C abandons the step)"))
         try:
             if call.name not in tools.instances:
                 created = await tool.create(create_kwargs=kwargs.get("create_kwargs") or {})
@@ -281,7 +282,7 @@ class ToolAgentLoop(AgentLoopBase):
             tools.step_rewards.append(0.0)
             return f"Error executing tool '{call.name}': {err}"
         finally:
-            watchdog.cancel()
+            TOOL_WATCH.done(watched)
         if reward is not None:  # a step reward of None is no step reward, as verl keeps them
             tools.step_rewards.append(reward)
         tools.errors += int(bool(metrics.get("error")))
@@ -308,12 +309,59 @@ class ToolAgentLoop(AgentLoopBase):
         self.ctx.report("tool", f"tool {name!r} ({_class_of(tool)}) failed in {method} on {_row_name(row)}; {cost}", error)
 
 
-def _warn_stuck(name: str, tool, row: AgentRow, seconds: float) -> None:
-    """What a tool call that runs on past REINFORGE_TOOL_WATCHDOG_S seconds prints (from a timer thread, so a tool that
-    blocks the event loop is named too); the call goes on: tools set their own limits, as in verl."""
-    print(f"reinforge: warning: tool {name!r} ({_class_of(tool)}) has been running for {seconds:g} s on {_row_name(row)}; "
-          "it may be stuck, and the step waits for it (give the tool a time limit of its own; a second Ctrl-C "
-          "abandons the step)", file=sys.stderr, flush=True)
+def tool_watchdog_seconds() -> float:
+    """REINFORGE_TOOL_WATCHDOG_S (default 300): how long a tool call runs before a warning names it."""
+    value = os.environ.get(TOOL_WATCHDOG_ENV) or "300"
+    try:
+        seconds = float(value)
+    except ValueError:
+        seconds = -1.0
+    if not seconds > 0:
+        raise ConfigError(f"{TOOL_WATCHDOG_ENV}={value!r}: seconds, a number > 0")
+    return seconds
+
+
+class _ToolWatch:
+    """One thread for every tool call of the process: a call still running `tool_watchdog_seconds()` after it started is
+    named once on stderr (from this thread, so a tool that blocks the event loop is named too). The call goes on: tools
+    set their own limits, as in verl."""
+
+    def __init__(self) -> None:
+        self.calls: dict[int, tuple[float, float, Callable[[float], str]]] = {}
+        self.lock = threading.Lock()
+        self.next_key = 0
+        self.thread: threading.Thread | None = None
+        self.added = threading.Event()  # a call came in: the watch looks again at the earliest deadline
+
+    def start(self, message: Callable[[float], str]) -> int:
+        seconds = tool_watchdog_seconds()
+        with self.lock:
+            self.next_key += 1
+            self.calls[self.next_key] = (time.monotonic() + seconds, seconds, message)
+            if self.thread is None:
+                self.thread = threading.Thread(target=self._watch, name="reinforge-tool-watch", daemon=True)
+                self.thread.start()
+        self.added.set()
+        return self.next_key
+
+    def done(self, key: int) -> None:
+        with self.lock:
+            self.calls.pop(key, None)
+
+    def _watch(self) -> None:
+        while True:
+            with self.lock:
+                wait = min([60.0, *(deadline - time.monotonic() for deadline, _, _ in self.calls.values())])
+            self.added.wait(max(wait, 0.0))
+            self.added.clear()
+            now = time.monotonic()
+            with self.lock:
+                overdue = [self.calls.pop(key) for key, (deadline, _, _) in list(self.calls.items()) if deadline <= now]
+            for _, seconds, message in overdue:
+                print(message(seconds), file=sys.stderr, flush=True)
+
+
+TOOL_WATCH = _ToolWatch()
 
 
 def _tool_kwargs(row: AgentRow, name: str) -> dict:
@@ -378,9 +426,9 @@ def _step(env, row: AgentRow, action: str) -> tuple[str, float, bool]:
     if not isinstance(result, (tuple, list)) or len(result) != 3:
         raise ConfigError(f"{where}: step returned {show_value(result)}; it returns (observation, reward, done)")
     observation, reward, done = result
-    if not isinstance(observation, str) or not isinstance(done, (bool, np.bool_)):
+    if not isinstance(observation, str) or not (isinstance(done, (bool, np.bool_)) or isinstance(done, int) and done in (0, 1)):
         raise ConfigError(f"{where}: step returned the observation {show_value(observation)} and done {show_value(done)}; "
-                          "it returns a string and a bool")
+                          "it returns a string and a bool (or 0/1)")
     try:
         return observation, number(reward, "the reward from step"), bool(done)
     except ReturnValueError as err:

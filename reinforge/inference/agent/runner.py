@@ -33,8 +33,9 @@ from reinforge.inference.agent.base import (
     FailureReport,
     tool_answers_text,
 )
+from reinforge.inference.agent.loops import tool_watchdog_seconds
 from reinforge.inference.engine import GenerationOutput, InferenceEngine, SamplingParams
-from reinforge.inference.interactions import interaction_entries, load_interactions
+from reinforge.inference.interactions import chosen_interaction, interaction_entries, load_interactions
 from reinforge.inference.rollout import prompt_token_lists, row_seed_list, trajectories
 from reinforge.inference.tools import ToolCall, load_all_tools, plain_schema, show_value
 from reinforge.inference.tools.parser import FORMATS, stop_token_ids
@@ -102,11 +103,9 @@ def check_agent_rows(rows: Iterable[tuple[dict, str, int]], rollout) -> None:
                             f"{', '.join(AGENT_LOOP_REGISTRY.names())}")
         extra = row.get("extra_info") if isinstance(row.get("extra_info"), dict) else {}
         asked = extra.get("interaction_kwargs")
-        if interactions and isinstance(asked, dict) and asked:
-            name = asked.get("name")
-            if name not in interactions and not (name is None and len(interactions) == 1):
-                raise DataError(f"{file}: row {number}: extra_info.interaction_kwargs.name={name!r}; the interactions of "
-                                f"{path} are {', '.join(sorted(interactions))}")
+        if interactions and isinstance(asked, dict) and asked and chosen_interaction(asked, interactions) is None:
+            raise DataError(f"{file}: row {number}: extra_info.interaction_kwargs.name={asked.get('name')!r}; the interactions of "
+                            f"{path} are {', '.join(sorted(interactions))}")
         env = extra.get("env_kwargs")
         if loop == "env_agent" and isinstance(env, dict) and env.get("name") not in ENV_REGISTRY:
             raise DataError(f"{file}: row {number}: extra_info.env_kwargs.name={env.get('name')!r}; the text environments are "
@@ -123,6 +122,8 @@ class AgentRunner:
         self.chat_template_kwargs = dict(chat_template_kwargs or {})
         self.prompt_limit = (max_prompt_length, truncation)  # data.max_prompt_length, data.truncation
         self.tools = load_all_tools(multi_turn.tool_config_path, multi_turn.function_tool_path)
+        if self.tools:
+            tool_watchdog_seconds()  # a bad REINFORGE_TOOL_WATCHDOG_S fails here, not at the first tool call
         self.interactions = load_interactions(multi_turn.interaction_config_path) if multi_turn.interaction_config_path else {}
         if agent is not None and agent.agent_loop_config_path:
             load_agent_loops(agent.agent_loop_config_path)

@@ -45,10 +45,11 @@ import threading
 
 
 def last_boxed_answer(text: str, braced_only: bool = False) -> str | None:
-    """The boxed answer of `text` as verl's MATH scorer finds it, or None: with any `\\boxed <answer>` (a space, no
-    braces), the last one's answer, up to the next `$` (or line end); else the content of the last `\\boxed{...}`;
-    `\\fbox{...}` only when there is no `\\boxed` at all. `braced_only`: the last `\\boxed{...}` alone, as verl's
-    DAPO scorer reads it."""
+    """The boxed answer of `text`, or None, found where verl's MATH scorer finds it: with any `\\boxed <answer>` (a
+    space, no braces), the last one's answer; else the content of the last `\\boxed{...}`; `\\fbox{...}` only when
+    there is no `\\boxed` at all. More lenient than verl in what is taken there: the spaced form's answer ends at the
+    next `$` or line end (verl's at the next `$` only) and `\\boxed {x}` gives x. `braced_only`: the last
+    `\\boxed{...}` alone, as verl's DAPO scorer reads it."""
     if braced_only:
         start = text.rfind("\\boxed{")
         return None if start < 0 else _braced_content(text[start + len("\\boxed"):])
