@@ -297,7 +297,7 @@ def finalize_sft(config: SFTConfig, ranks: int, user_keys: list[str] | tuple = (
     if data.max_token_len_per_gpu is not None:
         positive("data.max_token_len_per_gpu", data.max_token_len_per_gpu)
     trainer.logger = logger_names(trainer.logger)  # verl also takes a bare string: trainer.logger=console
-    check_loggers(trainer.logger)
+    check_loggers(trainer.logger, trainer.project_name)
     for name in ("messages_key", "tools_key", "enable_thinking_key"):  # verl's newer MultiTurnSFTDataset reads data.<name>
         top, nested = getattr(data, name), getattr(data.multiturn, name)
         if top is not None and top != nested:

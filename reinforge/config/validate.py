@@ -290,7 +290,7 @@ def _check(config: Config) -> None:
     from reinforge.trainer.tracking import check_loggers, logger_names
 
     trainer.logger = logger_names(trainer.logger)  # verl also takes a bare string: trainer.logger=console
-    check_loggers(trainer.logger)
+    check_loggers(trainer.logger, trainer.project_name)
     choice("critic.optim.lr_scheduler_type", config.critic.optim.lr_scheduler_type, LR_SCHEDULES)
     choice("critic.loss_agg_mode", config.critic.loss_agg_mode, LOSS_AGG_MODES)
     choice("algorithm.filter_groups.filter_type", algo.filter_groups.filter_type, ("same_value", "band_pass"))

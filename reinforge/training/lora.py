@@ -80,6 +80,13 @@ def add_lora(model: torch.nn.Module, model_cfg, key: str) -> torch.nn.Module:
                 "'.*self_attn.q_proj'): name layers with a list, e.g. [q_proj,v_proj]"
                 if isinstance(modules, str) and modules != "all-linear" else "")
         raise ConfigError(f"{key}.target_modules={modules!r}: {exc}{hint}") from exc
+    modules = model_cfg.get("target_modules")
+    if not adapter_path and not isinstance(modules, str):  # peft needs one name to match; each one named should
+        adapted = [name for name, module in target.named_modules() if module in adapted_layers(target)]
+        unmatched = [m for m in modules if not any(name == m or name.endswith("." + m) for name in adapted)]
+        if unmatched:
+            raise ConfigError(f"{key}.target_modules names {unmatched}, which match no layer of the model (adapted: "
+                              f"{sorted({name.rsplit('.', 1)[-1] for name in adapted})}); leave them out or fix their spelling")
     others = sorted({type(module).__name__ for module in adapted_layers(model)} - {"Linear"})
     if others:
         raise ConfigError(f"{key}.target_modules adapts layers of kind {', '.join(others)}; reinforge supports LoRA on linear "

@@ -320,3 +320,70 @@ def test_training_run_logs_to_tensorboard(run_steps, tmp_path):
     (text,) = events.Tensors("val/generations/text_summary")
     rows = text.tensor_proto.string_val[0].decode().splitlines()[2:]
     assert text.step == 2 and len(rows) == 2 and all(row.startswith("| 2 | ") for row in rows)
+
+
+@pytest.mark.parametrize(("logger", "project", "rule"), [
+    ("wandb", "my proj/x:y", "no / \\ # ? % : and at most 128 characters"),
+    ("swanlab", "my proj", "letters, digits, _ - + . and at most 100 characters"),
+])
+def test_a_project_name_the_tracker_refuses_fails_at_the_config_check(logger, project, rule):
+    check_loggers([logger], "GRPO-qwen2.5_7b")
+    with pytest.raises(ConfigError) as error:
+        load_config([f"trainer.logger=[console,{logger}]", f"trainer.project_name='{project}'"])
+    assert str(error.value) == (f"trainer.project_name={project!r} is not a project name {logger} takes ({rule}); rename it, "
+                                f"or remove {logger!r} from trainer.logger")
+
+
+def test_a_tracker_that_refuses_its_run_is_a_config_error_naming_it(tmp_path, monkeypatch):
+    """Past the checks (Tracking as a library): wandb's own refusal, raised before it starts any process."""
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    config = small_config()
+    config.trainer.project_name = "my proj/x:y"
+    with pytest.raises(ConfigError, match=r"^trainer.logger: wandb could not start its run \(trainer.project_name='my proj/x:y', "
+                                          r"trainer.experiment_name='exp1'\): UsageError: Invalid project name"):
+        Tracking(tmp_path, ["wandb"], total_steps=1, config=config)
+
+
+def test_a_resumed_run_replaces_the_later_steps_in_tensorboard(tmp_path, monkeypatch):
+    """Steps 3 and 4 logged, the run cut and resumed from its step-2 checkpoint: TensorBoard shows each step once, with
+    the resumed run's values, as metrics.jsonl keeps them."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    monkeypatch.delenv("TENSORBOARD_DIR", raising=False)
+    first = Tracking(tmp_path, ["tensorboard"], total_steps=4, config=small_config())
+    for step in (1, 2, 3, 4):
+        first.log({"critic/score/mean": float(step)}, step)
+    first.close()
+    time.sleep(1.1)  # event files are named by the second they are opened in
+    resumed = Tracking(tmp_path, ["tensorboard"], total_steps=4, initial_step=2, config=small_config())
+    for step in (3, 4):
+        resumed.log({"critic/score/mean": 10.0 * step}, step)
+    resumed.close()
+    events = EventAccumulator(str(tmp_path / "tensorboard"), size_guidance={"scalars": 0})
+    events.Reload()
+    assert [(e.step, e.value) for e in events.Scalars("critic/score/mean")] == [(1, 1.0), (2, 2.0), (3, 30.0), (4, 40.0)]
+    assert [json.loads(line)["critic/score/mean"] for line in (tmp_path / "metrics.jsonl").read_text().splitlines()] == [
+        1.0, 2.0, 30.0, 40.0]
+
+
+def test_wandb_dir_from_the_environment(tmp_path, monkeypatch):
+    import types
+
+    calls = {}
+
+    class Run:
+        dir = str(tmp_path / "elsewhere" / "wandb" / "offline-run-x" / "files")
+
+        def finish(self):
+            pass
+
+    fake = types.SimpleNamespace(init=lambda **kwargs: calls.update(kwargs) or Run(), Settings=lambda **kwargs: kwargs)
+    monkeypatch.setitem(sys.modules, "wandb", fake)
+    monkeypatch.setenv("WANDB_DIR", str(tmp_path / "elsewhere"))
+    from reinforge.trainer.tracking.wandb_logger import WandbLogger
+
+    WandbLogger(tmp_path / "run", "proj", "exp1", {}).close()
+    assert calls["dir"] == str(tmp_path / "elsewhere")
+    monkeypatch.delenv("WANDB_DIR")
+    WandbLogger(tmp_path / "run", "proj", "exp1", {}).close()
+    assert calls["dir"] == str(tmp_path / "run")

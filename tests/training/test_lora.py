@@ -60,6 +60,11 @@ def test_target_modules_names_the_adapted_layers(tiny_model_path):
     assert sorted(lora_scaling(model)) == [f"model.layers.{i}.self_attn.{p}" for i in (0, 1) for p in ("q_proj", "v_proj")]
     with pytest.raises(ConfigError, match=r"actor_rollout_ref\.model\.target_modules=\['qq_proj'\]"):
         add_lora(load(tiny_model_path), ModelConfig(lora_rank=2, target_modules=["qq_proj"]), "actor_rollout_ref.model")
+    # peft adapts what matches when another name matches nothing: each name of the list must match a layer
+    with pytest.raises(ConfigError, match=r"^m.target_modules names \['foo_proj'\], which match no layer of the model "
+                                          r"\(adapted: \['q_proj'\]\)"):
+        add_lora(load(tiny_model_path), ModelConfig(lora_rank=2, target_modules=["q_proj", "foo_proj"]), "m")
+    add_lora(load(tiny_model_path), ModelConfig(lora_rank=2, target_modules=["self_attn.q_proj", "mlp.up_proj"]), "m")
 
 
 def test_merged_weights_are_w_plus_scaled_b_a_and_compute_the_adapted_model(tiny_model_path):

@@ -20,6 +20,7 @@ import json
 import math
 import numbers
 import os
+import re
 from importlib import import_module
 from importlib.util import find_spec
 from pathlib import Path
@@ -53,9 +54,19 @@ def logger_names(value: str | list | tuple | None) -> list[str]:
     return [LOGGER_ALIASES.get(name, name) for name in names]
 
 
-def check_loggers(names: list[str]) -> None:
-    """Fail at start for an unknown tracker name or a tracker whose package is not installed."""
+# what a tracker refuses in a project name (wandb: these characters, 128 at most; swanlab: a pattern, 100 at most)
+PROJECT_NAME_RULES = {"wandb": (re.compile(r"^[^/\\#?%:]{1,128}$"), "no / \\ # ? % : and at most 128 characters"),
+                      "swanlab": (re.compile(r"^[0-9a-zA-Z_\-+.]{1,100}$"), "letters, digits, _ - + . and at most 100 characters")}
+
+
+def check_loggers(names: list[str], project: str | None = None) -> None:
+    """Fail at start for an unknown tracker name, a tracker whose package is not installed, or a trainer.project_name
+    the tracker would refuse once the models are loaded."""
     for name in names:
+        rule = PROJECT_NAME_RULES.get(name)
+        if rule and project is not None and not rule[0].match(str(project)):
+            raise ConfigError(f"trainer.project_name={project!r} is not a project name {name} takes ({rule[1]}); "
+                              f"rename it, or remove {name!r} from trainer.logger")
         if name not in LOGGER_NAMES:
             raise ConfigError(f"trainer.logger: {name!r} is not a logger; choose from {', '.join(LOGGER_NAMES)} "
                               "(metrics.jsonl in the run folder is always written)")
@@ -92,10 +103,16 @@ def _scalars(metrics: dict) -> dict[str, float]:
     return {k: float(v) for k, v in metrics.items() if isinstance(v, numbers.Real) and not isinstance(v, bool)}
 
 
-def _open_tracker(name: str, run_dir: Path, project: str, experiment: str, config: dict):
-    """Import the tracker's module (and so its package) only now, and start its run."""
+def _open_tracker(name: str, run_dir: Path, project: str, experiment: str, config: dict, initial_step: int):
+    """Import the tracker's module (and so its package) only now, and start its run; a tracker that refuses to start
+    (a name it does not take, a server it cannot reach) is a ConfigError naming it."""
     _, _, module, cls = OPTIONAL_TRACKERS[name]
-    return getattr(import_module(f"{__name__}.{module}"), cls)(run_dir, project, experiment, config)
+    tracker = getattr(import_module(f"{__name__}.{module}"), cls)
+    try:
+        return tracker(run_dir, project, experiment, config, initial_step)
+    except Exception as error:  # noqa: BLE001  (the tracker library's own errors: wandb's UsageError, pydantic's, ...)
+        raise ConfigError(f"trainer.logger: {name} could not start its run (trainer.project_name={project!r}, "
+                          f"trainer.experiment_name={experiment!r}): {type(error).__name__}: {error}") from error
 
 
 class Tracking:
@@ -113,7 +130,7 @@ class Tracking:
         self.trackers = {}
         try:
             for name in dict.fromkeys(n for n in names if n in OPTIONAL_TRACKERS):
-                self.trackers[name] = _open_tracker(name, Path(run_dir), project, experiment, config_dict)
+                self.trackers[name] = _open_tracker(name, Path(run_dir), project, experiment, config_dict, initial_step)
         except BaseException:
             self.close()  # the trackers already started (a wandb process, an open event file) end with the failed start
             raise

@@ -38,7 +38,7 @@ def flatten(tree: dict, prefix: str = "") -> dict[str, str]:
 
 
 class MlflowLogger:
-    def __init__(self, run_dir: Path, project: str, experiment: str, config: dict):
+    def __init__(self, run_dir: Path, project: str, experiment: str, config: dict, initial_step: int = 0):
         from mlflow.entities import Param
         from mlflow.tracking import MlflowClient
 

@@ -15,7 +15,7 @@ from reinforge.trainer.tracking import generations_markdown
 
 
 class SwanlabLogger:
-    def __init__(self, run_dir: Path, project: str, experiment: str, config: dict):
+    def __init__(self, run_dir: Path, project: str, experiment: str, config: dict, initial_step: int = 0):
         import swanlab
 
         self.swanlab = swanlab

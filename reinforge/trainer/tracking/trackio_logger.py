@@ -15,7 +15,7 @@ from reinforge.trainer.tracking import add_generations_row
 
 
 class TrackioLogger:
-    def __init__(self, run_dir: Path, project: str, experiment: str, config: dict):
+    def __init__(self, run_dir: Path, project: str, experiment: str, config: dict, initial_step: int = 0):
         import trackio
 
         self.trackio = trackio

@@ -2,7 +2,7 @@
 
 Never asks for a login: without an API key (`WANDB_API_KEY`, or a `wandb login` entry in ~/.netrc)
 the run is offline, and so is it with `WANDB_MODE=offline`; the offline run lives in
-`<run_dir>/wandb/` and `wandb sync <that folder>` uploads it later. `WANDB_ENTITY` and the other
+`<run_dir>/wandb/` (`$WANDB_DIR/wandb/` when set) and `wandb sync <that folder>` uploads it later. `WANDB_ENTITY` and the other
 `WANDB_*` variables work as wandb documents them. wandb's capture of stdout is off, so the
 console lines stay ours. Validation samples go to `val/generations` as verl's wandb.Table: a row per
 validation with the columns step, input_1, output_1, score_1, input_2, ...; it grows with every
@@ -30,12 +30,12 @@ def has_api_key() -> bool:
 
 
 class WandbLogger:
-    def __init__(self, run_dir: Path, project: str, experiment: str, config: dict):
+    def __init__(self, run_dir: Path, project: str, experiment: str, config: dict, initial_step: int = 0):
         import wandb
 
         self.wandb = wandb
         offline = os.environ.get("WANDB_MODE") == "offline" or not has_api_key()
-        self.run = wandb.init(project=project, name=experiment, config=config, dir=str(run_dir),
+        self.run = wandb.init(project=project, name=experiment, config=config, dir=os.environ.get("WANDB_DIR") or str(run_dir),
                               mode="offline" if offline else None, settings=wandb.Settings(console="off"))
         self.rows: list[list] = []
         if offline:
