@@ -116,8 +116,14 @@ def stop_if_nonfinite(count: int, step: int, limit: int) -> None:
 
 def stop_if_every_reward_failed(step: int, responses: int, counts: dict, reward_fn) -> None:
     """A RewardError when the reward function failed on every response of a training batch: a broken function
-    (always raising, returning a string or NaN, hanging past its timeout_s), not an unlucky row."""
+    (always raising, returning a string or NaN, hanging past its timeout_s), not an unlucky row; or when no verdict of
+    the reward judge parsed."""
     errors, timeouts = counts.get("reward/errors", 0), counts.get("reward/timeouts", 0)
+    if responses and counts.get("reward/judge_parse_failures", 0) >= responses:
+        raise RewardError(
+            f"step {step}: the reward judge's verdict parsed on none of the {responses} responses, so every reward would "
+            "be 0; the run stops before this step updates or saves anything. Its first verdict is printed above: make "
+            "reward_model.judge.score_pattern match what the judge writes, or the prompt ask for that form (docs/rewards.md)")
     if responses == 0 or errors + timeouts < responses:
         return
     summary = getattr(reward_fn, "failure_summary", None)

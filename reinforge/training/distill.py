@@ -187,7 +187,28 @@ class _TeacherSource:
         return getattr(self, key, default)
 
 
-def load_teachers(config, device, student_vocab: int, vocab: int) -> list[tuple[Teacher, torch.nn.Module]]:
+def check_teacher_tokenizer(teacher: Teacher, tokenizer, trust_remote_code: bool) -> None:
+    """A ModelError when the teacher's folder holds a tokenizer that gives the student's tokens other ids: its log-probs
+    would be of other tokens. A folder without tokenizer files is taken at its word (its vocabulary size is checked)."""
+    from pathlib import Path
+
+    from transformers import AutoTokenizer
+
+    from reinforge.training.model import TOKENIZER_FILES
+
+    folder = Path(teacher.model_path).expanduser()
+    if not any((folder / name).is_file() for name in TOKENIZER_FILES):
+        return
+    theirs = AutoTokenizer.from_pretrained(str(folder), trust_remote_code=trust_remote_code).get_vocab()
+    ours = tokenizer.get_vocab()
+    moved = sorted(token for token, index in ours.items() if theirs.get(token) != index)
+    if moved:
+        raise ModelError(f"{teacher.setting}={teacher.model_path}: the teacher's tokenizer gives {len(moved)} of the student's "
+                         f"{len(ours)} tokens other ids (e.g. {moved[:3]}), so its log-probs would be of other tokens; a "
+                         "teacher must share the student's tokenizer")
+
+
+def load_teachers(config, device, student_vocab: int, vocab: int, tokenizer=None) -> list[tuple[Teacher, torch.nn.Module]]:
     """Each teacher's causal LM, frozen, in the reference's dtype (and compute dtype); one that scores fewer tokens than the student's
     tokenizer has (`vocab`) is a ModelError (its log-probs would be of other tokens), and so is a forward_kl_topk topk
     above the vocabulary the two models share (`student_vocab`: the student's logits)."""
@@ -199,6 +220,8 @@ def load_teachers(config, device, student_vocab: int, vocab: int) -> list[tuple[
     student = config.actor_rollout_ref.model
     teachers = []
     for teacher in resolve_teachers(config.distillation):
+        if tokenizer is not None:
+            check_teacher_tokenizer(teacher, tokenizer, student.trust_remote_code)
         source = _TeacherSource(teacher.model_path, student.external_lib, student.trust_remote_code, {})
         model = load_pretrained(source, teacher.setting, "teacher model", config.actor_rollout_ref.ref.fsdp_config.model_dtype,
                                 lambda path, hf_config, kwargs: pretrained(AutoModelForCausalLM, path, **kwargs))

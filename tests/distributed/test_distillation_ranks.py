@@ -18,6 +18,7 @@ from reinforge.training.tiny_model import TinyModelSpec, ensure_tiny_model  # no
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "trainer"))
 from resume import is_wall_clock  # noqa: E402
+from test_distillation import with_tokenizer_of  # noqa: E402
 
 # averaged over each rank's micro-batches, which hold other rows than one process's (as actor/pg_clipfrac)
 PER_RANK = ("global_seqlen/", "actor/pg_clipfrac", "actor/ppo_kl", "actor/distillation/student_mass", "actor/distillation/teacher_mass",
@@ -27,7 +28,8 @@ EXTREMES = ("actor/distillation/student_mass_min", "actor/distillation/student_m
 
 
 def test_distillation_on_two_ranks_trains_like_one_process(tiny_model_path, cache_dir, tmp_path):
-    teacher = ensure_tiny_model(TinyModelSpec(seed=1), root=cache_dir / "models")
+    teacher = with_tokenizer_of(ensure_tiny_model(TinyModelSpec(seed=1), root=cache_dir / "models"), tiny_model_path,
+                                tmp_path / "teacher")
     reward = tmp_path / "reward.py"
     reward.write_text("def compute_score(data_source, solution_str, ground_truth, extra_info=None):\n"
                       "    return sum(map(ord, solution_str)) % 7 / 7\n")

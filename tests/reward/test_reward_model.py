@@ -13,7 +13,7 @@ from transformers import AutoModelForCausalLM, AutoModelForSequenceClassificatio
 from reinforge.batch import Batch
 from reinforge.config import load_config, unused_settings
 from reinforge.distributed import LocalWorkerGroup
-from reinforge.errors import ConfigError, ModelError
+from reinforge.errors import ConfigError, ModelError, RewardError
 from reinforge.inference import GenerationOutput
 from reinforge.inference.rollout import trajectories
 from reinforge.reward import make_reward_manager
@@ -221,6 +221,74 @@ def test_max_length_cuts_the_end_of_a_rebuilt_input_and_is_counted(tiny_model_pa
     assert scored["reward_tensor"][row].sum().item() == pytest.approx(direct_score(other_tokenizer_rm, full[row][:9]), abs=1e-5)
 
 
+def test_the_policys_tokenizer_decides_whether_inputs_are_rebuilt(tiny_model_path, tokenizer, other_tokenizer, tmp_path):
+    """A reward model with the policy's vocabulary but its own chat template rebuilds the conversations whatever
+    input_tokenizer names; an input_tokenizer whose vocabulary is not the policy's cannot decode the policy's tokens."""
+    templated = tokenizer.__class__.from_pretrained(tiny_model_path)
+    templated.chat_template = HASH_TEMPLATE
+    rm = save_classifier(tmp_path / "rm-hash", templated)
+    for extra in ([], [f"reward_model.model.input_tokenizer={rm}"]):
+        worker = worker_for(rm_config(tiny_model_path, rm, *extra))
+        assert worker.switch_chat_template, extra
+        assert worker.classifier_inputs(make_batch(tokenizer)).texts[0] == "### user: sort 3 1 2\n### assistant: 1 2 3\n"
+    other_tokenizer.save_pretrained(tmp_path / "other")
+    with pytest.raises(ModelError, match=r"^reward_model.model.input_tokenizer=.*other: its vocabulary is not the policy's"):
+        worker_for(rm_config(tiny_model_path, rm, f"reward_model.model.input_tokenizer={tmp_path / 'other'}"))
+
+
+def test_a_token_classifier_checkpoint_keeps_its_bias_and_is_read_at_the_last_token(tiny_model_path, tokenizer, tmp_path):
+    """verl's model merger saves value models as *ForTokenClassification, whose head has a bias; loaded as a sequence
+    classifier it would be dropped. Both the padded and the packed forward read it at the last token, as the model does."""
+    from transformers import LlamaForTokenClassification
+
+    config = LlamaConfig(vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256, num_labels=1,
+                         pad_token_id=tokenizer.pad_token_id, initializer_range=0.2)
+    torch.manual_seed(0)
+    model = LlamaForTokenClassification(config).eval()
+    with torch.no_grad():
+        model.score.bias.fill_(5.0)
+    model.save_pretrained(tmp_path / "tok-rm")
+    tokenizer.save_pretrained(tmp_path / "tok-rm")
+    batch = make_batch(tokenizer)
+    for packing in ("true", "false"):
+        worker = worker_for(rm_config(tiny_model_path, tmp_path / "tok-rm", f"reward_model.model.use_remove_padding={packing}"))
+        scores = worker.compute_rm_score(batch)["rm_scores"]
+        for row, length in enumerate(response_lengths(batch)):
+            if length:
+                ids = valid_ids(batch, row)
+                while ids[-1] == tokenizer.pad_token_id:  # read where a sequence classifier pools: the last non-pad token
+                    ids = ids[:-1]
+                with torch.no_grad():
+                    expected = model(input_ids=torch.tensor([valid_ids(batch, row)])).logits[0, len(ids) - 1, 0].item()
+                assert scores[row, length - 1].item() == pytest.approx(expected, abs=1e-5), packing
+
+
+def test_a_checkpoint_with_weights_the_classifier_would_not_use_is_refused(tiny_model_path, tokenizer, tmp_path):
+    from safetensors.torch import load_file, save_file
+
+    folder = save_classifier(tmp_path / "extra", tokenizer)
+    weights = load_file(folder / "model.safetensors")
+    save_file({**weights, "score.bias": torch.zeros(1)}, folder / "model.safetensors", metadata={"format": "pt"})
+    with pytest.raises(ModelError, match=r"the checkpoint has weights the LlamaForSequenceClassification does not use, e.g. "
+                                         r"\['score.bias'\]"):
+        worker_for(rm_config(tiny_model_path, folder))
+
+
+def test_a_max_length_that_leaves_no_response_token_is_named(tiny_model_path, tokenizer, other_tokenizer_rm, capsys):
+    worker = worker_for(rm_config(tiny_model_path, other_tokenizer_rm, "reward_model.max_length=3"))
+    worker.compute_rm_score(make_batch(tokenizer))
+    worker.compute_rm_score(make_batch(tokenizer))
+    err = capsys.readouterr().err
+    assert err.count("reinforge: warning: reward_model.max_length=3 cuts away every response token of 4 of 4 responses") == 1
+
+
+def test_max_length_with_the_policys_tokenizer_is_reported_without_effect(tiny_model_path, same_tokenizer_rm, capsys):
+    worker_for(rm_config(tiny_model_path, same_tokenizer_rm, "reward_model.max_length=8"))
+    assert "reinforge: note: reward_model.max_length=8 has no effect: the reward model's tokenizer is the policy's" in (
+        capsys.readouterr().out)
+
+
 def test_a_causal_lm_is_refused_as_a_classifier(tiny_model_path):
     with pytest.raises(ModelError, match="no weights for .*score"):
         worker_for(rm_config(tiny_model_path, tiny_model_path))
@@ -405,17 +473,26 @@ def test_one_training_step_with_a_reward_model_and_a_reward_function(run_steps, 
     assert metrics["reward/rm_score/mean"] != 0
 
 
-def test_one_training_step_with_a_judge_alone_and_validation(run_steps, tiny_model_path):
+def test_one_training_step_with_a_judge_alone_and_validation(run_steps, tiny_model_path, tmp_path):
     # no reward function: the judge's score is the whole reward, and the reward manager, unused, is not even made
     # (batch would refuse to be made without a batch function)
-    steps = run_steps("custom_reward_function.path=null", "reward_model.reward_manager=batch",
-                      "reward_model.enable=true", f"reward_model.model.path={tiny_model_path}", "reward_model.judge.enable=true",
-                      "reward_model.judge.max_new_tokens=4", "trainer.total_training_steps=1", "trainer.test_freq=1")
+    judge = ["custom_reward_function.path=null", "reward_model.reward_manager=batch", "reward_model.enable=true",
+             f"reward_model.model.path={tiny_model_path}", "reward_model.judge.enable=true",
+             "reward_model.judge.apply_chat_template=false", "reward_model.judge.max_new_tokens=16", "reward_model.judge.max_score=9",
+             "reward_model.judge.temperature=1.0",
+             "trainer.total_training_steps=1", "trainer.test_freq=1"]
+    steps = run_steps(*judge, r"reward_model.judge.score_pattern='(\d)'")
     metrics = steps[1]
-    assert 0 <= metrics["reward/judge_parse_failures"] <= 4  # 2 prompts x n=2 responses, each judged once
+    assert 0 <= metrics["reward/judge_parse_failures"] < 4  # 2 prompts x n=2 responses, each judged once
     assert metrics["reward/errors"] == metrics["reward/timeouts"] == 0
     assert metrics["critic/score/mean"] == pytest.approx(metrics["reward/rm_score/mean"])
     assert any(key.startswith("val-aux/") and key.endswith("/rm_score/mean@1") for key in metrics)
+
+
+    # a judge none of whose verdicts parse would train on rewards of 0: the run stops before the update
+    with pytest.raises(RewardError, match=r"^step 1: the reward judge's verdict parsed on none of the 4 responses"):
+        run_steps(*judge, r"reward_model.judge.score_pattern='never (\d)'", run_dir=tmp_path / "unparsed")
+    assert not list((tmp_path / "unparsed").glob("global_step_*"))
 
 
 def test_a_rebuilt_response_keeps_its_special_tokens_but_the_eos_as_verl_decodes_it(tokenizer):

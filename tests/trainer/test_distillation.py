@@ -4,6 +4,8 @@ routing, the config's mistakes, and runs in which the student moves towards its 
 from __future__ import annotations
 
 import math
+import shutil
+from pathlib import Path
 
 import pytest
 import torch
@@ -12,12 +14,27 @@ from reinforge.batch import Batch
 from reinforge.config import load_config
 from reinforge.errors import ConfigError, DataError, ModelError
 from reinforge.training.distill import teacher_log_probs, teacher_outputs, topk_losses
+from reinforge.training.model import TOKENIZER_FILES
 from reinforge.training.tiny_model import TinyModelSpec, ensure_tiny_model
 
 
+def with_tokenizer_of(model: Path, student: Path, folder: Path) -> Path:
+    """`model`'s weights and config in `folder`, with `student`'s tokenizer: a teacher of other weights that shares the
+    student's tokenizer, as a distillation teacher must (tiny models of other seeds train tokenizers of their own)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    for file in model.iterdir():
+        if file.name in ("config.json", "generation_config.json", "model.safetensors"):
+            shutil.copy(file, folder / file.name)
+    for name in TOKENIZER_FILES + ("chat_template.jinja",):
+        if (student / name).is_file():
+            shutil.copy(student / name, folder / name)
+    return folder
+
+
 @pytest.fixture(scope="module")
-def teacher_path(cache_dir):
-    return ensure_tiny_model(TinyModelSpec(seed=1), root=cache_dir / "models")
+def teacher_path(cache_dir, tiny_model_path, tmp_path_factory):
+    other = ensure_tiny_model(TinyModelSpec(seed=1), root=cache_dir / "models")
+    return with_tokenizer_of(other, tiny_model_path, tmp_path_factory.mktemp("teacher"))
 
 
 def distill_args(teacher, mode="k3", *extra):
@@ -150,8 +167,15 @@ def test_start_up_mistakes_name_the_teacher_before_training(run_steps, teacher_p
     with pytest.raises(ModelError, match=r"distillation.teacher_models.teacher_model.model_path=.*nowhere"):
         run_steps(*distill_args(tmp_path / "nowhere"))
     small_vocab = ensure_tiny_model(TinyModelSpec(vocab_size=256), root=cache_dir / "models")
-    with pytest.raises(ModelError, match=r"the teacher scores 259 tokens, fewer than the student's tokenizer has \(384\)"):
+    with pytest.raises(ModelError, match=r"model_path=.*: the teacher's tokenizer gives \d+ of the student's 384 tokens other ids"):
         run_steps(*distill_args(small_vocab))
+    weights_only = tmp_path / "weights_only"  # no tokenizer to compare: the size of its vocabulary still is
+    weights_only.mkdir()
+    for file in small_vocab.iterdir():
+        if file.name in ("config.json", "model.safetensors", "generation_config.json"):
+            (weights_only / file.name).write_bytes(file.read_bytes())
+    with pytest.raises(ModelError, match=r"the teacher scores 259 tokens, fewer than the student's tokenizer has \(384\)"):
+        run_steps(*distill_args(weights_only))
     two = ["+distillation.teacher_models.a.model_path=" + str(teacher_path), "+distillation.teacher_models.a.key=elsewhere",
            "+distillation.teacher_models.b.model_path=" + str(teacher_path), "+distillation.teacher_models.b.key=other"]
     with pytest.raises(DataError, match=r"train.*: rows whose data_source is '.*' have no teacher: the teachers' keys .* are "
@@ -165,10 +189,12 @@ def test_start_up_mistakes_name_the_teacher_before_training(run_steps, teacher_p
     assert not (tmp_path / "run" / "metrics.jsonl").exists()  # nothing trained
 
 
-def test_a_teacher_with_a_larger_padded_vocabulary_gives_top_k_ids_the_student_has(run_steps, cache_dir):
+def test_a_teacher_with_a_larger_padded_vocabulary_gives_top_k_ids_the_student_has(run_steps, cache_dir, tiny_model_path,
+                                                                                     tmp_path):
     """A teacher whose embedding has more rows than the student's logits (a padded vocabulary): its top-k is taken among
     the ids the student scores, so the top-k loss can index them."""
-    larger = ensure_tiny_model(TinyModelSpec(vocab_size=512, seed=1), root=cache_dir / "models")
+    larger = with_tokenizer_of(ensure_tiny_model(TinyModelSpec(vocab_size=512, seed=1), root=cache_dir / "models"),
+                               tiny_model_path, tmp_path / "larger")
     steps = run_steps(*distill_args(larger, "forward_kl_topk", "distillation.distillation_loss.topk=16"))
     assert all(math.isfinite(metrics["actor/distillation/loss"]) for metrics in steps.values())
     logits = torch.randn(2, 3, 40)

@@ -1,7 +1,8 @@
 """A sequence-classification reward model: its inputs and its scores.
 
 The model is an `AutoModelForSequenceClassification` with one label (verl's discriminative
-reward model). Its score of a sequence is what its own forward returns: the logit at the last
+reward model), or an `AutoModelForTokenClassification` when the checkpoint is one (as verl's model
+merger saves value models), read at the same position. Its score of a sequence is what its own forward returns: the logit at the last
 token that is not the pad token (`config.pad_token_id`). So when pad and EOS share an id, a
 response ending in EOS is scored at the token before it, exactly as a direct forward of the same
 text would score it. Padding positions are filled with the model's pad id before the forward. With
@@ -42,6 +43,7 @@ class ClassifierInputs:
     position_ids: torch.Tensor
     texts: list[str] | None
     truncated: list[bool]
+    unscored: int = 0  # rows cut to max_length before their first response token: the model reads their prompt only
 
 
 def same_tokenizer(a: Any, b: Any) -> bool:
@@ -62,9 +64,14 @@ def classifier_inputs(batch: Batch, input_tokenizer: Any, rm_tokenizer: Any | No
         texts.append(rm_tokenizer.apply_chat_template(chat, tokenize=False, add_generation_prompt=False))
     rows = [rm_tokenizer(text, add_special_tokens=False)["input_ids"] for text in texts]
     truncated = [max_length is not None and len(ids) > max_length for ids in rows]
+    unscored = sum(len(rm_tokenizer(rm_tokenizer.apply_chat_template(chat_messages(batch, row), tokenize=False,
+                                                                       add_generation_prompt=True),
+                                    add_special_tokens=False)["input_ids"]) >= max_length
+                   for row, cut in enumerate(truncated) if cut)
     rows = [ids[:max_length] for ids in rows]
     input_ids, attention_mask = right_padded(rows, pad_id)
-    return ClassifierInputs(input_ids, attention_mask, (attention_mask.cumsum(-1) - 1).clamp(min=0), texts, truncated)
+    return ClassifierInputs(input_ids, attention_mask, (attention_mask.cumsum(-1) - 1).clamp(min=0), texts, truncated,
+                            unscored)
 
 
 def right_padded(rows: list[list[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -106,8 +113,12 @@ def sequence_scores(model: torch.nn.Module, inputs: ClassifierInputs, micro_batc
                                                    (inputs.input_ids, inputs.attention_mask, inputs.position_ids))
         found = _packed_scores(model, head, input_ids, attention_mask.bool(), position_ids) if pack else None
         if found is None:  # the padded forward
-            found = model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
-                          use_cache=False).logits[:, 0]  # (micro,): one label
+            logits = model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, use_cache=False).logits
+            if logits.dim() == 3:  # a token classifier: read where a sequence classifier pools, the last token not the pad id
+                scored = attention_mask.bool() & (input_ids != model.config.pad_token_id)
+                last = (torch.arange(scored.shape[1], device=device) * scored).argmax(-1)
+                logits = logits[torch.arange(len(last), device=device), last]
+            found = logits[:, 0]  # (micro,): one label
         scores[group] = found.float().cpu()
     return scores
 

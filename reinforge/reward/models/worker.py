@@ -21,6 +21,7 @@ prints the first rebuilt input (or judge exchange) once, to show what the reward
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 import torch
@@ -47,7 +48,7 @@ class RewardModelWorker:
         self.model: torch.nn.Module | None = None
         self.judge: Judge | None = None
         self.switch_chat_template = False
-        self._shown = False
+        self._shown = self._warned_cut = False
 
     @register(Dispatch.ALL)
     def init_model(self) -> None:
@@ -61,7 +62,15 @@ class RewardModelWorker:
             self.judge = Judge(rm.judge, self.tokenizer, engine, rm.max_length)
             return
         self.model = _load(self.config, judge=False, device=self.device, pad_token_id=self.tokenizer.pad_token_id)
-        self.switch_chat_template = not same_tokenizer(self.input_tokenizer, self.tokenizer)
+        policy = load_tokenizer(self.config)  # what made the ids: the reward model reads them as they are only with its tokenizer
+        if rm.model.input_tokenizer is not None and self.input_tokenizer.get_vocab() != policy.get_vocab():
+            raise ModelError(f"reward_model.model.input_tokenizer={rm.model.input_tokenizer}: its vocabulary is not the "
+                             f"policy's ({self.config.actor_rollout_ref.model.path}), and it decodes the policy's tokens; "
+                             "leave it unset (the policy's tokenizer, verl's default)")
+        self.switch_chat_template = not same_tokenizer(policy, self.tokenizer)
+        if not self.switch_chat_template and rm.max_length is not None:
+            print(f"reinforge: note: reward_model.max_length={rm.max_length} has no effect: the reward model's tokenizer is "
+                  "the policy's, so it reads the policy's tokens as they are (as in verl)", flush=True)
         if self.switch_chat_template and not self.tokenizer.chat_template:
             raise ModelError(f"{PATH_KEY}={rm.model.path}: its tokenizer differs from the policy's and has no chat template, so "
                              "the conversations cannot be rebuilt for it; add a chat_template to its tokenizer_config.json")
@@ -77,7 +86,13 @@ class RewardModelWorker:
                          {"rm_truncated": verdicts.truncated, "judge_parse_failed": verdicts.parse_failed})
         inputs = self.classifier_inputs(batch)
         if inputs.texts:
-            self._show_once(f"the reward model reads conversations in its own chat template; the first: {inputs.texts[0]!r}")
+            cut = f" (cut to reward_model.max_length={self.config.reward_model.max_length} tokens)" if inputs.truncated[0] else ""
+            self._show_once(f"the reward model reads conversations in its own chat template; the first{cut}: {inputs.texts[0]!r}")
+        if inputs.unscored and not self._warned_cut:
+            self._warned_cut = True
+            print(f"reinforge: warning: reward_model.max_length={self.config.reward_model.max_length} cuts away every response "
+                  f"token of {inputs.unscored} of {len(inputs.truncated)} responses, whose rebuilt prompts alone are longer: "
+                  "the reward model scores their prompts only. Raise reward_model.max_length", file=sys.stderr, flush=True)
         rm = self.config.reward_model
         scores = sequence_scores(self.model, inputs, rm.micro_batch_size_per_gpu,
                                  rm.forward_max_token_len_per_gpu if rm.use_dynamic_bsz else None, rm.model.use_remove_padding)
@@ -122,12 +137,14 @@ def _load(config: Config, judge: bool, device: str, pad_token_id: int | None = N
 
     Every weight must come from the checkpoint; the classifier gets `pad_token_id` when its config has none.
     """
-    from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification
+    from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification, AutoModelForTokenClassification
 
-    cls = AutoModelForCausalLM if judge else AutoModelForSequenceClassification
     model_cfg = config.reward_model.model
 
     def build(source: str, hf_config: Any, kwargs: dict) -> torch.nn.Module:
+        # a *ForTokenClassification checkpoint (verl's model merger saves value models so) keeps its head's bias
+        token = any(str(name).endswith("ForTokenClassification") for name in getattr(hf_config, "architectures", None) or ())
+        cls = AutoModelForCausalLM if judge else AutoModelForTokenClassification if token else AutoModelForSequenceClassification
         if type(hf_config) not in cls._model_mapping:
             hint = "" if judge else "; for a causal LM judge set reward_model.judge.enable=true"
             raise ModelError(f"transformers has no {cls.__name__} for {type(hf_config).__name__}{hint}")
@@ -141,6 +158,9 @@ def _load(config: Config, judge: bool, device: str, pad_token_id: int | None = N
         if info["missing_keys"]:
             raise ModelError(f"the checkpoint has no weights for {sorted(info['missing_keys'])[:4]}, so they would be random "
                              "(is it a reward model of this kind?)")
+        if not judge and info["unexpected_keys"]:
+            raise ModelError(f"the checkpoint has weights the {type(model).__name__} does not use, e.g. "
+                             f"{sorted(info['unexpected_keys'])[:4]}, so its scores would not be the checkpoint's")
         if info["mismatched_keys"]:
             shapes = ", ".join(f"{name} is {tuple(saved)} in the checkpoint, {tuple(built)} in the model"
                                for name, saved, built in sorted(info["mismatched_keys"])[:4])
