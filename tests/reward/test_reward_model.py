@@ -506,3 +506,11 @@ def test_a_rebuilt_response_keeps_its_special_tokens_but_the_eos_as_verl_decodes
     batch = Batch({"responses": torch.tensor([ids]), "attention_mask": torch.ones(1, 2 + len(ids), dtype=torch.long)})
     assert response_texts(batch, tokenizer) == ["12"]  # the reward function's solution_str
     assert response_texts(batch, tokenizer, keep_special=True) == ["1<|im_start|>2"]
+
+
+def test_a_filter_metric_a_reward_model_alone_cannot_give_is_refused_at_start(tiny_model_path, same_tokenizer_rm):
+    base = ["algorithm.filter_groups.enable=true", "actor_rollout_ref.rollout.n=2", "custom_reward_function.path=null"]
+    with pytest.raises(ConfigError, match=r"^algorithm.filter_groups.metric='acc': the reward is the reward model's score alone"):
+        rm_config(tiny_model_path, same_tokenizer_rm, *base, "algorithm.filter_groups.metric=acc")
+    for metric in ("rm_score", "seq_reward"):
+        rm_config(tiny_model_path, same_tokenizer_rm, *base, f"algorithm.filter_groups.metric={metric}")
