@@ -96,14 +96,19 @@ class Verdicts:
     truncated: list[bool]
 
 
+def check_judge_tokenizer(config: Any, tokenizer: Any, where: str) -> None:
+    """A ModelError naming `where` when the judge's inputs are to be chat-rendered and its tokenizer has no template."""
+    if config.apply_chat_template and not tokenizer.chat_template:
+        raise ModelError(f"{where}: the judge's tokenizer has no chat template; set {_KEY}.apply_chat_template=false to give "
+                         "it the filled template as plain text, or use a chat model")
+
+
 class Judge:
     """Fills the template for each row, has `engine` write verdicts, and parses their scores."""
 
     def __init__(self, config: Any, tokenizer: Any, engine: InferenceEngine, max_length: int | None = None):
         check_judge_config(config)
-        if config.apply_chat_template and not tokenizer.chat_template:
-            raise ModelError(f"the judge's tokenizer has no chat template; set {_KEY}.apply_chat_template=false to give it the "
-                             "filled template as plain text, or use a chat model")
+        check_judge_tokenizer(config, tokenizer, "the judge")
         self.config, self.tokenizer, self.engine, self.max_length = config, tokenizer, engine, max_length
         self.pattern = re.compile(config.score_pattern)
         self.uses_ground_truth = "ground_truth" in _PLACEHOLDER.findall(config.prompt_template)

@@ -32,7 +32,7 @@ from reinforge.distributed import Dispatch, register
 from reinforge.errors import ModelError
 from reinforge.inference import HFEngine
 from reinforge.reward.models.classifier import ClassifierInputs, classifier_inputs, same_tokenizer, sequence_scores
-from reinforge.reward.models.judge import Judge
+from reinforge.reward.models.judge import Judge, check_judge_tokenizer
 from reinforge.reward.models.rows import on_last_response_token
 from reinforge.training.model import load_pretrained, load_tokenizer, prepare_model, tokenizer_source
 
@@ -56,6 +56,7 @@ class RewardModelWorker:
         self.input_tokenizer = _input_tokenizer(self.config)
         self.tokenizer = _tokenizer(rm.model.path, PATH_KEY, rm.model.trust_remote_code)
         if rm.judge.enable:
+            check_judge_tokenizer(rm.judge, self.tokenizer, f"{PATH_KEY}={rm.model.path}")  # before the model loads
             model = _load(self.config, judge=True, device=self.device)
             engine = HFEngine(model, self.tokenizer.pad_token_id, _eos_ids(model, self.tokenizer), seed=self.config.trainer.seed,
                               micro_batch_size=rm.micro_batch_size_per_gpu)
