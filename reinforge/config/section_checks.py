@@ -24,6 +24,14 @@ def choice(key: str, value: object, allowed: tuple | list) -> None:
         raise ConfigError(f"{key}={value!r} is not one of: {', '.join(map(str, allowed))}")
 
 
+def chat_template(key: str, template: str | None) -> None:
+    """A ConfigError when a chat template setting holds no Jinja ({{ }} or {% %}): a path or a name given where the
+    template's text belongs would render every prompt as that text."""
+    if template is not None and "{{" not in str(template) and "{%" not in str(template):
+        raise ConfigError(f"{key}={template!r} is not a Jinja chat template (no {{{{ }}}} or {{% %}}); give the template's "
+                          "text itself (e.g. with $(cat template.jinja) in the command line)")
+
+
 def positive(key: str, value: float | int | None, allow_zero: bool = False) -> None:
     if value is None:
         return

@@ -247,6 +247,7 @@ def finalize_sft(config: SFTConfig, ranks: int, user_keys: list[str] | tuple = (
         CHECKPOINT_CONTENTS,
         DTYPE_NAMES,
         LR_SCHEDULES,
+        chat_template,
         check_mixed_precision,
         check_optim,
         choice,
@@ -298,6 +299,8 @@ def finalize_sft(config: SFTConfig, ranks: int, user_keys: list[str] | tuple = (
         positive("data.max_token_len_per_gpu", data.max_token_len_per_gpu)
     trainer.logger = logger_names(trainer.logger)  # verl also takes a bare string: trainer.logger=console
     check_loggers(trainer.logger, trainer.project_name)
+    chat_template("model.custom_chat_template" if given("model.custom_chat_template") else "data.chat_template",
+                  data.chat_template)  # where both names end up
     for name in ("messages_key", "tools_key", "enable_thinking_key"):  # verl's newer MultiTurnSFTDataset reads data.<name>
         top, nested = getattr(data, name), getattr(data.multiturn, name)
         if top is not None and top != nested:

@@ -39,7 +39,6 @@ _ALWAYS_INERT = {
     "actor_rollout_ref.model.use_shm": "the model is read from its folder",
     "actor_rollout_ref.actor.use_torch_compile": "no torch.compile in this version",
     "actor_rollout_ref.hybrid_engine": "actor, rollout and reference always share one worker",
-    "data.dataloader_num_workers": "prompts are prepared in-process",
     "actor_rollout_ref.rollout.agent.num_workers": "every row's agent loop runs in one asyncio event loop of the rollout worker",
     "actor_rollout_ref.rollout.agent.custom_async_server": "generation runs on the engine of actor_rollout_ref.rollout.name; "
                                                            "there is no async server to replace",

@@ -24,6 +24,7 @@ from reinforge.config.section_checks import (
     LR_SCHEDULES,
     STRATEGIES,
     adopt_newer_places,
+    chat_template,
     check_gdpo,
     check_lora,
     check_mixed_precision,
@@ -56,6 +57,8 @@ def finalize(config: Config, quickstart: bool = False) -> None:
     if rollout.prompt_length is None:
         rollout.prompt_length = data.max_prompt_length
     positive("actor_rollout_ref.actor.clip_ratio", actor.clip_ratio, allow_zero=True)
+    positive("data.dataloader_num_workers", data.dataloader_num_workers, allow_zero=True)
+    chat_template("actor_rollout_ref.model.custom_chat_template", config.actor_rollout_ref.model.custom_chat_template)
     if actor.clip_ratio_low is None:
         actor.clip_ratio_low = actor.clip_ratio
     if actor.clip_ratio_high is None:

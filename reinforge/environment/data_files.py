@@ -87,3 +87,40 @@ def read_rows(given: str) -> tuple[list[dict[str, Any]], list[str]]:
         if not isinstance(row, dict):
             raise DataError(f"{given}: row {row_number} is a JSON {type(row).__name__}, not an object of columns.")
     return rows, list(dict.fromkeys(key for row in rows for key in row))
+
+
+def to_messages(value: Any, origin: tuple[str, int], column: str) -> list[dict[str, Any]]:
+    """The chat messages of one prompt value: a list of role/content dicts, or a string as one user message. A message
+    may have no content when it carries tool calls (an assistant turn that only calls tools), as chat templates take it."""
+    if isinstance(value, str):
+        if value.lstrip().startswith("[{") and _json_messages(value):
+            file, row = origin
+            raise DataError(f"{file}: row {row}, column {column!r}: the prompt is a chat message list encoded as JSON text "
+                            f"({preview(value, 60)}); it would be trained as that text. Store the list itself (decode it "
+                            "with json.loads when writing the file)")
+        return [{"role": "user", "content": value}]
+    if isinstance(value, (list, tuple)) and value and all(
+        isinstance(m, dict) and isinstance(m.get("role"), str) and (m.get("content") is not None or m.get("tool_calls"))
+        for m in value
+    ):
+        return [dict(m) for m in value]
+    file, row = origin
+    raise DataError(
+        f"{file}: row {row}, column {column!r}: a prompt must be a string or a non-empty list of chat messages "
+        f"{{'role': ..., 'content': ...}}; got {preview(value)}."
+    )
+
+
+def _json_messages(text: str) -> bool:
+    """Whether `text` is JSON of a list of role/content messages."""
+    try:
+        decoded = json.loads(text)
+    except ValueError:
+        return False
+    return isinstance(decoded, list) and bool(decoded) and all(isinstance(m, dict) and "role" in m for m in decoded)
+
+
+def preview(value: Any, limit: int = 120) -> str:
+    """A value's type and its repr, cut to `limit` characters, for messages about a row."""
+    text = repr(value)
+    return f"{type(value).__name__} {text if len(text) <= limit else text[:limit] + '...'}"

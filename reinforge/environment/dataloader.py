@@ -2,7 +2,8 @@
 
 Without a sampler, the order of epoch `e` is a pure function of `(seed, e)` and the number of
 rows at the epoch's start: when shuffling, the (e+1)-th permutation drawn from
-`torch.Generator().manual_seed(seed)` (verl's sampler), the dataset order otherwise. With a sampler (`data.sampler`, see
+`torch.Generator().manual_seed(seed)` (verl's sampler; the (2e+2)-th with `draws_per_epoch=2`, as verl's
+loader draws them with worker processes), the dataset order otherwise. With a sampler (`data.sampler`, see
 `environment/sampler.py`), the sampler yields the indices, drawn lazily: a batch's indices are
 taken from it only when that batch is built, so a curriculum's `update` after a step shapes the
 next batch.
@@ -49,7 +50,8 @@ class PromptLoader:
         batch_size: items per batch.
         collate_fn: turns a list of items into a batch (see `reinforge.environment.dataset.collate_fn`).
         shuffle: draw a fresh permutation each epoch; otherwise the dataset order. Unused with a sampler.
-        seed: epoch `e` is the (e+1)-th permutation of `torch.Generator().manual_seed(seed)`.
+        seed: epoch `e` is the (e+1)-th permutation of `torch.Generator().manual_seed(seed)`, or with
+            `draws_per_epoch=2` the (2e+2)-th (see `order`).
         drop_last: skip the last, smaller batch of an epoch.
         batch_key: the config key that set `batch_size`, for error messages.
         sampler: yields the dataset indices of each epoch instead (see `environment/sampler.py`).
@@ -57,7 +59,7 @@ class PromptLoader:
 
     def __init__(self, dataset: Any, batch_size: int, collate_fn: Callable[[list[Any]], Any],
                  shuffle: bool, seed: int, drop_last: bool = True, batch_key: str = "data.train_batch_size",
-                 sampler: Any = None):
+                 sampler: Any = None, draws_per_epoch: int = 1):
         if batch_size <= 0:
             raise ConfigError(f"{batch_key}={batch_size}: the batch size must be positive.")
         rows = len(dataset)
@@ -81,6 +83,7 @@ class PromptLoader:
         self.drop_last = drop_last
         self.sampler = sampler
         self.batch_key = batch_key
+        self.draws_per_epoch = draws_per_epoch
         self._epoch = 0
         self._served = 0  # rows of the current epoch served so far
         self._epoch_size: int | None = None  # indices of the current epoch, fixed when it starts
@@ -104,15 +107,17 @@ class PromptLoader:
     def order(self, epoch: int, rows: int | None = None) -> list[int]:
         """Dataset indices of `epoch` in the order they are served without a sampler (`rows`: the dataset's length).
 
-        Shuffled, epoch e is the (e+1)-th permutation of one generator seeded with data.seed, as verl's sampler draws
-        them (torchdata's RandomSampler: one torch.randperm per epoch from the generator it was given), so a seed
-        gives verl's order in every epoch; computed from the seed and the epoch alone, so a resumed run needs no
-        generator state."""
+        Shuffled, epoch e is the last of the first (e+1) x draws_per_epoch permutations of one generator seeded with
+        data.seed, as verl's sampler draws them: torchdata's RandomSampler draws one torch.randperm per epoch from the
+        generator it was given, and its StatefulDataLoader with worker processes (verl's data.dataloader_num_workers,
+        8 by default) builds the sampler's iterator twice at each epoch's start, so there epoch e is the (2e+2)-th
+        (draws_per_epoch=2). A seed gives verl's order in every epoch; computed from the seed and the epoch alone, so
+        a resumed run needs no generator state."""
         rows = len(self.dataset) if rows is None else rows
         if not self.shuffle:
             return list(range(rows))
         generator = torch.Generator().manual_seed(self.seed)
-        for _ in range(epoch):
+        for _ in range((epoch + 1) * self.draws_per_epoch - 1):
             torch.randperm(rows, generator=generator)
         return torch.randperm(rows, generator=generator).tolist()
 

@@ -32,7 +32,7 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
-from reinforge.environment.data_files import file_list, read_rows
+from reinforge.environment.data_files import file_list, preview, read_rows, to_messages
 from reinforge.errors import ConfigError, DataError, ModelError
 from reinforge.user_code import check_keywords, load_user_class, user_call
 
@@ -42,28 +42,6 @@ Origin = tuple[str, int]  # (file as the user gave it, 0-based row within that f
 
 
 # ----------------------------------------------------------------------------------- one prompt
-def to_messages(value: Any, origin: Origin, column: str) -> list[dict[str, Any]]:
-    """The chat messages of one prompt value: a list of role/content dicts, or a string as one user message. A message
-    may have no content when it carries tool calls (an assistant turn that only calls tools), as chat templates take it."""
-    if isinstance(value, str):
-        return [{"role": "user", "content": value}]
-    if isinstance(value, (list, tuple)) and value and all(
-        isinstance(m, dict) and isinstance(m.get("role"), str) and (m.get("content") is not None or m.get("tool_calls"))
-        for m in value
-    ):
-        return [dict(m) for m in value]
-    file, row = origin
-    raise DataError(
-        f"{file}: row {row}, column {column!r}: a prompt must be a string or a non-empty list of chat messages "
-        f"{{'role': ..., 'content': ...}}; got {_preview(value)}."
-    )
-
-
-def _preview(value: Any, limit: int = 120) -> str:
-    text = repr(value)
-    return f"{type(value).__name__} {text if len(text) <= limit else text[:limit] + '...'}"
-
-
 def check_row(row: dict[str, Any], origin: Origin, config: Any) -> None:
     """DataError naming the file (or data generator), row and column of what the dataset cannot use, found at load
     rather than mid-run: an `extra_info` that is not a dict (its `index` is read and it is passed to the reward
@@ -72,7 +50,7 @@ def check_row(row: dict[str, Any], origin: Origin, config: Any) -> None:
     extra_info = row.get("extra_info")
     if extra_info is not None and not isinstance(extra_info, dict):
         raise DataError(f"{file}: row {number}, column 'extra_info': must be a dict of extra fields (verl's schema: "
-                        f"{{'split': 'train', 'index': 0}}) or null; got {_preview(extra_info)}.")
+                        f"{{'split': 'train', 'index': 0}}) or null; got {preview(extra_info)}.")
     for key, setting, what in ((config.image_key, "data.image_key", "images"), (config.video_key, "data.video_key", "videos")):
         value = row.get(key)
         if value is not None and not (hasattr(value, "__len__") and len(value) == 0):
@@ -196,7 +174,7 @@ class RLDataset(Dataset):
             reward_model = row.get("reward_model")
             if not isinstance(reward_model, dict) or "ground_truth" not in reward_model:
                 what = ("there is no such column" if reward_model is None
-                        else f"it holds {_preview(reward_model)}, without a 'ground_truth' key")
+                        else f"it holds {preview(reward_model)}, without a 'ground_truth' key")
                 raise DataError(f"{file}: row {number}, column 'reward_model': {what}. The reward function is called with "
                                 "the row's reward_model.ground_truth (verl's schema: {'style': 'rule', 'ground_truth': ...})")
 
@@ -264,7 +242,7 @@ class RLDataset(Dataset):
         if empty is not None:  # nothing for the model to continue from
             file, row = origins[empty]
             raise DataError(f"{file}: row {row}, column {key!r}: the prompt is 0 tokens after the chat template "
-                            f"({_preview(texts[empty])}); give it some text, or fix the chat template")
+                            f"({preview(texts[empty])}); give it some text, or fix the chat template")
         keep = self._fit_lengths(measured, origins, where, keep_none_ok)
         limit, mode = self.config.max_prompt_length, self.config.truncation
         self._has_ability |= any("ability" in rows[i] for i in keep)
@@ -414,7 +392,7 @@ def collate_prompts(items: list[dict[str, Any]], pad_token_id: int) -> dict[str,
 
 def _unpadded_ids(item: dict[str, Any], i: int) -> torch.Tensor:
     if not isinstance(item, dict) or "input_ids" not in item:
-        keys = sorted(item) if isinstance(item, dict) else _preview(item)
+        keys = sorted(item) if isinstance(item, dict) else preview(item)
         raise DataError(f"Dataset item {i} has no input_ids ({keys}); a Dataset's items are dicts with the prompt's "
                         "token ids as input_ids (1-D), and data_source, reward_model, extra_info for the reward.")
     ids = torch.as_tensor(item["input_ids"], dtype=torch.long)
@@ -483,5 +461,5 @@ def load_dataset_class(path: str, name: str | None) -> type:
     cls = load_user_class(path, name, "data.custom_cls.path", "data.custom_cls.name")
     if not issubclass(cls, Dataset):
         raise DataError(f"data.custom_cls.path={path!r}: {name!r} is not a subclass of torch.utils.data.Dataset; "
-                        f"it is {_preview(cls)}.")
+                        f"it is {preview(cls)}.")
     return cls

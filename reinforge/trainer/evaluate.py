@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 
 from reinforge.config.evaluation_schema import EvaluationConfig, unused_evaluation_settings
+from reinforge.environment.data_files import preview
 from reinforge.errors import DataError, RewardError
 from reinforge.reward.manager.base import Sample
 from reinforge.reward.manager.calls import function_name
@@ -132,11 +133,11 @@ def _samples(rows: list[dict[str, Any]], data: Any, where: str) -> tuple[list[Sa
             responses = [responses]
         if not isinstance(responses, (list, tuple)) or not responses or not all(isinstance(r, str) for r in responses):
             raise DataError(f"{where}: row {number}, column {data.response_key!r} (data.response_key): expected a non-empty "
-                            f"list of response strings, got {_preview(responses)}")
+                            f"list of response strings, got {preview(responses)}")
         reward_model = row.get(data.reward_model_key)
         if not isinstance(reward_model, dict) or "ground_truth" not in reward_model:
             raise DataError(f"{where}: row {number}, column {data.reward_model_key!r} (data.reward_model_key): expected a "
-                            f"dict with a 'ground_truth' key (verl's schema), got {_preview(reward_model)}")
+                            f"dict with a 'ground_truth' key (verl's schema), got {preview(reward_model)}")
         source = row.get(data.data_source_key)
         for response in responses:
             samples.append(Sample(row=number, data_source=source, solution_str=response,
@@ -160,8 +161,3 @@ def _check_scorers(rows: list[dict[str, Any]], data: Any, where: str) -> None:
             find_scorer(source)
         except RewardError as exc:
             raise RewardError(f"{where}: row {number}, column {data.data_source_key!r} (data.data_source_key): {exc}") from None
-
-
-def _preview(value: Any, limit: int = 100) -> str:
-    text = repr(value)
-    return f"{type(value).__name__} {text if len(text) <= limit else text[:limit] + '...'}"

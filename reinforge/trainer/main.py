@@ -114,13 +114,14 @@ def _run_in(run_dir: Path, config: Config, user_keys: list[str], startup: Startu
     train_set = create_rl_dataset(data.train_files, data, tokenizer, is_train=True, max_samples=data.max_samples)
     collate = collate_fn(tokenizer.pad_token_id)
     batch_key, batch_size = generation_batch(config)
+    draws = 2 if data.dataloader_num_workers > 0 else 1  # verl's loader with workers draws two permutations an epoch
     train_loader = PromptLoader(train_set, batch_size, collate, shuffle=data.shuffle, seed=data.seed, drop_last=True,
-                                batch_key=batch_key, sampler=create_rl_sampler(data, train_set))
+                                batch_key=batch_key, sampler=create_rl_sampler(data, train_set), draws_per_epoch=draws)
     val_loader = None
     if data.val_files:
         val_set = create_rl_dataset(data.val_files, data, tokenizer, is_train=False, max_samples=data.max_val_samples)
         val_loader = PromptLoader(val_set, data.val_batch_size or len(val_set), collate, shuffle=data.validation_shuffle,
-                                  seed=data.seed, drop_last=False, batch_key="data.val_batch_size")
+                                  seed=data.seed, drop_last=False, batch_key="data.val_batch_size", draws_per_epoch=draws)
 
     vocab_size = model_vocab_size(config.actor_rollout_ref.model)
     for dataset in (train_set, val_loader.dataset if val_loader else None):

@@ -465,3 +465,15 @@ def test_critic_hf_config_path_and_exclude_modules_are_read_as_the_actors(tiny_m
     adapted = {name.rsplit(".", 1)[-1] for name, module in add_lora(load_value_model(lora, "cpu"), lora.critic.model,
                                                                       "critic.model").named_modules() if hasattr(module, "lora_A")}
     assert "k_proj" in adapted and "q_proj" not in adapted
+
+
+def test_a_chat_template_that_is_no_jinja_is_refused_at_the_config_check():
+    """A path given where the template's text belongs would render every prompt as that path (verl takes it so too)."""
+    with pytest.raises(ConfigError, match=r"^actor_rollout_ref.model.custom_chat_template='/tmp/tmpl.jinja' is not a Jinja "
+                                          r"chat template"):
+        load_config([*VERL, "actor_rollout_ref.model.custom_chat_template=/tmp/tmpl.jinja"])
+    load_config([*VERL, "actor_rollout_ref.model.custom_chat_template='{% for m in messages %}{{ m.content }}{% endfor %}'"])
+    from reinforge.config.sft_schema import load_sft_config
+
+    with pytest.raises(ConfigError, match=r"^data.chat_template='chatml' is not a Jinja chat template"):
+        load_sft_config(["model.partial_pretrain=/m", "data.train_files=t.parquet", "data.chat_template=chatml"], None, 1)

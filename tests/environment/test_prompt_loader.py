@@ -11,9 +11,11 @@ from reinforge.environment.dataset import RLDataset, collate_fn
 from reinforge.errors import DataError
 
 
-def _loader(rows: int = 10, batch_size: int = 3, shuffle: bool = True, seed: int = 7, drop_last: bool = True) -> PromptLoader:
+def _loader(rows: int = 10, batch_size: int = 3, shuffle: bool = True, seed: int = 7, drop_last: bool = True,
+            draws_per_epoch: int = 1) -> PromptLoader:
     """A loader over the integers 0..rows-1 whose batches are the lists of dataset indices."""
-    return PromptLoader(list(range(rows)), batch_size, list, shuffle=shuffle, seed=seed, drop_last=drop_last)
+    return PromptLoader(list(range(rows)), batch_size, list, shuffle=shuffle, seed=seed, drop_last=drop_last,
+                        draws_per_epoch=draws_per_epoch)
 
 
 def _epochs(loader: PromptLoader, epochs: int) -> list[list[int]]:
@@ -48,6 +50,12 @@ def test_shuffled_order_is_verls_in_every_epoch():
     loader = _loader(rows=10, batch_size=10, seed=42)
     assert [loader.order(epoch) for epoch in range(3)] == verl
     assert _epochs(loader, 3) == verl
+    # with verl's default data.dataloader_num_workers=8, its StatefulDataLoader builds the sampler's iterator twice at each
+    # epoch's start (two permutations drawn, the second served): what verl 0.9.1 printed with num_workers=8
+    workers = [[3, 5, 8, 9, 4, 6, 1, 0, 7, 2], [9, 2, 5, 1, 4, 3, 7, 0, 8, 6], [3, 6, 8, 2, 9, 5, 7, 0, 4, 1]]
+    loader = _loader(rows=10, batch_size=10, seed=42, draws_per_epoch=2)
+    assert [loader.order(epoch) for epoch in range(3)] == workers
+    assert _epochs(loader, 3) == workers
 
 
 def test_epoch_advances_after_each_full_pass():

@@ -304,6 +304,16 @@ def test_bad_prompt_value_names_row_and_column(tmp_path, tokenizer, data_config,
         RLDataset(path, tokenizer, data_config())
 
 
+def test_a_message_list_encoded_as_json_text_is_named_rather_than_trained_as_text(tmp_path, tokenizer, data_config, write_rows):
+    encoded = '[{"role": "user", "content": "What is 2+1?"}]'
+    path = write_rows(tmp_path / "d.jsonl", [{"prompt": "fine"}, {"prompt": encoded}])
+    with pytest.raises(DataError, match=r"d\.jsonl: row 1, column 'prompt': the prompt is a chat message list encoded as JSON "
+                                        r"text"):
+        RLDataset(path, tokenizer, data_config())
+    plain = write_rows(tmp_path / "p.jsonl", [{"prompt": "[1, 2] sorted?"}, {"prompt": "[{a}] is a set"}])
+    assert len(RLDataset(plain, tokenizer, data_config())) == 2  # text that only looks like it stays text
+
+
 def test_tokenizer_without_chat_template_points_to_custom_chat_template(tmp_path, monkeypatch, tokenizer, data_config,
                                                                         make_rows, write_rows):
     monkeypatch.setattr(tokenizer, "chat_template", None)
