@@ -68,7 +68,7 @@ class DataConfig(Node):
     return_full_prompt: bool = _f(False, "Keep the prompt text after the chat template as `full_prompts`.")
     dataloader_num_workers: int = _f(8, "verl's loader worker processes; prompts are prepared in-process here. Above 0 it "
                                         "still sets the shuffled order verl's loader then serves (two permutations drawn "
-                                        "an epoch, the second used), so a seed gives verl's order either way.")
+                                        "an epoch, the second used), so a seed gives verl's training order either way.")
     filter_overlong_prompts_workers: int = _f(1, "Accepted for verl compatibility (processes that measure prompts for "
                                               "filter_overlong_prompts); prompts are measured in-process.")
     use_shm: bool = _f(False, "Accepted for verl compatibility (copy the data files to shared memory); no effect here.")

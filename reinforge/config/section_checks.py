@@ -29,7 +29,7 @@ def chat_template(key: str, template: str | None) -> None:
     template's text belongs would render every prompt as that text."""
     if template is not None and "{{" not in str(template) and "{%" not in str(template):
         raise ConfigError(f"{key}={template!r} is not a Jinja chat template (no {{{{ }}}} or {{% %}}); give the template's "
-                          "text itself (e.g. with $(cat template.jinja) in the command line)")
+                          f"text itself (on a command line, quoted for Hydra: \"{key}=\\\"$(cat template.jinja)\\\"\")")
 
 
 def positive(key: str, value: float | int | None, allow_zero: bool = False) -> None:

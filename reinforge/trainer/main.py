@@ -121,7 +121,7 @@ def _run_in(run_dir: Path, config: Config, user_keys: list[str], startup: Startu
     if data.val_files:
         val_set = create_rl_dataset(data.val_files, data, tokenizer, is_train=False, max_samples=data.max_val_samples)
         val_loader = PromptLoader(val_set, data.val_batch_size or len(val_set), collate, shuffle=data.validation_shuffle,
-                                  seed=data.seed, drop_last=False, batch_key="data.val_batch_size", draws_per_epoch=draws)
+                                  seed=data.seed, drop_last=False, batch_key="data.val_batch_size")
 
     vocab_size = model_vocab_size(config.actor_rollout_ref.model)
     for dataset in (train_set, val_loader.dataset if val_loader else None):

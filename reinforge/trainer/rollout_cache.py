@@ -10,8 +10,8 @@ scored afresh), kept with the step's prompts, so a dumped step replaces the prom
 
 The folder is `<dump_dir>/<experiment_name>_<project_name>/GBS<prompts>_N<n>_in<max_prompt_length>_out
 <max_response_length>/`, as in verl, where <prompts> is the number of prompts a generation batch holds (verl's
-loader batch: data.gen_batch_size, which is data.train_batch_size unless algorithm.filter_groups is on), so a change of those settings starts a new folder; a change of model, data or sampling
-does not, which is the point: delete the folder to generate anew. A dumped batch of another size than this run's
+loader batch: data.gen_batch_size when set, else data.train_batch_size), so a change of those settings starts a
+new folder; a change of model, data or sampling does not, which is the point: delete the folder to generate anew. A dumped batch of another size than this run's
 (a folder written by hand or by another version) stops the run, naming the file.
 """
 

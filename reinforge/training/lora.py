@@ -82,7 +82,8 @@ def add_lora(model: torch.nn.Module, model_cfg, key: str) -> torch.nn.Module:
         raise ConfigError(f"{key}.target_modules={modules!r}: {exc}{hint}") from exc
     modules = model_cfg.get("target_modules")
     if not adapter_path and not isinstance(modules, str):  # peft needs one name to match; each one named should
-        adapted = [name for name, module in target.named_modules() if module in adapted_layers(target)]
+        layers = {id(layer) for layer in adapted_layers(target)}
+        adapted = [name for name, module in target.named_modules() if id(module) in layers]
         unmatched = [m for m in modules if not any(name == m or name.endswith("." + m) for name in adapted)]
         if unmatched:
             raise ConfigError(f"{key}.target_modules names {unmatched}, which match no layer of the model (adapted: "

@@ -236,42 +236,62 @@ def test_the_policys_tokenizer_decides_whether_inputs_are_rebuilt(tiny_model_pat
         worker_for(rm_config(tiny_model_path, rm, f"reward_model.model.input_tokenizer={tmp_path / 'other'}"))
 
 
-def test_a_token_classifier_checkpoint_keeps_its_bias_and_is_read_at_the_last_token(tiny_model_path, tokenizer, tmp_path):
+def test_a_token_classifier_checkpoint_keeps_its_bias_and_is_read_at_the_last_token(tiny_model_path, tokenizer, tmp_path,
+                                                                                     monkeypatch):
     """verl's model merger saves value models as *ForTokenClassification, whose head has a bias; loaded as a sequence
-    classifier it would be dropped. Both the padded and the packed forward read it at the last token, as the model does."""
+    classifier it would be dropped. Both the padded and the packed forward read it at the last token that is not the pad
+    id (here the EOS id: a response ending in EOS is read at the token before), as a sequence classifier pools."""
     from transformers import LlamaForTokenClassification
 
+    import reinforge.reward.models.classifier as classifier
+
+    packed_runs = []
+    packed_scores = classifier._packed_scores
+    monkeypatch.setattr(classifier, "_packed_scores", lambda *args: packed_runs.append(packed_scores(*args)) or packed_runs[-1])
     config = LlamaConfig(vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
                          num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256, num_labels=1,
-                         pad_token_id=tokenizer.pad_token_id, initializer_range=0.2)
+                         pad_token_id=tokenizer.eos_token_id, initializer_range=0.2)
     torch.manual_seed(0)
     model = LlamaForTokenClassification(config).eval()
     with torch.no_grad():
         model.score.bias.fill_(5.0)
     model.save_pretrained(tmp_path / "tok-rm")
     tokenizer.save_pretrained(tmp_path / "tok-rm")
-    batch = make_batch(tokenizer)
-    for packing in ("true", "false"):
-        worker = worker_for(rm_config(tiny_model_path, tmp_path / "tok-rm", f"reward_model.model.use_remove_padding={packing}"))
+    verl_critic = tmp_path / "verl-critic"  # verl's FSDP critic checkpoint: the same weights under the base model's name
+    model.config.architectures = ["LlamaForCausalLM"]
+    model.save_pretrained(verl_critic)
+    tokenizer.save_pretrained(verl_critic)
+    long_prompt = ([{"role": "user", "content": "count " + " ".join(map(str, range(40)))}], "40 41", True, "40 41 42")
+    batch = make_batch(tokenizer, [*ROWS, long_prompt, *ROWS])  # short rows fit beside the long one: packing pays
+    for packing, folder in (("true", tmp_path / "tok-rm"), ("false", tmp_path / "tok-rm"), ("true", verl_critic)):
+        worker = worker_for(rm_config(tiny_model_path, folder, f"reward_model.model.use_remove_padding={packing}"))
+        assert type(worker.model).__name__ == "LlamaForTokenClassification"
         scores = worker.compute_rm_score(batch)["rm_scores"]
+        assert any(run is not None for run in packed_runs) is (packing == "true"), packing
+        packed_runs.clear()
+        ended_by_eos = 0
         for row, length in enumerate(response_lengths(batch)):
             if length:
                 ids = valid_ids(batch, row)
-                while ids[-1] == tokenizer.pad_token_id:  # read where a sequence classifier pools: the last non-pad token
-                    ids = ids[:-1]
+                while ids[-1] == tokenizer.eos_token_id:  # the pad id: read at the last token before it
+                    ids, ended_by_eos = ids[:-1], ended_by_eos + 1
                 with torch.no_grad():
                     expected = model(input_ids=torch.tensor([valid_ids(batch, row)])).logits[0, len(ids) - 1, 0].item()
                 assert scores[row, length - 1].item() == pytest.approx(expected, abs=1e-5), packing
+        assert ended_by_eos
 
 
-def test_a_checkpoint_with_weights_the_classifier_would_not_use_is_refused(tiny_model_path, tokenizer, tmp_path):
+def test_a_checkpoint_whose_head_has_weights_the_classifier_would_not_use_is_refused(tiny_model_path, tokenizer, tmp_path):
+    """Extra weights of the score head would be dropped in silence; others (an lm_head a conversion left) are harmless."""
     from safetensors.torch import load_file, save_file
 
     folder = save_classifier(tmp_path / "extra", tokenizer)
     weights = load_file(folder / "model.safetensors")
-    save_file({**weights, "score.bias": torch.zeros(1)}, folder / "model.safetensors", metadata={"format": "pt"})
-    with pytest.raises(ModelError, match=r"the checkpoint has weights the LlamaForSequenceClassification does not use, e.g. "
-                                         r"\['score.bias'\]"):
+    save_file({**weights, "lm_head.weight": torch.zeros(len(tokenizer), 32)}, folder / "model.safetensors", metadata={"format": "pt"})
+    worker_for(rm_config(tiny_model_path, folder))
+    save_file({**weights, "classifier.weight": torch.zeros(1, 32)}, folder / "model.safetensors", metadata={"format": "pt"})
+    with pytest.raises(ModelError, match=r"the checkpoint's score head has weights the LlamaForSequenceClassification does "
+                                         r"not use, \['classifier.weight'\]"):
         worker_for(rm_config(tiny_model_path, folder))
 
 

@@ -387,3 +387,20 @@ def test_wandb_dir_from_the_environment(tmp_path, monkeypatch):
     monkeypatch.delenv("WANDB_DIR")
     WandbLogger(tmp_path / "run", "proj", "exp1", {}).close()
     assert calls["dir"] == str(tmp_path / "run")
+
+
+def test_a_fresh_run_hides_no_other_runs_curves_in_a_shared_tensorboard_dir(tmp_path, monkeypatch):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    monkeypatch.setenv("TENSORBOARD_DIR", str(tmp_path / "shared"))
+    first = Tracking(tmp_path / "a", ["tensorboard"], total_steps=3, config=small_config())
+    for step in (1, 2, 3):
+        first.log({"critic/score/mean": float(step)}, step)
+    first.close()
+    time.sleep(1.1)  # event files are named by the second they are opened in
+    second = Tracking(tmp_path / "b", ["tensorboard"], total_steps=1, config=small_config())
+    second.log({"critic/score/mean": 10.0}, 1)
+    second.close()
+    events = EventAccumulator(str(tmp_path / "shared"), size_guidance={"scalars": 0})
+    events.Reload()
+    assert sorted((e.step, e.value) for e in events.Scalars("critic/score/mean")) == [(1, 1.0), (1, 10.0), (2, 2.0), (3, 3.0)]

@@ -337,12 +337,13 @@ class _ToolWatch:
         seconds = tool_watchdog_seconds()
         with self.lock:
             self.next_key += 1
-            self.calls[self.next_key] = (time.monotonic() + seconds, seconds, message)
+            key = self.next_key
+            self.calls[key] = (time.monotonic() + seconds, seconds, message)
             if self.thread is None:
                 self.thread = threading.Thread(target=self._watch, name="reinforge-tool-watch", daemon=True)
                 self.thread.start()
         self.added.set()
-        return self.next_key
+        return key
 
     def done(self, key: int) -> None:
         with self.lock:
@@ -426,7 +427,7 @@ def _step(env, row: AgentRow, action: str) -> tuple[str, float, bool]:
     if not isinstance(result, (tuple, list)) or len(result) != 3:
         raise ConfigError(f"{where}: step returned {show_value(result)}; it returns (observation, reward, done)")
     observation, reward, done = result
-    if not isinstance(observation, str) or not (isinstance(done, (bool, np.bool_)) or isinstance(done, int) and done in (0, 1)):
+    if not isinstance(observation, str) or not (isinstance(done, (bool, np.bool_)) or isinstance(done, (int, np.integer)) and done in (0, 1)):
         raise ConfigError(f"{where}: step returned the observation {show_value(observation)} and done {show_value(done)}; "
                           "it returns a string and a bool (or 0/1)")
     try:

@@ -133,6 +133,9 @@ def _tokenizer(path: str, key: str, trust_remote_code: bool) -> Any:
     return tokenizer
 
 
+HEAD_NAMES = ("score", "classifier")  # the output layer of transformers' sequence and token classifiers
+
+
 def _load(config: Config, judge: bool, device: str, pad_token_id: int | None = None) -> torch.nn.Module:
     """The reward model (a causal LM for the judge, else a one-label sequence classifier) in eval mode on `device`.
 
@@ -156,12 +159,18 @@ def _load(config: Config, judge: bool, device: str, pad_token_id: int | None = N
                 hf_config.pad_token_id = pad_token_id
         # mismatched shapes are reported below, by name, rather than by transformers' error pointing at a log it did not show
         model, info = cls.from_pretrained(source, output_loading_info=True, ignore_mismatched_sizes=True, **kwargs)
+        head = [key for key in info["unexpected_keys"] if key.split(".")[0] in HEAD_NAMES]  # what the scores would lack
+        if cls is AutoModelForSequenceClassification and head == ["score.bias"]:
+            # a value head with a bias under the base model's architectures (verl's FSDP critic checkpoints): a token classifier
+            cls = AutoModelForTokenClassification
+            model, info = cls.from_pretrained(source, output_loading_info=True, ignore_mismatched_sizes=True, **kwargs)
+            head = [key for key in info["unexpected_keys"] if key.split(".")[0] in HEAD_NAMES]
         if info["missing_keys"]:
             raise ModelError(f"the checkpoint has no weights for {sorted(info['missing_keys'])[:4]}, so they would be random "
                              "(is it a reward model of this kind?)")
-        if not judge and info["unexpected_keys"]:
-            raise ModelError(f"the checkpoint has weights the {type(model).__name__} does not use, e.g. "
-                             f"{sorted(info['unexpected_keys'])[:4]}, so its scores would not be the checkpoint's")
+        if not judge and head:
+            raise ModelError(f"the checkpoint's score head has weights the {type(model).__name__} does not use, "
+                             f"{sorted(head)[:4]}, so its scores would not be the checkpoint's")
         if info["mismatched_keys"]:
             shapes = ", ".join(f"{name} is {tuple(saved)} in the checkpoint, {tuple(built)} in the model"
                                for name, saved, built in sorted(info["mismatched_keys"])[:4])

@@ -55,8 +55,8 @@ def logger_names(value: str | list | tuple | None) -> list[str]:
 
 
 # what a tracker refuses in a project name (wandb: these characters, 128 at most; swanlab: a pattern, 100 at most)
-PROJECT_NAME_RULES = {"wandb": (re.compile(r"^[^/\\#?%:]{1,128}$"), "no / \\ # ? % : and at most 128 characters"),
-                      "swanlab": (re.compile(r"^[0-9a-zA-Z_\-+.]{1,100}$"), "letters, digits, _ - + . and at most 100 characters")}
+PROJECT_NAME_RULES = {"wandb": (re.compile(r"[^/\\#?%:]{0,128}"), "no / \\ # ? % : and at most 128 characters"),
+                      "swanlab": (re.compile(r"[0-9a-zA-Z_\-+.]{1,100}"), "letters, digits, _ - + . and at most 100 characters")}
 
 
 def check_loggers(names: list[str], project: str | None = None) -> None:
@@ -64,7 +64,7 @@ def check_loggers(names: list[str], project: str | None = None) -> None:
     the tracker would refuse once the models are loaded."""
     for name in names:
         rule = PROJECT_NAME_RULES.get(name)
-        if rule and project is not None and not rule[0].match(str(project)):
+        if rule and project is not None and not rule[0].fullmatch(str(project)):
             raise ConfigError(f"trainer.project_name={project!r} is not a project name {name} takes ({rule[1]}); "
                               f"rename it, or remove {name!r} from trainer.logger")
         if name not in LOGGER_NAMES:

@@ -22,7 +22,9 @@ class TensorboardLogger:
         self.log_dir = Path(os.environ.get("TENSORBOARD_DIR") or Path(run_dir) / "tensorboard")
         self.log_dir.mkdir(parents=True, exist_ok=True)
         print(f"reinforge: tensorboard logs in {self.log_dir} (view: tensorboard --logdir {self.log_dir})", flush=True)
-        self.writer = SummaryWriter(str(self.log_dir), purge_step=initial_step + 1)  # a resumed run's later steps replace
+        # a resumed run's later steps replace those an interrupted run logged (a fresh one hides nothing: the folder may
+        # be a shared $TENSORBOARD_DIR with other runs' curves)
+        self.writer = SummaryWriter(str(self.log_dir), purge_step=initial_step + 1 if initial_step > 0 else None)
 
     def log(self, scalars: dict[str, float], step: int) -> None:
         for key, value in scalars.items():
