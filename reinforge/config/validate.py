@@ -305,8 +305,10 @@ def _check(config: Config) -> None:
     if algo.filter_groups.metric == "seq_final_reward":
         raise ConfigError("algorithm.filter_groups.metric=seq_final_reward is not supported; use seq_reward (the summed score) "
                           "or a key your reward function returns")
+    from reinforge.algorithm.filter import SUMMED_REWARD
+
     rm_alone = config.reward_model.enable and not config.custom_reward_function.path  # its keys are known: rm_score
-    if bounds.enable and rm_alone and bounds.metric not in ("seq_reward", "reward", "rm_score"):
+    if bounds.enable and rm_alone and bounds.metric not in (*SUMMED_REWARD, "rm_score"):
         raise ConfigError(f"algorithm.filter_groups.metric={bounds.metric!r}: the reward is the reward model's score alone "
                           "(no custom_reward_function.path), which gives no such key; use seq_reward or rm_score")
     if data.datagen.path and data.custom_cls.path:

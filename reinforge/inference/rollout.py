@@ -37,15 +37,21 @@ def rollout_inputs(batch: Batch) -> Batch:
     return batch.pop(moved).union(batch.select(present, meta_info=False))
 
 
+def check_single_turn_row(where: str, agent_name: str | None) -> None:
+    """DataError when a row of a single-turn rollout (`where`: which, for the message) names an agent loop: its tools or
+    environment would never run."""
+    if agent_name not in (None, "single_turn_agent"):
+        raise DataError(f"{where} has agent_name={agent_name!r}, but actor_rollout_ref.rollout.multi_turn.enable=false: no "
+                        "agent loop runs, so it would be generated single-turn; set it to true")
+
+
 def check_single_turn(prompts: Batch) -> None:
-    """DataError when a row of a single-turn rollout names an agent loop (its tools or environment would never run); the
-    built-in dataset's rows are checked at start (inference/agent/runner.py check_agent_rows), a Dataset class's here."""
+    """`check_single_turn_row` for each row of `prompts`; the built-in dataset's rows are checked at start
+    (inference/agent/runner.py check_agent_rows), a Dataset class's here."""
     names = prompts["agent_name"] if "agent_name" in prompts else ()
     for row, name in enumerate(names):
-        if name not in (None, "single_turn_agent"):
-            index = (prompts["extra_info"][row] or {}).get("index") if "extra_info" in prompts else None
-            raise DataError(f"a row (extra_info.index={index}) has agent_name={name!r}, but actor_rollout_ref.rollout."
-                            "multi_turn.enable=false: no agent loop runs, so it would be generated single-turn; set it to true")
+        index = (prompts["extra_info"][row] or {}).get("index") if "extra_info" in prompts else None
+        check_single_turn_row(f"a row (extra_info.index={index})", name)
 
 
 def row_seed_list(prompts: Batch) -> list[int | None]:

@@ -329,6 +329,8 @@ def read_trainer_state(folder: Path) -> tuple[dict, dict]:
     except (ValueError, TypeError, KeyError) as error:
         raise damaged(folder / "trainer_state.json", error) from error
     return loader_state, state
+
+
 def damaged(file: Path, error: BaseException) -> CheckpointError:
     """The error for a checkpoint file that cannot be read (a save cut short, a disk fault, a file copied in part)."""
     step = next((part for part in Path(file).parts if part.startswith("global_step_")), None)

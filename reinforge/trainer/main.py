@@ -97,8 +97,7 @@ def _run_in(run_dir: Path, config: Config, user_keys: list[str], startup: Startu
 
     # no global_step_<N> folder to resume, or a fresh start over a saved run: before anything is written or loaded
     resumed = resume_folder(config.trainer)
-    if resumed is not None:
-        check_resume_folder(resumed, critic=config.critic.enable)
+    resume = None if resumed is None else (resumed, *check_resume_folder(resumed, critic=config.critic.enable))
     write_run_config(run_dir, to_dict(config), config.trainer.default_local_dir)
     _seed_everything(config.trainer.seed)
     startup.mark("run folder" + (" and quickstart files" if quickstart.applies(user_keys) else ""))
@@ -128,7 +127,8 @@ def _run_in(run_dir: Path, config: Config, user_keys: list[str], startup: Startu
         if vocab_size is not None and hasattr(dataset, "check_token_ids"):  # not a user's Dataset class
             dataset.check_token_ids(vocab_size, f"actor_rollout_ref.model.path={config.actor_rollout_ref.model.path}")
         rollout = config.actor_rollout_ref.rollout
-        if hasattr(dataset, "located_rows") and (rollout.multi_turn.enable or any(row.get("agent_name") for row, *_ in dataset.located_rows())):
+        if hasattr(dataset, "located_rows") and (
+                rollout.multi_turn.enable or any(row.get("agent_name") for row, *_ in dataset.located_rows())):
             from reinforge.inference.agent import check_agent_rows  # each row's agent loop, interaction and environment exist
 
             check_agent_rows(dataset.located_rows(), rollout)
@@ -161,7 +161,8 @@ def _run_in(run_dir: Path, config: Config, user_keys: list[str], startup: Startu
         if hasattr(reward_fn, "close"):  # a reward model scorer wraps the manager: closing it closes both
             cleanup.callback(reward_fn.close)
         startup.mark("models")
-        trainer = RLTrainer(config, actor_rollout_wg, reward_fn, train_loader, val_loader, tokenizer, total_steps, critic_wg)
+        trainer = RLTrainer(config, actor_rollout_wg, reward_fn, train_loader, val_loader, tokenizer, total_steps, critic_wg,
+                            resume)
         _report_first_step(trainer, startup)
         if trainer.rollout_cache is not None:
             print(f"reinforge: rollout skip: {trainer.rollout_cache.describe()}", flush=True)

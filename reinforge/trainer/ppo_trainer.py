@@ -105,7 +105,8 @@ class DataExhausted(Exception):
 
 class RLTrainer:
     def __init__(self, config: Config, actor_rollout_wg: WorkerGroup, reward_fn, train_loader, val_loader, tokenizer,
-                 total_training_steps: int, critic_wg: WorkerGroup | None = None):
+                 total_training_steps: int, critic_wg: WorkerGroup | None = None,
+                 resume: tuple[Path, dict, dict] | None = None):
         self.config = config
         self.actor_rollout_wg, self.critic_wg = actor_rollout_wg, critic_wg
         self.reward_fn = reward_fn  # one manager for training and validation
@@ -115,6 +116,9 @@ class RLTrainer:
         self.run_dir = Path(config.trainer.default_local_dir)
         self.kl_ctrl = make_kl_controller(config.algorithm.kl_ctrl)
         self.global_steps = 0
+        # (step folder, data loader state, trainer state) found and checked before anything loaded (trainer/main.py);
+        # None: _load_checkpoint finds it
+        self.resume = resume
         self._saved_step: int | None = None  # the step this process last checkpointed
         self.nonfinite_steps = 0  # training steps in a row whose every optimizer step was skipped (NaN/inf)
         self.val_history: list[tuple[int, dict[str, float]]] = []  # (step, validation metrics)
@@ -475,10 +479,12 @@ class RLTrainer:
 
     def _load_checkpoint(self) -> dict | None:
         """Resume from the configured checkpoint, if any; returns its step's saved metrics when metrics.jsonl lacks them."""
-        folder = resume_folder(self.config.trainer)
-        if folder is None:
-            return None
-        loader_state, state = check_resume_folder(folder, critic=self.critic_wg is not None)
+        if self.resume is None:
+            folder = resume_folder(self.config.trainer)
+            if folder is None:
+                return None
+            self.resume = (folder, *check_resume_folder(folder, critic=self.critic_wg is not None))
+        folder, loader_state, state = self.resume
         notes = self.actor_rollout_wg.load_checkpoint(str(folder / "actor"))  # settings the command line changed
         if self.critic_wg is not None:
             notes += self.critic_wg.load_checkpoint(str(folder / "critic"))

@@ -352,7 +352,6 @@ def load_rank_file(file: Path):
         mesh_log.setLevel(level)
 
 
-
 def merge_shard_records(pieces: list, where: str):
     """The full tree from the same tree of every rank: shard records concatenated in rank order, anything else
     taken from rank 0; ConfigError naming `where` when the ranks' trees or pieces do not fit together."""

@@ -194,10 +194,10 @@ def check_teacher_tokenizer(teacher: Teacher, tokenizer, trust_remote_code: bool
 
     from transformers import AutoTokenizer
 
-    from reinforge.training.model import TOKENIZER_FILES
+    from reinforge.training.model import has_tokenizer_files
 
     folder = Path(teacher.model_path).expanduser()
-    if not any((folder / name).is_file() for name in TOKENIZER_FILES):
+    if not has_tokenizer_files(folder):
         return
     theirs = AutoTokenizer.from_pretrained(str(folder), trust_remote_code=trust_remote_code).get_vocab()
     ours = tokenizer.get_vocab()
@@ -208,10 +208,11 @@ def check_teacher_tokenizer(teacher: Teacher, tokenizer, trust_remote_code: bool
                          "teacher must share the student's tokenizer")
 
 
-def load_teachers(config, device, student_vocab: int, vocab: int, tokenizer=None) -> list[tuple[Teacher, torch.nn.Module]]:
-    """Each teacher's causal LM, frozen, in the reference's dtype (and compute dtype); one that scores fewer tokens than the student's
-    tokenizer has (`vocab`) is a ModelError (its log-probs would be of other tokens), and so is a forward_kl_topk topk
-    above the vocabulary the two models share (`student_vocab`: the student's logits)."""
+def load_teachers(config, device, student_vocab: int, tokenizer) -> list[tuple[Teacher, torch.nn.Module]]:
+    """Each teacher's causal LM, frozen, in the reference's dtype (and compute dtype); one whose tokenizer gives the
+    student's `tokenizer`'s tokens other ids, or that scores fewer tokens than it has, is a ModelError (its log-probs
+    would be of other tokens), and so is a forward_kl_topk topk above the vocabulary the two models share
+    (`student_vocab`: the student's logits)."""
     from transformers import AutoModelForCausalLM
 
     from reinforge.training.fsdp import compute_in
@@ -220,15 +221,14 @@ def load_teachers(config, device, student_vocab: int, vocab: int, tokenizer=None
     student = config.actor_rollout_ref.model
     teachers = []
     for teacher in resolve_teachers(config.distillation):
-        if tokenizer is not None:
-            check_teacher_tokenizer(teacher, tokenizer, student.trust_remote_code)
+        check_teacher_tokenizer(teacher, tokenizer, student.trust_remote_code)
         source = _TeacherSource(teacher.model_path, student.external_lib, student.trust_remote_code, {})
         model = load_pretrained(source, teacher.setting, "teacher model", config.actor_rollout_ref.ref.fsdp_config.model_dtype,
                                 lambda path, hf_config, kwargs: pretrained(AutoModelForCausalLM, path, **kwargs))
         rows = model.get_output_embeddings().weight.shape[0]
-        if rows < vocab:
+        if rows < len(tokenizer):
             raise ModelError(f"{teacher.setting}={teacher.model_path}: the teacher scores {rows} tokens, fewer than the "
-                             f"student's tokenizer has ({vocab}); a teacher must share the student's vocabulary")
+                             f"student's tokenizer has ({len(tokenizer)}); a teacher must share the student's vocabulary")
         if topk_of(config.distillation) > min(rows, student_vocab):
             raise ConfigError(f"distillation.distillation_loss.topk={topk_of(config.distillation)} is more tokens than the "
                               f"teacher {teacher.setting}={teacher.model_path} and the student share "

@@ -41,10 +41,15 @@ def tokenizer_source(path: str, key: str) -> str:
     return source
 
 
+def has_tokenizer_files(folder: str | Path) -> bool:
+    """Whether `folder` holds a tokenizer's files (TOKENIZER_FILES)."""
+    return any((Path(folder).expanduser() / name).is_file() for name in TOKENIZER_FILES)
+
+
 def _require_tokenizer_files(folder: str, setting: str) -> None:
     """A ModelError naming `setting` when `folder` holds no tokenizer files (transformers would build a tokenizer of one
     token from a config.json alone)."""
-    if not any((Path(folder) / name).is_file() for name in TOKENIZER_FILES):
+    if not has_tokenizer_files(folder):
         raise ModelError(f"{setting}: the folder has no tokenizer files (none of {', '.join(TOKENIZER_FILES)}); is it "
                          "a Hugging Face tokenizer or model folder?")
 

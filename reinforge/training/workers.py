@@ -101,7 +101,7 @@ class ActorRolloutRefWorker:
                                device=self.device, share_prompt=cfg.model.share_prompt_forward,
                                pack=cfg.model.use_remove_padding, distillation=self.config.distillation)
             self.vocab = model.get_output_embeddings().weight.shape[0]  # the student's logits, which a teacher's top-k index
-            self.teachers = (load_teachers(self.config, self.device, self.vocab, len(self.tokenizer), self.tokenizer)
+            self.teachers = (load_teachers(self.config, self.device, self.vocab, self.tokenizer)
                              if self.config.distillation.enabled else [])
             self.agents = None
             if cfg.rollout.multi_turn.enable:  # imported here: single-turn runs never load the agent machinery

@@ -36,7 +36,7 @@ from reinforge.inference.agent.base import (
 from reinforge.inference.agent.loops import tool_watchdog_seconds
 from reinforge.inference.engine import GenerationOutput, InferenceEngine, SamplingParams
 from reinforge.inference.interactions import chosen_interaction, interaction_entries, load_interactions
-from reinforge.inference.rollout import prompt_token_lists, row_seed_list, trajectories
+from reinforge.inference.rollout import check_single_turn_row, prompt_token_lists, row_seed_list, trajectories
 from reinforge.inference.tools import ToolCall, load_all_tools, plain_schema, show_value
 from reinforge.inference.tools.parser import FORMATS, stop_token_ids
 from reinforge.user_code import class_label
@@ -93,9 +93,7 @@ def check_agent_rows(rows: Iterable[tuple[dict, str, int]], rollout) -> None:
     for row, file, number in rows:
         named = row.get("agent_name")
         if not multi_turn.enable:
-            if named not in (None, "single_turn_agent"):
-                raise DataError(f"{file}: row {number} has agent_name={named!r}, but actor_rollout_ref.rollout.multi_turn.enable="
-                                "false: no agent loop runs, so the row would be generated single-turn; set it to true")
+            check_single_turn_row(f"{file}: row {number}", named)
             continue
         loop = named or default
         if loop not in AGENT_LOOP_REGISTRY:

@@ -114,7 +114,8 @@ class PythonTool(BaseTool):
             value = self.config.get(key, default)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
                 raise ValueError(f"config {key}={value!r}: a number > 0 (default {default})")
-        self.timeout_s, self.memory_mb = float(self.config.get("timeout_s", 5.0)), int(self.config.get("memory_mb", 512))
+        settings = {**self.SETTINGS, **{key: self.config[key] for key in self.SETTINGS if key in self.config}}
+        self.timeout_s, self.memory_mb = float(settings["timeout_s"]), int(settings["memory_mb"])
 
     async def execute(self, instance_id, parameters, **kwargs):
         from reinforge.reward.sandbox import run_code

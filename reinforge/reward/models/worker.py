@@ -63,7 +63,8 @@ class RewardModelWorker:
             self.judge = Judge(rm.judge, self.tokenizer, engine, rm.max_length)
             return
         self.model = _load(self.config, judge=False, device=self.device, pad_token_id=self.tokenizer.pad_token_id)
-        policy = load_tokenizer(self.config)  # what made the ids: the reward model reads them as they are only with its tokenizer
+        # what made the ids (input_tokenizer's default): the reward model reads them as they are only with its tokenizer
+        policy = self.input_tokenizer if rm.model.input_tokenizer is None else load_tokenizer(self.config)
         if rm.model.input_tokenizer is not None and self.input_tokenizer.get_vocab() != policy.get_vocab():
             raise ModelError(f"reward_model.model.input_tokenizer={rm.model.input_tokenizer}: its vocabulary is not the "
                              f"policy's ({self.config.actor_rollout_ref.model.path}), and it decodes the policy's tokens; "
