@@ -41,6 +41,8 @@ REWARD_FILES = {
     "wrong_signature.py": "def compute_score(text):\n    return 1.0\n",
     "other_name.py": "def my_score(data_source, solution_str, ground_truth, extra_info=None):\n    return 1.0\n",
     "syntax_error.py": "def compute_score(data_source, solution_str, ground_truth, extra_info=None)\n    return 1.0\n",
+    "trl_reward.py": "def accuracy(completions, solution, **kwargs):\n    return [1.0] * len(completions)\n",
+    "trl_too_few.py": "def accuracy(completions, **kwargs):\n    return [1.0]\n",
 }
 
 

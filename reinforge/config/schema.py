@@ -13,6 +13,7 @@ defaults; those values live in `config/quickstart.py`, not here.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from reinforge.config.algorithm_schema import AlgorithmConfig
 from reinforge.config.data_schema import DataConfig
@@ -221,8 +222,12 @@ class ActorRolloutRefConfig(Node):
 @dataclass
 class CustomRewardFunctionConfig(Node):
     path: str | None = _f(None, "Python file defining the reward function.")
-    name: str = _f("compute_score", "Function name in that file: compute_score(data_source, solution_str, ground_truth, extra_info=None, **kwargs).")
+    name: Any = _f("compute_score", "Function name in that file: compute_score(data_source, solution_str, ground_truth, "
+                   "extra_info=None, **kwargs); or a TRL reward function, fn(completions, **kwargs) returning a list of "
+                   "rewards, or a list of such names (docs/rewards.md).")
     reward_kwargs: dict = _f({}, "Keyword arguments passed to the function on every call.")
+    reward_weights: list | None = _f(None, "TRL reward functions: the weight of each function of name in the score, as TRL's "
+                                     "reward_weights (null: 1.0 each).")
 
 
 @dataclass

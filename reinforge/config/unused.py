@@ -374,8 +374,10 @@ def unused_settings(config: Config, user_keys: list[str]) -> list[str]:
         elif reason is None and key == "trainer.resume_from_path" and config.trainer.resume_mode != "resume_path":
             reason = (f"read with trainer.resume_mode=resume_path only, as in verl; resume_mode={config.trainer.resume_mode} "
                       + ("starts afresh" if config.trainer.resume_mode == "disable" else "resumes the run folder's latest checkpoint"))
-        elif reason is None and key == "custom_reward_function.name" and not config.custom_reward_function.path:
-            reason = "names a function in custom_reward_function.path, which is not set: the built-in scorers score the rows"
+        elif reason is None and key in ("custom_reward_function.name", "custom_reward_function.reward_weights") \
+                and not config.custom_reward_function.path:
+            what = "names a function" if key.endswith(".name") else "weighs the functions"
+            reason = f"{what} in custom_reward_function.path, which is not set: the built-in scorers score the rows"
         elif reason is None and key == "trainer.test_freq" and config.trainer.test_freq > 0 and not config.data.val_files:
             reason = "data.val_files is not set, so there is nothing to validate"
         elif reason is None and key == "trainer.balance_batch" and world_size_of(config) == 1:

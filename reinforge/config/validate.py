@@ -285,6 +285,11 @@ def _check(config: Config) -> None:
     choice("algorithm.kl_penalty", algo.kl_penalty, KL_PENALTIES)
     choice("algorithm.kl_ctrl.type", algo.kl_ctrl.type, ("fixed", "adaptive"))
     choice("reward_model.reward_manager", config.reward_model.reward_manager, reward_manager_names())
+    name = config.custom_reward_function.name
+    if not (isinstance(name, str) and name) and not (
+            isinstance(name, list) and name and all(isinstance(n, str) and n for n in name)):
+        raise ConfigError(f"custom_reward_function.name={name!r} must be a function's name, or a list of names of TRL "
+                          "reward functions")
     choice("trainer.resume_mode", trainer.resume_mode, ("auto", "disable", "resume_path"))
     if trainer.val_only and not data.val_files:
         raise ConfigError("trainer.val_only=True validates once and exits, but data.val_files is not set, so there is nothing "

@@ -14,8 +14,7 @@ file and row before training starts (10k rows load in seconds). Items are UNPADD
 left-pads a list of items into (batch, prompt_len) tensors. `create_rl_dataset` builds either
 `RLDataset` or the user's own Dataset class (`data.custom_cls`).
 
-Not here: multimodal prompts (images/videos through a processor) and passing through columns
-other than those listed above; a user Dataset class (`data.custom_cls`) can do either. Rows with
+Not here: multimodal prompts (images/videos through a processor); a user Dataset class (`data.custom_cls`) can do it. Rows with
 images or videos (`data.image_key`, `data.video_key`) are refused at load rather than trained as text.
 """
 
@@ -107,7 +106,8 @@ class RLDataset(Dataset):
     `data_source`, `reward_model`, `extra_info` (always with `index`), `index`, `ability` (when
     any row has the column, None in rows without it, so that items of mixed files collate),
     `agent_name` (likewise: the agent loop of a multi-turn rollout, docs/agents.md), the column
-    `data.reward_fn_key` names (when it is another), `raw_prompt` (the messages, when
+    `data.reward_fn_key` names (when it is another), `row_columns` (the row as read: the columns TRL reward
+    functions are given), `raw_prompt` (the messages, when
     `return_raw_chat`) and `full_prompts` (the rendered text before truncation, when
     `return_full_prompt`). `index` is the row's `extra_info.index`, else its row number in the
     concatenated files (generated rows: numbered on after them). `append_rows` adds rows later
@@ -347,6 +347,7 @@ class RLDataset(Dataset):
             "reward_model": row.get("reward_model") or {},
             "extra_info": extra_info,
             "index": extra_info["index"],
+            "row_columns": row,  # the row as its file has it, for reward functions written for TRL (reward/manager/trl.py)
         }
         key = getattr(self.config, "reward_fn_key", "data_source")
         if key not in item:  # another column picks the reward function (data.reward_fn_key)

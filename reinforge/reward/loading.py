@@ -1,6 +1,6 @@
 """Load the user's reward function named by `custom_reward_function.{path,name,reward_kwargs}`.
 
-The file is imported by `reinforge.user_code.import_user_module` (unique module names, its own
+The file (or importable module) is imported by `reinforge.user_code.import_user_module` (unique module names, its own
 folder importable, errors with the line they came from). `reward_kwargs` are bound with `functools.partial` and checked against the
 function's signature up front. Every failure is a `RewardError` that names the file and says
 what is wrong. Without a custom function, `get_compute_score` binds the Sandbox Fusion settings
@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import math
 from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
@@ -19,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from reinforge.errors import RewardError
 from reinforge.reward.manager.pool import worker_context
+from reinforge.reward.manager.trl import TRLRewardFunctions, is_trl_reward
 from reinforge.reward.registry import default_compute_score
 from reinforge.user_code import import_user_module
 
@@ -28,18 +30,49 @@ if TYPE_CHECKING:
 
 def load_reward_function(config: Config) -> Callable[..., Any] | None:
     """The function of `config.custom_reward_function` with its `reward_kwargs` bound, or None
-    when no path is set."""
+    when no path is set. Functions written for TRL (`is_trl_reward`; `name` may list several) come
+    back as one `TRLRewardFunctions`, with `reward_weights`, for the `trl` reward manager."""
     spec = config.custom_reward_function
     if not spec.path:
         return None
-    path = Path(spec.path).expanduser().resolve()
-    module = import_user_module(str(path), "custom_reward_function.path", RewardError)
-    fn = _get_function(module, spec.name, path)
+    module = import_user_module(spec.path, "custom_reward_function.path", RewardError)  # a file, or a module's name
+    path = Path(module.__file__ or spec.path)
+    names = [spec.name] if isinstance(spec.name, str) else list(spec.name)
     kwargs = dict(spec.reward_kwargs or {})
-    if not kwargs:
-        return fn
-    _check_kwargs(fn, kwargs, spec.name, path)
-    return functools.partial(fn, **kwargs)
+    functions = []
+    for name in names:
+        fn = _get_function(module, name, path)
+        if kwargs:
+            _check_kwargs(fn, kwargs, name, path)
+            fn = functools.partial(fn, **kwargs)
+        functions.append(fn)
+    trl = [is_trl_reward(fn) for fn in functions]
+    if any(trl):
+        if not all(trl):
+            verl = names[trl.index(False)]
+            raise RewardError(f"custom_reward_function.name={names}: {verl} in {path} is a verl reward function "
+                              "(data_source, solution_str, ground_truth, ...), the others are TRL's (completions, ...); "
+                              "several functions must all be TRL reward functions")
+        return TRLRewardFunctions(functions, names, _weights(getattr(spec, "reward_weights", None), names))
+    if len(names) > 1:
+        raise RewardError(f"custom_reward_function.name={names}: several functions are taken only when they are TRL reward "
+                          f"functions (fn(completions, ...) returning a list of rewards); {names[0]} in {path} is not one. "
+                          "Name one verl reward function")
+    if getattr(spec, "reward_weights", None) is not None:
+        raise RewardError(f"custom_reward_function.reward_weights weighs TRL reward functions; {names[0]} in {path} is a "
+                          "verl reward function, whose score is the reward. Remove reward_weights")
+    return functions[0]
+
+
+def _weights(weights: Any, names: list[str]) -> list[float]:
+    """custom_reward_function.reward_weights checked: one number per function (null: 1.0 each)."""
+    if weights is None:
+        return [1.0] * len(names)
+    if (not isinstance(weights, (list, tuple)) or len(weights) != len(names)
+            or not all(isinstance(w, (int, float)) and not isinstance(w, bool) and math.isfinite(w) for w in weights)):
+        raise RewardError(f"custom_reward_function.reward_weights={weights!r} must be a list of {len(names)} numbers, one "
+                          f"per function of custom_reward_function.name {names}")
+    return [float(w) for w in weights]
 
 
 def get_compute_score(config: Config) -> Callable[..., Any]:

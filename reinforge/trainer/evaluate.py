@@ -29,7 +29,7 @@ import numpy as np
 
 from reinforge.config.evaluation_schema import EvaluationConfig, unused_evaluation_settings
 from reinforge.environment.data_files import preview
-from reinforge.errors import DataError, RewardError
+from reinforge.errors import ConfigError, DataError, RewardError
 from reinforge.reward.manager.base import Sample
 from reinforge.reward.manager.calls import function_name
 from reinforge.reward.manager.naive import NaiveRewardManager
@@ -82,6 +82,7 @@ def run_evaluation(config: EvaluationConfig, user_keys: list[str]) -> dict[str, 
     """Score every response of `data.path`; returns (and prints) {'test_score/<data_source>': mean score}."""
     from reinforge.environment.data_files import read_rows
     from reinforge.reward import default_compute_score, load_reward_function
+    from reinforge.reward.manager.trl import TRLRewardFunctions
 
     start = time.perf_counter()
     data = config.data
@@ -99,6 +100,10 @@ def run_evaluation(config: EvaluationConfig, user_keys: list[str]) -> dict[str, 
             raise DataError(f"{data.path}: no column {column!r} (data.{key}); its columns are {', '.join(columns)}. Set "
                             f"data.{key} to the column that holds it")
     compute_score = load_reward_function(config) or default_compute_score
+    if isinstance(compute_score, TRLRewardFunctions):
+        raise ConfigError(f"custom_reward_function.name: {', '.join(compute_score.names)} are TRL reward functions (completions, "
+                          "...), which reinforge train calls; reinforge eval calls a verl one, compute_score(data_source, "
+                          "solution_str, ground_truth, extra_info) per response")
     samples, owners = _samples(rows, data, str(data.path))
     if compute_score is default_compute_score:
         _check_scorers(rows, data, str(data.path))

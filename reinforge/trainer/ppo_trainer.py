@@ -111,14 +111,11 @@ class RLTrainer:
         self.actor_rollout_wg, self.critic_wg = actor_rollout_wg, critic_wg
         self.reward_fn = reward_fn  # one manager for training and validation
         self.train_loader, self.val_loader = train_loader, val_loader
-        self.tokenizer = tokenizer
-        self.total_training_steps = total_training_steps
+        self.tokenizer, self.total_training_steps = tokenizer, total_training_steps
         self.run_dir = Path(config.trainer.default_local_dir)
         self.kl_ctrl = make_kl_controller(config.algorithm.kl_ctrl)
         self.global_steps = 0
-        # (step folder, data loader state, trainer state) found and checked before anything loaded (trainer/main.py);
-        # None: _load_checkpoint finds it
-        self.resume = resume
+        self.resume = resume  # (step folder, loader state, trainer state) checked by trainer/main.py; None: _load_checkpoint finds it
         self._saved_step: int | None = None  # the step this process last checkpointed
         self.nonfinite_steps = 0  # training steps in a row whose every optimizer step was skipped (NaN/inf)
         self.val_history: list[tuple[int, dict[str, float]]] = []  # (step, validation metrics)
@@ -266,6 +263,8 @@ class RLTrainer:
         Each row's sampling seed follows from (trainer.seed, step, generation round, row), so a row samples the
         same tokens however the rows are split over ranks, and a resumed run samples what the straight run did."""
         wg, n = self.actor_rollout_wg, self.config.actor_rollout_ref.rollout.n
+        state = {"global_step": self.global_steps - 1, "max_steps": self.total_training_steps, "epoch": float(self.train_loader.epoch)}
+        prompts.meta_info["trainer_state"] = state  # what TRL reward functions read (reward/manager/trl.py)
         prompts["uid"] = [f"{self.global_steps}-{gen_batch}-{row}" for row in range(len(prompts))]  # one group per prompt
         batch = prompts.repeat(n, interleave=True)
         batch[SEED_KEY] = row_seeds(len(batch), self.config.trainer.seed, TRAIN, self.global_steps, gen_batch)
@@ -278,6 +277,7 @@ class RLTrainer:
                 batch = generate()
             else:  # a generation read back brings its own prompts
                 prompts, batch = self.rollout_cache.generation(self.global_steps, gen_batch, prompts, generate)
+                batch.meta_info["trainer_state"] = state  # a generation read back has its own step's
         if self.greedy_baseline:  # ReMax: the score of a greedy response to each prompt
             with timer("gen_max", timing):
                 greedy = prompts.select([*PROMPT_KEYS, *AGENT_INPUT_KEYS])  # agent loops read the row's messages and extra_info
@@ -454,7 +454,7 @@ class RLTrainer:
         """Validation metrics (with timing_s/testing), remembered in val_history."""
         with timer("testing", timing := {}):
             metrics = validate(self.config, self.actor_rollout_wg, self.reward_fn, self.val_loader, self.tokenizer, self.global_steps,
-                               tracking)
+                               tracking, self.total_training_steps)
         self.val_history.append((self.global_steps, metrics))
         return {**metrics, "timing_s/testing": timing["testing"]}
 

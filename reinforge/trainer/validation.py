@@ -30,7 +30,7 @@ from reinforge.trainer.val_metrics import process_validation_metrics, validation
 
 
 def validate(config: Config, wg: WorkerGroup, reward_fn, val_loader, tokenizer, step: int,
-             tracking: Tracking | None = None) -> dict[str, float]:
+             tracking: Tracking | None = None, max_steps: int = 0) -> dict[str, float]:
     n = config.actor_rollout_ref.rollout.val_kwargs.n
     key = config.data.reward_fn_key
     sources: list[str] = []
@@ -44,7 +44,8 @@ def validate(config: Config, wg: WorkerGroup, reward_fn, val_loader, tokenizer, 
     # decoded when used: for validation_data_dir, or to pick the log_val_generations shown from all of them
     decode = bool(config.trainer.validation_data_dir or config.trainer.log_val_generations)
     for number, prompts in enumerate(val_loader):
-        batch = Batch.from_dict(prompts, meta_info={"validate": True}).repeat(n, interleave=True)
+        state = {"global_step": step, "max_steps": max_steps}  # what TRL reward functions read (reward/manager/trl.py)
+        batch = Batch.from_dict(prompts, meta_info={"validate": True, "trainer_state": state}).repeat(n, interleave=True)
         batch[SEED_KEY] = row_seeds(len(batch), config.trainer.seed, VALIDATION, step, number)  # see RLTrainer._generate
         batch = batch.union(wg.generate_sequences(rollout_inputs(batch)))
         scored = reward_fn(batch, return_dict=True)

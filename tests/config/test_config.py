@@ -54,12 +54,15 @@ def test_validation_sampling_settings_under_greedy_validation_are_listed():
 
 def test_settings_verl_ignores_as_well_are_listed():
     cfg, keys = load_config(VERL + ["trainer.resume_from_path=/runs/a/global_step_3", "custom_reward_function.name=score",
-                                    "custom_reward_function.path=null", "trainer.test_freq=5", "data.val_files=null"])
+                                    "custom_reward_function.path=null", "trainer.test_freq=5", "data.val_files=null",
+                                    "custom_reward_function.reward_weights=[1,2]"])
     notes = unused_settings(cfg, keys)
     assert ("trainer.resume_from_path: read with trainer.resume_mode=resume_path only, as in verl; resume_mode=auto resumes "
             "the run folder's latest checkpoint") in notes
     assert ("custom_reward_function.name: names a function in custom_reward_function.path, which is not set: the built-in "
             "scorers score the rows") in notes
+    assert ("custom_reward_function.reward_weights: weighs the functions in custom_reward_function.path, which is not set: "
+            "the built-in scorers score the rows") in notes
     assert "trainer.test_freq: data.val_files is not set, so there is nothing to validate" in notes
 
 

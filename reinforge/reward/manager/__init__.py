@@ -12,6 +12,7 @@ Managers are chosen by `reward_model.reward_manager`; their options come from
 | dapo    | as naive, plus DAPO's overlong reward shaping            | as naive, max_resp_len, overlong_buffer_cfg        |
 | batch   | once for the whole batch, with lists                     | timeout_s (none, per call), the rest go to the function |
 | prime   | once per response, in a pool of worker processes         | num_processes (min(8, CPUs)), timeout_s (300)      |
+| trl     | TRL's reward functions, each once for the whole batch    | timeout_s (none, per call); chosen for them        |
 
 Every manager isolates failures: a row whose function raises, returns a non-score or runs past
 `timeout_s` scores 0.0 and is counted (`reward/errors`, `reward/timeouts`, always reported);
@@ -26,6 +27,7 @@ from reinforge.reward.manager.batch import BatchRewardManager
 from reinforge.reward.manager.dapo import DAPORewardManager, OverlongBuffer
 from reinforge.reward.manager.naive import NaiveRewardManager
 from reinforge.reward.manager.prime import PrimeRewardManager
+from reinforge.reward.manager.trl import TRLRewardManager
 
 __all__ = [
     "BatchRewardManager",
@@ -34,6 +36,7 @@ __all__ = [
     "OverlongBuffer",
     "PrimeRewardManager",
     "RewardManager",
+    "TRLRewardManager",
     "make_reward_manager",
     "register_reward_manager",
     "reward_manager_names",

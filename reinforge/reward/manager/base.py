@@ -134,6 +134,8 @@ class RewardManager:
     stopped at its time limit) and none otherwise.
     """
 
+    needs_ground_truth = True  # every row must have reward_model.ground_truth (verl's functions are called with it)
+
     def __init__(self, tokenizer: Any, num_examine: int, compute_score: Callable[..., Any] | None, reward_fn_key: str,
                  timeout_s: float | None, processes: int | None = None) -> None:
         self.tokenizer = tokenizer
@@ -280,7 +282,8 @@ class RewardManager:
         return self.tokenizer.decode(token_ids, skip_special_tokens=True)
 
     def _samples(self, batch: Batch) -> list[Sample]:
-        for key in ("prompts", "responses", "attention_mask", "reward_model", self.reward_fn_key):
+        needed = ("prompts", "responses", "attention_mask", *(("reward_model", self.reward_fn_key) if self.needs_ground_truth else ()))
+        for key in needed:
             if key not in batch:
                 raise DataError(f"the reward manager needs batch field {key!r}; the batch has {sorted(batch.keys())}")
         prompt_len = batch["prompts"].shape[1]
@@ -300,12 +303,14 @@ class RewardManager:
         extra_infos = [{**(info or {}), "num_turns": turns[i], "rollout_reward_scores": scores[i],
                         **{key: scores[i][key] for key in ("turn_scores", "tool_rewards") if key in scores[i]}}
                        for i, info in enumerate(extra_infos)]
+        sources = batch[self.reward_fn_key] if self.reward_fn_key in batch else ["unknown"] * len(batch)
         return [
             Sample(
                 row=i,
-                data_source=batch[self.reward_fn_key][i],
+                data_source=sources[i],
                 solution_str=self._decode_response(responses[i, :length].tolist()),
-                ground_truth=_ground_truth(batch["reward_model"][i], batch[self.reward_fn_key][i], extra_infos[i]),
+                ground_truth=(_ground_truth(batch["reward_model"][i], sources[i], extra_infos[i]) if self.needs_ground_truth
+                              else _optional_ground_truth(batch, i)),
                 extra_info=extra_infos[i],
                 response_length=int(length),
             )
@@ -374,6 +379,12 @@ def check_count(name: str, value: Any) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise ConfigError(f"{KWARGS}.{name}={value!r} must be a positive integer")
     return value
+
+
+def _optional_ground_truth(batch: Batch, row: int) -> Any:
+    """Row `row`'s reward_model.ground_truth, None when it has none."""
+    reward_model = batch["reward_model"][row] if "reward_model" in batch else None
+    return reward_model.get("ground_truth") if isinstance(reward_model, dict) else None
 
 
 def _ground_truth(reward_model: Any, data_source: Any, extra_info: Any) -> Any:

@@ -1,0 +1,67 @@
+"""`reinforge train` on data in TRL's layout (a chat `prompt` and a `solution` column, nothing of verl's schema) with
+reward functions written for TRL's GRPOTrainer: each dumped response's score is what the functions give it, computed
+here again from the dump, and trainer_state counts the steps done."""
+
+import json
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from reinforge.environment.data_files import read_rows
+from reinforge.errors import DataError
+
+REWARDS = """
+def digits_right(completions, solution, trainer_state, log_metric, **kwargs):
+    log_metric("steps_done", trainer_state.global_step)
+    return [sum(a == b for a, b in zip(c[0]["content"], s)) / len(s) for c, s in zip(completions, solution)]
+
+
+def length_bonus(completion_ids, **kwargs):
+    return [None if len(ids) < 2 else len(ids) / 10 for ids in completion_ids]
+"""
+
+
+@pytest.fixture
+def trl_files(task_files, tmp_path):
+    """The built-in task's files rewritten in TRL's layout."""
+    paths = []
+    for source, name in zip(task_files, ("train", "val"), strict=True):
+        rows, _ = read_rows(str(source))
+        path = tmp_path / f"{name}.parquet"
+        pq.write_table(pa.Table.from_pylist([{"prompt": r["prompt"], "solution": r["reward_model"]["ground_truth"]}
+                                             for r in rows]), path)
+        paths.append(path)
+    return paths
+
+
+def test_trl_reward_functions_score_trl_data(run_steps, trl_files, tmp_path):
+    reward = tmp_path / "trl_rewards.py"
+    reward.write_text(REWARDS)
+    rollouts = tmp_path / "rollouts"
+    train, val = trl_files
+    steps = run_steps(f"data.train_files={train}", f"data.val_files={val}", f"custom_reward_function.path={reward}",
+                      "custom_reward_function.name=[digits_right,length_bonus]", "custom_reward_function.reward_weights=[1,0.5]",
+                      f"trainer.rollout_data_dir={rollouts}", "data.max_response_length=6",
+                      "actor_rollout_ref.rollout.temperature=3.0")
+    solutions = {r["prompt"][0]["content"]: r["solution"] for r in read_rows(str(train))[0]}
+    for step, metrics in steps.items():
+        assert metrics["reward/steps_done/mean"] == step - 1 and metrics["reward/errors"] == 0
+        records = [json.loads(line) for line in (rollouts / f"{step}.jsonl").read_text().splitlines()]
+        assert len(records) == 4
+        for record in records:
+            solution = solutions[record["input"].split("user\n")[1].split("\n")[0]]
+            right = sum(a == b for a, b in zip(record["output"], solution, strict=False)) / len(solution)
+            assert record["digits_right"] == pytest.approx(right)
+            expected = right + (0.0 if record["length_bonus"] is None else 0.5 * record["length_bonus"])
+            assert record["score"] == pytest.approx(expected, abs=1e-6)
+        assert metrics["critic/score/mean"] == pytest.approx(sum(r["score"] for r in records) / 4, abs=1e-6)
+
+
+def test_a_column_a_trl_function_takes_that_the_data_lacks_stops_the_run_before_training(run_steps, trl_files, tmp_path):
+    reward = tmp_path / "trl_rewards.py"
+    reward.write_text("def graded(completions, answer, **kwargs):\n    return [0.0] * len(completions)\n")
+    train, val = trl_files
+    with pytest.raises(DataError, match=rf"^{train}: row \d+: no column 'answer', which the TRL reward function graded takes"):
+        run_steps(f"data.train_files={train}", f"data.val_files={val}", f"custom_reward_function.path={reward}",
+                  "custom_reward_function.name=graded")
