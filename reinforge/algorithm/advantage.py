@@ -166,12 +166,31 @@ def compute_gdpo_outcome_advantage(token_level_rewards: torch.Tensor, response_m
     if missing:
         raise ConfigError(f"algorithm.gdpo_reward_keys names {missing}, which the reward function does not return (it returns "
                           f"{sorted(components) or 'only a score'}); return a dict holding them beside 'score'")
+    # a None (a row the reward function did not score under that key: a TRL reward function's None) is NaN here
     columns = [torch.as_tensor(np.asarray(components[key], dtype=np.float64)).to(token_level_rewards.dtype) for key in keys]
     columns = columns or [token_level_rewards.sum(-1)]
     weights = (config.get("gdpo_reward_weights") if config is not None else None) or [1.0] * len(columns)
-    total = sum(w * _grpo_scalars(c, index, epsilon, norm_adv_by_std_in_grpo) for w, c in zip(weights, columns, strict=True))
-    advantages = masked_whiten(total.unsqueeze(-1) * response_mask, response_mask)
+    total = sum(w * _scored_grpo_scalars(c, index, epsilon, norm_adv_by_std_in_grpo) for w, c in zip(weights, columns, strict=True))
+    mask = response_mask * torch.stack([~c.isnan() for c in columns]).any(0).unsqueeze(-1)  # rows something scored
+    advantages = masked_whiten(total.unsqueeze(-1) * mask, mask)
     return advantages, advantages
+
+
+def _scored_grpo_scalars(values: torch.Tensor, index, epsilon: float, norm_by_std: bool) -> torch.Tensor:
+    """`_grpo_scalars` over the rows whose value is not NaN, the others 0: a value not scored takes no part in its
+    group's mean and std and adds nothing to the row's sum, and one scored value alone in its group gives 0 (TRL's
+    normalize_then_sum: nanmean, nanstd)."""
+    scored = ~values.isnan()
+    if bool(scored.all()):
+        return _grpo_scalars(values, index, epsilon, norm_by_std)
+    group, _ = _group_of(index)
+    weights, values = scored.to(values.dtype), torch.where(scored, values, torch.zeros_like(values))
+    groups = int(group.max()) + 1
+    count = torch.zeros(groups, dtype=values.dtype).index_add_(0, group, weights)[group]
+    centred = values - _group_mean(values, group, weights)
+    squares = torch.zeros(groups, dtype=values.dtype).index_add_(0, group, centred.square() * weights)[group]
+    std = torch.where(count > 1, (squares / (count - 1).clamp(min=1)).sqrt(), torch.ones_like(values))
+    return torch.where(scored, centred / (std + epsilon) if norm_by_std else centred, torch.zeros_like(values))
 
 
 @register_adv_est("grpo_passk")

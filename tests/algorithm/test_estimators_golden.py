@@ -359,6 +359,34 @@ def test_gdpo_normalises_each_reward_in_its_group_then_whitens_the_weighted_sum(
             reward_components={"format": fmt.tolist(), "accuracy": acc.tolist(), "other": [9.0] * 6})
 
 
+def test_gdpo_leaves_out_the_rewards_a_function_did_not_score_as_trls_normalize_then_sum():
+    """None (NaN) values: out of their group's mean and std, 0 in the row's sum; a value alone in its group gives 0; a
+    row no reward scored is left out of the whitening and gets 0."""
+    index = np.array(["a", "a", "a", "b", "b", "b"])
+    nan = math.nan
+    fmt, acc = np.array([1.0, nan, 0.0, 1.0, 1.0, 0.0]), np.array([nan, nan, 1.0, 0.0, nan, 1.0])
+    r, m = outcome([1.0, 0.0, 1.0, 1.0, 1.0, 1.0], [3, 1, 2, 3, 3, 2], 3)
+
+    def group_normalised(x):  # numpy's nan-functions, group by group
+        out = np.zeros_like(x)
+        for g in ("a", "b"):
+            rows = (index == g) & ~np.isnan(x)
+            if rows.sum() > 1:
+                out[rows] = (x[rows] - np.nanmean(x[rows])) / (np.nanstd(x[rows], ddof=1) + EPS)
+        return out
+
+    total = 0.3 * group_normalised(fmt) + 0.7 * group_normalised(acc)
+    assert group_normalised(acc)[:3].tolist() == [0.0, 0.0, 0.0]  # group a: one accuracy scored
+    scored = (~np.isnan(fmt) | ~np.isnan(acc)).astype(float)  # row 1: nothing scored
+    mask = m.numpy() * scored[:, None]
+    expected = np_whiten(total[:, None] * mask, mask)
+    config = AlgorithmConfig(gdpo_reward_keys=["format", "accuracy"], gdpo_reward_weights=[0.3, 0.7])
+    components = {"format": [None if math.isnan(v) else v for v in fmt], "accuracy": [None if math.isnan(v) else v for v in acc]}
+    adv, _ = run("gdpo", token_level_rewards=r, response_mask=m, index=index, config=config, reward_components=components)
+    assert not adv.isnan().any() and adv[1].abs().sum() == 0
+    assert torch.allclose(adv, torch.tensor(expected, dtype=adv.dtype), atol=1e-5)
+
+
 @pytest.mark.parametrize("name", ALL_ESTIMATORS)
 def test_all_masked_row_gets_zero_and_no_nan(name):
     r, m = outcome([1.0, 0.0, 0.0, 0.5], [3, 2, 0, 1], 3)
