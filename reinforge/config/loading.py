@@ -76,7 +76,8 @@ def parse_overrides(args: list[str]) -> list[Override]:
             result.append(Override(key, value, kind, arg))
             continue
         if parsed.is_sweep_override():
-            raise ConfigError(f"override {arg!r} is a sweep; reinforge train runs one configuration")
+            raise ConfigError(f"override {arg!r} is a sweep; reinforge train runs one configuration (a list value is "
+                              f"written in brackets: '{parsed.key_or_group}=[a,b]')")
         kind = {"CHANGE": "set", "ADD": "add", "FORCE_ADD": "add", "DEL": "delete"}[parsed.type.name]
         value = None if kind == "delete" else parsed.value()
         result.append(Override(parsed.key_or_group, value, kind, arg))

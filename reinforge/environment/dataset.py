@@ -1,15 +1,16 @@
 """Prompt datasets in verl's RL schema, and the collate function that pads them into batches.
 
 A row of an RL data file holds `data_source` (str), the prompt (column `data.prompt_key`: a list
-of chat messages `{"role", "content"}`, or a plain string that becomes one user message),
+of chat messages `{"role", "content"}`, rendered by the chat template, or a plain string, the model's input text as
+it is: TRL's standard format; its messages, for agent loops and reward models, are one user message),
 `ability`, `reward_model` (`{"ground_truth", "style"}`) and `extra_info` (a dict that may hold
 `index`). Files are parquet, JSON (an array of rows, one object, or JSON lines) or JSONL.
 
 Several files are concatenated in the order given; each row keeps its own `data_source`, and
 errors name the file and the row within it.
 
-`RLDataset` reads the files, renders every prompt with the tokenizer's chat template and
-tokenizes it once at load time, so that overlong prompts can be filtered or reported with their
+`RLDataset` reads the files, renders every chat prompt with the tokenizer's chat template and
+tokenizes every prompt once at load time, so that overlong prompts can be filtered or reported with their
 file and row before training starts (10k rows load in seconds). Items are UNPADDED; `collate_fn`
 left-pads a list of items into (batch, prompt_len) tensors. `create_rl_dataset` builds either
 `RLDataset` or the user's own Dataset class (`data.custom_cls`).
@@ -89,7 +90,7 @@ class RLDataset(Dataset):
     Args:
         data_files: a path or a list of paths (`~` expanded): `.parquet`, `.json` (an array of rows,
             one object, or JSON lines) or `.jsonl`; rows of several files are concatenated in order.
-        tokenizer: a Hugging Face tokenizer with a chat template.
+        tokenizer: a Hugging Face tokenizer (with a chat template, for prompts of chat messages).
         config: the `data` section (prompt_key, max_prompt_length, truncation, filter_overlong_prompts,
             return_raw_chat, return_full_prompt, apply_chat_template_kwargs).
         processor: multimodal processor; not supported by this class (use `data.custom_cls`).
@@ -123,11 +124,6 @@ class RLDataset(Dataset):
             raise ConfigError(f"data.truncation={config.truncation!r}: use one of {', '.join(TRUNCATION_MODES)}.")
         if processor is not None:
             raise DataError("Multimodal data (a processor) is not supported by the built-in dataset; use data.custom_cls.")
-        if not getattr(tokenizer, "chat_template", None):
-            raise DataError(
-                "The tokenizer has no chat template, so prompts cannot be rendered. Set "
-                "actor_rollout_ref.model.custom_chat_template to a Jinja chat template."
-            )
         self.config = config
         self.tokenizer = tokenizer
         self.files = file_list(data_files)
@@ -176,7 +172,9 @@ class RLDataset(Dataset):
                 what = ("there is no such column" if reward_model is None
                         else f"it holds {preview(reward_model)}, without a 'ground_truth' key")
                 raise DataError(f"{file}: row {number}, column 'reward_model': {what}. The reward function is called with "
-                                "the row's reward_model.ground_truth (verl's schema: {'style': 'rule', 'ground_truth': ...})")
+                                "the row's reward_model.ground_truth (verl's schema: {'style': 'rule', 'ground_truth': ...}); a "
+                                "reward function written for TRL (a completions, completion_ids or prompts parameter, or "
+                                "reward_model.reward_manager=trl) is given the row's columns instead")
 
     def append_rows(self, rows: list[dict[str, Any]], where: str) -> int:
         """Add rows in the schema of the data files (a data generator's output); returns how many were kept.
@@ -226,24 +224,27 @@ class RLDataset(Dataset):
             check_row(row, origin, self.config)
         key = self.config.prompt_key
         messages = [to_messages(row.get(key), origin, key) for row, origin in zip(rows, origins, strict=True)]
+        plain = [isinstance(row.get(key), str) for row in rows]  # TRL's standard format: the string is the model's input
+        self._check_chat_template(plain, origins)
         failures: list[DataError] = []
-        texts = self._render_rows(messages, origins, failures)
+        texts = self._render_rows(messages, origins, failures, plain=plain)
         with_tools = self._render_rows(messages, origins, failures, self._tool_schemas) if self._tool_schemas else texts
         rendered = [i for i in range(len(rows)) if texts[i] is not None and with_tools[i] is not None]
         if len(rendered) < len(rows):
             self._drop_failed(len(rows) - len(rendered), len(rows), where, failures[0], bool(keep_none_ok or rendered))
-            rows, origins, numbers, messages, texts, with_tools = (
-                [seq[i] for i in rendered] for seq in (rows, origins, numbers, messages, texts, with_tools))
-        token_ids = self.tokenizer(texts, add_special_tokens=False)["input_ids"] if texts else []
+            rows, origins, numbers, messages, texts, with_tools, plain = (
+                [seq[i] for i in rendered] for seq in (rows, origins, numbers, messages, texts, with_tools, plain))
+        token_ids = self._tokenize(texts, plain)
         measured = token_ids
         if self._tool_schemas and texts:
             measured = self.tokenizer(with_tools, add_special_tokens=False)["input_ids"]
         empty = next((i for i, ids in enumerate(token_ids) if not ids), None)
         if empty is not None:  # nothing for the model to continue from
             file, row = origins[empty]
-            raise DataError(f"{file}: row {row}, column {key!r}: the prompt is 0 tokens after the chat template "
-                            f"({preview(texts[empty])}); give it some text, or fix the chat template")
-        keep = self._fit_lengths(measured, origins, where, keep_none_ok)
+            how = "" if plain[empty] else " after the chat template"
+            raise DataError(f"{file}: row {row}, column {key!r}: the prompt is 0 tokens{how} "
+                            f"({preview(texts[empty])}); give it some text" + ("" if plain[empty] else ", or fix the chat template"))
+        keep = self._fit_lengths(measured, origins, where, keep_none_ok, plain)
         limit, mode = self.config.max_prompt_length, self.config.truncation
         self._has_ability |= any("ability" in rows[i] for i in keep)
         self._has_agent_name |= any("agent_name" in rows[i] for i in keep)
@@ -256,12 +257,39 @@ class RLDataset(Dataset):
             self._input_ids.append(torch.tensor(truncate(token_ids[i], limit, mode), dtype=torch.long))
         return len(keep)
 
+    def _check_chat_template(self, plain: list[bool], origins: list[Origin]) -> None:
+        """DataError naming the first row that needs the tokenizer's chat template (chat messages, or any prompt rendered
+        with the tools of a multi-turn rollout) when the tokenizer has none."""
+        if getattr(self.tokenizer, "chat_template", None):
+            return
+        first = next((i for i, is_plain in enumerate(plain) if not is_plain or self._tool_schemas), None)
+        if first is not None:
+            file, row = origins[first]
+            what = "the tools' schemas go" if plain[first] else "the prompt is a list of chat messages, which goes"
+            raise DataError(f"{file}: row {row}, column {self.config.prompt_key!r}: {what} through the chat template, but "
+                            "the tokenizer has no chat template. Set actor_rollout_ref.model.custom_chat_template to a "
+                            "Jinja chat template, or give the prompt as a string (the model's input text, as is)")
+
+    def _tokenize(self, texts: list[str], plain: list[bool]) -> list[list[int]]:
+        """Token ids of each prompt text: a rendered chat has its special tokens from the template; a string prompt gets
+        the tokenizer's own (a BOS where it adds one), as TRL tokenizes its standard-format prompts."""
+        ids: dict[int, list[int]] = {}
+        for special in (False, True):
+            rows = [i for i, is_plain in enumerate(plain) if is_plain == special]
+            tokens = self.tokenizer([texts[i] for i in rows], add_special_tokens=special)["input_ids"] if rows else []
+            ids.update(zip(rows, tokens, strict=True))
+        return [ids[i] for i in range(len(texts))]
+
     def _render_rows(self, messages: list[list[dict[str, Any]]], origins: list[Origin], failures: list[DataError],
-                     tools: list[dict] | None = None) -> list[str | None]:
-        """Each prompt after the chat template. A prompt the template fails on stops the load, or, under
-        data.filter_overlong_prompts, is None (verl's filter drops it) and its error goes to `failures`."""
+                     tools: list[dict] | None = None, plain: list[bool] | None = None) -> list[str | None]:
+        """Each prompt's text: a string prompt (`plain`) as it is, chat messages after the chat template. A prompt the
+        template fails on stops the load, or, under data.filter_overlong_prompts, is None (verl's filter drops it) and
+        its error goes to `failures`."""
         texts: list[str | None] = []
-        for m, origin in zip(messages, origins, strict=True):
+        for i, (m, origin) in enumerate(zip(messages, origins, strict=True)):
+            if plain is not None and plain[i]:
+                texts.append(m[0]["content"])
+                continue
             try:
                 texts.append(self._render(m, origin, tools))
             except DataError as err:
@@ -290,7 +318,8 @@ class RLDataset(Dataset):
                 f"({type(err).__name__}: {err})."
             ) from err
 
-    def _fit_lengths(self, token_ids: list[list[int]], origins: list[Origin], where: str, keep_none_ok: bool) -> list[int]:
+    def _fit_lengths(self, token_ids: list[list[int]], origins: list[Origin], where: str, keep_none_ok: bool,
+                     plain: list[bool]) -> list[int]:
         """Indices of the rows to keep; drops overlong rows or raises, as configured."""
         limit = self.config.max_prompt_length
         overlong = [i for i, ids in enumerate(token_ids) if len(ids) > limit]
@@ -299,9 +328,10 @@ class RLDataset(Dataset):
             return list(range(len(token_ids)))  # truncated when the items are built
         if not self.config.filter_overlong_prompts:
             file, row = origins[overlong[0]]
+            how = "" if plain[overlong[0]] and not self._tool_schemas else " after the chat template"
             raise DataError(
                 f"{file}: row {row}, column {self.config.prompt_key!r}: the prompt is {len(token_ids[overlong[0]])} "
-                f"tokens after the chat template, over data.max_prompt_length={limit} ({len(overlong)} of "
+                f"tokens{how}, over data.max_prompt_length={limit} ({len(overlong)} of "
                 f"{len(token_ids)} rows are). Raise data.max_prompt_length, or set data.truncation to left, right "
                 "or middle (or data.filter_overlong_prompts=true to drop such rows); verl 0.9's agent loop keeps the last "
                 "max_prompt_length tokens of such a prompt whatever data.truncation says, which data.truncation=left does."

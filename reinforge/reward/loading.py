@@ -46,22 +46,35 @@ def load_reward_function(config: Config) -> Callable[..., Any] | None:
             _check_kwargs(fn, kwargs, name, path)
             fn = functools.partial(fn, **kwargs)
         functions.append(fn)
-    trl = [is_trl_reward(fn) for fn in functions]
+    forced = getattr(getattr(config, "reward_model", None), "reward_manager", None) == "trl"  # TRL's, whatever they take
+    trl = [forced or is_trl_reward(fn) for fn in functions]
     if any(trl):
         if not all(trl):
             verl = names[trl.index(False)]
-            raise RewardError(f"custom_reward_function.name={names}: {verl} in {path} is a verl reward function "
-                              "(data_source, solution_str, ground_truth, ...), the others are TRL's (completions, ...); "
-                              "several functions must all be TRL reward functions")
-        return TRLRewardFunctions(functions, names, _weights(getattr(spec, "reward_weights", None), names))
+            raise RewardError(f"custom_reward_function.name={names}: {verl} in {path} is taken for a verl reward function "
+                              "(data_source, solution_str, ground_truth, ...), the others for TRL's; several functions must "
+                              f"all be TRL reward functions. {TRL_HINT}{_factory_hint(verl)}")
+        trl_functions = TRLRewardFunctions(functions, names, _weights(getattr(spec, "reward_weights", None), names))
+        trl_functions.check()
+        return trl_functions
     if len(names) > 1:
         raise RewardError(f"custom_reward_function.name={names}: several functions are taken only when they are TRL reward "
-                          f"functions (fn(completions, ...) returning a list of rewards); {names[0]} in {path} is not one. "
-                          "Name one verl reward function")
+                          f"functions (fn(completions, ...) returning a list of rewards); {names[0]} in {path} is taken for a "
+                          f"verl one. {TRL_HINT}{_factory_hint(names[0])}")
     if getattr(spec, "reward_weights", None) is not None:
         raise RewardError(f"custom_reward_function.reward_weights weighs TRL reward functions; {names[0]} in {path} is a "
                           "verl reward function, whose score is the reward. Remove reward_weights")
     return functions[0]
+
+
+TRL_HINT = ("A TRL reward function is told by a completions, completion_ids or prompts parameter; for one without, set "
+            "reward_model.reward_manager=trl")
+
+
+def _factory_hint(name: str) -> str:
+    """For TRL's factories (get_soft_overlong_punishment, ...): they return the reward function."""
+    return (f"; {name} looks like one of TRL's factories, which return the reward function: build it in a file of your "
+            f"own (reward = {name}(...)) and name that") if name.startswith("get_") else ""
 
 
 def _weights(weights: Any, names: list[str]) -> list[float]:

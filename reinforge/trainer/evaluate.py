@@ -93,17 +93,17 @@ def run_evaluation(config: EvaluationConfig, user_keys: list[str]) -> dict[str, 
         what = "is a folder" if file.is_dir() else "does not exist"
         raise DataError(f"data.path={data.path}: {file.resolve()} {what}; set data.path to the parquet file of responses "
                         "(reinforge generate's data.output_path)")
+    compute_score = load_reward_function(config) or default_compute_score
+    if isinstance(compute_score, TRLRewardFunctions):
+        raise ConfigError(f"custom_reward_function.name: {compute_score.describe()} is a reward function written for TRL "
+                          "(completions, ...), which reinforge train calls; reinforge eval calls a verl one, "
+                          "compute_score(data_source, solution_str, ground_truth, extra_info) per response")
     rows, columns = read_rows(str(file))
     for key in ("response_key", "data_source_key", "reward_model_key"):
         column = getattr(data, key)
         if rows and column not in columns:
             raise DataError(f"{data.path}: no column {column!r} (data.{key}); its columns are {', '.join(columns)}. Set "
                             f"data.{key} to the column that holds it")
-    compute_score = load_reward_function(config) or default_compute_score
-    if isinstance(compute_score, TRLRewardFunctions):
-        raise ConfigError(f"custom_reward_function.name: {', '.join(compute_score.names)} are TRL reward functions (completions, "
-                          "...), which reinforge train calls; reinforge eval calls a verl one, compute_score(data_source, "
-                          "solution_str, ground_truth, extra_info) per response")
     samples, owners = _samples(rows, data, str(data.path))
     if compute_score is default_compute_score:
         _check_scorers(rows, data, str(data.path))

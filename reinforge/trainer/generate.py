@@ -61,7 +61,7 @@ def run_generation(config: GenerationConfig, user_keys: list[str]) -> dict[str, 
     prompts, cut = _truncate_all(prompts, rollout.prompt_length, side)
     if cut:
         print(f"reinforge: note: {cut} of {len(prompts)} prompts are longer than rollout.prompt_length={rollout.prompt_length} "
-              f"tokens after the chat template and were cut on the {side} side, as verl cuts them",
+              f"tokens (chat prompts after the chat template) and were cut on the {side} side, as verl cuts them",
               flush=True)
 
     device = view.trainer.device

@@ -143,7 +143,7 @@ def _run_in(run_dir: Path, config: Config, user_keys: list[str], startup: Startu
     reward_fn = None  # a reward model alone needs no manager and no scorer (docs/rewards.md)
     if not rm.enable or config.custom_reward_function.path:
         compute_score = get_compute_score(config)
-        manager, options = _manager_for(compute_score, rm.reward_manager, data.prompt_key)
+        manager, options = _manager_for(compute_score, rm.reward_manager, data.prompt_key, rm.reward_kwargs)
         _check_reward_data(data, compute_score, train_set, val_loader.dataset if val_loader else None)
         # one manager for training and validation: a failing reward function's traceback is shown once per run
         reward_fn = make_reward_manager(manager, tokenizer, compute_score, reward_fn_key=data.reward_fn_key,
@@ -244,7 +244,7 @@ def run_summary(config: Config, run_dir: Path) -> list[str]:
     return ["reinforge: run summary", *lines]
 
 
-def _manager_for(compute_score, manager: str, prompt_key: str) -> tuple[str, dict]:
+def _manager_for(compute_score, manager: str, prompt_key: str, reward_kwargs: dict) -> tuple[str, dict]:
     """The reward manager that calls `compute_score`, and its options beyond reward_model.reward_kwargs: TRL reward
     functions are called by the `trl` manager (in place of the default naive), with the data's prompt column named."""
     from reinforge.errors import ConfigError
@@ -252,6 +252,9 @@ def _manager_for(compute_score, manager: str, prompt_key: str) -> tuple[str, dic
 
     if not isinstance(compute_score, TRLRewardFunctions):
         return manager, {}
+    if "prompt_key" in reward_kwargs:
+        raise ConfigError("reward_model.reward_kwargs.prompt_key: the trl reward manager reads the prompt column that "
+                          "data.prompt_key names; set that instead")
     if manager not in ("naive", "trl"):
         raise ConfigError(f"reward_model.reward_manager={manager}: custom_reward_function.name names TRL reward functions "
                           f"({', '.join(compute_score.names)}), which score a whole batch in one call as TRL's trainer "
@@ -263,10 +266,10 @@ def _manager_for(compute_score, manager: str, prompt_key: str) -> tuple[str, dic
 def _check_reward_data(data, compute_score, *datasets) -> None:
     """Fail before any model work when a row cannot be scored: no data.reward_fn_key value or ground truth
     (`RLDataset.check_reward_columns`), with the built-in scorers a data_source without one, and with TRL reward
-    functions a column one of them takes (`check_required_columns`; they need no ground truth)."""
+    functions the columns they take and none named as their arguments (`check_rows`; they need no ground truth)."""
     from reinforge.errors import RewardError
     from reinforge.reward import default_compute_score, find_scorer
-    from reinforge.reward.manager.trl import TRLRewardFunctions, check_required_columns
+    from reinforge.reward.manager.trl import TRLRewardFunctions, check_rows
 
     key = data.reward_fn_key
     built_in = getattr(compute_score, "func", compute_score) is default_compute_score  # sandbox settings bound: a partial
@@ -274,7 +277,7 @@ def _check_reward_data(data, compute_score, *datasets) -> None:
         if not hasattr(dataset, "check_reward_columns"):  # a user's Dataset class: its rows are checked when scored
             continue
         if isinstance(compute_score, TRLRewardFunctions):
-            check_required_columns(compute_score, dataset.located_rows(), data.prompt_key)
+            check_rows(compute_score, dataset.located_rows())
             continue
         dataset.check_reward_columns(key)
         if not built_in:  # a custom reward function takes every data_source

@@ -95,7 +95,7 @@ from reinforge.trainer.stop import (
     stop_if_nonfinite,
 )
 from reinforge.trainer.tracking import Tracking, logged_step
-from reinforge.trainer.validation import validate
+from reinforge.trainer.validation import trainer_state, validate
 
 
 class DataExhausted(Exception):
@@ -263,8 +263,7 @@ class RLTrainer:
         Each row's sampling seed follows from (trainer.seed, step, generation round, row), so a row samples the
         same tokens however the rows are split over ranks, and a resumed run samples what the straight run did."""
         wg, n = self.actor_rollout_wg, self.config.actor_rollout_ref.rollout.n
-        state = {"global_step": self.global_steps - 1, "max_steps": self.total_training_steps, "epoch": float(self.train_loader.epoch)}
-        prompts.meta_info["trainer_state"] = state  # what TRL reward functions read (reward/manager/trl.py)
+        prompts.meta_info["trainer_state"] = state = trainer_state(self, self.global_steps - 1)  # TRL reward functions read it
         prompts["uid"] = [f"{self.global_steps}-{gen_batch}-{row}" for row in range(len(prompts))]  # one group per prompt
         batch = prompts.repeat(n, interleave=True)
         batch[SEED_KEY] = row_seeds(len(batch), self.config.trainer.seed, TRAIN, self.global_steps, gen_batch)
@@ -454,7 +453,7 @@ class RLTrainer:
         """Validation metrics (with timing_s/testing), remembered in val_history."""
         with timer("testing", timing := {}):
             metrics = validate(self.config, self.actor_rollout_wg, self.reward_fn, self.val_loader, self.tokenizer, self.global_steps,
-                               tracking, self.total_training_steps)
+                               tracking, trainer_state(self, self.global_steps))
         self.val_history.append((self.global_steps, metrics))
         return {**metrics, "timing_s/testing": timing["testing"]}
 

@@ -24,13 +24,20 @@ from reinforge.config.schema import Config
 from reinforge.distributed import WorkerGroup
 from reinforge.inference.rollout import SEED_KEY, rollout_inputs
 from reinforge.inference.seeds import VALIDATION, row_seeds
+from reinforge.reward.manager.trl import TrainerState
 from reinforge.trainer.generations import generation_records, write_generations
 from reinforge.trainer.tracking import Tracking
 from reinforge.trainer.val_metrics import process_validation_metrics, validation_metric_dict
 
 
+def trainer_state(trainer, done: int) -> TrainerState:
+    """What TRL reward functions read as trainer_state (reward/manager/trl.py) when `done` steps of `trainer` (an
+    RLTrainer) are done: its step count, and the epochs done as a fraction (steps per epoch: the loader's batches)."""
+    return TrainerState.at(done, trainer.total_training_steps, len(trainer.train_loader), trainer.config.trainer.total_epochs)
+
+
 def validate(config: Config, wg: WorkerGroup, reward_fn, val_loader, tokenizer, step: int,
-             tracking: Tracking | None = None, max_steps: int = 0) -> dict[str, float]:
+             tracking: Tracking | None = None, state: TrainerState | None = None) -> dict[str, float]:
     n = config.actor_rollout_ref.rollout.val_kwargs.n
     key = config.data.reward_fn_key
     sources: list[str] = []
@@ -44,7 +51,6 @@ def validate(config: Config, wg: WorkerGroup, reward_fn, val_loader, tokenizer, 
     # decoded when used: for validation_data_dir, or to pick the log_val_generations shown from all of them
     decode = bool(config.trainer.validation_data_dir or config.trainer.log_val_generations)
     for number, prompts in enumerate(val_loader):
-        state = {"global_step": step, "max_steps": max_steps}  # what TRL reward functions read (reward/manager/trl.py)
         batch = Batch.from_dict(prompts, meta_info={"validate": True, "trainer_state": state}).repeat(n, interleave=True)
         batch[SEED_KEY] = row_seeds(len(batch), config.trainer.seed, VALIDATION, step, number)  # see RLTrainer._generate
         batch = batch.union(wg.generate_sequences(rollout_inputs(batch)))

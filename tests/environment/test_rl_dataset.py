@@ -122,12 +122,29 @@ def test_prompt_is_rendered_with_the_chat_template(tmp_path, tokenizer, data_con
         assert torch.equal(item["attention_mask"], torch.ones_like(item["input_ids"]))
 
 
-def test_string_prompt_becomes_one_user_message(tmp_path, tokenizer, data_config, write_rows):
-    path = write_rows(tmp_path / "d.jsonl", [{"prompt": "What is 2 + 2?"}])
-    item = RLDataset(path, tokenizer, data_config(return_raw_chat=True))[0]
-    messages = [{"role": "user", "content": "What is 2 + 2?"}]
-    assert item["raw_prompt"] == messages
-    assert item["input_ids"].tolist() == _template_ids(tokenizer, messages)
+def test_string_prompt_is_the_models_input_as_is_and_one_user_message_for_agents(tmp_path, tokenizer, data_config,
+                                                                                 write_rows, monkeypatch):
+    """TRL's standard format: a string prompt is tokenized as it is, with the tokenizer's own special tokens (a BOS
+    where it adds one), beside chat rows rendered by the template; its messages are one user message."""
+    path = write_rows(tmp_path / "d.jsonl", [{"prompt": "What is 2 + 2?"}, {"prompt": [{"role": "user", "content": "Hi"}]}])
+    dataset = RLDataset(path, tokenizer, data_config(return_raw_chat=True, return_full_prompt=True))
+    assert dataset[0]["raw_prompt"] == [{"role": "user", "content": "What is 2 + 2?"}]
+    assert dataset[0]["input_ids"].tolist() == tokenizer("What is 2 + 2?")["input_ids"]
+    assert dataset[0]["full_prompts"] == "What is 2 + 2?"
+    assert dataset[1]["input_ids"].tolist() == _template_ids(tokenizer, [{"role": "user", "content": "Hi"}])
+    from tokenizers.processors import TemplateProcessing
+
+    bos = TemplateProcessing(single="<|im_start|> $A", special_tokens=[("<|im_start|>", 1)])  # a tokenizer that adds a BOS
+    monkeypatch.setattr(tokenizer.backend_tokenizer, "post_processor", bos)
+    with_bos = RLDataset(path, tokenizer, data_config())
+    assert with_bos[0]["input_ids"].tolist() == [1] + tokenizer("What is 2 + 2?", add_special_tokens=False)["input_ids"]
+    assert with_bos[1]["input_ids"].tolist() == dataset[1]["input_ids"].tolist()  # the template's tokens only
+    monkeypatch.setattr(tokenizer, "chat_template", None)  # a base model's tokenizer: string prompts need none
+    strings = write_rows(tmp_path / "s.jsonl", [{"prompt": "What is 2 + 2?"}])
+    assert len(RLDataset(strings, tokenizer, data_config())) == 1
+    with pytest.raises(DataError, match=r"d.jsonl: row 1, column 'prompt': the prompt is a list of chat messages, which "
+                                        r"goes through the chat template, but the tokenizer has no chat template"):
+        RLDataset(path, tokenizer, data_config())
 
 
 def test_apply_chat_template_kwargs_reach_the_template(tmp_path, monkeypatch, tokenizer, data_config, make_rows, write_rows):
@@ -157,13 +174,13 @@ def test_optional_columns_get_defaults_and_index_falls_back_to_row_number(tmp_pa
 
 # ---- length: truncation and filtering --------------------------------------------------------
 def _long_row(digits: int = 30) -> dict:
-    return {"prompt": "Reverse the digits: " + " ".join(str(i % 10) for i in range(digits))}
+    return {"prompt": [{"role": "user", "content": "Reverse the digits: " + " ".join(str(i % 10) for i in range(digits))}]}
 
 
 @pytest.mark.parametrize("mode", ["left", "right", "middle"])
 def test_truncation_modes_keep_the_right_tokens(tmp_path, tokenizer, data_config, write_rows, mode):
     row = _long_row()
-    full = _template_ids(tokenizer, [{"role": "user", "content": row["prompt"]}])
+    full = _template_ids(tokenizer, row["prompt"])
     limit = (len(full) - 8) | 1  # odd, so `middle` must split it unevenly: 1 more token from the end
     expected = {
         "left": full[-limit:],
@@ -177,7 +194,7 @@ def test_truncation_modes_keep_the_right_tokens(tmp_path, tokenizer, data_config
 
 def test_truncation_error_names_file_row_column_lengths_and_keys(tmp_path, tokenizer, data_config, make_rows, write_rows):
     row = _long_row()
-    length = len(_template_ids(tokenizer, [{"role": "user", "content": row["prompt"]}]))
+    length = len(_template_ids(tokenizer, row["prompt"]))
     write_rows(tmp_path / "a.jsonl", make_rows(2))
     second = write_rows(tmp_path / "b.jsonl", [*make_rows(2), row])
     with pytest.raises(DataError) as err:

@@ -101,7 +101,7 @@ def test_json_lines_input_and_prompts_cut_to_prompt_length(tiny_model_path, tmp_
     assert generate(tiny_model_path, data, output, "data.n_samples=1", "rollout.prompt_length=8") == 0
     written = pq.read_table(output)
     assert written.column_names == ["prompt", "data_source", "responses"] and written.num_rows == 2
-    assert "2 of 2 prompts are longer than rollout.prompt_length=8 tokens" in capsys.readouterr().out
+    assert "1 of 2 prompts are longer than rollout.prompt_length=8 tokens" in capsys.readouterr().out  # "Hi": raw text, 1 token
 
 
 @pytest.mark.parametrize("override, message", [

@@ -14,6 +14,7 @@ from reinforge.errors import DataError
 REWARDS = """
 def digits_right(completions, solution, trainer_state, log_metric, **kwargs):
     log_metric("steps_done", trainer_state.global_step)
+    log_metric("epochs_done", trainer_state.epoch)
     return [sum(a == b for a, b in zip(c[0]["content"], s)) / len(s) for c, s in zip(completions, solution)]
 
 
@@ -47,6 +48,7 @@ def test_trl_reward_functions_score_trl_data(run_steps, trl_files, tmp_path):
     solutions = {r["prompt"][0]["content"]: r["solution"] for r in read_rows(str(train))[0]}
     for step, metrics in steps.items():
         assert metrics["reward/steps_done/mean"] == step - 1 and metrics["reward/errors"] == 0
+        assert metrics["reward/epochs_done/mean"] == (step - 1) / 16  # 32 rows, 2 prompts a step: 16 steps an epoch
         records = [json.loads(line) for line in (rollouts / f"{step}.jsonl").read_text().splitlines()]
         assert len(records) == 4
         for record in records:

@@ -222,10 +222,13 @@ def _payload(fn: Callable[..., Any], reason: str) -> _Payload:
         raise RewardError(
             f"{reason} calls the reward function in worker processes, which receive it by module and name; "
             f"{function_name(fn)} cannot be sent there ({type(error).__name__}: {error}). Define it at the top level "
-            "of a Python file and name that file with custom_reward_function.path."
+            "of a Python file (a def, not a lambda or a function inside another) and name that file with "
+            "custom_reward_function.path."
         ) from None
     user_files = [sys.modules[name].__file__ for name in sorted(pickler.modules) if name.startswith(_USER_MODULE_PREFIX)]
-    return _Payload(sys_path=list(sys.path), user_files=user_files, function=buffer.getvalue())
+    # the current folder too: a function named by module (custom_reward_function.path=my_rewards) was imported from it
+    sys_path = [*sys.path, *([os.getcwd()] if os.getcwd() not in sys.path else [])]
+    return _Payload(sys_path=sys_path, user_files=user_files, function=buffer.getvalue())
 
 
 class _ModuleRecorder(pickle.Pickler):

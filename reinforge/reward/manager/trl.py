@@ -30,10 +30,12 @@ limits the whole call (run in a worker process, so the functions must be top-lev
 from __future__ import annotations
 
 import asyncio
+import copy
 import inspect
 import math
 import numbers
 import sys
+import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -44,40 +46,73 @@ import torch
 from reinforge.batch import Batch
 from reinforge.errors import ConfigError, DataError, RewardError
 from reinforge.reward.manager.base import RewardManager, Sample, register_reward_manager
-from reinforge.reward.manager.calls import function_name, run_coroutine
+from reinforge.reward.manager.calls import WorkerError, function_name, run_coroutine
+from reinforge.reward.registry import default_compute_score
 
 GIVEN = ("prompts", "completions", "completion_ids", "trainer_state", "log_extra", "log_metric")  # what every call passes
+DROPPED = ("prompt", "completion", "completion_ids")  # columns TRL does not pass on (the prompt reaches `prompts`)
+RESERVED = ("score", "acc", "input", "output", "gts", "step")  # reinforge's own per-row values: no function or log takes them
 _CUSTOM_DATASET_FIELDS = ("data_source", "reward_model", "extra_info", "ability")  # a Dataset class's rows' columns
 
 
 def is_trl_reward(fn: Callable[..., Any]) -> bool:
-    """Whether `fn` is written for TRL (a `completions` or `completion_ids` parameter) rather than for verl (whose
-    functions take `solution_str`, or `solution_strs` for the batch manager)."""
+    """Whether `fn` is written for TRL (a `completions`, `completion_ids` or `prompts` parameter) rather than for verl
+    (whose functions take `solution_str`, or `solution_strs` for the batch manager)."""
     try:
-        parameters = inspect.signature(fn).parameters
+        parameters = set(inspect.signature(fn).parameters)
     except (TypeError, ValueError):
         return False
-    return bool({"completions", "completion_ids"} & set(parameters)) and not {"solution_str", "solution_strs"} & set(parameters)
+    return bool({"completions", "completion_ids", "prompts"} & parameters) and not {"solution_str", "solution_strs"} & parameters
 
 
 @dataclass
 class TrainerState:
-    """What TRL's reward functions read of its `trainer_state`."""
+    """What TRL's reward functions read of its `trainer_state` (transformers' TrainerState): the common fields."""
 
     global_step: int = 0  # optimizer steps done before the responses were generated
     max_steps: int = 0  # the run's training steps
-    epoch: float = 0.0  # epochs of the training data served so far
+    epoch: float = 0.0  # epochs of the training data done, fractional as TRL's (global_step / steps per epoch)
+    num_train_epochs: int = 0
+    is_world_process_zero: bool = True
+    is_local_process_zero: bool = True
+
+    @classmethod
+    def at(cls, done: int, max_steps: int, steps_per_epoch: int, epochs: int) -> TrainerState:
+        return cls(done, max_steps, done / max(steps_per_epoch, 1), epochs)
+
+
+class FunctionError(WorkerError):
+    """A TRL reward function raised; the message holds its traceback (it may have run in a worker process)."""
 
 
 class TRLRewardFunctions:
     """The TRL reward functions of one run, called in turn on one batch; picklable (a worker process may call it).
 
     Called with the batch's `prompts`, `completions`, `completion_ids`, `columns` (column -> per-row list) and
-    `trainer_state`, it returns `{"rewards": one list per function, "columns": what log_extra logged,
-    "metrics": what log_metric logged (name -> values)}`."""
+    `trainer_state`, it returns `{"rewards": one list per function (None for one that raised), "errors": function
+    name -> traceback, "columns": what log_extra logged, "metrics": what log_metric logged (name -> values)}`."""
 
     def __init__(self, functions: list[Callable[..., Any]], names: list[str], weights: list[float]) -> None:
         self.functions, self.names, self.weights = functions, names, weights
+
+    def describe(self) -> str:
+        """How messages name the functions: each with its file."""
+        return ", ".join(function_name(fn) for fn in self.functions)
+
+    def check(self) -> None:
+        """RewardError for what no call could fix: a name listed twice or one of reinforge's own (RESERVED), and
+        positional-only parameters (every argument is given by keyword, as TRL gives them)."""
+        for name, fn in zip(self.names, self.functions, strict=True):
+            if self.names.count(name) > 1 or name in RESERVED:
+                why = "is listed twice" if self.names.count(name) > 1 else \
+                    f"is the name of a value reinforge records itself ({', '.join(RESERVED)})"
+                raise RewardError(f"custom_reward_function.name={self.names}: {name} {why}; each function's reward is "
+                                  "recorded under its name. Name each function once, under another name (an alias in your file)")
+            positional = [p.name for p in inspect.signature(fn).parameters.values() if p.kind is p.POSITIONAL_ONLY]
+            if positional:
+                raise RewardError(f"the TRL reward function {function_name(fn)} has positional-only parameters "
+                                  f"({', '.join(positional)}, before '/'); TRL reward functions are given every argument "
+                                  "by keyword (prompts=, completions=, ...): remove the '/'")
 
     def required_columns(self) -> dict[str, list[str]]:
         """For each function name, the data columns it needs: parameters without a default that a call does not give."""
@@ -90,36 +125,63 @@ class TRLRewardFunctions:
 
     def __call__(self, prompts: list, completions: list, completion_ids: list, columns: dict[str, list],
                  trainer_state: TrainerState) -> dict[str, Any]:
-        logged_columns: dict[str, list] = {}
-        logged_metrics: dict[str, list[float]] = {}
-
-        def log_extra(column: str, values: list) -> None:
-            logged_columns[column] = list(values)
-
-        def log_metric(name: str, value: float) -> None:
-            logged_metrics.setdefault(name, []).append(value)
-
-        arguments = {"prompts": prompts, "completions": completions, "completion_ids": completion_ids, **columns,
-                     "trainer_state": trainer_state, "log_extra": log_extra, "log_metric": log_metric}
-        rewards: list[Any] = [None] * len(self.functions)
+        out: dict[str, Any] = {"rewards": [None] * len(self.functions), "errors": {}, "columns": {}, "metrics": {}}
+        rows = len(completions)
         pending = []
         for i, (fn, name) in enumerate(zip(self.functions, self.names, strict=True)):
-            missing = [column for column in self.required_columns()[name] if column not in arguments]
+            missing = [column for column in self.required_columns()[name] if column not in columns]
             if missing:  # rows of a Dataset class (the built-in dataset's are checked before training)
-                raise RewardError(f"the TRL reward function {name} takes {missing[0]!r}, which the batch's rows do not have; "
-                                  f"their columns are {', '.join(columns)}")
-            result = fn(**_accepted(fn, arguments))
+                raise RewardError(f"the TRL reward function {function_name(fn)} takes {missing[0]!r}, which the batch's rows "
+                                  f"do not have; their columns are {', '.join(columns)}")
+            arguments = {"prompts": prompts, "completions": completions, "completion_ids": completion_ids, **columns,
+                         "trainer_state": trainer_state, **_loggers(out, function_name(fn), rows)}
+            try:
+                result = fn(**_accepted(fn, arguments))
+            except (Exception, SystemExit):  # user code: this function's rewards are lost, the others' count
+                out["errors"][name] = traceback.format_exc()
+                continue
             if inspect.isawaitable(result):  # async functions run together, as TRL's do
-                pending.append((i, result))
+                pending.append((i, name, result))
             else:
-                rewards[i] = result
+                out["rewards"][i] = result
         if pending:
-            async def gather() -> list[Any]:
-                return await asyncio.gather(*(awaitable for _, awaitable in pending))
+            async def settle(awaitable: Any) -> Any:
+                try:
+                    return await awaitable
+                except (Exception, SystemExit):
+                    return FunctionError(traceback.format_exc())
 
-            for (i, _), result in zip(pending, run_coroutine(gather()), strict=True):
-                rewards[i] = result
-        return {"rewards": rewards, "columns": logged_columns, "metrics": logged_metrics}
+            async def gather() -> list[Any]:
+                return await asyncio.gather(*(settle(awaitable) for *_, awaitable in pending))
+
+            for (i, name, _), result in zip(pending, run_coroutine(gather()), strict=True):
+                if isinstance(result, FunctionError):
+                    out["errors"][name] = str(result)
+                else:
+                    out["rewards"][i] = result
+        return out
+
+
+def _loggers(out: dict[str, Any], who: str, rows: int) -> dict[str, Callable[..., None]]:
+    """`log_extra` and `log_metric` for one function (`who`, for messages), recording into `out`."""
+
+    def log_extra(column: str, values: Any) -> None:
+        if isinstance(values, (str, bytes)) or not hasattr(values, "__len__"):
+            raise RewardError(f"{who} called log_extra({column!r}, ...) with {type(values).__name__}; it takes a list of "
+                              f"one value per completion ({rows})")
+        if len(values) != rows:
+            raise RewardError(f"{who} called log_extra({column!r}, ...) with {len(values)} values; the batch has {rows} "
+                              "completions")
+        out["columns"][column] = list(values)
+
+    def log_metric(name: str, value: Any) -> None:
+        if isinstance(value, (np.generic, torch.Tensor)) and np.ndim(value) == 0:
+            value = value.item()
+        if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(float(value)):
+            raise RewardError(f"{who} called log_metric({name!r}, {value!r}); it takes a finite number")
+        out["metrics"].setdefault(name, []).append(float(value))
+
+    return {"log_extra": log_extra, "log_metric": log_metric}
 
 
 def _accepted(fn: Callable[..., Any], arguments: dict[str, Any]) -> dict[str, Any]:
@@ -149,14 +211,16 @@ class TRLRewardManager(RewardManager):
     def __init__(self, tokenizer: Any, num_examine: int = 0, compute_score: Callable[..., Any] | None = None,
                  reward_fn_key: str = "data_source", timeout_s: float | None = None, prompt_key: str = "prompt") -> None:
         if not isinstance(compute_score, TRLRewardFunctions):
-            what = function_name(compute_score) if compute_score is not None else "the built-in scorer"
+            what = ("none is named (the built-in scorers are verl's)" if getattr(compute_score, "func", compute_score)
+                    in (None, default_compute_score) else f"{function_name(compute_score)} is not one")
             raise ConfigError(
                 "reward_model.reward_manager=trl calls reward functions written for TRL, fn(prompts, completions, "
-                f"completion_ids, **columns) -> list of rewards; {what} is not one. Set custom_reward_function.path and "
-                ".name to such a function, or use reward_model.reward_manager=naive")
+                f"completion_ids, **columns) -> list of rewards; {what}. Set custom_reward_function.path and "
+                ".name to such functions, or use reward_model.reward_manager=naive")
         self.prompt_key = prompt_key
-        self._warned_unscorable = False
+        self._reported_functions: set[str] = set()  # functions whose failure was printed
         self._call_error: BaseException | None = None
+        self._call_counts: dict[str, int] = {}  # this call's reward/function_errors and reward/unscored
         super().__init__(tokenizer, num_examine, compute_score, reward_fn_key, timeout_s)
 
     def _check_signature(self, fn: Callable[..., Any]) -> None:  # each function was checked when it was loaded
@@ -164,20 +228,22 @@ class TRLRewardManager(RewardManager):
 
     def _samples(self, batch: Batch) -> list[Sample]:
         samples = super()._samples(batch)
-        state = TrainerState(**batch.meta_info.get("trainer_state", {}))
+        state = batch.meta_info.get("trainer_state") or TrainerState()
         rows = batch["row_columns"] if "row_columns" in batch else None
         raw = batch["raw_prompt"] if "raw_prompt" in batch else None
         out = []
         for sample in samples:
             i = sample.row
             if rows is not None and rows[i] is not None:
-                columns = {key: value for key, value in rows[i].items() if key != self.prompt_key}
+                columns = {key: value for key, value in rows[i].items() if key not in DROPPED}
                 prompt = rows[i].get(self.prompt_key)
             else:  # a Dataset class's item: the fields verl's schema names, and the chat messages
                 columns = {key: batch[key][i] for key in _CUSTOM_DATASET_FIELDS if key in batch}
                 prompt = raw[i] if raw is not None else self._decode_prompt(batch, i)
             ids = batch["responses"][i, : sample.response_length].tolist()
-            out.append(TRLSample(**vars(sample), prompt=prompt, completion_ids=ids, columns=columns, trainer_state=state))
+            # each row its own copy, as TRL's rows are: a function that changes one changes neither the data nor a sibling
+            out.append(TRLSample(**vars(sample), prompt=copy.deepcopy(prompt), completion_ids=ids,
+                                 columns=copy.deepcopy(columns), trainer_state=state))
         return out
 
     def _compute(self, samples: list[Sample]) -> list[Any]:
@@ -190,39 +256,52 @@ class TRLRewardManager(RewardManager):
             "columns": {key: [s.columns.get(key) for s in samples] for key in keys},
             "trainer_state": samples[0].trainer_state if samples else TrainerState(),
         }
+        self._call_counts = {}
         [result] = self._call([call], max_concurrency=1)
+        if not isinstance(result, BaseException) and len(result["errors"]) == len(self.compute_score.functions):
+            result = FunctionError("".join(result["errors"].values()))  # every function raised: every row fails
         self._call_error = result if isinstance(result, BaseException) else None
         if self._call_error is not None:
             return [result] * len(samples)
         return self._rows(result, samples)
 
+    def _parse(self, samples: list[Sample], results: list[Any]) -> tuple:
+        scores, extras, plain, metrics = super()._parse(samples, results)
+        return scores, extras, plain, {**metrics, **self._call_counts}
+
     def _rows(self, result: dict[str, Any], samples: list[Sample]) -> list[dict[str, Any]]:
         """Each row's result as a dict: `score` (the weighted sum), each function's reward and what was logged."""
         functions: TRLRewardFunctions = self.compute_score
         rows = len(samples)
-        per_function = [_rewards(fn, out, rows) for fn, out in zip(functions.functions, result["rewards"], strict=True)]
+        for name, text in result["errors"].items():  # the others' rewards count; this one's are None for the call
+            self._report_function(name, text)
+        per_function = [[None] * rows if name in result["errors"] else _rewards(fn, out, rows)
+                        for fn, name, out in zip(functions.functions, functions.names, result["rewards"], strict=True)]
         extra: dict[str, list] = dict(zip(functions.names, per_function, strict=True))
         for column, values in result["columns"].items():
-            if len(values) != rows:
-                raise RewardError(f"a TRL reward function logged column {column!r} with log_extra for {len(values)} rows; "
-                                  f"the batch has {rows}")
             extra[_free(column, extra, "log_extra")] = values
         for name, values in result["metrics"].items():
             extra[_free(name, extra, "log_metric")] = [float(np.mean(values))] * rows
         out = []
         for row in range(rows):
             scored = [(w, r[row]) for w, r in zip(functions.weights, per_function, strict=True) if r[row] is not None]
-            if not scored:
-                self._warn_unscorable(samples[row])
             out.append({"score": sum(w * r for w, r in scored), **{key: values[row] for key, values in extra.items()}})
+        unscored = sum(all(r[row] is None for r in per_function) for row in range(rows))
+        self._call_counts = {"reward/function_errors": len(result["errors"]), "reward/unscored": unscored}
+        if unscored and "unscored" not in self._reported:
+            self._reported.add("unscored")
+            print(f"reinforge: warning: no TRL reward function scored {unscored} of {rows} responses (each returned None or "
+                  "NaN for them, or raised); such a response scores 0.0 (TRL leaves it out of its group's mean). Counted "
+                  "in reward/unscored; later ones are not reported.", file=sys.stderr)
         return out
 
-    def _warn_unscorable(self, sample: Sample) -> None:
-        if not self._warned_unscorable:
-            self._warned_unscorable = True
-            print(f"reinforge: warning: every TRL reward function returned None for row {sample.row} (data_source="
-                  f"{sample.data_source!r}); such a row scores 0.0 (TRL leaves it out of its group's mean). Later ones "
-                  "are not reported.", file=sys.stderr)
+    def _report_function(self, name: str, text: str) -> None:
+        """Print the first failure of each function (with its traceback); the others of the call still score."""
+        if name not in self._reported_functions:
+            self._reported_functions.add(name)
+            print(f"reinforge: the TRL reward function {name} failed; its rewards are left out of this batch (the other "
+                  "functions' count; a batch every function failed on scores 0). Later failures are only counted in "
+                  f"reward/function_errors.\n{text}", file=sys.stderr)
 
     def _where(self, sample: Sample, error: BaseException) -> str:
         if error is self._call_error:
@@ -235,7 +314,8 @@ def _rewards(fn: Callable[..., Any], result: Any, rows: int) -> list[float | Non
     if isinstance(result, (np.ndarray, torch.Tensor)) and result.ndim == 1:
         result = result.tolist()
     if not isinstance(result, (list, tuple)):
-        raise RewardError(f"the TRL reward function {function_name(fn)} returned {type(result).__name__}; it must "
+        shape = f" of shape {tuple(result.shape)}" if isinstance(result, (np.ndarray, torch.Tensor)) else ""
+        raise RewardError(f"the TRL reward function {function_name(fn)} returned {type(result).__name__}{shape}; it must "
                           "return a list with one reward (a number, or None) per completion")
     if len(result) != rows:
         raise RewardError(f"the TRL reward function {function_name(fn)} returned {len(result)} rewards for {rows} "
@@ -247,31 +327,42 @@ def _rewards(fn: Callable[..., Any], result: Any, rows: int) -> list[float | Non
         if value is not None and not isinstance(value, numbers.Real):
             raise RewardError(f"the TRL reward function {function_name(fn)} returned {type(value).__name__} "
                               f"{value!r} for completion {row}; a reward is a number, or None for not scored")
-        if value is not None and math.isinf(float(value)):
-            raise RewardError(f"the TRL reward function {function_name(fn)} returned {value} for completion {row}")
-        values.append(None if value is None or math.isnan(float(value)) else float(value))
+        try:
+            number = None if value is None else float(value)
+        except OverflowError:
+            number = math.inf
+        if number is not None and math.isinf(number):
+            raise RewardError(f"the TRL reward function {function_name(fn)} returned {value if abs(number) < 1e300 else 'a number past a float'} "
+                              f"for completion {row}; a reward is a finite number, or None for not scored")
+        values.append(None if number is None or math.isnan(number) else number)
     return values
 
 
 def _free(key: str, taken: dict[str, list], how: str) -> str:
-    """`key` when no reward function and nothing logged before has it (and it is not `score`), else RewardError."""
-    if key == "score" or key in taken:
-        raise RewardError(f"a TRL reward function logged {key!r} with {how}, which is already the name of a reward "
-                          "function or of the score; log it under another name")
+    """`key` when no reward function and nothing logged before has it and it is not one of reinforge's own (RESERVED)."""
+    if key in RESERVED or key in taken:
+        raise RewardError(f"a TRL reward function logged {key!r} with {how}, which is already the name of a reward function, "
+                          f"of another logged value or of one reinforge records itself ({', '.join(RESERVED)}); log it "
+                          "under another name")
     return key
 
 
-def check_required_columns(functions: TRLRewardFunctions, located_rows: Any, prompt_key: str) -> None:
-    """DataError naming the file, row and function of the first row without a column a function needs (one of its
+def check_rows(functions: TRLRewardFunctions, located_rows: Any) -> None:
+    """DataError naming the file and row of the first row with a column named as an argument every call gives
+    (`prompts`, `completions`, ...: TRL refuses such data too), or without a column a function takes (one of its
     parameters without a default), found before training rather than at the first step."""
     needed = {name: columns for name, columns in functions.required_columns().items() if columns}
-    if not needed:
-        return
     for row, file, number in located_rows:
+        clash = [column for column in row if column in GIVEN and column not in DROPPED]
+        if clash:
+            raise DataError(f"{file}: row {number}: the column {clash[0]!r} has the name of an argument every TRL reward "
+                            f"function is given ({', '.join(GIVEN)}); rename the column")
         for name, columns in needed.items():
-            missing = [column for column in columns if column not in row or column == prompt_key]
+            missing = [column for column in columns if column not in row or column in DROPPED]
             if missing:
+                what = (f"column {missing[0]!r} does not reach reward functions (the prompt reaches them as prompts, TRL's "
+                        "completion columns not at all)" if missing[0] in DROPPED else f"no column {missing[0]!r}")
                 raise DataError(
-                    f"{file}: row {number}: no column {missing[0]!r}, which the TRL reward function {name} takes "
+                    f"{file}: row {number}: {what}, which the TRL reward function {name} takes "
                     f"(custom_reward_function.name); a TRL reward function is given each data column by name. The row's "
                     f"columns: {', '.join(row)}")
