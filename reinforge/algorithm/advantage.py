@@ -178,16 +178,14 @@ def compute_gdpo_outcome_advantage(token_level_rewards: torch.Tensor, response_m
 
 def _scored_grpo_scalars(values: torch.Tensor, index, epsilon: float, norm_by_std: bool) -> torch.Tensor:
     """`_grpo_scalars` over the rows whose value is not NaN, the others 0: a value not scored takes no part in its
-    group's mean and std and adds nothing to the row's sum, and one scored value alone in its group gives 0 (TRL's
-    normalize_then_sum: nanmean, nanstd)."""
+    group's mean and std and adds nothing to the row's sum, and one scored value alone in a group of several gives 0
+    (TRL's normalize_then_sum: nanmean, nanstd). Without NaN it equals `_grpo_scalars` (a group of one: the value)."""
     scored = ~values.isnan()
-    if bool(scored.all()):
-        return _grpo_scalars(values, index, epsilon, norm_by_std)
-    group, _ = _group_of(index)
+    group, size = _group_of(index)
     weights, values = scored.to(values.dtype), torch.where(scored, values, torch.zeros_like(values))
     groups = int(group.max()) + 1
     count = torch.zeros(groups, dtype=values.dtype).index_add_(0, group, weights)[group]
-    centred = values - _group_mean(values, group, weights)
+    centred = values - torch.where(size > 1, _group_mean(values, group, weights), torch.zeros_like(values))
     squares = torch.zeros(groups, dtype=values.dtype).index_add_(0, group, centred.square() * weights)[group]
     std = torch.where(count > 1, (squares / (count - 1).clamp(min=1)).sqrt(), torch.ones_like(values))
     return torch.where(scored, centred / (std + epsilon) if norm_by_std else centred, torch.zeros_like(values))

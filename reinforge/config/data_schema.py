@@ -47,7 +47,8 @@ class DataConfig(Node):
                                   "version: rows with images are refused, naming the file and row.")
     video_key: str = _f("videos", "Column of a row's videos (verl's multimodal data); rows with videos are refused, as images.")
     reward_fn_key: str = _f("data_source", "Column whose value picks the scorer and groups validation metrics.")
-    max_prompt_length: int = _f(512, "Longest prompt in tokens after the chat template; longer ones follow `truncation`.")
+    max_prompt_length: int = _f(512, "Longest prompt in tokens (a chat prompt after the chat template); longer ones follow "
+                                 "`truncation`.")
     max_response_length: int = _f(512, "Most tokens generated per response.")
     train_batch_size: int = _f(1024, "Prompts per training step (each is sampled rollout.n times).")
     gen_batch_size: int | None = _f(
@@ -65,7 +66,7 @@ class DataConfig(Node):
     return_raw_chat: bool = _f(True, "Keep the prompt's chat messages in the batch as `raw_prompt` (agent loops and reward "
                                       "models read them); verl's default, true since it moved chat templates to its agent loops.")
     return_raw_input_ids: bool = _f(False, "Accepted for verl compatibility; prompts are always re-tokenized by the one tokenizer.")
-    return_full_prompt: bool = _f(False, "Keep the prompt text after the chat template as `full_prompts`.")
+    return_full_prompt: bool = _f(False, "Keep the prompt text (a chat prompt after the chat template) as `full_prompts`.")
     dataloader_num_workers: int = _f(8, "verl's loader worker processes; prompts are prepared in-process here. Above 0 it "
                                         "still sets the shuffled order verl's loader then serves (two permutations drawn "
                                         "an epoch, the second used), so a seed gives verl's training order either way.")

@@ -31,8 +31,8 @@ class GenTrainerConfig(Node):
 class GenDataConfig(Node):
     path: str = _f("~/data/rlhf/math/test.parquet", "The prompts: a parquet file in verl's schema (also .json or .jsonl, "
                    "as data.train_files takes). Every column is copied to the output.")
-    prompt_key: str = _f("prompt", "Column holding the prompt: a list of chat messages (verl), or a plain string (one user "
-                         "message); rendered with the tokenizer's chat template and the generation prompt.")
+    prompt_key: str = _f("prompt", "Column holding the prompt: a list of chat messages (verl), rendered with the tokenizer's "
+                         "chat template and the generation prompt, or a plain string, the model's input text as it is.")
     n_samples: int = _f(5, "Responses generated per prompt (each row's `responses` list has this many).")
     output_path: str = _f("/opt/tiger/math_Qwen2-7B-Instruct.parquet", "The parquet file written: the input's columns plus "
                           "`responses`. Its folder is created; the file is written to a temporary name and renamed.")

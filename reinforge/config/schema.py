@@ -221,7 +221,7 @@ class ActorRolloutRefConfig(Node):
 # ------------------------------------------------------------------------------------- reward
 @dataclass
 class CustomRewardFunctionConfig(Node):
-    path: str | None = _f(None, "Python file defining the reward function.")
+    path: str | None = _f(None, "Python file (or importable module, e.g. trl.rewards) defining the reward function.")
     name: Any = _f("compute_score", "Function name in that file: compute_score(data_source, solution_str, ground_truth, "
                    "extra_info=None, **kwargs); or a TRL reward function, fn(completions, **kwargs) returning a list of "
                    "rewards, or a list of such names (docs/rewards.md).")

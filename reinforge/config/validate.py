@@ -290,10 +290,6 @@ def _check(config: Config) -> None:
             isinstance(name, list) and name and all(isinstance(n, str) and n for n in name)):
         raise ConfigError(f"custom_reward_function.name={name!r} must be a function's name, or a list of names of TRL "
                           "reward functions")
-    weights = config.custom_reward_function.reward_weights
-    if isinstance(weights, list) and len(weights) != (len(name) if isinstance(name, list) else 1):
-        raise ConfigError(f"custom_reward_function.reward_weights={weights} has {len(weights)} weights for the functions of "
-                          f"custom_reward_function.name={name}; give one per function")
     choice("trainer.resume_mode", trainer.resume_mode, ("auto", "disable", "resume_path"))
     if trainer.val_only and not data.val_files:
         raise ConfigError("trainer.val_only=True validates once and exits, but data.val_files is not set, so there is nothing "

@@ -267,8 +267,9 @@ class RLDataset(Dataset):
             file, row = origins[first]
             what = "the tools' schemas go" if plain[first] else "the prompt is a list of chat messages, which goes"
             raise DataError(f"{file}: row {row}, column {self.config.prompt_key!r}: {what} through the chat template, but "
-                            "the tokenizer has no chat template. Set actor_rollout_ref.model.custom_chat_template to a "
-                            "Jinja chat template, or give the prompt as a string (the model's input text, as is)")
+                            "the tokenizer has no chat template. Use a tokenizer with one (reinforge train: or set "
+                            "actor_rollout_ref.model.custom_chat_template), or give the prompt as a string (the model's "
+                            "input text, as is)")
 
     def _tokenize(self, texts: list[str], plain: list[bool]) -> list[list[int]]:
         """Token ids of each prompt text: a rendered chat has its special tokens from the template; a string prompt gets

@@ -36,7 +36,7 @@ def load_reward_function(config: Config) -> Callable[..., Any] | None:
     if not spec.path:
         return None
     module = import_user_module(spec.path, "custom_reward_function.path", RewardError)  # a file, or a module's name
-    path = Path(module.__file__ or spec.path)
+    path = Path(spec.path).expanduser().resolve() if Path(spec.path).expanduser().exists() else spec.path  # for messages
     names = [spec.name] if isinstance(spec.name, str) else list(spec.name)
     kwargs = dict(spec.reward_kwargs or {})
     functions = []
@@ -120,7 +120,8 @@ def _get_function(module: ModuleType, name: str, path: Path) -> Callable[..., An
         defined = sorted(
             attr
             for attr, value in vars(module).items()
-            if callable(value) and not attr.startswith("_") and getattr(value, "__module__", None) == module.__name__
+            if callable(value) and not attr.startswith("_")
+            and (getattr(value, "__module__", None) or "").startswith(module.__name__)  # a package's: its modules' too
         )
         raise RewardError(
             f"custom_reward_function.name: {path} defines no {name!r}; the functions it defines are "

@@ -1,7 +1,7 @@
 """`reinforge generate`: n responses to every prompt of a file, written beside the file's columns (verl's main_generation).
 
-As verl's script does: every row's prompt (column `data.prompt_key`) is rendered with the tokenizer's chat template
-and the generation prompt, cut to `rollout.prompt_length` tokens on the tokenizer's truncation side, and answered
+As verl's script does: every row's prompt (column `data.prompt_key`) of chat messages is rendered with the tokenizer's
+chat template and the generation prompt (a string prompt is the model's input text as it is, as in `reinforge train`), cut to `rollout.prompt_length` tokens on the tokenizer's truncation side, and answered
 `data.n_samples` times with the rollout's sampling settings, `data.batch_size` prompts at a time; each response is
 its valid tokens decoded without special tokens. The output parquet holds every input column and `responses`, a
 list of `n_samples` strings per row.
@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from reinforge.config.generation_schema import ENGINE_KEYS, GenerationConfig, unused_generation_settings
-from reinforge.errors import ConfigError, DataError, ModelError
+from reinforge.errors import ConfigError, DataError
 
 RESPONSES = "responses"  # the column written, as verl names it
 NO_LIMIT = sys.maxsize  # the dataset's own prompt limit: prompts are cut here, where the cut ones are counted
@@ -125,16 +125,11 @@ def _output_file(path: str) -> Path:
 
 
 def _load_tokenizer(config: GenerationConfig, source: str) -> Any:
-    """The tokenizer of `model.path` (`source`); ModelError naming model.path when it fails to load or has no chat
-    template (every prompt is rendered with it; this command has no key for another template, as verl's has none)."""
+    """The tokenizer of `model.path` (`source`); a ModelError naming model.path when it fails to load. One without a chat
+    template takes string prompts only (the dataset names the first prompt of chat messages)."""
     from reinforge.training.model import tokenizer_from
 
-    tokenizer = tokenizer_from(source, "model.path", config.model.trust_remote_code or config.data.trust_remote_code)
-    if not getattr(tokenizer, "chat_template", None):
-        raise ModelError(f"model.path={config.model.path}: its tokenizer has no chat template, so the prompts cannot be "
-                         "rendered; use a model folder whose tokenizer has one (a chat_template in tokenizer_config.json, or "
-                         "a chat_template.jinja file), such as an Instruct model's")
-    return tokenizer
+    return tokenizer_from(source, "model.path", config.model.trust_remote_code or config.data.trust_remote_code)
 
 
 def _training_config(config: GenerationConfig) -> Any:

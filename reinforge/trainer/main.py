@@ -131,7 +131,7 @@ def _run_in(run_dir: Path, config: Config, user_keys: list[str], startup: Startu
                 rollout.multi_turn.enable or any(row.get("agent_name") for row, *_ in dataset.located_rows())):
             from reinforge.inference.agent import check_agent_rows  # each row's agent loop, interaction and environment exist
 
-            check_agent_rows(dataset.located_rows(), rollout)
+            check_agent_rows(dataset.located_rows(), rollout, data.prompt_key)
 
     # total_training_steps, when set, is the length of the LR schedule and training ends after total_epochs, as verl's;
     # past the data's epochs the last step is the data's last (verl then neither saves nor validates it: no last step)
@@ -277,7 +277,7 @@ def _check_reward_data(data, compute_score, *datasets) -> None:
         if not hasattr(dataset, "check_reward_columns"):  # a user's Dataset class: its rows are checked when scored
             continue
         if isinstance(compute_score, TRLRewardFunctions):
-            check_rows(compute_score, dataset.located_rows())
+            check_rows(compute_score, dataset.located_rows(), data.prompt_key)
             continue
         dataset.check_reward_columns(key)
         if not built_in:  # a custom reward function takes every data_source

@@ -385,6 +385,17 @@ def test_gdpo_leaves_out_the_rewards_a_function_did_not_score_as_trls_normalize_
     adv, _ = run("gdpo", token_level_rewards=r, response_mask=m, index=index, config=config, reward_components=components)
     assert not adv.isnan().any() and adv[1].abs().sum() == 0
     assert torch.allclose(adv, torch.tensor(expected, dtype=adv.dtype), atol=1e-5)
+    # groups of one (rollout.n=1): a value stands as it is, as in grpo, whether or not another row's value is None
+    singles, values = np.arange(4), [0.3, 0.1, 0.2, 0.4]
+    r4, m4 = outcome([0.0] * 4, [2, 2, 2, 2], 2)
+    config = AlgorithmConfig(gdpo_reward_keys=["a", "b"])
+    scored, _ = run("gdpo", token_level_rewards=r4, response_mask=m4, index=singles, config=config,
+                    reward_components={"a": values, "b": values})
+    one_none, _ = run("gdpo", token_level_rewards=r4, response_mask=m4, index=singles, config=config,
+                      reward_components={"a": values, "b": [*values[:3], None]})
+    totals = np.array([2 * v for v in values]), np.array([2 * v for v in values[:3]] + [values[3]])
+    for adv, total in ((scored, totals[0]), (one_none, totals[1])):
+        assert torch.allclose(adv, torch.tensor(np_whiten(total[:, None] * m4.numpy(), m4.numpy()), dtype=adv.dtype), atol=1e-5)
 
 
 @pytest.mark.parametrize("name", ALL_ESTIMATORS)

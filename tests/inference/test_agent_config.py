@@ -101,6 +101,11 @@ def test_each_rows_agent_loop_interaction_and_environment_are_checked_at_start(t
                           r"row 3: extra_info.env_kwargs.name='guess_numbr'; the text environments are guess_number")]:
         with pytest.raises(DataError, match=rf"^train.jsonl: {message}"):
             check_agent_rows(_rows(*good, bad), on.actor_rollout_ref.rollout)
+    text = {"prompt": "Q: what is 2+2? A:", "extra_info": {"index": 3}}  # the model's input text: no chat to continue
+    check_agent_rows(_rows({**text, "agent_name": "single_turn_agent"}), on.actor_rollout_ref.rollout)
+    with pytest.raises(DataError, match=r"^train.jsonl: row 0, column 'prompt': a string prompt is the model's input text as "
+                                        r"it is \(TRL's standard format\), but the tool_agent agent loop continues a chat"):
+        check_agent_rows(_rows(text), on.actor_rollout_ref.rollout, "prompt")
 
 
 def test_a_bad_agent_name_in_the_validation_file_stops_the_run_before_the_model_loads(tiny_model_path, tmp_path, capsys):

@@ -15,7 +15,8 @@ REWARDS = """
 def digits_right(completions, solution, trainer_state, log_metric, **kwargs):
     log_metric("steps_done", trainer_state.global_step)
     log_metric("epochs_done", trainer_state.epoch)
-    return [sum(a == b for a, b in zip(c[0]["content"], s)) / len(s) for c, s in zip(completions, solution)]
+    texts = [c if isinstance(c, str) else c[0]["content"] for c in completions]  # string prompts: string completions
+    return [sum(a == b for a, b in zip(t, s)) / len(s) for t, s in zip(texts, solution)]
 
 
 def length_bonus(completion_ids, **kwargs):
@@ -67,3 +68,29 @@ def test_a_column_a_trl_function_takes_that_the_data_lacks_stops_the_run_before_
     with pytest.raises(DataError, match=rf"^{train}: row \d+: no column 'answer', which the TRL reward function graded takes"):
         run_steps(f"data.train_files={train}", f"data.val_files={val}", f"custom_reward_function.path={reward}",
                   "custom_reward_function.name=graded")
+
+
+def test_a_base_model_without_a_chat_template_trains_on_string_prompts_as_they_are(run_steps, trl_files, tiny_model_path,
+                                                                                   tmp_path):
+    """TRL's standard format: string prompts are the model's input text, so a tokenizer without a chat template will do."""
+    import shutil
+
+    base = tmp_path / "base_model"
+    shutil.copytree(tiny_model_path, base)
+    (base / "chat_template.jinja").unlink()
+    paths = []
+    for source in trl_files:
+        rows, _ = read_rows(str(source))
+        path = tmp_path / f"text_{source.name}"
+        pq.write_table(pa.Table.from_pylist([{"prompt": r["prompt"][0]["content"] + " =", "solution": r["solution"]}
+                                             for r in rows]), path)
+        paths.append(path)
+    reward = tmp_path / "trl_rewards.py"
+    reward.write_text(REWARDS)
+    rollouts = tmp_path / "rollouts"
+    steps = run_steps(f"actor_rollout_ref.model.path={base}", f"data.train_files={paths[0]}", f"data.val_files={paths[1]}",
+                      f"custom_reward_function.path={reward}", "custom_reward_function.name=digits_right",
+                      f"trainer.rollout_data_dir={rollouts}", "trainer.total_training_steps=1")
+    assert sorted(steps) == [1]
+    records = [json.loads(line) for line in (rollouts / "1.jsonl").read_text().splitlines()]
+    assert all(r["input"].startswith("Add 1: ") and r["input"].endswith(" =") for r in records)  # no template around it

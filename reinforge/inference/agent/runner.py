@@ -79,11 +79,12 @@ def check_agent_config(multi_turn, agent) -> None:
                           f"algorithm.custom_modules, or an entry of {AGENT_KEY})")
 
 
-def check_agent_rows(rows: Iterable[tuple[dict, str, int]], rollout) -> None:
+def check_agent_rows(rows: Iterable[tuple[dict, str, int]], rollout, prompt_key: str = "prompt") -> None:
     """At start, before any model loads: a DataError naming the file and row (`rows`: each row with its file and row
     number) of the first row that names an agent loop, an interaction (extra_info.interaction_kwargs.name) or an
-    environment (extra_info.env_kwargs.name) that does not exist, or an agent loop while multi-turn rollouts are off
-    (the row would be generated single-turn and its tools or environment never used)."""
+    environment (extra_info.env_kwargs.name) that does not exist, an agent loop while multi-turn rollouts are off
+    (the row would be generated single-turn and its tools or environment never used), or a string prompt (the model's
+    input text as it is) for an agent loop that continues it as a chat."""
     from reinforge.environment.envs import ENV_REGISTRY
 
     multi_turn = rollout.multi_turn
@@ -99,6 +100,10 @@ def check_agent_rows(rows: Iterable[tuple[dict, str, int]], rollout) -> None:
         if loop not in AGENT_LOOP_REGISTRY:
             raise DataError(f"{file}: row {number} has agent_name={loop!r}; the agent loops are "
                             f"{', '.join(AGENT_LOOP_REGISTRY.names())}")
+        if loop != "single_turn_agent" and isinstance(row.get(prompt_key), str):
+            raise DataError(f"{file}: row {number}, column {prompt_key!r}: a string prompt is the model's input text as it "
+                            f"is (TRL's standard format), but the {loop} agent loop continues a chat turn by turn; give the "
+                            "prompt as chat messages, [{'role': 'user', 'content': ...}]")
         extra = row.get("extra_info") if isinstance(row.get("extra_info"), dict) else {}
         asked = extra.get("interaction_kwargs")
         if interactions and isinstance(asked, dict) and asked and chosen_interaction(asked, interactions) is None:

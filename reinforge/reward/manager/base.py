@@ -51,7 +51,7 @@ from reinforge.reward.manager.pool import ScoringPool
 from reinforge.reward.registry import default_compute_score
 
 _MANAGERS: dict[str, type] = {}
-_COMMON_ARGS = {"tokenizer", "compute_score", "reward_fn_key", "num_examine"}
+_COMMON_ARGS = {"tokenizer", "compute_score", "reward_fn_key", "num_examine", "prompt_key"}  # given by the trainer
 KWARGS = "reward_model.reward_kwargs"
 WATCHDOG_ENV = "REINFORGE_REWARD_WATCHDOG_S"  # seconds before the warning about a call with no time limit (default 300)
 
@@ -407,20 +407,26 @@ def _parse_result(result: Any) -> tuple[float, dict[str, Any]]:
             raise ScoreFunctionError(f"the reward function returned a dict without a 'score' key: {result!r}")
         score = result["score"]
         extra = {key: value for key, value in result.items() if key != "score"}
-    if isinstance(score, (np.ndarray, np.generic, torch.Tensor)) and score.ndim == 0:  # np.bool_ too
-        score = score.item()
-    if not isinstance(score, numbers.Real):
-        raise ScoreFunctionError(
-            f"the reward function returned {type(score).__name__} {score!r}; expected a number or a dict with 'score'"
-        )
     try:
-        value = float(score)
-    except OverflowError:  # an int past float's range
-        raise ScoreFunctionError(f"the reward function returned an int of {int(score).bit_length()} bits, too large "
-                                 "for a float score") from None
+        value = real_number(score)
+    except ValueError as error:
+        raise ScoreFunctionError(f"the reward function returned {error}; expected a number or a dict with 'score'") from None
     if not math.isfinite(value):
         raise ScoreFunctionError(f"the reward function returned a non-finite score {score!r}")
     return value, {"acc": value} if extra is None else extra
+
+
+def real_number(value: Any) -> float:
+    """`value` as a float: a Python, numpy or 0-d torch number (bools 0/1); ValueError saying what it is otherwise (a
+    type that is not a number, an int past a float's range)."""
+    if isinstance(value, (np.ndarray, np.generic, torch.Tensor)) and value.ndim == 0:  # np.bool_ too
+        value = value.item()
+    if not isinstance(value, numbers.Real):
+        raise ValueError(f"{type(value).__name__} {value!r}")
+    try:
+        return float(value)
+    except OverflowError:  # an int past float's range
+        raise ValueError(f"an int of {int(value).bit_length()} bits, too large for a float") from None
 
 
 def _one_line(error: BaseException) -> str:

@@ -39,11 +39,12 @@ def is_async(fn: Callable[..., Any]) -> bool:
 
 
 def function_name(fn: Callable[..., Any]) -> str:
-    """How error messages name a reward function: `name` plus the file that defines it when known (several, for an
-    object that describes itself: TRL reward functions)."""
-    describe = getattr(fn, "describe", None)
-    if callable(describe):
-        return describe()
+    """How error messages name a reward function: `name` plus the file that defines it when known (each of them, for
+    TRL reward functions)."""
+    from reinforge.reward.manager.trl import TRLRewardFunctions
+
+    if isinstance(fn, TRLRewardFunctions):
+        return fn.describe()
     while isinstance(fn, functools.partial):
         fn = fn.func
     name = getattr(fn, "__qualname__", type(fn).__name__)

@@ -11,7 +11,7 @@ A TRL reward function scores the whole batch in one call and returns one reward 
 - `**columns`: every other column of the row's data file, one list per column (None where a row lacks it), so a
   `solution` column reaches `accuracy_reward(completions, solution, **kwargs)`. Rows of a Dataset class
   (`data.custom_cls`) give its items' `data_source`, `reward_model`, `extra_info` and `ability`.
-- `trainer_state`: `global_step` (optimizer steps done before these responses were generated), `max_steps`, `epoch`.
+- `trainer_state`: `global_step` (training steps done before these responses were generated), `max_steps`, `epoch`.
 - `log_extra(column, values)`: a column of per-row values, kept as a reward extra key (rollout dumps,
   `reward/<column>/mean` when numeric); `log_metric(name, value)`: a number, kept as the extra key `name` on every row.
 
@@ -22,9 +22,11 @@ lists in one `TRLRewardFunctions`; the trainer then uses this manager in place o
 `nansum`; each function's reward is also the extra key of its name (`reward/<name>/mean`). A row for which every
 function returned None scores 0.0 (TRL leaves such a row out of its group's mean instead), with a warning.
 
-Failures as the `batch` manager's: a call that raises scores every row 0.0 (`reward/errors`, traceback printed once);
-a result of the wrong length or type is a RewardError naming the function; `reward_model.reward_kwargs.timeout_s`
-limits the whole call (run in a worker process, so the functions must be top-level functions of their file).
+Failures: a function that raises loses its rewards for the batch, the others' count (`reward/function_errors`, its
+traceback printed once); when every function raised, every row scores 0.0 (`reward/errors`), as a `batch` manager's
+failed call; a result of the wrong length or type is a RewardError naming the function; responses no function scored
+count in `reward/unscored`; `reward_model.reward_kwargs.timeout_s` limits the whole call (run in a worker process, so
+the functions must be top-level functions of their file or module). Each row's prompt and columns are its own copies.
 """
 
 from __future__ import annotations
@@ -33,7 +35,6 @@ import asyncio
 import copy
 import inspect
 import math
-import numbers
 import sys
 import traceback
 from collections.abc import Callable
@@ -45,12 +46,12 @@ import torch
 
 from reinforge.batch import Batch
 from reinforge.errors import ConfigError, DataError, RewardError
-from reinforge.reward.manager.base import RewardManager, Sample, register_reward_manager
+from reinforge.reward.manager.base import RewardManager, Sample, real_number, register_reward_manager
 from reinforge.reward.manager.calls import WorkerError, function_name, run_coroutine
 from reinforge.reward.registry import default_compute_score
 
 GIVEN = ("prompts", "completions", "completion_ids", "trainer_state", "log_extra", "log_metric")  # what every call passes
-DROPPED = ("prompt", "completion", "completion_ids")  # columns TRL does not pass on (the prompt reaches `prompts`)
+COMPLETION_COLUMNS = ("completion", "completion_ids")  # columns TRL does not pass on, as the prompt's (`prompts`)
 RESERVED = ("score", "acc", "input", "output", "gts", "step")  # reinforge's own per-row values: no function or log takes them
 _CUSTOM_DATASET_FIELDS = ("data_source", "reward_model", "extra_info", "ability")  # a Dataset class's rows' columns
 
@@ -69,7 +70,7 @@ def is_trl_reward(fn: Callable[..., Any]) -> bool:
 class TrainerState:
     """What TRL's reward functions read of its `trainer_state` (transformers' TrainerState): the common fields."""
 
-    global_step: int = 0  # optimizer steps done before the responses were generated
+    global_step: int = 0  # training steps done before the responses were generated (each may hold several optimizer steps)
     max_steps: int = 0  # the run's training steps
     epoch: float = 0.0  # epochs of the training data done, fractional as TRL's (global_step / steps per epoch)
     num_train_epochs: int = 0
@@ -94,6 +95,7 @@ class TRLRewardFunctions:
 
     def __init__(self, functions: list[Callable[..., Any]], names: list[str], weights: list[float]) -> None:
         self.functions, self.names, self.weights = functions, names, weights
+        self.required = self.required_columns()
 
     def describe(self) -> str:
         """How messages name the functions: each with its file."""
@@ -129,7 +131,7 @@ class TRLRewardFunctions:
         rows = len(completions)
         pending = []
         for i, (fn, name) in enumerate(zip(self.functions, self.names, strict=True)):
-            missing = [column for column in self.required_columns()[name] if column not in columns]
+            missing = [column for column in self.required[name] if column not in columns]
             if missing:  # rows of a Dataset class (the built-in dataset's are checked before training)
                 raise RewardError(f"the TRL reward function {function_name(fn)} takes {missing[0]!r}, which the batch's rows "
                                   f"do not have; their columns are {', '.join(columns)}")
@@ -172,14 +174,16 @@ def _loggers(out: dict[str, Any], who: str, rows: int) -> dict[str, Callable[...
         if len(values) != rows:
             raise RewardError(f"{who} called log_extra({column!r}, ...) with {len(values)} values; the batch has {rows} "
                               "completions")
-        out["columns"][column] = list(values)
+        out["columns"][column] = (list(values), who)
 
     def log_metric(name: str, value: Any) -> None:
-        if isinstance(value, (np.generic, torch.Tensor)) and np.ndim(value) == 0:
-            value = value.item()
-        if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(float(value)):
+        try:
+            number = real_number(value)
+        except ValueError:
+            number = math.nan
+        if not math.isfinite(number):
             raise RewardError(f"{who} called log_metric({name!r}, {value!r}); it takes a finite number")
-        out["metrics"].setdefault(name, []).append(float(value))
+        out["metrics"].setdefault(name, ([], who))[0].append(number)
 
     return {"log_extra": log_extra, "log_metric": log_metric}
 
@@ -235,7 +239,7 @@ class TRLRewardManager(RewardManager):
         for sample in samples:
             i = sample.row
             if rows is not None and rows[i] is not None:
-                columns = {key: value for key, value in rows[i].items() if key not in DROPPED}
+                columns = {key: value for key, value in rows[i].items() if key not in (self.prompt_key, *COMPLETION_COLUMNS)}
                 prompt = rows[i].get(self.prompt_key)
             else:  # a Dataset class's item: the fields verl's schema names, and the chat messages
                 columns = {key: batch[key][i] for key in _CUSTOM_DATASET_FIELDS if key in batch}
@@ -259,6 +263,7 @@ class TRLRewardManager(RewardManager):
         self._call_counts = {}
         [result] = self._call([call], max_concurrency=1)
         if not isinstance(result, BaseException) and len(result["errors"]) == len(self.compute_score.functions):
+            self._call_counts = {"reward/function_errors": len(result["errors"]), "reward/unscored": len(samples)}
             result = FunctionError("".join(result["errors"].values()))  # every function raised: every row fails
         self._call_error = result if isinstance(result, BaseException) else None
         if self._call_error is not None:
@@ -278,10 +283,10 @@ class TRLRewardManager(RewardManager):
         per_function = [[None] * rows if name in result["errors"] else _rewards(fn, out, rows)
                         for fn, name, out in zip(functions.functions, functions.names, result["rewards"], strict=True)]
         extra: dict[str, list] = dict(zip(functions.names, per_function, strict=True))
-        for column, values in result["columns"].items():
-            extra[_free(column, extra, "log_extra")] = values
-        for name, values in result["metrics"].items():
-            extra[_free(name, extra, "log_metric")] = [float(np.mean(values))] * rows
+        for column, (values, who) in result["columns"].items():
+            extra[_free(column, extra, f"{who} logged it with log_extra")] = values
+        for name, (values, who) in result["metrics"].items():
+            extra[_free(name, extra, f"{who} logged it with log_metric")] = [float(np.mean(values))] * rows
         out = []
         for row in range(rows):
             scored = [(w, r[row]) for w, r in zip(functions.weights, per_function, strict=True) if r[row] is not None]
@@ -322,18 +327,15 @@ def _rewards(fn: Callable[..., Any], result: Any, rows: int) -> list[float | Non
                           "completions; it must return one per completion, in order")
     values: list[float | None] = []
     for row, value in enumerate(result):
-        if isinstance(value, (np.generic, torch.Tensor)) and np.ndim(value) == 0:
-            value = value.item()
-        if value is not None and not isinstance(value, numbers.Real):
-            raise RewardError(f"the TRL reward function {function_name(fn)} returned {type(value).__name__} "
-                              f"{value!r} for completion {row}; a reward is a number, or None for not scored")
         try:
-            number = None if value is None else float(value)
-        except OverflowError:
-            number = math.inf
+            number = None if value is None else real_number(value)
+        except ValueError as error:
+            number, what = math.inf, str(error)
+        else:
+            what = repr(value)
         if number is not None and math.isinf(number):
-            raise RewardError(f"the TRL reward function {function_name(fn)} returned {value if abs(number) < 1e300 else 'a number past a float'} "
-                              f"for completion {row}; a reward is a finite number, or None for not scored")
+            raise RewardError(f"the TRL reward function {function_name(fn)} returned {what} for completion {row}; a reward is "
+                              "a finite number, or None for not scored")
         values.append(None if number is None or math.isnan(number) else number)
     return values
 
@@ -341,27 +343,37 @@ def _rewards(fn: Callable[..., Any], result: Any, rows: int) -> list[float | Non
 def _free(key: str, taken: dict[str, list], how: str) -> str:
     """`key` when no reward function and nothing logged before has it and it is not one of reinforge's own (RESERVED)."""
     if key in RESERVED or key in taken:
-        raise RewardError(f"a TRL reward function logged {key!r} with {how}, which is already the name of a reward function, "
-                          f"of another logged value or of one reinforge records itself ({', '.join(RESERVED)}); log it "
-                          "under another name")
+        raise RewardError(f"{key!r}: {how}, but it is already the name of a reward function, of another logged value or of "
+                          f"one reinforge records itself ({', '.join(RESERVED)}); log it under another name")
     return key
 
 
-def check_rows(functions: TRLRewardFunctions, located_rows: Any) -> None:
+def check_rows(functions: TRLRewardFunctions, located_rows: Any, prompt_key: str) -> None:
     """DataError naming the file and row of the first row with a column named as an argument every call gives
-    (`prompts`, `completions`, ...: TRL refuses such data too), or without a column a function takes (one of its
-    parameters without a default), found before training rather than at the first step."""
-    needed = {name: columns for name, columns in functions.required_columns().items() if columns}
+    (`prompts`, `completions`, ...: TRL refuses such data too), without a column a function takes (one of its
+    parameters without a default), or whose prompt is a string where an earlier one is chat messages or the reverse
+    (a call's completions would mix TRL's two formats), found before training rather than at the first step."""
+    needed = {name: columns for name, columns in functions.required.items() if columns}
+    dropped = (prompt_key, *COMPLETION_COLUMNS)
+    first: tuple[bool, str, int] | None = None  # the first row's prompt is a string; its file and number
     for row, file, number in located_rows:
-        clash = [column for column in row if column in GIVEN and column not in DROPPED]
+        clash = [column for column in row if column in GIVEN and column not in dropped]
         if clash:
             raise DataError(f"{file}: row {number}: the column {clash[0]!r} has the name of an argument every TRL reward "
                             f"function is given ({', '.join(GIVEN)}); rename the column")
+        text = isinstance(row.get(prompt_key), str)
+        first = first or (text, file, number)
+        if text != first[0]:
+            kinds = ("a string", "chat messages") if text else ("chat messages", "a string")
+            raise DataError(f"{file}: row {number}, column {prompt_key!r}: the prompt is {kinds[0]}, but in {first[1]} row "
+                            f"{first[2]} it is {kinds[1]}; TRL reward functions take one format per run (completions as "
+                            "strings, or as chat messages), so give every prompt the same form")
         for name, columns in needed.items():
-            missing = [column for column in columns if column not in row or column in DROPPED]
+            missing = [column for column in columns if column not in row or column in dropped]
             if missing:
-                what = (f"column {missing[0]!r} does not reach reward functions (the prompt reaches them as prompts, TRL's "
-                        "completion columns not at all)" if missing[0] in DROPPED else f"no column {missing[0]!r}")
+                what = (f"column {missing[0]!r} does not reach reward functions (the prompt column, data.prompt_key, "
+                        "reaches them as prompts; TRL's completion columns not at all)" if missing[0] in dropped
+                        else f"no column {missing[0]!r}")
                 raise DataError(
                     f"{file}: row {number}: {what}, which the TRL reward function {name} takes "
                     f"(custom_reward_function.name); a TRL reward function is given each data column by name. The row's "
