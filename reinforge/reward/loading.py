@@ -47,6 +47,12 @@ def load_reward_function(config: Config) -> Callable[..., Any] | None:
             fn = functools.partial(fn, **kwargs)
         functions.append(fn)
     forced = getattr(getattr(config, "reward_model", None), "reward_manager", None) == "trl"  # TRL's, whatever they take
+    for name, fn in zip(names, functions, strict=True):
+        verl = {"solution_str", "solution_strs"} & set(_parameters(fn))
+        if (name.startswith("get_") and not verl and not is_trl_reward(fn)) or (forced and verl):
+            why = (f"{name} takes {sorted(verl)[0]}: it is a verl reward function, and reward_model.reward_manager=trl calls "
+                   "TRL's" if verl else f"{name} takes neither completions nor completion_ids nor prompts")
+            raise RewardError(f"custom_reward_function.name: {why}{_factory_hint(name)}")
     trl = [forced or is_trl_reward(fn) for fn in functions]
     if any(trl):
         if not all(trl):
@@ -69,6 +75,13 @@ def load_reward_function(config: Config) -> Callable[..., Any] | None:
 
 TRL_HINT = ("A TRL reward function is told by a completions, completion_ids or prompts parameter; for one without, set "
             "reward_model.reward_manager=trl")
+
+
+def _parameters(fn: Callable[..., Any]) -> list[str]:
+    try:
+        return list(inspect.signature(fn).parameters)
+    except (TypeError, ValueError):
+        return []
 
 
 def _factory_hint(name: str) -> str:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import itertools
 import os
 import random
 import time
@@ -273,11 +274,12 @@ def _check_reward_data(data, compute_score, *datasets) -> None:
 
     key = data.reward_fn_key
     built_in = getattr(compute_score, "func", compute_score) is default_compute_score  # sandbox settings bound: a partial
+    if isinstance(compute_score, TRLRewardFunctions):  # training and validation rows together: one prompt form for both
+        located = [dataset.located_rows() for dataset in datasets if hasattr(dataset, "located_rows")]
+        check_rows(compute_score, itertools.chain(*located), data.prompt_key)
+        return
     for dataset, files in zip(datasets, (data.train_files, data.val_files), strict=True):
         if not hasattr(dataset, "check_reward_columns"):  # a user's Dataset class: its rows are checked when scored
-            continue
-        if isinstance(compute_score, TRLRewardFunctions):
-            check_rows(compute_score, dataset.located_rows(), data.prompt_key)
             continue
         dataset.check_reward_columns(key)
         if not built_in:  # a custom reward function takes every data_source

@@ -33,7 +33,7 @@ from reinforge.trainer.val_metrics import process_validation_metrics, validation
 def trainer_state(trainer, done: int) -> TrainerState:
     """What TRL reward functions read as trainer_state (reward/manager/trl.py) when `done` steps of `trainer` (an
     RLTrainer) are done: its step count, and the epochs done as a fraction (steps per epoch: the loader's batches)."""
-    return TrainerState.at(done, trainer.total_training_steps, len(trainer.train_loader), trainer.config.trainer.total_epochs)
+    return TrainerState.at(done, trainer.total_training_steps, len(trainer.train_loader))
 
 
 def validate(config: Config, wg: WorkerGroup, reward_fn, val_loader, tokenizer, step: int,

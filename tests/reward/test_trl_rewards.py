@@ -24,7 +24,7 @@ def trl_batch(tokenizer, responses, prompts, columns, response_len=10):
     batch.pop(["reward_model"])
     batch["row_columns"] = [{"prompt": prompt, **{key: values[i] for key, values in columns.items()}}
                             for i, prompt in enumerate(prompts)]
-    batch.meta_info["trainer_state"] = TrainerState.at(4, 10, 4, 3)
+    batch.meta_info["trainer_state"] = TrainerState.at(4, 10, 4)  # epoch 4/4 = 1.0; num_train_epochs ceil(10/4) = 3
     return batch
 
 
@@ -283,7 +283,14 @@ def test_loading_checks_names_weights_kinds_and_signatures(tmp_path):
             (["first", "first"], None, r"name=\['first', 'first'\]: first is listed twice"),
             (["first", "score"], None, "score is the name of a value reinforge records itself"),
             ("positional", None, r"positional .* has positional-only parameters \(completions, solution, before '/'\)"),
-            (["first", "get_penalty"], None, "get_penalty looks like one of TRL's factories, which return the reward function")):
+            (["first", "get_penalty"], None, "get_penalty looks like one of TRL's factories, which return the reward function"),
+            ("get_penalty", None, "get_penalty takes neither completions nor completion_ids nor prompts; get_penalty looks like"),
+            (["verl"], None, None)):
+        if message is None:  # verl's own function, asked for by reward_model.reward_manager=trl
+            with pytest.raises(RewardError, match="verl takes solution_str: it is a verl reward function, and reward_model."
+                                                  "reward_manager=trl calls TRL's"):
+                load(tmp_path, CHECKED, names, manager_name="trl")
+            continue
         with pytest.raises(RewardError, match=message):
             load(tmp_path, CHECKED, names, weights=weights)
     assert isinstance(load(tmp_path, CHECKED, "first"), TRLRewardFunctions)
@@ -326,9 +333,13 @@ def test_rows_are_checked_before_training_for_the_columns_functions_take_and_arg
         check_rows(functions, iter(clash), "prompt")
     takes_question = load(tmp_path, "def f(completions, question, **kwargs):\n    return [0.0] * len(completions)\n", "f")
     asked = [({"question": "What?", "answer": "1"}, "q.jsonl", 0)]
-    with pytest.raises(DataError, match=r"column 'question' does not reach reward functions \(the prompt column, "
-                                        r"data.prompt_key, reaches them as prompts"):
+    with pytest.raises(DataError, match=r"the TRL reward function f takes 'question', a column that does not reach reward "
+                                        r"functions \(the prompt column, data.prompt_key, reaches them as prompts"):
         check_rows(takes_question, iter(asked), "question")
+    optional = load(tmp_path, "def g(completions, question=None, **kwargs):\n    return [0.0] * len(completions)\n", "g")
+    with pytest.raises(DataError, match=r"the TRL reward function g takes 'question', a column that does not reach reward "
+                                        r"functions \(the prompt column, data.prompt_key, reaches them as prompts"):
+        check_rows(optional, iter(asked), "question")  # with a default it would stay None
     mixed = [({"prompt": "p", "solution": "1", "level": "easy"}, "a.jsonl", 0),
              ({"prompt": CHAT, "solution": "2", "level": "hard"}, "b.jsonl", 4)]
     with pytest.raises(DataError, match=r"^b.jsonl: row 4, column 'prompt': the prompt is chat messages, but in a.jsonl row 0 "

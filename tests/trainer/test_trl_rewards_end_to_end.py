@@ -94,3 +94,18 @@ def test_a_base_model_without_a_chat_template_trains_on_string_prompts_as_they_a
     assert sorted(steps) == [1]
     records = [json.loads(line) for line in (rollouts / "1.jsonl").read_text().splitlines()]
     assert all(r["input"].startswith("Add 1: ") and r["input"].endswith(" =") for r in records)  # no template around it
+
+
+def test_training_and_validation_prompts_of_two_forms_are_refused_before_training(run_steps, trl_files, tmp_path):
+    """A string validation prompt would be the model's raw input and its completions strings, where training has chat
+    messages: TRL reward functions take one form per run."""
+    rows, _ = read_rows(str(trl_files[1]))
+    text_val = tmp_path / "text_val.parquet"
+    pq.write_table(pa.Table.from_pylist([{"prompt": r["prompt"][0]["content"], "solution": r["solution"]} for r in rows]),
+                   text_val)
+    reward = tmp_path / "trl_rewards.py"
+    reward.write_text(REWARDS)
+    with pytest.raises(DataError, match=rf"^{text_val}: row \d+, column 'prompt': the prompt is a string, but in "
+                                        rf"{trl_files[0]} row \d+ it is chat messages"):
+        run_steps(f"data.train_files={trl_files[0]}", f"data.val_files={text_val}", f"custom_reward_function.path={reward}",
+                  "custom_reward_function.name=digits_right")

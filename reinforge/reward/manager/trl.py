@@ -73,13 +73,14 @@ class TrainerState:
     global_step: int = 0  # training steps done before the responses were generated (each may hold several optimizer steps)
     max_steps: int = 0  # the run's training steps
     epoch: float = 0.0  # epochs of the training data done, fractional as TRL's (global_step / steps per epoch)
-    num_train_epochs: int = 0
+    num_train_epochs: int = 0  # epochs the run's steps span, as TRL counts them: ceil(max_steps / steps per epoch)
     is_world_process_zero: bool = True
     is_local_process_zero: bool = True
 
     @classmethod
-    def at(cls, done: int, max_steps: int, steps_per_epoch: int, epochs: int) -> TrainerState:
-        return cls(done, max_steps, done / max(steps_per_epoch, 1), epochs)
+    def at(cls, done: int, max_steps: int, steps_per_epoch: int) -> TrainerState:
+        per_epoch = max(steps_per_epoch, 1)
+        return cls(done, max_steps, done / per_epoch, -(-max_steps // per_epoch))
 
 
 class FunctionError(WorkerError):
@@ -355,6 +356,12 @@ def check_rows(functions: TRLRewardFunctions, located_rows: Any, prompt_key: str
     (a call's completions would mix TRL's two formats), found before training rather than at the first step."""
     needed = {name: columns for name, columns in functions.required.items() if columns}
     dropped = (prompt_key, *COMPLETION_COLUMNS)
+    for fn, name in zip(functions.functions, functions.names, strict=True):
+        named = [p for p in inspect.signature(fn).parameters if p in dropped and p not in GIVEN]  # with a default too
+        if named:
+            raise DataError(f"custom_reward_function.name: the TRL reward function {name} takes {named[0]!r}, a column "
+                            "that does not reach reward functions (the prompt column, data.prompt_key, reaches them as "
+                            "prompts; TRL's completion columns not at all); take prompts instead")
     first: tuple[bool, str, int] | None = None  # the first row's prompt is a string; its file and number
     for row, file, number in located_rows:
         clash = [column for column in row if column in GIVEN and column not in dropped]
@@ -369,12 +376,9 @@ def check_rows(functions: TRLRewardFunctions, located_rows: Any, prompt_key: str
                             f"{first[2]} it is {kinds[1]}; TRL reward functions take one format per run (completions as "
                             "strings, or as chat messages), so give every prompt the same form")
         for name, columns in needed.items():
-            missing = [column for column in columns if column not in row or column in dropped]
+            missing = [column for column in columns if column not in row]
             if missing:
-                what = (f"column {missing[0]!r} does not reach reward functions (the prompt column, data.prompt_key, "
-                        "reaches them as prompts; TRL's completion columns not at all)" if missing[0] in dropped
-                        else f"no column {missing[0]!r}")
                 raise DataError(
-                    f"{file}: row {number}: {what}, which the TRL reward function {name} takes "
+                    f"{file}: row {number}: no column {missing[0]!r}, which the TRL reward function {name} takes "
                     f"(custom_reward_function.name); a TRL reward function is given each data column by name. The row's "
                     f"columns: {', '.join(row)}")
