@@ -48,25 +48,21 @@ def load_reward_function(config: Config) -> Callable[..., Any] | None:
         functions.append(fn)
     forced = getattr(getattr(config, "reward_model", None), "reward_manager", None) == "trl"  # TRL's, whatever they take
     for name, fn in zip(names, functions, strict=True):
-        verl = {"solution_str", "solution_strs"} & set(_parameters(fn))
-        if (name.startswith("get_") and not verl and not is_trl_reward(fn)) or (forced and verl):
-            why = (f"{name} takes {sorted(verl)[0]}: it is a verl reward function, and reward_model.reward_manager=trl calls "
-                   "TRL's" if verl else f"{name} takes neither completions nor completion_ids nor prompts")
-            raise RewardError(f"custom_reward_function.name: {why}{_factory_hint(name)}")
+        _check_kind(name, fn, forced)
     trl = [forced or is_trl_reward(fn) for fn in functions]
     if any(trl):
         if not all(trl):
             verl = names[trl.index(False)]
             raise RewardError(f"custom_reward_function.name={names}: {verl} in {path} is taken for a verl reward function "
                               "(data_source, solution_str, ground_truth, ...), the others for TRL's; several functions must "
-                              f"all be TRL reward functions. {TRL_HINT}{_factory_hint(verl)}")
+                              f"all be TRL reward functions. {TRL_HINT}")
         trl_functions = TRLRewardFunctions(functions, names, _weights(getattr(spec, "reward_weights", None), names))
         trl_functions.check()
         return trl_functions
     if len(names) > 1:
         raise RewardError(f"custom_reward_function.name={names}: several functions are taken only when they are TRL reward "
                           f"functions (fn(completions, ...) returning a list of rewards); {names[0]} in {path} is taken for a "
-                          f"verl one. {TRL_HINT}{_factory_hint(names[0])}")
+                          f"verl one. {TRL_HINT}")
     if getattr(spec, "reward_weights", None) is not None:
         raise RewardError(f"custom_reward_function.reward_weights weighs TRL reward functions; {names[0]} in {path} is a "
                           "verl reward function, whose score is the reward. Remove reward_weights")
@@ -84,10 +80,17 @@ def _parameters(fn: Callable[..., Any]) -> list[str]:
         return []
 
 
-def _factory_hint(name: str) -> str:
-    """For TRL's factories (get_soft_overlong_punishment, ...): they return the reward function."""
-    return (f"; {name} looks like one of TRL's factories, which return the reward function: build it in a file of your "
-            f"own (reward = {name}(...)) and name that") if name.startswith("get_") else ""
+def _check_kind(name: str, fn: Callable[..., Any], forced: bool) -> None:
+    """RewardError for a function of neither kind as named: one of TRL's factories (get_soft_overlong_punishment, ...),
+    which return the reward function, or a verl function under reward_model.reward_manager=trl (`forced`)."""
+    verl = sorted({"solution_str", "solution_strs"} & set(_parameters(fn)))
+    if forced and verl:
+        raise RewardError(f"custom_reward_function.name: {name} takes {verl[0]}: it is a verl reward function, and "
+                          "reward_model.reward_manager=trl calls TRL's")
+    if name.startswith("get_") and not verl and not is_trl_reward(fn):
+        raise RewardError(f"custom_reward_function.name: {name} takes neither completions nor completion_ids nor prompts; "
+                          f"{name} looks like one of TRL's factories, which return the reward function: build it in a file "
+                          f"of your own (reward = {name}(...)) and name that")
 
 
 def _weights(weights: Any, names: list[str]) -> list[float]:
