@@ -123,6 +123,7 @@ def _run_in(run_dir: Path, config: Config, user_keys: list[str], startup: Startu
         val_loader = PromptLoader(val_set, data.val_batch_size or len(val_set), collate, shuffle=data.validation_shuffle,
                                   seed=data.seed, drop_last=False, batch_key="data.val_batch_size")
 
+    _note_string_prompts(config, user_keys, train_set, val_loader.dataset if val_loader else None)
     vocab_size = model_vocab_size(config.actor_rollout_ref.model)
     for dataset in (train_set, val_loader.dataset if val_loader else None):
         if vocab_size is not None and hasattr(dataset, "check_token_ids"):  # not a user's Dataset class
@@ -243,6 +244,18 @@ def run_summary(config: Config, run_dir: Path) -> list[str]:
             lines.append(f"  {label:<12} {Path(folder).resolve()}")
     lines.append(f"  report       reinforge report {run_dir}  (writes {run_dir / 'report' / 'report.html'})")
     return ["reinforge: run summary", *lines]
+
+
+def _note_string_prompts(config, user_keys: list[str], *datasets) -> None:
+    """A note naming the chat-template settings the user set when every prompt is a string (the model's input text as
+    it is, TRL's standard format), which no template renders."""
+    keys = [key for key in ("actor_rollout_ref.model.custom_chat_template", "data.apply_chat_template_kwargs")
+            if any(user_key == key or user_key.startswith(key + ".") for user_key in user_keys)]
+    located = [dataset for dataset in datasets if hasattr(dataset, "located_rows")]
+    if keys and located and not config.actor_rollout_ref.rollout.multi_turn.enable and all(
+            isinstance(row.get(config.data.prompt_key), str) for dataset in located for row, *_ in dataset.located_rows()):
+        print(f"reinforge: note: {', '.join(keys)} without effect: every prompt is a string, the model's input text as it "
+              "is (TRL's standard format); chat-message prompts go through the chat template", flush=True)
 
 
 def _manager_for(compute_score, manager: str, prompt_key: str, reward_kwargs: dict) -> tuple[str, dict]:

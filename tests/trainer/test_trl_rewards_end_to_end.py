@@ -71,7 +71,7 @@ def test_a_column_a_trl_function_takes_that_the_data_lacks_stops_the_run_before_
 
 
 def test_a_base_model_without_a_chat_template_trains_on_string_prompts_as_they_are(run_steps, trl_files, tiny_model_path,
-                                                                                   tmp_path):
+                                                                                   tmp_path, capsys):
     """TRL's standard format: string prompts are the model's input text, so a tokenizer without a chat template will do."""
     import shutil
 
@@ -90,8 +90,11 @@ def test_a_base_model_without_a_chat_template_trains_on_string_prompts_as_they_a
     rollouts = tmp_path / "rollouts"
     steps = run_steps(f"actor_rollout_ref.model.path={base}", f"data.train_files={paths[0]}", f"data.val_files={paths[1]}",
                       f"custom_reward_function.path={reward}", "custom_reward_function.name=digits_right",
-                      f"trainer.rollout_data_dir={rollouts}", "trainer.total_training_steps=1")
+                      f"trainer.rollout_data_dir={rollouts}", "trainer.total_training_steps=1",
+                      "+data.apply_chat_template_kwargs.enable_thinking=false")
     assert sorted(steps) == [1]
+    assert ("note: data.apply_chat_template_kwargs without effect: every prompt is a string, the model's input text as it "
+            "is") in capsys.readouterr().out
     records = [json.loads(line) for line in (rollouts / "1.jsonl").read_text().splitlines()]
     assert all(r["input"].startswith("Add 1: ") and r["input"].endswith(" =") for r in records)  # no template around it
 
