@@ -92,13 +92,6 @@ def _group_mean(scores: torch.Tensor, group: torch.Tensor, weights: torch.Tensor
     return (sums / totals.clamp(min=1e-12))[group]
 
 
-def _group_std(scores: torch.Tensor, group: torch.Tensor, size: torch.Tensor) -> torch.Tensor:
-    """Each row's unbiased group std (1 for a group of one)."""
-    squares = (scores - _group_mean(scores, group)).square()
-    sums = torch.zeros(int(group.max()) + 1, dtype=scores.dtype).index_add_(0, group, squares)[group]
-    return torch.where(size > 1, (sums / (size - 1).clamp(min=1)).sqrt(), torch.ones_like(scores))
-
-
 def _outcome(scores: torch.Tensor, response_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     advantages = scores.unsqueeze(-1) * response_mask
     return advantages, advantages
@@ -142,10 +135,18 @@ def compute_grpo_outcome_advantage(token_level_rewards: torch.Tensor, response_m
 
 
 def _grpo_scalars(scores: torch.Tensor, index, epsilon: float, norm_by_std: bool) -> torch.Tensor:
-    """Each row's score minus its group's mean, over the group's std (`norm_by_std`)."""
+    """Each row's score minus its group's mean, over the group's unbiased std (`norm_by_std`); a group of one keeps its
+    score (std 1). A NaN score (a reward not scored: GDPO's None) takes no part in its group's mean and std and gets 0,
+    and a scored value alone among several of its group gets 0 (TRL's normalize_then_sum: nanmean, nanstd)."""
+    scored = ~scores.isnan()
     group, size = _group_of(index)
-    advantages = scores - torch.where(size > 1, _group_mean(scores, group), torch.zeros_like(scores))
-    return advantages / (_group_std(scores, group, size) + epsilon) if norm_by_std else advantages
+    weights, scores = scored.to(scores.dtype), torch.where(scored, scores, torch.zeros_like(scores))
+    groups = int(group.max()) + 1
+    count = torch.zeros(groups, dtype=scores.dtype).index_add_(0, group, weights)[group]
+    centred = scores - torch.where(size > 1, _group_mean(scores, group, weights), torch.zeros_like(scores))
+    squares = torch.zeros(groups, dtype=scores.dtype).index_add_(0, group, centred.square() * weights)[group]
+    std = torch.where(count > 1, (squares / (count - 1).clamp(min=1)).sqrt(), torch.ones_like(scores))
+    return torch.where(scored, centred / (std + epsilon) if norm_by_std else centred, torch.zeros_like(scores))
 
 
 @register_adv_est("gdpo")
@@ -170,25 +171,10 @@ def compute_gdpo_outcome_advantage(token_level_rewards: torch.Tensor, response_m
     columns = [torch.as_tensor(np.asarray(components[key], dtype=np.float64)).to(token_level_rewards.dtype) for key in keys]
     columns = columns or [token_level_rewards.sum(-1)]
     weights = (config.get("gdpo_reward_weights") if config is not None else None) or [1.0] * len(columns)
-    total = sum(w * _scored_grpo_scalars(c, index, epsilon, norm_adv_by_std_in_grpo) for w, c in zip(weights, columns, strict=True))
+    total = sum(w * _grpo_scalars(c, index, epsilon, norm_adv_by_std_in_grpo) for w, c in zip(weights, columns, strict=True))
     mask = response_mask * torch.stack([~c.isnan() for c in columns]).any(0).unsqueeze(-1)  # rows something scored
     advantages = masked_whiten(total.unsqueeze(-1) * mask, mask)
     return advantages, advantages
-
-
-def _scored_grpo_scalars(values: torch.Tensor, index, epsilon: float, norm_by_std: bool) -> torch.Tensor:
-    """`_grpo_scalars` over the rows whose value is not NaN, the others 0: a value not scored takes no part in its
-    group's mean and std and adds nothing to the row's sum, and one scored value alone in a group of several gives 0
-    (TRL's normalize_then_sum: nanmean, nanstd). Without NaN it equals `_grpo_scalars` (a group of one: the value)."""
-    scored = ~values.isnan()
-    group, size = _group_of(index)
-    weights, values = scored.to(values.dtype), torch.where(scored, values, torch.zeros_like(values))
-    groups = int(group.max()) + 1
-    count = torch.zeros(groups, dtype=values.dtype).index_add_(0, group, weights)[group]
-    centred = values - torch.where(size > 1, _group_mean(values, group, weights), torch.zeros_like(values))
-    squares = torch.zeros(groups, dtype=values.dtype).index_add_(0, group, centred.square() * weights)[group]
-    std = torch.where(count > 1, (squares / (count - 1).clamp(min=1)).sqrt(), torch.ones_like(values))
-    return torch.where(scored, centred / (std + epsilon) if norm_by_std else centred, torch.zeros_like(values))
 
 
 @register_adv_est("grpo_passk")

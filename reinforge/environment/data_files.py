@@ -89,6 +89,12 @@ def read_rows(given: str) -> tuple[list[dict[str, Any]], list[str]]:
     return rows, list(dict.fromkeys(key for row in rows for key in row))
 
 
+def is_text_prompt(value: Any) -> bool:
+    """A prompt given as a string: the model's input text as it is (TRL's standard format), where chat messages go through
+    the chat template; as messages (agent loops, reward models) it is one user message (`to_messages`)."""
+    return isinstance(value, str)
+
+
 def to_messages(value: Any, origin: tuple[str, int], column: str) -> list[dict[str, Any]]:
     """The chat messages of one prompt value: a list of role/content dicts, or a string as one user message. A message
     may have no content when it carries tool calls (an assistant turn that only calls tools), as chat templates take it."""

@@ -32,7 +32,7 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
-from reinforge.environment.data_files import file_list, preview, read_rows, to_messages
+from reinforge.environment.data_files import file_list, is_text_prompt, preview, read_rows, to_messages
 from reinforge.errors import ConfigError, DataError, ModelError
 from reinforge.user_code import check_keywords, load_user_class, user_call
 
@@ -224,7 +224,7 @@ class RLDataset(Dataset):
             check_row(row, origin, self.config)
         key = self.config.prompt_key
         messages = [to_messages(row.get(key), origin, key) for row, origin in zip(rows, origins, strict=True)]
-        plain = [isinstance(row.get(key), str) for row in rows]  # TRL's standard format: the string is the model's input
+        plain = [is_text_prompt(row.get(key)) for row in rows]
         self._check_chat_template(plain, origins)
         failures: list[DataError] = []
         texts = self._render_rows(messages, origins, failures, plain=plain)

@@ -249,11 +249,13 @@ def run_summary(config: Config, run_dir: Path) -> list[str]:
 def _note_string_prompts(config, user_keys: list[str], *datasets) -> None:
     """A note naming the chat-template settings the user set when every prompt is a string (the model's input text as
     it is, TRL's standard format), which no template renders."""
+    from reinforge.environment.data_files import is_text_prompt
+
     keys = [key for key in ("actor_rollout_ref.model.custom_chat_template", "data.apply_chat_template_kwargs")
             if any(user_key == key or user_key.startswith(key + ".") for user_key in user_keys)]
     located = [dataset for dataset in datasets if hasattr(dataset, "located_rows")]
     if keys and located and not config.actor_rollout_ref.rollout.multi_turn.enable and all(
-            isinstance(row.get(config.data.prompt_key), str) for dataset in located for row, *_ in dataset.located_rows()):
+            is_text_prompt(row.get(config.data.prompt_key)) for dataset in located for row, *_ in dataset.located_rows()):
         print(f"reinforge: note: {', '.join(keys)} without effect: every prompt is a string, the model's input text as it "
               "is (TRL's standard format); chat-message prompts go through the chat template", flush=True)
 

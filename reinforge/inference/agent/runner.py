@@ -85,6 +85,7 @@ def check_agent_rows(rows: Iterable[tuple[dict, str, int]], rollout, prompt_key:
     environment (extra_info.env_kwargs.name) that does not exist, an agent loop while multi-turn rollouts are off
     (the row would be generated single-turn and its tools or environment never used), or a string prompt (the model's
     input text as it is) for an agent loop that continues it as a chat."""
+    from reinforge.environment.data_files import is_text_prompt
     from reinforge.environment.envs import ENV_REGISTRY
 
     multi_turn = rollout.multi_turn
@@ -100,7 +101,7 @@ def check_agent_rows(rows: Iterable[tuple[dict, str, int]], rollout, prompt_key:
         if loop not in AGENT_LOOP_REGISTRY:
             raise DataError(f"{file}: row {number} has agent_name={loop!r}; the agent loops are "
                             f"{', '.join(AGENT_LOOP_REGISTRY.names())}")
-        if loop != "single_turn_agent" and isinstance(row.get(prompt_key), str):
+        if loop != "single_turn_agent" and is_text_prompt(row.get(prompt_key)):
             raise DataError(f"{file}: row {number}, column {prompt_key!r}: a string prompt is the model's input text as it "
                             f"is (TRL's standard format), but the {loop} agent loop continues a chat turn by turn; give the "
                             "prompt as chat messages, [{'role': 'user', 'content': ...}]")

@@ -45,6 +45,7 @@ import numpy as np
 import torch
 
 from reinforge.batch import Batch
+from reinforge.environment.data_files import is_text_prompt
 from reinforge.errors import ConfigError, DataError, RewardError
 from reinforge.reward.manager.base import RewardManager, Sample, real_number, register_reward_manager
 from reinforge.reward.manager.calls import WorkerError, function_name, run_coroutine
@@ -96,6 +97,10 @@ class TRLRewardFunctions:
 
     def __init__(self, functions: list[Callable[..., Any]], names: list[str], weights: list[float]) -> None:
         self.functions, self.names, self.weights = functions, names, weights
+        # each function's parameters, read once: (name, kind, has a default); a call gives a function without **kwargs
+        # only the arguments it names
+        self.parameters = [[(p.name, p.kind, p.default is not p.empty) for p in inspect.signature(fn).parameters.values()]
+                           for fn in functions]
         self.required = self.required_columns()
 
     def describe(self) -> str:
@@ -105,13 +110,13 @@ class TRLRewardFunctions:
     def check(self) -> None:
         """RewardError for what no call could fix: a name listed twice or one of reinforge's own (RESERVED), and
         positional-only parameters (every argument is given by keyword, as TRL gives them)."""
-        for name, fn in zip(self.names, self.functions, strict=True):
+        for name, fn, parameters in zip(self.names, self.functions, self.parameters, strict=True):
             if self.names.count(name) > 1 or name in RESERVED:
                 why = "is listed twice" if self.names.count(name) > 1 else \
                     f"is the name of a value reinforge records itself ({', '.join(RESERVED)})"
                 raise RewardError(f"custom_reward_function.name={self.names}: {name} {why}; each function's reward is "
                                   "recorded under its name. Name each function once, under another name (an alias in your file)")
-            positional = [p.name for p in inspect.signature(fn).parameters.values() if p.kind is p.POSITIONAL_ONLY]
+            positional = [p for p, kind, _ in parameters if kind is inspect.Parameter.POSITIONAL_ONLY]
             if positional:
                 raise RewardError(f"the TRL reward function {function_name(fn)} has positional-only parameters "
                                   f"({', '.join(positional)}, before '/'); TRL reward functions are given every argument "
@@ -119,12 +124,9 @@ class TRLRewardFunctions:
 
     def required_columns(self) -> dict[str, list[str]]:
         """For each function name, the data columns it needs: parameters without a default that a call does not give."""
-        needed = {}
-        for fn, name in zip(self.functions, self.names, strict=True):
-            parameters = inspect.signature(fn).parameters.values()
-            needed[name] = [p.name for p in parameters if p.default is p.empty and p.name not in GIVEN
-                            and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
-        return needed
+        named = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+        return {name: [p for p, kind, default in parameters if not default and p not in GIVEN and kind in named]
+                for name, parameters in zip(self.names, self.parameters, strict=True)}
 
     def __call__(self, prompts: list, completions: list, completion_ids: list, columns: dict[str, list],
                  trainer_state: TrainerState) -> dict[str, Any]:
@@ -139,7 +141,7 @@ class TRLRewardFunctions:
             arguments = {"prompts": prompts, "completions": completions, "completion_ids": completion_ids, **columns,
                          "trainer_state": trainer_state, **_loggers(out, function_name(fn), rows)}
             try:
-                result = fn(**_accepted(fn, arguments))
+                result = fn(**_accepted(self.parameters[i], arguments))
             except (Exception, SystemExit):  # user code: this function's rewards are lost, the others' count
                 out["errors"][name] = traceback.format_exc()
                 continue
@@ -189,12 +191,12 @@ def _loggers(out: dict[str, Any], who: str, rows: int) -> dict[str, Callable[...
     return {"log_extra": log_extra, "log_metric": log_metric}
 
 
-def _accepted(fn: Callable[..., Any], arguments: dict[str, Any]) -> dict[str, Any]:
-    """`arguments`, or, for a function without `**kwargs`, those it names."""
-    parameters = inspect.signature(fn).parameters
-    if any(p.kind is p.VAR_KEYWORD for p in parameters.values()):
+def _accepted(parameters: list[tuple], arguments: dict[str, Any]) -> dict[str, Any]:
+    """`arguments`, or, for a function without `**kwargs` (its `parameters`), those it names."""
+    if any(kind is inspect.Parameter.VAR_KEYWORD for _, kind, _ in parameters):
         return arguments
-    return {key: value for key, value in arguments.items() if key in parameters}
+    names = {name for name, _, _ in parameters}
+    return {key: value for key, value in arguments.items() if key in names}
 
 
 @dataclass
@@ -255,7 +257,7 @@ class TRLRewardManager(RewardManager):
         keys = list(dict.fromkeys(key for s in samples for key in s.columns))
         call = {
             "prompts": [s.prompt for s in samples],
-            "completions": [s.solution_str if isinstance(s.prompt, str) else [{"role": "assistant", "content": s.solution_str}]
+            "completions": [s.solution_str if is_text_prompt(s.prompt) else [{"role": "assistant", "content": s.solution_str}]
                             for s in samples],
             "completion_ids": [s.completion_ids for s in samples],
             "columns": {key: [s.columns.get(key) for s in samples] for key in keys},
@@ -356,8 +358,8 @@ def check_rows(functions: TRLRewardFunctions, located_rows: Any, prompt_key: str
     (a call's completions would mix TRL's two formats), found before training rather than at the first step."""
     needed = {name: columns for name, columns in functions.required.items() if columns}
     dropped = (prompt_key, *COMPLETION_COLUMNS)
-    for fn, name in zip(functions.functions, functions.names, strict=True):
-        named = [p for p in inspect.signature(fn).parameters if p in dropped and p not in GIVEN]  # with a default too
+    for name, parameters in zip(functions.names, functions.parameters, strict=True):
+        named = [p for p, _, _ in parameters if p in dropped and p not in GIVEN]  # with a default too: it would stay None
         if named:
             raise DataError(f"custom_reward_function.name: the TRL reward function {name} takes {named[0]!r}, a column "
                             "that does not reach reward functions (the prompt column, data.prompt_key, reaches them as "
@@ -368,7 +370,7 @@ def check_rows(functions: TRLRewardFunctions, located_rows: Any, prompt_key: str
         if clash:
             raise DataError(f"{file}: row {number}: the column {clash[0]!r} has the name of an argument every TRL reward "
                             f"function is given ({', '.join(GIVEN)}); rename the column")
-        text = isinstance(row.get(prompt_key), str)
+        text = is_text_prompt(row.get(prompt_key))
         first = first or (text, file, number)
         if text != first[0]:
             kinds = ("a string", "chat messages") if text else ("chat messages", "a string")
