@@ -43,6 +43,14 @@ class DataConfig(Node):
     )
     val_files: Any = _f(None, "Validation data, same format as train_files. Unset: no validation (quickstart: its own held-out set).")
     prompt_key: str = _f("prompt", "Column holding the prompt: a list of chat messages, or a plain string.")
+    apply_chat_template: bool = _f(False, "Render a string prompt with the chat template too, as one user message "
+                                   "(OpenRLHF's --apply_chat_template); false: a string prompt is the model's input text as it "
+                                   "is (TRL's standard format). Chat-message prompts always go through the chat template.")
+    input_template: str | None = _f(None, "A string prompt's text is input_template.format(prompt) (OpenRLHF's "
+                                    "--input_template, e.g. 'User: {}\\nAssistant: '); not with apply_chat_template.")
+    label_key: str | None = _f(None, "Column of each row's answer (OpenRLHF's --label_key): the row's "
+                               "reward_model.ground_truth, what reward functions get as ground_truth (verl) or labels "
+                               "(OpenRLHF). null: the rows' reward_model.ground_truth.")
     image_key: str = _f("images", "Column of a row's images (verl's multimodal data). Multimodal training is not in this "
                                   "version: rows with images are refused, naming the file and row.")
     video_key: str = _f("videos", "Column of a row's videos (verl's multimodal data); rows with videos are refused, as images.")

@@ -32,6 +32,20 @@ def chat_template(key: str, template: str | None) -> None:
                           f"text itself (on a command line, quoted for Hydra: \"{key}=\\\"$(cat template.jinja)\\\"\")")
 
 
+def input_template(key: str, template: str | None) -> None:
+    """A ConfigError when a prompt template (OpenRLHF's --input_template, "User: {}\\nAssistant: ") has no single `{}`
+    where the prompt goes, or other braces str.format would read."""
+    if template is None:
+        return
+    try:
+        ok = isinstance(template, str) and template.format("\0").count("\0") == 1
+    except (IndexError, KeyError, ValueError):
+        ok = False
+    if not ok:
+        raise ConfigError(f"{key}={template!r} must be a string with one {{}} where the prompt goes (as OpenRLHF's "
+                          "--input_template, 'User: {}\\nAssistant: '); write other braces doubled, {{ and }}")
+
+
 def positive(key: str, value: float | int | None, allow_zero: bool = False) -> None:
     if value is None:
         return

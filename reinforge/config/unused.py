@@ -324,6 +324,8 @@ def unused_settings(config: Config, user_keys: list[str]) -> list[str]:
         elif reason is None and key == "critic.enable" and config.critic.enable and not needs_critic(config.algorithm.adv_estimator):
             reason = (f"the critic is trained, but algorithm.adv_estimator={config.algorithm.adv_estimator} does not use its "
                       "values (gae does)")
+        elif reason is None and key == "data.input_template" and config.data.apply_chat_template:
+            reason = "data.apply_chat_template renders string prompts with the chat template instead (as in OpenRLHF)"
         elif reason is None and key == "data.shuffle" and config.data.sampler.class_path:
             reason = "data.sampler.class_path sets the order of the training rows"
         elif reason is None and key == "data.train_batch_size" and step_batch(config)[0] == "data.gen_batch_size":

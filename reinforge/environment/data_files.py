@@ -89,10 +89,43 @@ def read_rows(given: str) -> tuple[list[dict[str, Any]], list[str]]:
     return rows, list(dict.fromkeys(key for row in rows for key in row))
 
 
+def check_row(row: dict[str, Any], origin: tuple[str, int], config: Any) -> None:
+    """DataError naming the file (or data generator), row and column of what the dataset cannot use, found at load
+    rather than mid-run: an `extra_info` that is not a dict (its `index` is read and it is passed to the reward
+    function; null or missing is fine) and images or videos, which a text-only run would silently ignore."""
+    file, number = origin
+    label_key = getattr(config, "label_key", None)
+    if label_key and label_key not in row:
+        raise DataError(f"{file}: row {number}: no column {label_key!r} (data.label_key, the column of each row's answer); "
+                        f"the row's columns are {', '.join(map(str, row))}")
+    extra_info = row.get("extra_info")
+    if extra_info is not None and not isinstance(extra_info, dict):
+        raise DataError(f"{file}: row {number}, column 'extra_info': must be a dict of extra fields (verl's schema: "
+                        f"{{'split': 'train', 'index': 0}}) or null; got {preview(extra_info)}.")
+    for key, setting, what in ((config.image_key, "data.image_key", "images"), (config.video_key, "data.video_key", "videos")):
+        value = row.get(key)
+        if value is not None and not (hasattr(value, "__len__") and len(value) == 0):
+            raise DataError(f"{file}: row {number}, column {key!r} ({setting}): the row has {what}, but multimodal training is "
+                            f"not supported in this version and the prompt would be trained as text without them. Use rows "
+                            f"without {what} (an empty or null {key!r} is fine).")
+
+
 def is_text_prompt(value: Any) -> bool:
     """A prompt given as a string: the model's input text as it is (TRL's standard format), where chat messages go through
     the chat template; as messages (agent loops, reward models) it is one user message (`to_messages`)."""
     return isinstance(value, str)
+
+
+def shape_prompt(row: dict[str, Any], origin: tuple[str, int], column: str, config: Any) -> dict[str, Any]:
+    """The row with a string prompt as OpenRLHF's options shape it: one user message under data.apply_chat_template,
+    else `data.input_template.format(prompt)`; any other row as it is."""
+    value = row.get(column)
+    if not isinstance(value, str):
+        return row
+    if getattr(config, "apply_chat_template", False):
+        return {**row, column: to_messages(value, origin, column)}
+    template = getattr(config, "input_template", None)
+    return {**row, column: template.format(value)} if template else row
 
 
 def to_messages(value: Any, origin: tuple[str, int], column: str) -> list[dict[str, Any]]:

@@ -32,7 +32,7 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
-from reinforge.environment.data_files import file_list, is_text_prompt, preview, read_rows, to_messages
+from reinforge.environment.data_files import check_row, file_list, is_text_prompt, preview, read_rows, shape_prompt, to_messages
 from reinforge.errors import ConfigError, DataError, ModelError
 from reinforge.user_code import check_keywords, load_user_class, user_call
 
@@ -42,23 +42,6 @@ Origin = tuple[str, int]  # (file as the user gave it, 0-based row within that f
 
 
 # ----------------------------------------------------------------------------------- one prompt
-def check_row(row: dict[str, Any], origin: Origin, config: Any) -> None:
-    """DataError naming the file (or data generator), row and column of what the dataset cannot use, found at load
-    rather than mid-run: an `extra_info` that is not a dict (its `index` is read and it is passed to the reward
-    function; null or missing is fine) and images or videos, which a text-only run would silently ignore."""
-    file, number = origin
-    extra_info = row.get("extra_info")
-    if extra_info is not None and not isinstance(extra_info, dict):
-        raise DataError(f"{file}: row {number}, column 'extra_info': must be a dict of extra fields (verl's schema: "
-                        f"{{'split': 'train', 'index': 0}}) or null; got {preview(extra_info)}.")
-    for key, setting, what in ((config.image_key, "data.image_key", "images"), (config.video_key, "data.video_key", "videos")):
-        value = row.get(key)
-        if value is not None and not (hasattr(value, "__len__") and len(value) == 0):
-            raise DataError(f"{file}: row {number}, column {key!r} ({setting}): the row has {what}, but multimodal training is "
-                            f"not supported in this version and the prompt would be trained as text without them. Use rows "
-                            f"without {what} (an empty or null {key!r} is fine).")
-
-
 def sample_rows(total: int, count: int, shuffle: bool, seed: int | None) -> list[int]:
     """The `count` of `total` rows that max_samples keeps, picked as verl's RLHFDataset picks them: with data.shuffle,
     distinct rows drawn by `np.random.default_rng(data.seed).choice`, in the order drawn; without, the first ones.
@@ -168,6 +151,8 @@ class RLDataset(Dataset):
                 raise DataError(f"{file}: row {number}: no value in column {key!r}, which data.reward_fn_key={key!r} "
                                 "names as the column that picks each row's reward function")
             reward_model = row.get("reward_model")
+            if getattr(self.config, "label_key", None):  # the label column is the ground truth (check_row: every row has it)
+                continue
             if not isinstance(reward_model, dict) or "ground_truth" not in reward_model:
                 what = ("there is no such column" if reward_model is None
                         else f"it holds {preview(reward_model)}, without a 'ground_truth' key")
@@ -220,9 +205,10 @@ class RLDataset(Dataset):
 
     def _add_rows(self, rows: list[dict[str, Any]], origins: list[Origin], numbers: list[int], where: str,
                   keep_none_ok: bool) -> int:
+        key = self.config.prompt_key
+        rows = [shape_prompt(row, origin, key, self.config) for row, origin in zip(rows, origins, strict=True)]
         for row, origin in zip(rows, origins, strict=True):
             check_row(row, origin, self.config)
-        key = self.config.prompt_key
         messages = [to_messages(row.get(key), origin, key) for row, origin in zip(rows, origins, strict=True)]
         plain = [is_text_prompt(row.get(key)) for row in rows]
         self._check_chat_template(plain, origins)
@@ -368,14 +354,14 @@ class RLDataset(Dataset):
     def __getitem__(self, i: int) -> dict[str, Any]:
         row = self._rows[i]
         input_ids = self._input_ids[i]
-        extra_info = dict(row.get("extra_info") or {})
+        extra_info, label = dict(row.get("extra_info") or {}), getattr(self.config, "label_key", None)
         if extra_info.get("index") is None:
             extra_info["index"] = self._row_numbers[i]
         item = {
             "input_ids": input_ids,
             "attention_mask": torch.ones_like(input_ids),
             "data_source": row.get("data_source") or "unknown",
-            "reward_model": row.get("reward_model") or {},
+            "reward_model": {**(row.get("reward_model") or {}), **({"ground_truth": row[label]} if label else {})},
             "extra_info": extra_info,
             "index": extra_info["index"],
             "row_columns": row,  # the row as its file has it, for reward functions written for TRL (reward/manager/trl.py)

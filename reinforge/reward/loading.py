@@ -19,6 +19,7 @@ from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 from reinforge.errors import RewardError
+from reinforge.reward.manager.openrlhf import OpenRLHFRewardFunction, is_openrlhf_reward
 from reinforge.reward.manager.pool import worker_context
 from reinforge.reward.manager.trl import TRLRewardFunctions, is_trl_reward
 from reinforge.reward.registry import default_compute_score
@@ -31,13 +32,18 @@ if TYPE_CHECKING:
 def load_reward_function(config: Config) -> Callable[..., Any] | None:
     """The function of `config.custom_reward_function` with its `reward_kwargs` bound, or None
     when no path is set. Functions written for TRL (`is_trl_reward`; `name` may list several) come
-    back as one `TRLRewardFunctions`, with `reward_weights`, for the `trl` reward manager."""
+    back as one `TRLRewardFunctions`, with `reward_weights`, for the `trl` reward manager; one written for OpenRLHF
+    (`is_openrlhf_reward`; `name` defaults to its reward_func) as an `OpenRLHFRewardFunction`, for the `openrlhf` one."""
     spec = config.custom_reward_function
     if not spec.path:
         return None
     module = import_user_module(spec.path, "custom_reward_function.path", RewardError)  # a file, or a module's name
     path = Path(spec.path).expanduser().resolve() if Path(spec.path).expanduser().exists() else spec.path  # for messages
     names = [spec.name] if isinstance(spec.name, str) else list(spec.name)
+    if names == ["compute_score"] and not hasattr(module, "compute_score") and callable(getattr(module, "reward_func", None)):
+        names = ["reward_func"]  # OpenRLHF's reward function file: the name it calls
+        print(f"reinforge: note: custom_reward_function.name: {path} defines no compute_score (verl's name, the default); "
+              "taking reward_func, the function OpenRLHF calls", flush=True)
     kwargs = dict(spec.reward_kwargs or {})
     functions = []
     for name in names:
@@ -46,10 +52,12 @@ def load_reward_function(config: Config) -> Callable[..., Any] | None:
             _check_kwargs(fn, kwargs, name, path)
             fn = functools.partial(fn, **kwargs)
         functions.append(fn)
-    forced = getattr(getattr(config, "reward_model", None), "reward_manager", None) == "trl"  # TRL's, whatever they take
+    manager = getattr(getattr(config, "reward_model", None), "reward_manager", None)  # trl, openrlhf: whatever they take
     for name, fn in zip(names, functions, strict=True):
-        _check_kind(name, fn, forced)
-    trl = [forced or is_trl_reward(fn) for fn in functions]
+        _check_kind(name, fn, manager)
+    if manager == "openrlhf" or any(is_openrlhf_reward(fn) for fn in functions):
+        return _openrlhf_function(names, functions, path, getattr(spec, "reward_weights", None))
+    trl = [manager == "trl" or is_trl_reward(fn) for fn in functions]
     if any(trl):
         if not all(trl):
             verl = names[trl.index(False)]
@@ -80,17 +88,51 @@ def _parameters(fn: Callable[..., Any]) -> list[str]:
         return []
 
 
-def _check_kind(name: str, fn: Callable[..., Any], forced: bool) -> None:
-    """RewardError for a function of neither kind as named: one of TRL's factories (get_soft_overlong_punishment, ...),
-    which return the reward function, or a verl function under reward_model.reward_manager=trl (`forced`)."""
-    verl = sorted({"solution_str", "solution_strs"} & set(_parameters(fn)))
-    if forced and verl:
+def _check_kind(name: str, fn: Callable[..., Any], manager: str | None) -> None:
+    """RewardError for a function of no kind as named: one of TRL's factories (get_soft_overlong_punishment, ...),
+    which return the reward function, or a verl function (or another framework's) under reward_model.reward_manager=trl
+    or =openrlhf."""
+    parameters = set(_parameters(fn))
+    verl = sorted({"solution_str", "solution_strs"} & parameters)
+    if manager in ("trl", "openrlhf") and verl:
         raise RewardError(f"custom_reward_function.name: {name} takes {verl[0]}: it is a verl reward function, and "
-                          "reward_model.reward_manager=trl calls TRL's")
+                          f"reward_model.reward_manager={manager} calls {'TRL' if manager == 'trl' else 'OpenRLHF'}'s")
+    if manager == "trl" and is_openrlhf_reward(fn):
+        raise RewardError(f"custom_reward_function.name: {name} takes queries: it is written for OpenRLHF (reward_func("
+                          "queries, prompts, labels)), and reward_model.reward_manager=trl calls TRL's; leave "
+                          "reward_model.reward_manager at naive (openrlhf is chosen for it)")
+    if manager == "openrlhf" and {"completions", "completion_ids"} & parameters:
+        raise RewardError(f"custom_reward_function.name: {name} takes completions: it is written for TRL, and "
+                          "reward_model.reward_manager=openrlhf calls OpenRLHF's; leave reward_model.reward_manager at "
+                          "naive (trl is chosen for it)")
     if name.startswith("get_") and not verl and not is_trl_reward(fn):
         raise RewardError(f"custom_reward_function.name: {name} takes neither completions nor completion_ids nor prompts; "
                           f"{name} looks like one of TRL's factories, which return the reward function: build it in a file "
                           f"of your own (reward = {name}(...)) and name that")
+
+
+def _openrlhf_function(names: list[str], functions: list[Callable[..., Any]], path: Any, weights: Any
+                       ) -> OpenRLHFRewardFunction:
+    """The one function named, written for OpenRLHF, wrapped to be called as OpenRLHF calls it; RewardError when
+    several are named, reward_weights is set, or it cannot take (queries, prompts, labels) positionally."""
+    if len(names) > 1:
+        raise RewardError(f"custom_reward_function.name={names}: a reward function written for OpenRLHF (queries, "
+                          "prompts, labels) scores alone, as OpenRLHF calls one; name one function")
+    if weights is not None:
+        raise RewardError(f"custom_reward_function.reward_weights weighs TRL reward functions; {names[0]} in {path} is "
+                          "written for OpenRLHF, whose 'rewards' are the reward. Remove reward_weights")
+    try:
+        signature = inspect.signature(functions[0])
+    except (TypeError, ValueError):
+        signature = None
+    if signature is not None:
+        try:
+            signature.bind([], [], [])
+        except TypeError as error:
+            raise RewardError(f"custom_reward_function.name: {names[0]}{signature} in {path} cannot be called as OpenRLHF "
+                              f"calls its reward function, reward_func(queries, prompts, labels), positionally: {error}"
+                              ) from None
+    return OpenRLHFRewardFunction(functions[0])
 
 
 def _weights(weights: Any, names: list[str]) -> list[float]:

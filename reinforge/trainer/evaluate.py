@@ -82,6 +82,8 @@ def run_evaluation(config: EvaluationConfig, user_keys: list[str]) -> dict[str, 
     """Score every response of `data.path`; returns (and prints) {'test_score/<data_source>': mean score}."""
     from reinforge.environment.data_files import read_rows
     from reinforge.reward import default_compute_score, load_reward_function
+    from reinforge.reward.manager.calls import function_name
+    from reinforge.reward.manager.openrlhf import OpenRLHFRewardFunction
     from reinforge.reward.manager.trl import TRLRewardFunctions
 
     start = time.perf_counter()
@@ -94,9 +96,10 @@ def run_evaluation(config: EvaluationConfig, user_keys: list[str]) -> dict[str, 
         raise DataError(f"data.path={data.path}: {file.resolve()} {what}; set data.path to the parquet file of responses "
                         "(reinforge generate's data.output_path)")
     compute_score = load_reward_function(config) or default_compute_score
-    if isinstance(compute_score, TRLRewardFunctions):
-        raise ConfigError(f"custom_reward_function.name: {compute_score.describe()} is a reward function written for TRL "
-                          "(completions, ...), which reinforge train calls; reinforge eval calls a verl one, "
+    if isinstance(compute_score, (TRLRewardFunctions, OpenRLHFRewardFunction)):
+        what = "TRL (completions, ...)" if isinstance(compute_score, TRLRewardFunctions) else "OpenRLHF (queries, ...)"
+        raise ConfigError(f"custom_reward_function.name: {function_name(compute_score)} is a reward function written for "
+                          f"{what}, which reinforge train calls; reinforge eval calls a verl one, "
                           "compute_score(data_source, solution_str, ground_truth, extra_info) per response")
     rows, columns = read_rows(str(file))
     for key in ("response_key", "data_source_key", "reward_model_key"):

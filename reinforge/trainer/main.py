@@ -262,10 +262,19 @@ def _note_string_prompts(config, user_keys: list[str], *datasets) -> None:
 
 def _manager_for(compute_score, manager: str, prompt_key: str, reward_kwargs: dict) -> tuple[str, dict]:
     """The reward manager that calls `compute_score`, and its options beyond reward_model.reward_kwargs: TRL reward
-    functions are called by the `trl` manager (in place of the default naive), with the data's prompt column named."""
+    functions are called by the `trl` manager (in place of the default naive), with the data's prompt column named, and
+    a function written for OpenRLHF by the `openrlhf` one."""
     from reinforge.errors import ConfigError
+    from reinforge.reward.manager.openrlhf import OpenRLHFRewardFunction
     from reinforge.reward.manager.trl import TRLRewardFunctions
 
+    if isinstance(compute_score, OpenRLHFRewardFunction):
+        if manager not in ("naive", "openrlhf"):
+            raise ConfigError(f"reward_model.reward_manager={manager}: custom_reward_function.name names a reward function "
+                              "written for OpenRLHF, reward_func(queries, prompts, labels), which the openrlhf manager calls "
+                              "as OpenRLHF does (chosen for it); leave reward_model.reward_manager at naive or set it to "
+                              "openrlhf")
+        return "openrlhf", {}
     if not isinstance(compute_score, TRLRewardFunctions):
         return manager, {}
     if "prompt_key" in reward_kwargs:
@@ -285,6 +294,7 @@ def _check_reward_data(data, compute_score, *datasets) -> None:
     functions the columns they take and none named as their arguments (`check_rows`; they need no ground truth)."""
     from reinforge.errors import RewardError
     from reinforge.reward import default_compute_score, find_scorer
+    from reinforge.reward.manager.openrlhf import OpenRLHFRewardFunction
     from reinforge.reward.manager.trl import TRLRewardFunctions, check_rows
 
     key = data.reward_fn_key
@@ -293,6 +303,8 @@ def _check_reward_data(data, compute_score, *datasets) -> None:
         located = [dataset.located_rows() for dataset in datasets if hasattr(dataset, "located_rows")]
         check_rows(compute_score, itertools.chain(*located), data.prompt_key)
         return
+    if isinstance(compute_score, OpenRLHFRewardFunction):  # labels are optional ("" without); data.label_key is checked
+        return  # when the rows are read
     for dataset, files in zip(datasets, (data.train_files, data.val_files), strict=True):
         if not hasattr(dataset, "check_reward_columns"):  # a user's Dataset class: its rows are checked when scored
             continue

@@ -280,7 +280,7 @@ def test_managers_take_verls_positional_arguments(tokenizer):
 
 
 def test_unknown_manager_and_unknown_manager_kwargs(tokenizer):
-    with pytest.raises(ConfigError, match=r"choose one of \['batch', 'dapo', 'gdpo', 'naive', 'naive_gdpo', 'prime', 'remote', 'trl'\]"):
+    with pytest.raises(ConfigError, match=r"choose one of \['batch', 'dapo', 'gdpo', 'naive', 'naive_gdpo', 'openrlhf', 'prime', 'remote', 'trl'\]"):
         make_reward_manager("fancy", tokenizer)
     with pytest.raises(ConfigError, match=r"\['max_resp_len'\] are not options of the 'naive'"):
         make_reward_manager("naive", tokenizer, max_resp_len=10)

@@ -59,12 +59,12 @@ _CUSTOM_DATASET_FIELDS = ("data_source", "reward_model", "extra_info", "ability"
 
 def is_trl_reward(fn: Callable[..., Any]) -> bool:
     """Whether `fn` is written for TRL (a `completions`, `completion_ids` or `prompts` parameter) rather than for verl
-    (whose functions take `solution_str`, or `solution_strs` for the batch manager)."""
+    (whose functions take `solution_str`, or `solution_strs` for the batch manager) or OpenRLHF (`queries`)."""
     try:
         parameters = set(inspect.signature(fn).parameters)
     except (TypeError, ValueError):
         return False
-    return bool({"completions", "completion_ids", "prompts"} & parameters) and not {"solution_str", "solution_strs"} & parameters
+    return bool({"completions", "completion_ids", "prompts"} & parameters) and not {"solution_str", "solution_strs", "queries"} & parameters
 
 
 @dataclass

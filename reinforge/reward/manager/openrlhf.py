@@ -1,0 +1,149 @@
+"""The `openrlhf` reward manager: reward functions written for OpenRLHF (`--remote_rm_url reward_func.py`), called as
+OpenRLHF calls them.
+
+    reward_func(queries, prompts, labels) -> {"rewards": ..., "scores": ..., "extra_logs": {...}}, or the rewards alone
+
+OpenRLHF calls the function once per response, positionally, with lists of one:
+
+- `queries`: the prompt and the response as the model read and wrote them, decoded with their special tokens (the
+  response's EOS included), so that `query[len(prompt):]` is the response, as OpenRLHF's users take it;
+- `prompts`: the prompt text the model read (after the chat template, or `data.input_template`), decoded the same way;
+- `labels`: the row's label (the column `data.label_key` names, which becomes the row's `reward_model.ground_truth`;
+  without it, the row's ground truth), "" for a row without one, as OpenRLHF without `--label_key`.
+
+The result is a dict with `rewards` (the reward: a number, or a tensor or list of one) and optionally `scores` (the
+reward when absent or None, as in OpenRLHF) and `extra_logs` (name -> one value), each kept as an extra key (`scores`
+and the extra log's name: rollout dumps, `reward/<name>/mean`; `algorithm.filter_groups.metric=scores` filters groups
+on the scores, as OpenRLHF's dynamic filtering does), or the reward alone (a number, tensor or list of one, as
+OpenRLHF's versions before 0.9 took it). A call that raises, or returns anything else, fails its row (0.0,
+`reward/errors`, the first one printed), as the `naive` manager's (OpenRLHF's step fails on it);
+`reward_model.reward_kwargs.timeout_s` limits each call (in a worker process). A function written for OpenRLHF is told
+by its `queries` parameter (`is_openrlhf_reward`); `reinforge.reward.loading` wraps it in an `OpenRLHFRewardFunction`,
+and the trainer then uses this manager in place of `naive`.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+
+from reinforge.batch import Batch
+from reinforge.errors import ConfigError
+from reinforge.reward.manager.base import RewardManager, Sample, ScoreFunctionError, register_reward_manager
+from reinforge.reward.manager.calls import run_coroutine
+
+ARGUMENTS = ("queries", "prompts", "labels")  # OpenRLHF's, in its order
+
+
+def is_openrlhf_reward(fn: Callable[..., Any]) -> bool:
+    """Whether `fn` is written for OpenRLHF: a `queries` parameter (verl's take `solution_str`, TRL's `completions`)."""
+    try:
+        parameters = set(inspect.signature(fn).parameters)
+    except (TypeError, ValueError):
+        return False
+    return "queries" in parameters and not {"solution_str", "solution_strs", "completions", "completion_ids"} & parameters
+
+
+class OpenRLHFRewardFunction:
+    """A reward function written for OpenRLHF, called as OpenRLHF calls it: `func(queries, prompts, labels)`,
+    positionally (a third parameter named otherwise takes the labels); an awaitable result is awaited. Picklable, so
+    a worker process of `timeout_s` may call it."""
+
+    def __init__(self, func: Callable[..., Any]) -> None:
+        self.func = func
+
+    def __call__(self, queries: list[str], prompts: list[str], labels: list[Any]) -> Any:
+        result = self.func(queries, prompts, labels)
+        return run_coroutine(result) if inspect.isawaitable(result) else result
+
+
+@dataclass
+class OpenRLHFSample(Sample):
+    """A row with what OpenRLHF's call gives: the decoded prompt and prompt + response, and the label."""
+
+    prompt: str = ""
+    query: str = ""
+    label: Any = ""
+
+
+@register_reward_manager("openrlhf")
+class OpenRLHFRewardManager(RewardManager):
+    """Scores each response with a reward function written for OpenRLHF; see the module docstring."""
+
+    needs_ground_truth = False  # a row without a label is given "", as OpenRLHF without --label_key gives
+
+    def __init__(self, tokenizer: Any, num_examine: int = 0, compute_score: Callable[..., Any] | None = None,
+                 reward_fn_key: str = "data_source", timeout_s: float | None = None) -> None:
+        if not isinstance(compute_score, OpenRLHFRewardFunction):
+            raise ConfigError(
+                "reward_model.reward_manager=openrlhf calls a reward function written for OpenRLHF, "
+                "reward_func(queries, prompts, labels) returning {'rewards': ...}; set custom_reward_function.path (and "
+                ".name, default reward_func when the file has no compute_score) to one, or use reward_model.reward_manager=naive")
+        super().__init__(tokenizer, num_examine, compute_score, reward_fn_key, timeout_s)
+
+    def _check_signature(self, fn: Callable[..., Any]) -> None:  # checked when it was loaded
+        return
+
+    def _samples(self, batch: Batch) -> list[Sample]:
+        samples = super()._samples(batch)
+        prompts = batch["prompts"]  # (batch, prompt_len), left-padded
+        prompt_mask = batch["attention_mask"][:, : prompts.shape[1]].bool()
+        out = []
+        for sample in samples:
+            i = sample.row
+            prompt = self.tokenizer.decode(prompts[i][prompt_mask[i]].tolist(), skip_special_tokens=False)
+            response = self.tokenizer.decode(batch["responses"][i, : sample.response_length].tolist(), skip_special_tokens=False)
+            label = "" if sample.ground_truth is None else sample.ground_truth
+            out.append(OpenRLHFSample(**vars(sample), prompt=prompt, query=prompt + response, label=label))
+        return out
+
+    def _compute(self, samples: list[Sample]) -> list[Any]:
+        calls = [{"queries": [s.query], "prompts": [s.prompt], "labels": [s.label]} for s in samples]
+        results = self._call(calls, max_concurrency=64)
+        return [result if isinstance(result, BaseException) else _as_result(result) for result in results]
+
+
+def _as_result(result: Any) -> Any:
+    """One call's result as the base manager reads it: the reward alone as a number; a dict as {"score": rewards,
+    "scores": ..., **extra_logs}; a ScoreFunctionError (the row fails) for anything else."""
+    try:
+        if not isinstance(result, dict):
+            return _one(result, "the reward")
+        if "rewards" not in result:
+            raise ScoreFunctionError(f"the OpenRLHF reward function returned a dict without 'rewards' (keys: "
+                                     f"{', '.join(map(str, result)) or 'none'}); it must hold the reward under 'rewards'")
+        out = {"score": _one(result["rewards"], "'rewards'")}
+        out["scores"] = out["score"] if result.get("scores") is None else _one(result["scores"], "'scores'")  # as OpenRLHF
+        logs = result.get("extra_logs") or {}
+        if not isinstance(logs, dict):
+            raise ScoreFunctionError(f"the OpenRLHF reward function returned 'extra_logs' of type {type(logs).__name__}; "
+                                     "it must be a dict of name -> value")
+        for name, value in logs.items():
+            if name in out or name == "score":
+                raise ScoreFunctionError(f"the OpenRLHF reward function logged {name!r} in 'extra_logs', a name reinforge "
+                                         "records itself (score, scores); log it under another name")
+            out[str(name)] = _one(value, f"'extra_logs'[{name!r}]")
+        return out
+    except ScoreFunctionError as error:
+        return error
+
+
+def _one(value: Any, what: str) -> Any:
+    """The single value of a call for one query: a number, or a tensor, array, list or tuple of one element."""
+    if isinstance(value, (torch.Tensor, np.ndarray)):
+        if value.size == 1 if isinstance(value, np.ndarray) else value.numel() == 1:
+            return value.reshape(-1)[0].item()
+    elif isinstance(value, (list, tuple)):
+        if len(value) == 1:
+            return _one(value[0], what)
+    else:
+        return value
+    count = value.size if isinstance(value, np.ndarray) else value.numel() if isinstance(value, torch.Tensor) else len(value)
+    raise ScoreFunctionError(f"the OpenRLHF reward function returned {count} values as {what} for one query (it is called "
+                             "once per response, with lists of one, as OpenRLHF calls it); return one")
+

@@ -1,0 +1,183 @@
+"""Reward functions written for OpenRLHF (`reward_func(queries, prompts, labels)`), called as it calls them
+(reward/manager/openrlhf.py): the arguments of each call, the results it takes, what a failing call costs, and the
+checks when the function is loaded."""
+
+import textwrap
+
+import pytest
+import torch
+
+from reinforge.config.schema import Config
+from reinforge.errors import ConfigError, RewardError
+from reinforge.reward import get_compute_score, make_reward_manager
+from reinforge.reward.manager.openrlhf import OpenRLHFRewardFunction, is_openrlhf_reward
+from reinforge.reward.manager.trl import is_trl_reward
+from tests.reward.test_reward_manager import make_batch
+
+
+def load(tmp_path, source, name="compute_score", manager_name="naive", weights=None, **reward_kwargs):
+    path = tmp_path / f"reward_func_{abs(hash(source))}.py"  # one file per source: a loaded file is not read again
+    path.write_text(textwrap.dedent(source))
+    config = Config()
+    config.custom_reward_function.path = str(path)
+    config.custom_reward_function.name = name
+    config.custom_reward_function.reward_weights = weights
+    config.custom_reward_function.reward_kwargs = reward_kwargs
+    config.reward_model.reward_manager = manager_name
+    return get_compute_score(config)
+
+
+def with_eos(tokenizer, batch, rows):
+    """Put the tokenizer's EOS after the response of each row in `rows`, as a response the model ended."""
+    start = batch["prompts"].shape[1]
+    for row in rows:
+        length = int(batch["attention_mask"][row, start:].sum())
+        batch["responses"][row, length] = tokenizer.eos_token_id
+        batch["attention_mask"][row, start + length] = 1
+    return batch
+
+
+def score(tokenizer, function, batch):
+    out = make_reward_manager("openrlhf", tokenizer, function)(batch, return_dict=True)
+    last = batch["attention_mask"][:, batch["prompts"].shape[1]:].sum(-1) - 1
+    return out, out["reward_tensor"][torch.arange(len(batch)), last].tolist()
+
+
+def test_openrlhf_functions_are_told_from_trl_and_verl_ones_by_their_parameters():
+    def reward_func(queries, prompts, labels): ...
+    def with_kwargs(queries, prompts, **kwargs): ...
+    def trl(prompts, completions, **kwargs): ...
+    def verl(data_source, solution_str, ground_truth, extra_info=None): ...
+
+    assert is_openrlhf_reward(reward_func) and is_openrlhf_reward(with_kwargs)
+    assert not is_openrlhf_reward(trl) and not is_openrlhf_reward(verl)
+    assert not is_trl_reward(reward_func)  # it has `prompts`, as TRL's do, but `queries` says OpenRLHF
+
+
+SEEN = """
+    import torch
+
+    CALLS = []
+
+    def reward_func(queries, prompts, labels):
+        CALLS.append((queries, prompts, labels))
+        return torch.tensor([float(len(q) - len(p)) for q, p in zip(queries, prompts)])
+"""
+
+
+def test_each_response_is_one_call_with_the_query_prompt_and_label_as_openrlhf_gives_them(tokenizer, tmp_path):
+    function = load(tmp_path, SEEN)
+    assert isinstance(function, OpenRLHFRewardFunction)
+    rows = [("Q: 1+1?", "it is 2", "math", "2", None), ("Q: 2+2?", "4", "math", None, None),
+            ("Q: 3+3?", "", "math", ["6", "six"], None)]
+    batch = with_eos(tokenizer, make_batch(tokenizer, rows), [0, 2])
+    out, rewards = score(tokenizer, function, batch)
+    calls = function.func.__globals__["CALLS"]
+    assert len(calls) == 3 and all(len(q) == len(p) == len(lab) == 1 for q, p, lab in calls)  # one response a call
+    start = batch["prompts"].shape[1]
+    for row, (queries, prompts, labels) in enumerate(calls):
+        prompt_ids = batch["prompts"][row][batch["attention_mask"][row, :start].bool()].tolist()
+        response_ids = batch["responses"][row][batch["attention_mask"][row, start:].bool()].tolist()
+        # OpenRLHF decodes the prompt's and the response's ids together, special tokens kept
+        assert queries[0] == tokenizer.decode(prompt_ids + response_ids, skip_special_tokens=False)
+        assert prompts[0] == tokenizer.decode(prompt_ids, skip_special_tokens=False) == rows[row][0]
+        assert labels[0] == ("" if rows[row][3] is None else rows[row][3])  # no ground truth: "", as without --label_key
+    assert calls[0][0][0] == "Q: 1+1?it is 2" + tokenizer.eos_token and calls[2][0][0] == "Q: 3+3?" + tokenizer.eos_token
+    assert rewards == [len("it is 2" + tokenizer.eos_token), 1.0, len(tokenizer.eos_token)]
+    assert out["reward_extra_info"]["acc"] == rewards  # the reward alone: recorded as a plain number's
+    assert out["reward_metrics"]["reward/errors"] == 0
+
+
+RESULTS = """
+    import numpy as np
+    import torch
+
+    def reward_func(queries, prompts, labels):
+        kind = labels[0]
+        if kind == "dict":
+            return {"rewards": torch.tensor([0.5]), "scores": torch.tensor([1.0]),
+                    "extra_logs": {"format": torch.tensor([0.25]), "length": 3}}
+        if kind == "rewards only":
+            return {"rewards": [0.75]}
+        if kind == "list":
+            return [1.5]
+        if kind == "float":
+            return 2.0
+        if kind == "numpy":
+            return np.array([2.5])
+        if kind == "scalar tensor":
+            return torch.tensor(3.0)
+        if kind == "two":
+            return torch.tensor([1.0, 2.0])
+        if kind == "no rewards":
+            return {"scores": [1.0]}
+        if kind == "logs score":
+            return {"rewards": [1.0], "extra_logs": {"score": [1.0]}}
+        raise ValueError("no such kind: " + kind)
+"""
+
+
+def test_each_result_form_of_openrlhf_is_read_and_anything_else_fails_only_its_row(tokenizer, tmp_path, capsys):
+    kinds = ["dict", "rewards only", "list", "float", "numpy", "scalar tensor", "two", "no rewards", "logs score", "raises"]
+    batch = make_batch(tokenizer, [("Q", "A", "src", kind, None) for kind in kinds])
+    out, rewards = score(tokenizer, load(tmp_path, RESULTS), batch)
+    assert rewards == [0.5, 0.75, 1.5, 2.0, 2.5, 3.0, 0.0, 0.0, 0.0, 0.0]
+    info = out["reward_extra_info"]
+    assert info["scores"][0] == 1.0 and info["format"][0] == 0.25 and info["length"][0] == 3
+    assert info["scores"][1] == 0.75  # no scores returned: the reward, as OpenRLHF takes it
+    assert out["reward_metrics"]["reward/errors"] == 4
+    err = capsys.readouterr().err
+    assert "returned 2 values as the reward for one query (it is called once per response" in err  # the first failure
+
+
+def test_a_slow_function_under_timeout_s_runs_in_a_worker_process_and_scores(tokenizer, tmp_path):
+    """The wrapper travels to the worker process by pickle; a call past timeout_s scores 0 (reward/timeouts)."""
+    source = """
+        import time
+
+        def reward_func(queries, prompts, labels):
+            if labels[0] == "slow":
+                time.sleep(30)
+            return {"rewards": [float(len(queries[0]))]}
+    """
+    function = load(tmp_path, source)
+    batch = make_batch(tokenizer, [("Q", "AB", "src", "fast", None), ("Q", "A", "src", "slow", None)])
+    manager = make_reward_manager("openrlhf", tokenizer, function, timeout_s=3)
+    try:
+        out = manager(batch, return_dict=True)
+    finally:
+        manager.close()
+    assert out["reward_extra_info"]["score"] == [3.0, 0.0] and out["reward_metrics"]["reward/timeouts"] == 1
+
+
+def test_loading_checks_name_the_mistake(tmp_path, capsys):
+    source = "def reward_func(queries, prompts, labels):\n    return [0.0]\n"
+    assert isinstance(load(tmp_path, source), OpenRLHFRewardFunction)  # found under OpenRLHF's name
+    assert "defines no compute_score (verl's name, the default); taking reward_func" in capsys.readouterr().out
+    named = "def graded(queries, prompts, answers):\n    return [0.0]\n"  # OpenRLHF passes the labels positionally
+    assert isinstance(load(tmp_path, named, name="graded"), OpenRLHFRewardFunction)
+    with pytest.raises(RewardError, match=r"reward_func\(queries, prompts\) in .* cannot be called as OpenRLHF calls"):
+        load(tmp_path, "def reward_func(queries, prompts):\n    return [0.0]\n")
+    with pytest.raises(RewardError, match="reward_weights weighs TRL reward functions; reward_func in .* is written for "
+                                          "OpenRLHF"):
+        load(tmp_path, source, weights=[1.0])
+    with pytest.raises(RewardError, match=r"reward_func takes queries: it is written for OpenRLHF .* "
+                                          "reward_model.reward_manager=trl calls TRL's"):
+        load(tmp_path, source, manager_name="trl")
+    trl = "def accuracy(completions, **kwargs):\n    return [0.0] * len(completions)\n"
+    with pytest.raises(RewardError, match="accuracy takes completions: it is written for TRL, and "
+                                          "reward_model.reward_manager=openrlhf calls OpenRLHF's"):
+        load(tmp_path, trl, name="accuracy", manager_name="openrlhf")
+    verl = "def compute_score(data_source, solution_str, ground_truth, extra_info=None):\n    return 0.0\n"
+    with pytest.raises(RewardError, match="compute_score takes solution_str: it is a verl reward function, and "
+                                          "reward_model.reward_manager=openrlhf calls OpenRLHF's"):
+        load(tmp_path, verl, manager_name="openrlhf")
+    # reward_model.reward_manager=openrlhf takes any function of three positional parameters
+    assert isinstance(load(tmp_path, "def reward_func(q, p, l):\n    return [0.0]\n", manager_name="openrlhf"),
+                      OpenRLHFRewardFunction)
+
+
+def test_the_openrlhf_manager_without_an_openrlhf_function_says_what_it_calls(tokenizer):
+    with pytest.raises(ConfigError, match=r"reward_model.reward_manager=openrlhf calls a reward function written for "
+                                          r"OpenRLHF, reward_func\(queries, prompts, labels\)"):
+        make_reward_manager("openrlhf", tokenizer, None)
