@@ -43,6 +43,7 @@ REWARD_FILES = {
     "syntax_error.py": "def compute_score(data_source, solution_str, ground_truth, extra_info=None)\n    return 1.0\n",
     "trl_reward.py": "def accuracy(completions, solution, **kwargs):\n    return [1.0] * len(completions)\n",
     "trl_too_few.py": "def accuracy(completions, **kwargs):\n    return [1.0]\n",
+    "openrlhf_two_args.py": "def reward_func(queries, prompts):\n    return {'rewards': [1.0]}\n",
 }
 
 

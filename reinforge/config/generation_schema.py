@@ -33,6 +33,10 @@ class GenDataConfig(Node):
                    "as data.train_files takes). Every column is copied to the output.")
     prompt_key: str = _f("prompt", "Column holding the prompt: a list of chat messages (verl), rendered with the tokenizer's "
                          "chat template and the generation prompt, or a plain string, the model's input text as it is.")
+    apply_chat_template: bool = _f(False, "Render a string prompt with the chat template too, as one user message "
+                                   "(OpenRLHF's --apply_chat_template), as reinforge train's data.apply_chat_template.")
+    input_template: str | None = _f(None, "A string prompt's text is input_template.format(prompt) (OpenRLHF's "
+                                    "--input_template), as reinforge train's data.input_template.")
     n_samples: int = _f(5, "Responses generated per prompt (each row's `responses` list has this many).")
     output_path: str = _f("/opt/tiger/math_Qwen2-7B-Instruct.parquet", "The parquet file written: the input's columns plus "
                           "`responses`. Its folder is created; the file is written to a temporary name and renamed.")
@@ -126,7 +130,10 @@ _ALWAYS_INERT = {
 
 def check_generation(config: GenerationConfig) -> None:
     """ConfigError naming the key of the first value `reinforge generate` cannot use."""
+    from reinforge.config.section_checks import input_template
+
     data, rollout = config.data, config.rollout
+    input_template("data.input_template", data.input_template)
     for key, value in (("data.n_samples", data.n_samples), ("data.batch_size", data.batch_size),
                        ("rollout.prompt_length", rollout.prompt_length), ("rollout.response_length", rollout.response_length)):
         if value < 1:

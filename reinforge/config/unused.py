@@ -324,6 +324,9 @@ def unused_settings(config: Config, user_keys: list[str]) -> list[str]:
         elif reason is None and key == "critic.enable" and config.critic.enable and not needs_critic(config.algorithm.adv_estimator):
             reason = (f"the critic is trained, but algorithm.adv_estimator={config.algorithm.adv_estimator} does not use its "
                       "values (gae does)")
+        elif reason is None and key in ("data.label_key", "data.input_template", "data.apply_chat_template") \
+                and config.data.custom_cls.path:
+            reason = "the Dataset class of data.custom_cls makes the rows' prompts and ground truths"
         elif reason is None and key == "data.input_template" and config.data.apply_chat_template:
             reason = "data.apply_chat_template renders string prompts with the chat template instead (as in OpenRLHF)"
         elif reason is None and key == "data.shuffle" and config.data.sampler.class_path:

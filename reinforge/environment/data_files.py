@@ -91,8 +91,9 @@ def read_rows(given: str) -> tuple[list[dict[str, Any]], list[str]]:
 
 def check_row(row: dict[str, Any], origin: tuple[str, int], config: Any) -> None:
     """DataError naming the file (or data generator), row and column of what the dataset cannot use, found at load
-    rather than mid-run: an `extra_info` that is not a dict (its `index` is read and it is passed to the reward
-    function; null or missing is fine) and images or videos, which a text-only run would silently ignore."""
+    rather than mid-run: no `data.label_key` column when that is set, an `extra_info` that is not a dict (its `index` is
+    read and it is passed to the reward function; null or missing is fine) and images or videos, which a text-only run
+    would silently ignore."""
     file, number = origin
     label_key = getattr(config, "label_key", None)
     if label_key and label_key not in row:
@@ -122,8 +123,9 @@ def shape_prompt(row: dict[str, Any], origin: tuple[str, int], column: str, conf
     value = row.get(column)
     if not isinstance(value, str):
         return row
+    messages = to_messages(value, origin, column)  # refuses chat messages encoded as JSON text, template or not
     if getattr(config, "apply_chat_template", False):
-        return {**row, column: to_messages(value, origin, column)}
+        return {**row, column: messages}
     template = getattr(config, "input_template", None)
     return {**row, column: template.format(value)} if template else row
 

@@ -2,9 +2,10 @@
 
 A row of an RL data file holds `data_source` (str), the prompt (column `data.prompt_key`: a list
 of chat messages `{"role", "content"}`, rendered by the chat template, or a plain string, the model's input text as
-it is: TRL's standard format; its messages, for agent loops and reward models, are one user message),
-`ability`, `reward_model` (`{"ground_truth", "style"}`) and `extra_info` (a dict that may hold
-`index`). Files are parquet, JSON (an array of rows, one object, or JSON lines) or JSONL.
+it is: TRL's standard format; its messages, for agent loops and reward models, are one user message; OpenRLHF's
+`data.apply_chat_template` and `data.input_template` reshape it first: `data_files.shape_prompt`),
+`ability`, `reward_model` (`{"ground_truth", "style"}`; `data.label_key` names a column to take the ground truth
+from instead) and `extra_info` (a dict that may hold `index`). Files are parquet, JSON (an array of rows, one object, or JSON lines) or JSONL.
 
 Several files are concatenated in the order given; each row keeps its own `data_source`, and
 errors name the file and the row within it.
@@ -252,6 +253,8 @@ class RLDataset(Dataset):
         if first is not None:
             file, row = origins[first]
             what = "the tools' schemas go" if plain[first] else "the prompt is a list of chat messages, which goes"
+            if not plain[first] and getattr(self.config, "apply_chat_template", False):
+                what = "the prompt goes (data.apply_chat_template=true: a string prompt as one user message)"
             raise DataError(f"{file}: row {row}, column {self.config.prompt_key!r}: {what} through the chat template, but "
                             "the tokenizer has no chat template. Use a tokenizer with one (reinforge train: or set "
                             "actor_rollout_ref.model.custom_chat_template), or give the prompt as a string (the model's "
@@ -354,17 +357,17 @@ class RLDataset(Dataset):
     def __getitem__(self, i: int) -> dict[str, Any]:
         row = self._rows[i]
         input_ids = self._input_ids[i]
-        extra_info, label = dict(row.get("extra_info") or {}), getattr(self.config, "label_key", None)
+        extra_info, label_key = dict(row.get("extra_info") or {}), getattr(self.config, "label_key", None)
         if extra_info.get("index") is None:
             extra_info["index"] = self._row_numbers[i]
         item = {
             "input_ids": input_ids,
             "attention_mask": torch.ones_like(input_ids),
             "data_source": row.get("data_source") or "unknown",
-            "reward_model": {**(row.get("reward_model") or {}), **({"ground_truth": row[label]} if label else {})},
+            "reward_model": {**(row.get("reward_model") or {}), **({"ground_truth": row[label_key]} if label_key else {})},
             "extra_info": extra_info,
             "index": extra_info["index"],
-            "row_columns": row,  # the row as its file has it, for reward functions written for TRL (reward/manager/trl.py)
+            "row_columns": row,  # the row as read (its prompt shaped), for reward functions written for TRL (reward/manager/trl.py)
         }
         key = getattr(self.config, "reward_fn_key", "data_source")
         if key not in item:  # another column picks the reward function (data.reward_fn_key)

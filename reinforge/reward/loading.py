@@ -40,8 +40,9 @@ def load_reward_function(config: Config) -> Callable[..., Any] | None:
     module = import_user_module(spec.path, "custom_reward_function.path", RewardError)  # a file, or a module's name
     path = Path(spec.path).expanduser().resolve() if Path(spec.path).expanduser().exists() else spec.path  # for messages
     names = [spec.name] if isinstance(spec.name, str) else list(spec.name)
-    if names == ["compute_score"] and not hasattr(module, "compute_score") and callable(getattr(module, "reward_func", None)):
-        names = ["reward_func"]  # OpenRLHF's reward function file: the name it calls
+    openrlhf_file = names == ["compute_score"] and not hasattr(module, "compute_score") and callable(getattr(module, "reward_func", None))
+    if openrlhf_file:  # OpenRLHF's reward function file: the name it calls (with parameters of any name)
+        names = ["reward_func"]
         print(f"reinforge: note: custom_reward_function.name: {path} defines no compute_score (verl's name, the default); "
               "taking reward_func, the function OpenRLHF calls", flush=True)
     kwargs = dict(spec.reward_kwargs or {})
@@ -55,7 +56,8 @@ def load_reward_function(config: Config) -> Callable[..., Any] | None:
     manager = getattr(getattr(config, "reward_model", None), "reward_manager", None)  # trl, openrlhf: whatever they take
     for name, fn in zip(names, functions, strict=True):
         _check_kind(name, fn, manager)
-    if manager == "openrlhf" or any(is_openrlhf_reward(fn) for fn in functions):
+    other = {"solution_str", "solution_strs", "completions", "completion_ids"} & set(_parameters(functions[0]))  # verl, TRL
+    if manager == "openrlhf" or any(is_openrlhf_reward(fn) for fn in functions) or (openrlhf_file and not other and manager != "trl"):
         return _openrlhf_function(names, functions, path, getattr(spec, "reward_weights", None))
     trl = [manager == "trl" or is_trl_reward(fn) for fn in functions]
     if any(trl):

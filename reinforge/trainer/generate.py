@@ -144,6 +144,7 @@ def _training_config(config: GenerationConfig) -> Any:
     data = view.data
     data.prompt_key, data.trust_remote_code = config.data.prompt_key, config.data.trust_remote_code
     data.apply_chat_template_kwargs = dict(config.data.apply_chat_template_kwargs)
+    data.apply_chat_template, data.input_template = config.data.apply_chat_template, config.data.input_template
     data.max_prompt_length, data.truncation, data.filter_overlong_prompts = NO_LIMIT, "right", False  # every row kept, uncut
     if config.trainer.device == "cuda" and not torch.cuda.is_available():
         raise ConfigError("trainer.device=cuda but no CUDA GPU is visible to torch; use trainer.device=cpu (or null: cuda "

@@ -47,11 +47,13 @@ def test_openrlhf_functions_are_told_from_trl_and_verl_ones_by_their_parameters(
     def reward_func(queries, prompts, labels): ...
     def with_kwargs(queries, prompts, **kwargs): ...
     def trl(prompts, completions, **kwargs): ...
+    def trl_with_a_queries_column(completions, queries, **kwargs): ...
     def verl(data_source, solution_str, ground_truth, extra_info=None): ...
 
     assert is_openrlhf_reward(reward_func) and is_openrlhf_reward(with_kwargs)
-    assert not is_openrlhf_reward(trl) and not is_openrlhf_reward(verl)
-    assert not is_trl_reward(reward_func)  # it has `prompts`, as TRL's do, but `queries` says OpenRLHF
+    assert not any(is_openrlhf_reward(fn) for fn in (trl, trl_with_a_queries_column, verl))
+    assert not is_trl_reward(reward_func)  # it has `prompts`, as TRL's do, but `queries` without completions says OpenRLHF
+    assert is_trl_reward(trl_with_a_queries_column)
 
 
 SEEN = """
@@ -81,11 +83,15 @@ def test_each_response_is_one_call_with_the_query_prompt_and_label_as_openrlhf_g
         # OpenRLHF decodes the prompt's and the response's ids together, special tokens kept
         assert queries[0] == tokenizer.decode(prompt_ids + response_ids, skip_special_tokens=False)
         assert prompts[0] == tokenizer.decode(prompt_ids, skip_special_tokens=False) == rows[row][0]
-        assert labels[0] == ("" if rows[row][3] is None else rows[row][3])  # no ground truth: "", as without --label_key
+        assert labels[0] == rows[row][3]  # as the row has it: a null label is None, as OpenRLHF passes it
     assert calls[0][0][0] == "Q: 1+1?it is 2" + tokenizer.eos_token and calls[2][0][0] == "Q: 3+3?" + tokenizer.eos_token
     assert rewards == [len("it is 2" + tokenizer.eos_token), 1.0, len(tokenizer.eos_token)]
     assert out["reward_extra_info"]["acc"] == rewards  # the reward alone: recorded as a plain number's
     assert out["reward_metrics"]["reward/errors"] == 0
+    calls.clear()
+    batch.pop(["reward_model"])  # rows without a ground truth: "", as OpenRLHF without --label_key
+    score(tokenizer, function, batch)
+    assert [labels for _, _, labels in calls] == [[""]] * 3
 
 
 RESULTS = """
@@ -172,8 +178,10 @@ def test_loading_checks_name_the_mistake(tmp_path, capsys):
     with pytest.raises(RewardError, match="compute_score takes solution_str: it is a verl reward function, and "
                                           "reward_model.reward_manager=openrlhf calls OpenRLHF's"):
         load(tmp_path, verl, manager_name="openrlhf")
-    # reward_model.reward_manager=openrlhf takes any function of three positional parameters
-    assert isinstance(load(tmp_path, "def reward_func(q, p, l):\n    return [0.0]\n", manager_name="openrlhf"),
+    # OpenRLHF passes the arguments by position: a file's reward_func of other parameter names is OpenRLHF's, and so is
+    # any function of three positional parameters under reward_model.reward_manager=openrlhf
+    assert isinstance(load(tmp_path, "def reward_func(q, p, l):\n    return [0.0]\n"), OpenRLHFRewardFunction)
+    assert isinstance(load(tmp_path, "def graded(q, p, l):\n    return [0.0]\n", name="graded", manager_name="openrlhf"),
                       OpenRLHFRewardFunction)
 
 
@@ -181,3 +189,60 @@ def test_the_openrlhf_manager_without_an_openrlhf_function_says_what_it_calls(to
     with pytest.raises(ConfigError, match=r"reward_model.reward_manager=openrlhf calls a reward function written for "
                                           r"OpenRLHF, reward_func\(queries, prompts, labels\)"):
         make_reward_manager("openrlhf", tokenizer, None)
+
+
+CONCURRENT = """
+    import asyncio
+    import threading
+    import time
+
+    import numpy as np
+
+    LOCK = threading.Lock()
+    STATE = {"active": 0, "most": 0}
+
+    def reward_func(queries, prompts, labels):
+        with LOCK:
+            STATE["active"] += 1
+            STATE["most"] = max(STATE["most"], STATE["active"])
+        time.sleep(0.2)  # waiting on a server
+        with LOCK:
+            STATE["active"] -= 1
+        return {"rewards": [1.0], "extra_logs": {"format": np.float32(0.5), "ok": np.bool_(True)}}
+
+    async def async_reward_func(queries, prompts, labels):
+        await asyncio.sleep(0)
+        return {"rewards": [float(len(labels[0]))]}
+"""
+
+
+def test_calls_overlap_in_threads_as_openrlhfs_and_numpy_values_come_back_as_numbers(tokenizer, tmp_path):
+    function = load(tmp_path, CONCURRENT)
+    batch = make_batch(tokenizer, [("Q", "A", "src", "ab", None)] * 8)
+    out, rewards = score(tokenizer, function, batch)
+    assert rewards == [1.0] * 8 and function.func.__globals__["STATE"]["most"] > 1
+    info = out["reward_extra_info"]
+    assert info["format"] == [0.5] * 8 and type(info["format"][0]) is float and info["ok"] == [True] * 8
+    out, rewards = score(tokenizer, load(tmp_path, CONCURRENT, name="async_reward_func"), batch)
+    assert rewards == [2.0] * 8  # an async function is awaited
+
+
+def test_openrlhfs_prompt_options_shape_a_string_prompt_and_json_message_text_is_refused_either_way():
+    from types import SimpleNamespace
+
+    from reinforge.environment.data_files import shape_prompt
+    from reinforge.errors import DataError
+
+    row = {"input": "2+2?", "answer": "4"}
+    plain = SimpleNamespace(apply_chat_template=False, input_template=None)
+    chat = SimpleNamespace(apply_chat_template=True, input_template=None)
+    template = SimpleNamespace(apply_chat_template=False, input_template="User: {}\nAssistant: ")
+    assert shape_prompt(row, ("f.jsonl", 0), "input", plain) is row
+    assert shape_prompt(row, ("f.jsonl", 0), "input", chat)["input"] == [{"role": "user", "content": "2+2?"}]
+    assert shape_prompt(row, ("f.jsonl", 0), "input", template) == {"input": "User: 2+2?\nAssistant: ", "answer": "4"}
+    messages = {"input": [{"role": "user", "content": "hi"}]}  # chat messages: as they are, whatever the options
+    assert all(shape_prompt(messages, ("f.jsonl", 0), "input", c) is messages for c in (plain, chat, template))
+    for config in (plain, chat, template):
+        with pytest.raises(DataError, match="f.jsonl: row 3, column 'input': the prompt is a chat message list encoded as "
+                                            "JSON text"):
+            shape_prompt({"input": '[{"role": "user", "content": "hi"}]'}, ("f.jsonl", 3), "input", config)

@@ -102,6 +102,10 @@ def test_json_lines_input_and_prompts_cut_to_prompt_length(tiny_model_path, tmp_
     written = pq.read_table(output)
     assert written.column_names == ["prompt", "data_source", "responses"] and written.num_rows == 2
     assert "1 of 2 prompts are longer than rollout.prompt_length=8 tokens" in capsys.readouterr().out  # "Hi": raw text, 1 token
+    # OpenRLHF's options: "Hi" as one user message through the chat template, or in a template, is over 8 tokens too
+    for option in ("data.apply_chat_template=true", "data.input_template='Please answer this question at once: {}'"):
+        assert generate(tiny_model_path, data, output, "data.n_samples=1", "rollout.prompt_length=8", option) == 0
+        assert "2 of 2 prompts are longer than rollout.prompt_length=8 tokens" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize("override, message", [
@@ -111,6 +115,7 @@ def test_json_lines_input_and_prompts_cut_to_prompt_length(tiny_model_path, tmp_
     ("rollout.temperature=0", "verl requires data.n_samples=1 then"),
     ("trainer.device=cpu rollout.name=vllm", "rollout.name=vllm needs a CUDA GPU (trainer.device=cpu); use rollout.name=hf on CPU"),
     ("data.prompt_key=question", "no prompt column 'question' (data.prompt_key); its columns are data_source, prompt"),
+    ("data.input_template=Q:", "data.input_template='Q:' must be a string with one {} where the prompt goes"),
     pytest.param("trainer.device=cuda", "trainer.device=cuda but no CUDA GPU is visible to torch; use trainer.device=cpu",
                  marks=pytest.mark.skipif(torch.cuda.is_available(), reason="a GPU is present")),
 ])

@@ -104,7 +104,8 @@ def check_agent_rows(rows: Iterable[tuple[dict, str, int]], rollout, prompt_key:
         if loop != "single_turn_agent" and is_text_prompt(row.get(prompt_key)):
             raise DataError(f"{file}: row {number}, column {prompt_key!r}: a string prompt is the model's input text as it "
                             f"is (TRL's standard format), but the {loop} agent loop continues a chat turn by turn; give the "
-                            "prompt as chat messages, [{'role': 'user', 'content': ...}]")
+                            "prompt as chat messages, [{'role': 'user', 'content': ...}], or set data.apply_chat_template=true "
+                            "(a string prompt as one user message)")
         extra = row.get("extra_info") if isinstance(row.get("extra_info"), dict) else {}
         asked = extra.get("interaction_kwargs")
         if interactions and isinstance(asked, dict) and asked and chosen_interaction(asked, interactions) is None:

@@ -3,21 +3,24 @@ OpenRLHF calls them.
 
     reward_func(queries, prompts, labels) -> {"rewards": ..., "scores": ..., "extra_logs": {...}}, or the rewards alone
 
-OpenRLHF calls the function once per response, positionally, with lists of one:
+OpenRLHF (0.9.1 and later) calls the function once per response, positionally, with lists of one:
 
-- `queries`: the prompt and the response as the model read and wrote them, decoded with their special tokens (the
-  response's EOS included), so that `query[len(prompt):]` is the response, as OpenRLHF's users take it;
+- `queries`: the prompt and the response as the model read and wrote them, their token ids decoded together with their
+  special tokens (the response's EOS included), as OpenRLHF decodes them; `query[len(prompt):]` is the response for
+  tokenizers whose text is the concatenation of their tokens' (byte-level BPE: Qwen, Llama 3), as OpenRLHF's users take it;
 - `prompts`: the prompt text the model read (after the chat template, or `data.input_template`), decoded the same way;
 - `labels`: the row's label (the column `data.label_key` names, which becomes the row's `reward_model.ground_truth`;
-  without it, the row's ground truth), "" for a row without one, as OpenRLHF without `--label_key`.
+  without it, the row's ground truth, as the file has it: None stays None), "" for a row without one, as OpenRLHF
+  without `--label_key`.
 
 The result is a dict with `rewards` (the reward: a number, or a tensor or list of one) and optionally `scores` (the
 reward when absent or None, as in OpenRLHF) and `extra_logs` (name -> one value), each kept as an extra key (`scores`
 and the extra log's name: rollout dumps, `reward/<name>/mean`; `algorithm.filter_groups.metric=scores` filters groups
 on the scores, as OpenRLHF's dynamic filtering does), or the reward alone (a number, tensor or list of one, as
-OpenRLHF's versions before 0.9 took it). A call that raises, or returns anything else, fails its row (0.0,
-`reward/errors`, the first one printed), as the `naive` manager's (OpenRLHF's step fails on it);
-`reward_model.reward_kwargs.timeout_s` limits each call (in a worker process). A function written for OpenRLHF is told
+OpenRLHF 0.8.0 and before took it). A call that raises, or returns anything else, fails its row (0.0,
+`reward/errors`, the first one printed), as the `naive` manager's (OpenRLHF's step fails on it). Calls run in up to
+`reward_model.reward_kwargs.max_concurrency` threads (32), as OpenRLHF runs them in threads, or, with
+`reward_kwargs.timeout_s`, each limited to it in a worker process. A function written for OpenRLHF is told
 by its `queries` parameter (`is_openrlhf_reward`); `reinforge.reward.loading` wraps it in an `OpenRLHFRewardFunction`,
 and the trainer then uses this manager in place of `naive`.
 """
@@ -26,6 +29,7 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -34,8 +38,8 @@ import torch
 
 from reinforge.batch import Batch
 from reinforge.errors import ConfigError
-from reinforge.reward.manager.base import RewardManager, Sample, ScoreFunctionError, register_reward_manager
-from reinforge.reward.manager.calls import run_coroutine
+from reinforge.reward.manager.base import RewardManager, Sample, ScoreFunctionError, check_count, register_reward_manager
+from reinforge.reward.manager.calls import call_inline, run_coroutine
 
 ARGUMENTS = ("queries", "prompts", "labels")  # OpenRLHF's, in its order
 
@@ -54,7 +58,7 @@ class OpenRLHFRewardFunction:
     positionally (a third parameter named otherwise takes the labels); an awaitable result is awaited. Picklable, so
     a worker process of `timeout_s` may call it."""
 
-    def __init__(self, func: Callable[..., Any]) -> None:
+    def __init__(self, func: Callable[..., Any]) -> None:  # checked by reinforge.reward.loading: three positionals
         self.func = func
 
     def __call__(self, queries: list[str], prompts: list[str], labels: list[Any]) -> Any:
@@ -78,12 +82,13 @@ class OpenRLHFRewardManager(RewardManager):
     needs_ground_truth = False  # a row without a label is given "", as OpenRLHF without --label_key gives
 
     def __init__(self, tokenizer: Any, num_examine: int = 0, compute_score: Callable[..., Any] | None = None,
-                 reward_fn_key: str = "data_source", timeout_s: float | None = None) -> None:
+                 reward_fn_key: str = "data_source", timeout_s: float | None = None, max_concurrency: int = 32) -> None:
         if not isinstance(compute_score, OpenRLHFRewardFunction):
             raise ConfigError(
                 "reward_model.reward_manager=openrlhf calls a reward function written for OpenRLHF, "
                 "reward_func(queries, prompts, labels) returning {'rewards': ...}; set custom_reward_function.path (and "
                 ".name, default reward_func when the file has no compute_score) to one, or use reward_model.reward_manager=naive")
+        self.max_concurrency = check_count("max_concurrency", max_concurrency)
         super().__init__(tokenizer, num_examine, compute_score, reward_fn_key, timeout_s)
 
     def _check_signature(self, fn: Callable[..., Any]) -> None:  # checked when it was loaded
@@ -96,15 +101,22 @@ class OpenRLHFRewardManager(RewardManager):
         out = []
         for sample in samples:
             i = sample.row
-            prompt = self.tokenizer.decode(prompts[i][prompt_mask[i]].tolist(), skip_special_tokens=False)
-            response = self.tokenizer.decode(batch["responses"][i, : sample.response_length].tolist(), skip_special_tokens=False)
-            label = "" if sample.ground_truth is None else sample.ground_truth
-            out.append(OpenRLHFSample(**vars(sample), prompt=prompt, query=prompt + response, label=label))
+            prompt_ids = prompts[i][prompt_mask[i]].tolist()
+            ids = prompt_ids + batch["responses"][i, : sample.response_length].tolist()
+            reward_model = batch["reward_model"][i] if "reward_model" in batch else None
+            has_label = isinstance(reward_model, dict) and "ground_truth" in reward_model  # a None label stays None
+            out.append(OpenRLHFSample(**vars(sample), prompt=self.tokenizer.decode(prompt_ids, skip_special_tokens=False),
+                                      query=self.tokenizer.decode(ids, skip_special_tokens=False),  # as one, as OpenRLHF
+                                      label=reward_model["ground_truth"] if has_label else ""))
         return out
 
     def _compute(self, samples: list[Sample]) -> list[Any]:
         calls = [{"queries": [s.query], "prompts": [s.prompt], "labels": [s.label]} for s in samples]
-        results = self._call(calls, max_concurrency=64)
+        if self._pool is not None:  # timeout_s: in the worker process
+            results = self._pool.map(calls)
+        else:  # in threads, as OpenRLHF's asyncio.to_thread calls overlap (a function waiting on a server)
+            with ThreadPoolExecutor(min(self.max_concurrency, len(calls) or 1), thread_name_prefix="reinforge-reward") as pool:
+                results = list(pool.map(lambda call: call_inline(self.compute_score, [call])[0], calls))
         return [result if isinstance(result, BaseException) else _as_result(result) for result in results]
 
 
@@ -134,16 +146,17 @@ def _as_result(result: Any) -> Any:
 
 
 def _one(value: Any, what: str) -> Any:
-    """The single value of a call for one query: a number, or a tensor, array, list or tuple of one element."""
-    if isinstance(value, (torch.Tensor, np.ndarray)):
-        if value.size == 1 if isinstance(value, np.ndarray) else value.numel() == 1:
-            return value.reshape(-1)[0].item()
-    elif isinstance(value, (list, tuple)):
-        if len(value) == 1:
-            return _one(value[0], what)
-    else:
+    """The single value of a call for one query: a number, or a tensor, array, list or tuple of one element; numpy and
+    torch numbers as Python's."""
+    if isinstance(value, np.generic):
+        return value.item()
+    if isinstance(value, torch.Tensor):
+        value = value.detach().cpu().numpy()
+    if not isinstance(value, (np.ndarray, list, tuple)):
         return value
-    count = value.size if isinstance(value, np.ndarray) else value.numel() if isinstance(value, torch.Tensor) else len(value)
+    count = value.size if isinstance(value, np.ndarray) else len(value)
+    if count == 1:
+        return _one(value.reshape(-1)[0] if isinstance(value, np.ndarray) else value[0], what)
     raise ScoreFunctionError(f"the OpenRLHF reward function returned {count} values as {what} for one query (it is called "
                              "once per response, with lists of one, as OpenRLHF calls it); return one")
 

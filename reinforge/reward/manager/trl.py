@@ -5,7 +5,8 @@ A TRL reward function scores the whole batch in one call and returns one reward 
     reward_func(prompts=[...], completions=[...], completion_ids=[...], trainer_state=..., log_extra=..., log_metric=...,
                 **columns) -> list[float | None]
 
-- `prompts`: each row's prompt as its data file holds it (a string, or a list of chat messages); `completions`: the
+- `prompts`: each row's prompt as its data file holds it (a string, or a list of chat messages; OpenRLHF's
+  data.apply_chat_template and data.input_template applied); `completions`: the
   decoded response, a string for a string prompt and `[{"role": "assistant", "content": text}]` for a chat prompt
   (TRL's standard and conversational formats); `completion_ids`: the response's token ids.
 - `**columns`: every other column of the row's data file, one list per column (None where a row lacks it), so a
@@ -59,12 +60,15 @@ _CUSTOM_DATASET_FIELDS = ("data_source", "reward_model", "extra_info", "ability"
 
 def is_trl_reward(fn: Callable[..., Any]) -> bool:
     """Whether `fn` is written for TRL (a `completions`, `completion_ids` or `prompts` parameter) rather than for verl
-    (whose functions take `solution_str`, or `solution_strs` for the batch manager) or OpenRLHF (`queries`)."""
+    (whose functions take `solution_str`, or `solution_strs` for the batch manager) or OpenRLHF (`queries` and no
+    completions: `reinforge.reward.manager.openrlhf.is_openrlhf_reward`)."""
     try:
         parameters = set(inspect.signature(fn).parameters)
     except (TypeError, ValueError):
         return False
-    return bool({"completions", "completion_ids", "prompts"} & parameters) and not {"solution_str", "solution_strs", "queries"} & parameters
+    openrlhf = "queries" in parameters and not {"completions", "completion_ids"} & parameters  # OpenRLHF's (queries, prompts, ...)
+    return bool({"completions", "completion_ids", "prompts"} & parameters) and not {"solution_str", "solution_strs"} & parameters \
+        and not openrlhf
 
 
 @dataclass
