@@ -130,10 +130,10 @@ _ALWAYS_INERT = {
 
 def check_generation(config: GenerationConfig) -> None:
     """ConfigError naming the key of the first value `reinforge generate` cannot use."""
-    from reinforge.config.section_checks import input_template
+    from reinforge.config.section_checks import check_prompt_options
 
     data, rollout = config.data, config.rollout
-    input_template("data.input_template", data.input_template)
+    check_prompt_options(data)
     for key, value in (("data.n_samples", data.n_samples), ("data.batch_size", data.batch_size),
                        ("rollout.prompt_length", rollout.prompt_length), ("rollout.response_length", rollout.response_length)):
         if value < 1:
@@ -173,6 +173,8 @@ def unused_generation_settings(config: GenerationConfig, user_keys: list[str]) -
         elif reason is None and parts[0] == "trainer" and parts[-1] in ("nnodes", "n_gpus_per_node"):
             if config.trainer.nnodes * config.trainer.n_gpus_per_node > 1:
                 reason = "generation runs in one process on one device (trainer.device)"
+        elif reason is None and key == "data.input_template" and config.data.apply_chat_template:
+            reason = "data.apply_chat_template renders string prompts with the chat template instead (as in OpenRLHF)"
         elif reason is None and key.startswith(("hydra.", "hydra/")):
             reason = "Hydra's own setting (its outputs and logs); it changes no config key"
         elif reason is None and not _generation_key(key):

@@ -32,9 +32,13 @@ def chat_template(key: str, template: str | None) -> None:
                           f"text itself (on a command line, quoted for Hydra: \"{key}=\\\"$(cat template.jinja)\\\"\")")
 
 
-def input_template(key: str, template: str | None) -> None:
-    """A ConfigError when a prompt template (OpenRLHF's --input_template, "User: {}\\nAssistant: ") has no single `{}`
-    where the prompt goes, or other braces str.format would read."""
+def check_prompt_options(data) -> None:
+    """A ConfigError when the prompt template (OpenRLHF's --input_template, "User: {}\\nAssistant: ") has no single `{}`
+    where the prompt goes, or other braces str.format would read, or the label column is the prompt column."""
+    label_key = getattr(data, "label_key", None)
+    if label_key is not None and label_key == data.prompt_key:
+        raise ConfigError(f"data.label_key={label_key!r} is the prompt column (data.prompt_key); name the answers' column")
+    key, template = "data.input_template", data.input_template
     if template is None:
         return
     try:

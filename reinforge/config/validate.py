@@ -29,12 +29,12 @@ from reinforge.config.section_checks import (
     check_lora,
     check_mixed_precision,
     check_optim,
+    check_prompt_options,
     check_reward_model,
     check_rollout_correction,
     check_sandbox_fusion,
     check_unsupported,
     choice,
-    input_template,
     positive,
 )
 from reinforge.errors import ConfigError
@@ -245,7 +245,7 @@ def _check(config: Config) -> None:
     actor, rollout, optim = arr.actor, arr.rollout, arr.actor.optim
 
     choice("data.truncation", data.truncation, TRUNCATION_MODES)
-    input_template("data.input_template", data.input_template)
+    check_prompt_options(data)
     for key, strategy in (("actor_rollout_ref.actor.strategy", actor.strategy), ("actor_rollout_ref.ref.strategy", arr.ref.strategy),
                           ("critic.strategy", config.critic.strategy)):
         choice(key, strategy, STRATEGIES)

@@ -5,7 +5,8 @@ of chat messages `{"role", "content"}`, rendered by the chat template, or a plai
 it is: TRL's standard format; its messages, for agent loops and reward models, are one user message; OpenRLHF's
 `data.apply_chat_template` and `data.input_template` reshape it first: `data_files.shape_prompt`),
 `ability`, `reward_model` (`{"ground_truth", "style"}`; `data.label_key` names a column to take the ground truth
-from instead) and `extra_info` (a dict that may hold `index`). Files are parquet, JSON (an array of rows, one object, or JSON lines) or JSONL.
+from instead) and `extra_info` (a dict that may hold `index`). Files are parquet, JSON (an array of rows, one
+object, or JSON lines) or JSONL.
 
 Several files are concatenated in the order given; each row keeps its own `data_source`, and
 errors name the file and the row within it.
@@ -143,24 +144,26 @@ class RLDataset(Dataset):
             files.setdefault(str(row.get(key) or "unknown"), {})[file] = None
         return {source: list(names) for source, names in files.items()}
 
-    def check_reward_columns(self, key: str = "data_source") -> None:
+    def check_reward_columns(self, key: str = "data_source", ground_truth: bool = True) -> None:
         """DataError naming the file and row of the first row a reward function cannot be called for: no value in
         column `key` (data.reward_fn_key, when not `data_source`, which may be missing) or no `reward_model` dict
-        with a `ground_truth` (what the reward managers pass as ground_truth, as verl's do)."""
+        with a `ground_truth` (what the reward managers pass as ground_truth, as verl's do; not with `ground_truth` False,
+        for functions that do without, or under data.label_key, whose column is checked when the rows are read)."""
         for row, (file, number) in zip(self._rows, self._origins, strict=True):
             if key != "data_source" and row.get(key) is None:
                 raise DataError(f"{file}: row {number}: no value in column {key!r}, which data.reward_fn_key={key!r} "
                                 "names as the column that picks each row's reward function")
+            if getattr(self.config, "label_key", None) or not ground_truth:  # the label column is it (check_row: every row
+                continue  # has it), or the function does without (OpenRLHF's: "")
             reward_model = row.get("reward_model")
-            if getattr(self.config, "label_key", None):  # the label column is the ground truth (check_row: every row has it)
-                continue
             if not isinstance(reward_model, dict) or "ground_truth" not in reward_model:
                 what = ("there is no such column" if reward_model is None
                         else f"it holds {preview(reward_model)}, without a 'ground_truth' key")
                 raise DataError(f"{file}: row {number}, column 'reward_model': {what}. The reward function is called with "
                                 "the row's reward_model.ground_truth (verl's schema: {'style': 'rule', 'ground_truth': ...}); a "
                                 "reward function written for TRL (a completions, completion_ids or prompts parameter, or "
-                                "reward_model.reward_manager=trl) is given the row's columns instead")
+                                "reward_model.reward_manager=trl) is given the row's columns instead; data.label_key names "
+                                "another column of the answers")
 
     def append_rows(self, rows: list[dict[str, Any]], where: str) -> int:
         """Add rows in the schema of the data files (a data generator's output); returns how many were kept.
@@ -253,12 +256,13 @@ class RLDataset(Dataset):
         if first is not None:
             file, row = origins[first]
             what = "the tools' schemas go" if plain[first] else "the prompt is a list of chat messages, which goes"
+            other = "give the prompt as a string (the model's input text, as is)"
             if not plain[first] and getattr(self.config, "apply_chat_template", False):
                 what = "the prompt goes (data.apply_chat_template=true: a string prompt as one user message)"
+                other = "set data.apply_chat_template=false (a string prompt is then the model's input text, as is)"
             raise DataError(f"{file}: row {row}, column {self.config.prompt_key!r}: {what} through the chat template, but "
                             "the tokenizer has no chat template. Use a tokenizer with one (reinforge train: or set "
-                            "actor_rollout_ref.model.custom_chat_template), or give the prompt as a string (the model's "
-                            "input text, as is)")
+                            f"actor_rollout_ref.model.custom_chat_template), or {other}")
 
     def _tokenize(self, texts: list[str], plain: list[bool]) -> list[list[int]]:
         """Token ids of each prompt text: a rendered chat has its special tokens from the template; a string prompt gets

@@ -33,16 +33,17 @@ def load_reward_function(config: Config) -> Callable[..., Any] | None:
     """The function of `config.custom_reward_function` with its `reward_kwargs` bound, or None
     when no path is set. Functions written for TRL (`is_trl_reward`; `name` may list several) come
     back as one `TRLRewardFunctions`, with `reward_weights`, for the `trl` reward manager; one written for OpenRLHF
-    (`is_openrlhf_reward`; `name` defaults to its reward_func) as an `OpenRLHFRewardFunction`, for the `openrlhf` one."""
+    (`is_openrlhf_reward`, or named reward_func; `name` defaults to reward_func in a file without compute_score) as an
+    `OpenRLHFRewardFunction`, for the `openrlhf` one."""
     spec = config.custom_reward_function
     if not spec.path:
         return None
     module = import_user_module(spec.path, "custom_reward_function.path", RewardError)  # a file, or a module's name
     path = Path(spec.path).expanduser().resolve() if Path(spec.path).expanduser().exists() else spec.path  # for messages
     names = [spec.name] if isinstance(spec.name, str) else list(spec.name)
-    openrlhf_file = names == ["compute_score"] and not hasattr(module, "compute_score") and callable(getattr(module, "reward_func", None))
-    if openrlhf_file:  # OpenRLHF's reward function file: the name it calls (with parameters of any name)
-        names = ["reward_func"]
+    openrlhf_name = names == ["reward_func"]  # the name OpenRLHF calls, with parameters of any name (it passes them by position)
+    if names == ["compute_score"] and not hasattr(module, "compute_score") and callable(getattr(module, "reward_func", None)):
+        names, openrlhf_name = ["reward_func"], True  # OpenRLHF's reward function file
         print(f"reinforge: note: custom_reward_function.name: {path} defines no compute_score (verl's name, the default); "
               "taking reward_func, the function OpenRLHF calls", flush=True)
     kwargs = dict(spec.reward_kwargs or {})
@@ -57,7 +58,7 @@ def load_reward_function(config: Config) -> Callable[..., Any] | None:
     for name, fn in zip(names, functions, strict=True):
         _check_kind(name, fn, manager)
     other = {"solution_str", "solution_strs", "completions", "completion_ids"} & set(_parameters(functions[0]))  # verl, TRL
-    if manager == "openrlhf" or any(is_openrlhf_reward(fn) for fn in functions) or (openrlhf_file and not other and manager != "trl"):
+    if manager == "openrlhf" or any(is_openrlhf_reward(fn) for fn in functions) or (openrlhf_name and not other and manager != "trl"):
         return _openrlhf_function(names, functions, path, getattr(spec, "reward_weights", None))
     trl = [manager == "trl" or is_trl_reward(fn) for fn in functions]
     if any(trl):
@@ -107,7 +108,7 @@ def _check_kind(name: str, fn: Callable[..., Any], manager: str | None) -> None:
         raise RewardError(f"custom_reward_function.name: {name} takes completions: it is written for TRL, and "
                           "reward_model.reward_manager=openrlhf calls OpenRLHF's; leave reward_model.reward_manager at "
                           "naive (trl is chosen for it)")
-    if name.startswith("get_") and not verl and not is_trl_reward(fn):
+    if name.startswith("get_") and not verl and not is_trl_reward(fn) and not is_openrlhf_reward(fn):
         raise RewardError(f"custom_reward_function.name: {name} takes neither completions nor completion_ids nor prompts; "
                           f"{name} looks like one of TRL's factories, which return the reward function: build it in a file "
                           f"of your own (reward = {name}(...)) and name that")

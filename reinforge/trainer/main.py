@@ -303,12 +303,11 @@ def _check_reward_data(data, compute_score, *datasets) -> None:
         located = [dataset.located_rows() for dataset in datasets if hasattr(dataset, "located_rows")]
         check_rows(compute_score, itertools.chain(*located), data.prompt_key)
         return
-    if isinstance(compute_score, OpenRLHFRewardFunction):  # labels are optional ("" without); data.label_key is checked
-        return  # when the rows are read
     for dataset, files in zip(datasets, (data.train_files, data.val_files), strict=True):
         if not hasattr(dataset, "check_reward_columns"):  # a user's Dataset class: its rows are checked when scored
             continue
-        dataset.check_reward_columns(key)
+        # an OpenRLHF function's label is optional ("" without); data.label_key is checked when the rows are read
+        dataset.check_reward_columns(key, ground_truth=not isinstance(compute_score, OpenRLHFRewardFunction))
         if not built_in:  # a custom reward function takes every data_source
             continue
         for source, source_files in sorted(dataset.data_source_files(key).items()):

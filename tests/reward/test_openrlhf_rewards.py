@@ -3,6 +3,7 @@
 checks when the function is loaded."""
 
 import textwrap
+from pathlib import Path
 
 import pytest
 import torch
@@ -13,6 +14,8 @@ from reinforge.reward import get_compute_score, make_reward_manager
 from reinforge.reward.manager.openrlhf import OpenRLHFRewardFunction, is_openrlhf_reward
 from reinforge.reward.manager.trl import is_trl_reward
 from tests.reward.test_reward_manager import make_batch
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def load(tmp_path, source, name="compute_score", manager_name="naive", weights=None, **reward_kwargs):
@@ -48,12 +51,13 @@ def test_openrlhf_functions_are_told_from_trl_and_verl_ones_by_their_parameters(
     def with_kwargs(queries, prompts, **kwargs): ...
     def trl(prompts, completions, **kwargs): ...
     def trl_with_a_queries_column(completions, queries, **kwargs): ...
+    def trl_prompts_and_a_queries_column(prompts, queries, **kwargs): ...  # OpenRLHF passes queries first
     def verl(data_source, solution_str, ground_truth, extra_info=None): ...
 
     assert is_openrlhf_reward(reward_func) and is_openrlhf_reward(with_kwargs)
-    assert not any(is_openrlhf_reward(fn) for fn in (trl, trl_with_a_queries_column, verl))
-    assert not is_trl_reward(reward_func)  # it has `prompts`, as TRL's do, but `queries` without completions says OpenRLHF
-    assert is_trl_reward(trl_with_a_queries_column)
+    assert not any(is_openrlhf_reward(fn) for fn in (trl, trl_with_a_queries_column, trl_prompts_and_a_queries_column, verl))
+    assert not is_trl_reward(reward_func)  # it has `prompts`, as TRL's do, but `queries` first says OpenRLHF
+    assert is_trl_reward(trl_with_a_queries_column) and is_trl_reward(trl_prompts_and_a_queries_column)
 
 
 SEEN = """
@@ -181,6 +185,10 @@ def test_loading_checks_name_the_mistake(tmp_path, capsys):
     # OpenRLHF passes the arguments by position: a file's reward_func of other parameter names is OpenRLHF's, and so is
     # any function of three positional parameters under reward_model.reward_manager=openrlhf
     assert isinstance(load(tmp_path, "def reward_func(q, p, l):\n    return [0.0]\n"), OpenRLHFRewardFunction)
+    assert isinstance(load(tmp_path, "def reward_func(a, b, c):\n    return [0.0]\n", name="reward_func"),
+                      OpenRLHFRewardFunction)
+    assert isinstance(load(tmp_path, "def get_reward(queries, prompts, labels):\n    return [0.0]\n", name="get_reward"),
+                      OpenRLHFRewardFunction)  # not taken for one of TRL's get_... factories
     assert isinstance(load(tmp_path, "def graded(q, p, l):\n    return [0.0]\n", name="graded", manager_name="openrlhf"),
                       OpenRLHFRewardFunction)
 
@@ -210,8 +218,11 @@ CONCURRENT = """
             STATE["active"] -= 1
         return {"rewards": [1.0], "extra_logs": {"format": np.float32(0.5), "ok": np.bool_(True)}}
 
+    SEMAPHORE = asyncio.Semaphore(2)  # module-level: tied to the one event loop that awaits every call
+
     async def async_reward_func(queries, prompts, labels):
-        await asyncio.sleep(0)
+        async with SEMAPHORE:
+            await asyncio.sleep(0.05)
         return {"rewards": [float(len(labels[0]))]}
 """
 
@@ -223,8 +234,32 @@ def test_calls_overlap_in_threads_as_openrlhfs_and_numpy_values_come_back_as_num
     assert rewards == [1.0] * 8 and function.func.__globals__["STATE"]["most"] > 1
     info = out["reward_extra_info"]
     assert info["format"] == [0.5] * 8 and type(info["format"][0]) is float and info["ok"] == [True] * 8
-    out, rewards = score(tokenizer, load(tmp_path, CONCURRENT, name="async_reward_func"), batch)
-    assert rewards == [2.0] * 8  # an async function is awaited
+
+
+def test_an_async_functions_calls_share_one_event_loop(tiny_model_path, tmp_path):
+    """A module-level semaphore serves every call: in an event loop per call it would hang them (the scoring runs in a
+    child process so that a hang fails the test instead of stopping the suite)."""
+    import subprocess
+    import sys
+
+    reward = tmp_path / "async_reward.py"
+    reward.write_text(textwrap.dedent(CONCURRENT))
+    script = textwrap.dedent(f"""
+        from transformers import AutoTokenizer
+        from reinforge.config.schema import Config
+        from reinforge.reward import get_compute_score, make_reward_manager
+        from tests.reward.test_reward_manager import make_batch
+
+        tokenizer = AutoTokenizer.from_pretrained({str(tiny_model_path)!r})
+        config = Config()
+        config.custom_reward_function.path, config.custom_reward_function.name = {str(reward)!r}, "async_reward_func"
+        batch = make_batch(tokenizer, [("Q", "A", "src", "ab", None)] * 8)
+        out = make_reward_manager("openrlhf", tokenizer, get_compute_score(config))(batch, return_dict=True)
+        print(out["reward_extra_info"]["score"])
+    """)
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip().splitlines()[-1] == str([2.0] * 8)
 
 
 def test_openrlhfs_prompt_options_shape_a_string_prompt_and_json_message_text_is_refused_either_way():
@@ -246,3 +281,11 @@ def test_openrlhfs_prompt_options_shape_a_string_prompt_and_json_message_text_is
         with pytest.raises(DataError, match="f.jsonl: row 3, column 'input': the prompt is a chat message list encoded as "
                                             "JSON text"):
             shape_prompt({"input": '[{"role": "user", "content": "hi"}]'}, ("f.jsonl", 3), "input", config)
+
+
+def test_the_label_column_may_not_be_the_prompt_column():
+    from reinforge.config.loading import load_config
+    from reinforge.errors import ConfigError as Error
+
+    with pytest.raises(Error, match=r"data.label_key='input' is the prompt column \(data.prompt_key\)"):
+        load_config(["data.prompt_key=input", "data.label_key=input"])

@@ -13,7 +13,7 @@ Managers are chosen by `reward_model.reward_manager`; their options come from
 | batch   | once for the whole batch, with lists                     | timeout_s (none, per call), the rest go to the function |
 | prime   | once per response, in a pool of worker processes         | num_processes (min(8, CPUs)), timeout_s (300)      |
 | trl     | TRL's reward functions, each once for the whole batch    | timeout_s (none, per call); chosen for them        |
-| openrlhf | an OpenRLHF reward function, once per response           | timeout_s (none, per call); chosen for it          |
+| openrlhf | an OpenRLHF reward function, once per response, in threads | timeout_s (none, per call), max_concurrency (32); chosen for it |
 
 Every manager isolates failures: a row whose function raises, returns a non-score or runs past
 `timeout_s` scores 0.0 and is counted (`reward/errors`, `reward/timeouts`, always reported);

@@ -20,9 +20,10 @@ on the scores, as OpenRLHF's dynamic filtering does), or the reward alone (a num
 OpenRLHF 0.8.0 and before took it). A call that raises, or returns anything else, fails its row (0.0,
 `reward/errors`, the first one printed), as the `naive` manager's (OpenRLHF's step fails on it). Calls run in up to
 `reward_model.reward_kwargs.max_concurrency` threads (32), as OpenRLHF runs them in threads, or, with
-`reward_kwargs.timeout_s`, each limited to it in a worker process. A function written for OpenRLHF is told
-by its `queries` parameter (`is_openrlhf_reward`); `reinforge.reward.loading` wraps it in an `OpenRLHFRewardFunction`,
-and the trainer then uses this manager in place of `naive`.
+`reward_kwargs.timeout_s`, each limited to it in a worker process; an `async def` function's calls are awaited in one
+event loop, `max_concurrency` at a time, each cancelled at `timeout_s`. A function written for OpenRLHF is told by its
+first parameter, `queries` (`is_openrlhf_reward`), or by its name, `reward_func`; `reinforge.reward.loading` wraps it in
+an `OpenRLHFRewardFunction`, and the trainer then uses this manager in place of `naive`.
 """
 
 from __future__ import annotations
@@ -39,18 +40,18 @@ import torch
 from reinforge.batch import Batch
 from reinforge.errors import ConfigError
 from reinforge.reward.manager.base import RewardManager, Sample, ScoreFunctionError, check_count, register_reward_manager
-from reinforge.reward.manager.calls import call_inline, run_coroutine
-
-ARGUMENTS = ("queries", "prompts", "labels")  # OpenRLHF's, in its order
+from reinforge.reward.manager.calls import call_coroutines, call_inline, is_async, run_coroutine
 
 
 def is_openrlhf_reward(fn: Callable[..., Any]) -> bool:
-    """Whether `fn` is written for OpenRLHF: a `queries` parameter (verl's take `solution_str`, TRL's `completions`)."""
+    """Whether `fn` is written for OpenRLHF: `queries` its first parameter (OpenRLHF passes it first, by position), and
+    no `solution_str` (verl's) or `completions` (TRL's, whose data may have a `queries` column)."""
     try:
-        parameters = set(inspect.signature(fn).parameters)
+        parameters = list(inspect.signature(fn).parameters)
     except (TypeError, ValueError):
         return False
-    return "queries" in parameters and not {"solution_str", "solution_strs", "completions", "completion_ids"} & parameters
+    return bool(parameters) and parameters[0] == "queries" \
+        and not {"solution_str", "solution_strs", "completions", "completion_ids"} & set(parameters)
 
 
 class OpenRLHFRewardFunction:
@@ -112,7 +113,13 @@ class OpenRLHFRewardManager(RewardManager):
 
     def _compute(self, samples: list[Sample]) -> list[Any]:
         calls = [{"queries": [s.query], "prompts": [s.prompt], "labels": [s.label]} for s in samples]
-        if self._pool is not None:  # timeout_s: in the worker process
+        func = self.compute_score.func
+        if is_async(func):  # awaited together in one event loop (a module-level semaphore or client is tied to one)
+            async def call(queries: list, prompts: list, labels: list) -> Any:
+                return await func(queries, prompts, labels)
+
+            results = call_coroutines(call, calls, self.max_concurrency, self.timeout_s)
+        elif self._pool is not None:  # timeout_s: in the worker process
             results = self._pool.map(calls)
         else:  # in threads, as OpenRLHF's asyncio.to_thread calls overlap (a function waiting on a server)
             with ThreadPoolExecutor(min(self.max_concurrency, len(calls) or 1), thread_name_prefix="reinforge-reward") as pool:

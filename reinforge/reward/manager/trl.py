@@ -50,6 +50,7 @@ from reinforge.environment.data_files import is_text_prompt
 from reinforge.errors import ConfigError, DataError, RewardError
 from reinforge.reward.manager.base import RewardManager, Sample, real_number, register_reward_manager
 from reinforge.reward.manager.calls import WorkerError, function_name, run_coroutine
+from reinforge.reward.manager.openrlhf import is_openrlhf_reward
 from reinforge.reward.registry import default_compute_score
 
 GIVEN = ("prompts", "completions", "completion_ids", "trainer_state", "log_extra", "log_metric")  # what every call passes
@@ -66,9 +67,8 @@ def is_trl_reward(fn: Callable[..., Any]) -> bool:
         parameters = set(inspect.signature(fn).parameters)
     except (TypeError, ValueError):
         return False
-    openrlhf = "queries" in parameters and not {"completions", "completion_ids"} & parameters  # OpenRLHF's (queries, prompts, ...)
     return bool({"completions", "completion_ids", "prompts"} & parameters) and not {"solution_str", "solution_strs"} & parameters \
-        and not openrlhf
+        and not is_openrlhf_reward(fn)
 
 
 @dataclass
