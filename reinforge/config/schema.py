@@ -221,10 +221,12 @@ class ActorRolloutRefConfig(Node):
 # ------------------------------------------------------------------------------------- reward
 @dataclass
 class CustomRewardFunctionConfig(Node):
-    path: str | None = _f(None, "Python file (or importable module, e.g. trl.rewards) defining the reward function.")
+    path: str | None = _f(None, "Python file (or importable module, e.g. trl.rewards) defining the reward function; or "
+                          "the http(s) URL of OpenRLHF's reward server (its --remote_rm_url).")
     name: Any = _f("compute_score", "Function name in that file: compute_score(data_source, solution_str, ground_truth, "
                    "extra_info=None, **kwargs); or a TRL reward function, fn(completions, **kwargs) returning a list of "
-                   "rewards, or a list of such names (docs/rewards.md).")
+                   "rewards, or a list of such names; or an OpenRLHF one, reward_func(queries, prompts, labels), taken by "
+                   "default from a file without compute_score (docs/rewards.md).")
     reward_kwargs: dict = _f({}, "Keyword arguments passed to the function on every call.")
     reward_weights: list | None = _f(None, "TRL reward functions: the weight of each function of name in the score, as TRL's "
                                      "reward_weights (null: 1.0 each).")

@@ -19,7 +19,7 @@ from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 from reinforge.errors import RewardError
-from reinforge.reward.manager.openrlhf import OpenRLHFRewardFunction, is_openrlhf_reward
+from reinforge.reward.manager.openrlhf import OpenRLHFRewardFunction, OpenRLHFRewardServer, is_openrlhf_reward
 from reinforge.reward.manager.pool import worker_context
 from reinforge.reward.manager.trl import TRLRewardFunctions, is_trl_reward
 from reinforge.reward.registry import default_compute_score
@@ -33,11 +33,17 @@ def load_reward_function(config: Config) -> Callable[..., Any] | None:
     """The function of `config.custom_reward_function` with its `reward_kwargs` bound, or None
     when no path is set. Functions written for TRL (`is_trl_reward`; `name` may list several) come
     back as one `TRLRewardFunctions`, with `reward_weights`, for the `trl` reward manager; one written for OpenRLHF
-    (`is_openrlhf_reward`, or named reward_func; `name` defaults to reward_func in a file without compute_score) as an
-    `OpenRLHFRewardFunction`, for the `openrlhf` one."""
+    (`is_openrlhf_reward`, or named reward_func; `name` defaults to reward_func in a file without compute_score), or
+    OpenRLHF's reward server at an http(s) URL, as an `OpenRLHFRewardFunction`, for the `openrlhf` one."""
     spec = config.custom_reward_function
     if not spec.path:
         return None
+    if str(spec.path).startswith(("http://", "https://")):  # OpenRLHF's remote reward server, as its --remote_rm_url
+        for key, value, default in (("reward_kwargs", spec.reward_kwargs, {}), ("reward_weights", spec.reward_weights, None)):
+            if (value or None) != (default or None):
+                raise RewardError(f"custom_reward_function.{key}: custom_reward_function.path={spec.path} is a reward "
+                                  f"server (OpenRLHF's), which takes no {key}; remove it")
+        return OpenRLHFRewardFunction(OpenRLHFRewardServer(str(spec.path)))
     module = import_user_module(spec.path, "custom_reward_function.path", RewardError)  # a file, or a module's name
     path = Path(spec.path).expanduser().resolve() if Path(spec.path).expanduser().exists() else spec.path  # for messages
     names = [spec.name] if isinstance(spec.name, str) else list(spec.name)

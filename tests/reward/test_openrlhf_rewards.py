@@ -289,3 +289,65 @@ def test_the_label_column_may_not_be_the_prompt_column():
 
     with pytest.raises(Error, match=r"data.label_key='input' is the prompt column \(data.prompt_key\)"):
         load_config(["data.prompt_key=input", "data.label_key=input"])
+
+
+class _RewardServer:
+    """A reward server as OpenRLHF's `serve_rm` answers, on a free local port: POST {"query", "prompts", "labels"}
+    -> {"rewards", "scores", "extra_logs"}; "down" labels get an HTTP 500."""
+
+    def __init__(self):
+        import http.server
+        import json
+        import threading
+
+        self.requests = []
+        server = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_POST(self):
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                server.requests.append((self.path, body))
+                if body["labels"] == ["down"]:
+                    self.send_error(500)
+                    return
+                rewards = [float(len(q) - len(p)) for q, p in zip(body["query"], body["prompts"], strict=True)]
+                answer = json.dumps({"rewards": rewards, "scores": rewards, "extra_logs": {"dummy_scores": rewards}})
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.end_headers()
+                self.wfile.write(answer.encode())
+
+            def log_message(self, *args):
+                pass
+
+        self.http = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.http.server_address[1]}/get_reward"
+        threading.Thread(target=self.http.serve_forever, daemon=True).start()
+
+
+def test_openrlhfs_reward_server_is_called_as_openrlhf_calls_it(tokenizer, monkeypatch, capsys):
+    from reinforge.reward.manager.openrlhf import OpenRLHFRewardServer
+
+    server = _RewardServer()
+    config = Config()
+    config.custom_reward_function.path = server.url
+    function = get_compute_score(config)
+    assert isinstance(function, OpenRLHFRewardFunction)
+    batch = make_batch(tokenizer, [("Q: 1+1?", "it is 2", "src", "2", None), ("Q: 2+2?", "4", "src", ["4"], None),
+                                   ("Q: 3+3?", "6", "src", "down", None)])
+    monkeypatch.setattr(OpenRLHFRewardServer, "PAUSE_S", 0.01)
+    out, rewards = score(tokenizer, function, batch)
+    assert rewards == [float(len("it is 2")), 1.0, 0.0]
+    assert out["reward_extra_info"]["dummy_scores"][:2] == rewards[:2] and out["reward_metrics"]["reward/errors"] == 1
+    answered = sorted((body for path, body in server.requests if body["labels"] != ["down"]), key=lambda b: b["prompts"])
+    assert answered == [{"query": ["Q: 1+1?it is 2"], "prompts": ["Q: 1+1?"], "labels": ["2"]},
+                        {"query": ["Q: 2+2?4"], "prompts": ["Q: 2+2?"], "labels": [["4"]]}]
+    assert sum(body["labels"] == ["down"] for _, body in server.requests) == OpenRLHFRewardServer.TRIES  # tried again
+    assert all(path == "/get_reward" for path, _ in server.requests)
+    assert (f"the reward server {server.url} did not answer after 5 tries 0.01 s apart: HTTPError: HTTP Error 500"
+            in capsys.readouterr().err)
+    server.http.shutdown()
+    config.custom_reward_function.reward_kwargs = {"scale": 2}
+    with pytest.raises(RewardError, match=r"custom_reward_function.reward_kwargs: custom_reward_function.path=http://.* is "
+                                          "a reward server \\(OpenRLHF's\\), which takes no reward_kwargs"):
+        get_compute_score(config)

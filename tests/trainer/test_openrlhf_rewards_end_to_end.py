@@ -102,3 +102,21 @@ def test_a_function_that_cannot_take_three_arguments_is_named_before_training(ru
                                           r"OpenRLHF calls its reward function"):
         run_steps(f"data.train_files={train}", f"data.val_files={val}", f"custom_reward_function.path={reward}",
                   "data.prompt_key=input", "data.label_key=answer")
+
+
+def test_a_run_scored_by_openrlhfs_reward_server_on_verl_data(run_steps, tmp_path):
+    """verl's data (reward_model.ground_truth as the labels) scored over HTTP by a server as OpenRLHF's serve_rm."""
+    from tests.reward.test_openrlhf_rewards import _RewardServer
+
+    server = _RewardServer()
+    rollouts = tmp_path / "rollouts"
+    try:
+        steps = run_steps(f"custom_reward_function.path={server.url}", f"trainer.rollout_data_dir={rollouts}",
+                          "trainer.total_training_steps=2")
+    finally:
+        server.http.shutdown()
+    assert sorted(steps) == [1, 2] and all(metrics["reward/errors"] == 0 for metrics in steps.values())
+    labels = {body["labels"][0] for _, body in server.requests}
+    records = [json.loads(line) for step in (1, 2) for line in (rollouts / f"{step}.jsonl").read_text().splitlines()]
+    assert {r["gts"] for r in records} <= labels  # each response's ground truth was sent as its label
+    assert all(r["score"] == r["dummy_scores"] for r in records)

@@ -41,13 +41,15 @@ def is_async(fn: Callable[..., Any]) -> bool:
 def function_name(fn: Callable[..., Any]) -> str:
     """How error messages name a reward function: `name` plus the file that defines it when known (each of them, for
     TRL reward functions)."""
-    from reinforge.reward.manager.openrlhf import OpenRLHFRewardFunction
+    from reinforge.reward.manager.openrlhf import OpenRLHFRewardFunction, OpenRLHFRewardServer
     from reinforge.reward.manager.trl import TRLRewardFunctions
 
     if isinstance(fn, TRLRewardFunctions):
         return fn.describe()
     while isinstance(fn, (functools.partial, OpenRLHFRewardFunction)):
         fn = fn.func
+    if isinstance(fn, OpenRLHFRewardServer):
+        return f"{fn.url} (a reward server)"
     name = getattr(fn, "__qualname__", type(fn).__name__)
     file = getattr(sys.modules.get(getattr(fn, "__module__", None) or ""), "__file__", None)
     return f"{name} ({file})" if file else name

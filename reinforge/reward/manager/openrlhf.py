@@ -3,6 +3,8 @@ OpenRLHF calls them.
 
     reward_func(queries, prompts, labels) -> {"rewards": ..., "scores": ..., "extra_logs": {...}}, or the rewards alone
 
+OpenRLHF's remote reward server (an http(s) URL in `custom_reward_function.path`, `OpenRLHFRewardServer`) is called
+the same way, the arguments POSTed as JSON (`query`, `prompts`, `labels`) and its JSON answer read as the result.
 OpenRLHF (0.9.1 and later) calls the function once per response, positionally, with lists of one:
 
 - `queries`: the prompt and the response as the model read and wrote them, their token ids decoded together with their
@@ -29,6 +31,9 @@ an `OpenRLHFRewardFunction`, and the trainer then uses this manager in place of 
 from __future__ import annotations
 
 import inspect
+import json
+import time
+import urllib.request
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -65,6 +70,36 @@ class OpenRLHFRewardFunction:
     def __call__(self, queries: list[str], prompts: list[str], labels: list[Any]) -> Any:
         result = self.func(queries, prompts, labels)
         return run_coroutine(result) if inspect.isawaitable(result) else result
+
+
+class OpenRLHFRewardServer:
+    """OpenRLHF's remote reward server (`--remote_rm_url http://host:port/get_reward`, as `openrlhf.cli.serve_rm` serves
+    one), called as OpenRLHF calls it: each call POSTs `{"query": queries, "prompts": prompts, "labels": labels}` as JSON
+    and returns the JSON object the server answers, read as a reward function's result; tried `TRIES` times, `PAUSE_S`
+    apart, each within `TIMEOUT_S`, as OpenRLHF tries. Picklable."""
+
+    TRIES, PAUSE_S, TIMEOUT_S = 5, 1.0, 180.0
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+
+    def __call__(self, queries: list[str], prompts: list[str], labels: list[Any]) -> Any:
+        body = json.dumps({"query": queries, "prompts": prompts, "labels": labels}, default=str).encode()
+        request = urllib.request.Request(self.url, data=body, headers={"Content-Type": "application/json"}, method="POST")
+        for attempt in range(1, self.TRIES + 1):
+            try:
+                with urllib.request.urlopen(request, timeout=self.TIMEOUT_S) as response:
+                    return json.loads(response.read())
+            except (OSError, ValueError) as error:  # refused, timed out, an HTTP error status, an answer not JSON
+                if attempt == self.TRIES:
+                    raise RewardServerError(f"the reward server {self.url} did not answer after {self.TRIES} tries "
+                                            f"{self.PAUSE_S:g} s apart: {type(error).__name__}: {error}") from None
+                time.sleep(self.PAUSE_S)
+        raise AssertionError("unreachable")
+
+
+class RewardServerError(Exception):
+    """The reward server did not answer a call (its row fails, as when a reward function raises)."""
 
 
 @dataclass
