@@ -13,6 +13,7 @@ from __future__ import annotations
 import functools
 import inspect
 import math
+import re
 from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
@@ -38,12 +39,11 @@ def load_reward_function(config: Config) -> Callable[..., Any] | None:
     spec = config.custom_reward_function
     if not spec.path:
         return None
-    if str(spec.path).startswith(("http://", "https://")):  # OpenRLHF's remote reward server, as its --remote_rm_url
-        for key, value, default in (("reward_kwargs", spec.reward_kwargs, {}), ("reward_weights", spec.reward_weights, None)):
-            if (value or None) != (default or None):
-                raise RewardError(f"custom_reward_function.{key}: custom_reward_function.path={spec.path} is a reward "
-                                  f"server (OpenRLHF's), which takes no {key}; remove it")
-        return OpenRLHFRewardFunction(OpenRLHFRewardServer(str(spec.path)))
+    if str(spec.path).lower().startswith(("http://", "https://")):  # OpenRLHF's remote reward server (--remote_rm_url)
+        return _reward_server(spec)
+    if re.fullmatch(r"[\w.-]+:\d+(/.*)?", str(spec.path)) and not Path(spec.path).exists():
+        raise RewardError(f"custom_reward_function.path={spec.path} looks like a reward server's address; write it as a "
+                          f"URL, http://{spec.path}")
     module = import_user_module(spec.path, "custom_reward_function.path", RewardError)  # a file, or a module's name
     path = Path(spec.path).expanduser().resolve() if Path(spec.path).expanduser().exists() else spec.path  # for messages
     names = [spec.name] if isinstance(spec.name, str) else list(spec.name)
@@ -118,6 +118,20 @@ def _check_kind(name: str, fn: Callable[..., Any], manager: str | None) -> None:
         raise RewardError(f"custom_reward_function.name: {name} takes neither completions nor completion_ids nor prompts; "
                           f"{name} looks like one of TRL's factories, which return the reward function: build it in a file "
                           f"of your own (reward = {name}(...)) and name that")
+
+
+def _reward_server(spec: Any) -> OpenRLHFRewardFunction:
+    """OpenRLHF's reward server at the URL `spec.path`; RewardError for settings it cannot take."""
+    url = str(spec.path)
+    if "," in url:
+        raise RewardError(f"custom_reward_function.path={url}: one reward server URL is taken (OpenRLHF's list of "
+                          "several sends a call for one response to the first); give one")
+    for key, value in (("name", spec.name if spec.name != "compute_score" else None), ("reward_kwargs", spec.reward_kwargs),
+                       ("reward_weights", getattr(spec, "reward_weights", None))):
+        if value:
+            raise RewardError(f"custom_reward_function.{key}: custom_reward_function.path={url} is a reward server "
+                              f"(OpenRLHF's), which takes no {key}; remove it")
+    return OpenRLHFRewardFunction(OpenRLHFRewardServer(url))
 
 
 def _openrlhf_function(names: list[str], functions: list[Callable[..., Any]], path: Any, weights: Any

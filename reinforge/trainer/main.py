@@ -265,15 +265,16 @@ def _manager_for(compute_score, manager: str, prompt_key: str, reward_kwargs: di
     functions are called by the `trl` manager (in place of the default naive), with the data's prompt column named, and
     a function written for OpenRLHF by the `openrlhf` one."""
     from reinforge.errors import ConfigError
+    from reinforge.reward.manager.calls import function_name
     from reinforge.reward.manager.openrlhf import OpenRLHFRewardFunction
     from reinforge.reward.manager.trl import TRLRewardFunctions
 
     if isinstance(compute_score, OpenRLHFRewardFunction):
         if manager not in ("naive", "openrlhf"):
-            raise ConfigError(f"reward_model.reward_manager={manager}: custom_reward_function.name names a reward function "
-                              "written for OpenRLHF, reward_func(queries, prompts, labels), which the openrlhf manager calls "
-                              "as OpenRLHF does (chosen for it); leave reward_model.reward_manager at naive or set it to "
-                              "openrlhf")
+            raise ConfigError(f"reward_model.reward_manager={manager}: custom_reward_function names {function_name(compute_score)}, "
+                              "written for OpenRLHF (reward_func(queries, prompts, labels), or its reward server), which the "
+                              "openrlhf manager calls as OpenRLHF does (chosen for it); leave reward_model.reward_manager at "
+                              "naive or set it to openrlhf")
         return "openrlhf", {}
     if not isinstance(compute_score, TRLRewardFunctions):
         return manager, {}

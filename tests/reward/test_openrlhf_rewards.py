@@ -5,6 +5,7 @@ checks when the function is loaded."""
 import textwrap
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
@@ -310,6 +311,12 @@ class _RewardServer:
                 if body["labels"] == ["down"]:
                     self.send_error(500)
                     return
+                if body["labels"] == ["list"]:
+                    answer = b"[1.0]"
+                    self.send_response(200)
+                    self.end_headers()
+                    self.wfile.write(answer)
+                    return
                 rewards = [float(len(q) - len(p)) for q, p in zip(body["query"], body["prompts"], strict=True)]
                 answer = json.dumps({"rewards": rewards, "scores": rewards, "extra_logs": {"dummy_scores": rewards}})
                 self.send_response(200)
@@ -336,6 +343,7 @@ def test_openrlhfs_reward_server_is_called_as_openrlhf_calls_it(tokenizer, monke
     batch = make_batch(tokenizer, [("Q: 1+1?", "it is 2", "src", "2", None), ("Q: 2+2?", "4", "src", ["4"], None),
                                    ("Q: 3+3?", "6", "src", "down", None)])
     monkeypatch.setattr(OpenRLHFRewardServer, "PAUSE_S", 0.01)
+    monkeypatch.setenv("http_proxy", "http://127.0.0.1:9")  # not used, as OpenRLHF's client does not use it
     out, rewards = score(tokenizer, function, batch)
     assert rewards == [float(len("it is 2")), 1.0, 0.0]
     assert out["reward_extra_info"]["dummy_scores"][:2] == rewards[:2] and out["reward_metrics"]["reward/errors"] == 1
@@ -346,8 +354,27 @@ def test_openrlhfs_reward_server_is_called_as_openrlhf_calls_it(tokenizer, monke
     assert all(path == "/get_reward" for path, _ in server.requests)
     assert (f"the reward server {server.url} did not answer after 5 tries 0.01 s apart: HTTPError: HTTP Error 500"
             in capsys.readouterr().err)
+    server.requests.clear()
+    batch = make_batch(tokenizer, [("Q", "A", "src", np.int64(7), None), ("Q", "A", "src", "list", None),
+                                   ("Q", "A", "src", object(), None)])
+    manager = make_reward_manager("openrlhf", tokenizer, function, timeout_s=5)  # the requests' limit, still in threads
+    out = manager(batch, return_dict=True)
+    assert function.func.timeout_s == 5 and manager._pool is None
+    assert out["reward_extra_info"]["score"] == [1.0, 0.0, 0.0] and out["reward_metrics"]["reward/errors"] == 2
+    assert [body["labels"] for _, body in server.requests] == [[7], ["list"]]  # a numpy label as its number
+    err = capsys.readouterr().err
+    assert f"the reward server {server.url} answered list [1.0]; it must answer a JSON object with 'rewards'" in err
     server.http.shutdown()
-    config.custom_reward_function.reward_kwargs = {"scale": 2}
-    with pytest.raises(RewardError, match=r"custom_reward_function.reward_kwargs: custom_reward_function.path=http://.* is "
-                                          "a reward server \\(OpenRLHF's\\), which takes no reward_kwargs"):
-        get_compute_score(config)
+    for key, value, what in (("reward_kwargs", {"scale": 2}, "reward_kwargs"), ("name", "score", "name")):
+        setting = Config()
+        setting.custom_reward_function.path = server.url
+        setattr(setting.custom_reward_function, key, value)
+        with pytest.raises(RewardError, match=rf"custom_reward_function.{what}: custom_reward_function.path=http://.* is "
+                                              rf"a reward server \(OpenRLHF's\), which takes no {what}"):
+            get_compute_score(setting)
+    for path, message in ((f"{server.url},{server.url}", "one reward server URL is taken"),
+                          ("localhost:5000/get_reward", "looks like a reward server's address; write it as a URL, "
+                                                        "http://localhost:5000/get_reward")):
+        config.custom_reward_function.path = path
+        with pytest.raises(RewardError, match=message):
+            get_compute_score(config)

@@ -30,6 +30,7 @@ an `OpenRLHFRewardFunction`, and the trainer then uses this manager in place of 
 
 from __future__ import annotations
 
+import http.client
 import inspect
 import json
 import time
@@ -75,27 +76,44 @@ class OpenRLHFRewardFunction:
 class OpenRLHFRewardServer:
     """OpenRLHF's remote reward server (`--remote_rm_url http://host:port/get_reward`, as `openrlhf.cli.serve_rm` serves
     one), called as OpenRLHF calls it: each call POSTs `{"query": queries, "prompts": prompts, "labels": labels}` as JSON
-    and returns the JSON object the server answers, read as a reward function's result; tried `TRIES` times, `PAUSE_S`
-    apart, each within `TIMEOUT_S`, as OpenRLHF tries. Picklable."""
+    (not through a proxy of the environment, as OpenRLHF's client) and returns the JSON object the server answers, read
+    as a reward function's result; tried `TRIES` times, `PAUSE_S` apart, as OpenRLHF tries, each connection and read
+    within `timeout_s` (`reward_kwargs.timeout_s`, else OpenRLHF's 180 s). Picklable."""
 
-    TRIES, PAUSE_S, TIMEOUT_S = 5, 1.0, 180.0
+    TRIES, PAUSE_S = 5, 1.0
 
-    def __init__(self, url: str) -> None:
-        self.url = url
+    def __init__(self, url: str, timeout_s: float = 180.0) -> None:
+        self.url, self.timeout_s = url, timeout_s
 
     def __call__(self, queries: list[str], prompts: list[str], labels: list[Any]) -> Any:
-        body = json.dumps({"query": queries, "prompts": prompts, "labels": labels}, default=str).encode()
+        try:
+            body = json.dumps({"query": queries, "prompts": prompts, "labels": labels}, default=_json_value).encode()
+        except TypeError as error:
+            raise ScoreFunctionError(f"the label {labels[0]!r} cannot be sent to the reward server {self.url} as JSON "
+                                     f"({error})") from None
         request = urllib.request.Request(self.url, data=body, headers={"Content-Type": "application/json"}, method="POST")
+        opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
         for attempt in range(1, self.TRIES + 1):
             try:
-                with urllib.request.urlopen(request, timeout=self.TIMEOUT_S) as response:
-                    return json.loads(response.read())
-            except (OSError, ValueError) as error:  # refused, timed out, an HTTP error status, an answer not JSON
+                with opener.open(request, timeout=self.timeout_s) as response:
+                    answer = json.loads(response.read())
+                break
+            except (OSError, ValueError, http.client.HTTPException) as error:  # refused, timed out, an error status, ...
                 if attempt == self.TRIES:
                     raise RewardServerError(f"the reward server {self.url} did not answer after {self.TRIES} tries "
                                             f"{self.PAUSE_S:g} s apart: {type(error).__name__}: {error}") from None
                 time.sleep(self.PAUSE_S)
-        raise AssertionError("unreachable")
+        if not isinstance(answer, dict):
+            raise ScoreFunctionError(f"the reward server {self.url} answered {type(answer).__name__} {answer!r:.80}; it "
+                                     "must answer a JSON object with 'rewards', as OpenRLHF's do")
+        return answer
+
+
+def _json_value(value: Any) -> Any:
+    """A numpy value of a label as JSON can hold it; TypeError for anything else JSON cannot."""
+    if isinstance(value, (np.generic, np.ndarray)):
+        return value.tolist()
+    raise TypeError(f"{type(value).__name__} is not a JSON type")
 
 
 class RewardServerError(Exception):
@@ -125,7 +143,11 @@ class OpenRLHFRewardManager(RewardManager):
                 "reward_func(queries, prompts, labels) returning {'rewards': ...}; set custom_reward_function.path (and "
                 ".name, default reward_func when the file has no compute_score) to one, or use reward_model.reward_manager=naive")
         self.max_concurrency = check_count("max_concurrency", max_concurrency)
-        super().__init__(tokenizer, num_examine, compute_score, reward_fn_key, timeout_s)
+        server = isinstance(compute_score.func, OpenRLHFRewardServer)  # timeout_s: its requests' (in threads, no process)
+        super().__init__(tokenizer, num_examine, compute_score, reward_fn_key, timeout_s, processes=0 if server else None)
+        if server and self.timeout_s is not None:
+            compute_score.func.timeout_s = self.timeout_s
+        self.who = f"the reward server {compute_score.func.url}" if server else "the OpenRLHF reward function"
 
     def _check_signature(self, fn: Callable[..., Any]) -> None:  # checked when it was loaded
         return
@@ -159,35 +181,35 @@ class OpenRLHFRewardManager(RewardManager):
         else:  # in threads, as OpenRLHF's asyncio.to_thread calls overlap (a function waiting on a server)
             with ThreadPoolExecutor(min(self.max_concurrency, len(calls) or 1), thread_name_prefix="reinforge-reward") as pool:
                 results = list(pool.map(lambda call: call_inline(self.compute_score, [call])[0], calls))
-        return [result if isinstance(result, BaseException) else _as_result(result) for result in results]
+        return [result if isinstance(result, BaseException) else _as_result(result, self.who) for result in results]
 
 
-def _as_result(result: Any) -> Any:
+def _as_result(result: Any, who: str) -> Any:
     """One call's result as the base manager reads it: the reward alone as a number; a dict as {"score": rewards,
     "scores": ..., **extra_logs}; a ScoreFunctionError (the row fails) for anything else."""
     try:
         if not isinstance(result, dict):
-            return _one(result, "the reward")
+            return _one(result, "the reward", who)
         if "rewards" not in result:
-            raise ScoreFunctionError(f"the OpenRLHF reward function returned a dict without 'rewards' (keys: "
+            raise ScoreFunctionError(f"{who} returned a dict without 'rewards' (keys: "
                                      f"{', '.join(map(str, result)) or 'none'}); it must hold the reward under 'rewards'")
-        out = {"score": _one(result["rewards"], "'rewards'")}
-        out["scores"] = out["score"] if result.get("scores") is None else _one(result["scores"], "'scores'")  # as OpenRLHF
+        out = {"score": _one(result["rewards"], "'rewards'", who)}
+        out["scores"] = out["score"] if result.get("scores") is None else _one(result["scores"], "'scores'", who)  # as OpenRLHF
         logs = result.get("extra_logs") or {}
         if not isinstance(logs, dict):
-            raise ScoreFunctionError(f"the OpenRLHF reward function returned 'extra_logs' of type {type(logs).__name__}; "
+            raise ScoreFunctionError(f"{who} returned 'extra_logs' of type {type(logs).__name__}; "
                                      "it must be a dict of name -> value")
         for name, value in logs.items():
             if name in out or name == "score":
-                raise ScoreFunctionError(f"the OpenRLHF reward function logged {name!r} in 'extra_logs', a name reinforge "
+                raise ScoreFunctionError(f"{who} logged {name!r} in 'extra_logs', a name reinforge "
                                          "records itself (score, scores); log it under another name")
-            out[str(name)] = _one(value, f"'extra_logs'[{name!r}]")
+            out[str(name)] = _one(value, f"'extra_logs'[{name!r}]", who)
         return out
     except ScoreFunctionError as error:
         return error
 
 
-def _one(value: Any, what: str) -> Any:
+def _one(value: Any, what: str, who: str) -> Any:
     """The single value of a call for one query: a number, or a tensor, array, list or tuple of one element; numpy and
     torch numbers as Python's."""
     if isinstance(value, np.generic):
@@ -198,7 +220,7 @@ def _one(value: Any, what: str) -> Any:
         return value
     count = value.size if isinstance(value, np.ndarray) else len(value)
     if count == 1:
-        return _one(value.reshape(-1)[0] if isinstance(value, np.ndarray) else value[0], what)
-    raise ScoreFunctionError(f"the OpenRLHF reward function returned {count} values as {what} for one query (it is called "
+        return _one(value.reshape(-1)[0] if isinstance(value, np.ndarray) else value[0], what, who)
+    raise ScoreFunctionError(f"{who} returned {count} values as {what} for one query (it is called "
                              "once per response, with lists of one, as OpenRLHF calls it); return one")
 
