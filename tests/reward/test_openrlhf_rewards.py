@@ -82,14 +82,15 @@ def test_each_response_is_one_call_with_the_query_prompt_and_label_as_openrlhf_g
     calls = function.func.__globals__["CALLS"]
     assert len(calls) == 3 and all(len(q) == len(p) == len(lab) == 1 for q, p, lab in calls)  # one response a call
     start = batch["prompts"].shape[1]
-    for row, (queries, prompts, labels) in enumerate(calls):
+    for row, (queries, prompts, labels) in enumerate(sorted(calls, key=lambda call: call[1][0])):  # threads: any order
         prompt_ids = batch["prompts"][row][batch["attention_mask"][row, :start].bool()].tolist()
         response_ids = batch["responses"][row][batch["attention_mask"][row, start:].bool()].tolist()
         # OpenRLHF decodes the prompt's and the response's ids together, special tokens kept
         assert queries[0] == tokenizer.decode(prompt_ids + response_ids, skip_special_tokens=False)
         assert prompts[0] == tokenizer.decode(prompt_ids, skip_special_tokens=False) == rows[row][0]
         assert labels[0] == rows[row][3]  # as the row has it: a null label is None, as OpenRLHF passes it
-    assert calls[0][0][0] == "Q: 1+1?it is 2" + tokenizer.eos_token and calls[2][0][0] == "Q: 3+3?" + tokenizer.eos_token
+    assert sorted(call[0][0] for call in calls) == ["Q: 1+1?it is 2" + tokenizer.eos_token, "Q: 2+2?4",
+                                                    "Q: 3+3?" + tokenizer.eos_token]
     assert rewards == [len("it is 2" + tokenizer.eos_token), 1.0, len(tokenizer.eos_token)]
     assert out["reward_extra_info"]["acc"] == rewards  # the reward alone: recorded as a plain number's
     assert out["reward_metrics"]["reward/errors"] == 0
