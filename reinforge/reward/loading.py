@@ -20,6 +20,7 @@ from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 from reinforge.errors import RewardError
+from reinforge.reward.manager.calls import COMPLETION_PARAMETERS, VERL_PARAMETERS
 from reinforge.reward.manager.openrlhf import OpenRLHFRewardFunction, OpenRLHFRewardServer, is_openrlhf_reward
 from reinforge.reward.manager.pool import worker_context
 from reinforge.reward.manager.trl import TRLRewardFunctions, is_trl_reward
@@ -63,7 +64,7 @@ def load_reward_function(config: Config) -> Callable[..., Any] | None:
     manager = getattr(getattr(config, "reward_model", None), "reward_manager", None)  # trl, openrlhf: whatever they take
     for name, fn in zip(names, functions, strict=True):
         _check_kind(name, fn, manager)
-    other = {"solution_str", "solution_strs", "completions", "completion_ids"} & set(_parameters(functions[0]))  # verl, TRL
+    other = (VERL_PARAMETERS | COMPLETION_PARAMETERS) & set(_parameters(functions[0]))  # a verl or TRL function's
     if manager == "openrlhf" or any(is_openrlhf_reward(fn) for fn in functions) or (openrlhf_name and not other and manager != "trl"):
         return _openrlhf_function(names, functions, path, getattr(spec, "reward_weights", None))
     trl = [manager == "trl" or is_trl_reward(fn) for fn in functions]
@@ -102,7 +103,7 @@ def _check_kind(name: str, fn: Callable[..., Any], manager: str | None) -> None:
     which return the reward function, or a verl function (or another framework's) under reward_model.reward_manager=trl
     or =openrlhf."""
     parameters = set(_parameters(fn))
-    verl = sorted({"solution_str", "solution_strs"} & parameters)
+    verl = sorted(VERL_PARAMETERS & parameters)
     if manager in ("trl", "openrlhf") and verl:
         raise RewardError(f"custom_reward_function.name: {name} takes {verl[0]}: it is a verl reward function, and "
                           f"reward_model.reward_manager={manager} calls {'TRL' if manager == 'trl' else 'OpenRLHF'}'s")
@@ -110,7 +111,7 @@ def _check_kind(name: str, fn: Callable[..., Any], manager: str | None) -> None:
         raise RewardError(f"custom_reward_function.name: {name} takes queries: it is written for OpenRLHF (reward_func("
                           "queries, prompts, labels)), and reward_model.reward_manager=trl calls TRL's; leave "
                           "reward_model.reward_manager at naive (openrlhf is chosen for it)")
-    if manager == "openrlhf" and {"completions", "completion_ids"} & parameters:
+    if manager == "openrlhf" and COMPLETION_PARAMETERS & parameters:
         raise RewardError(f"custom_reward_function.name: {name} takes completions: it is written for TRL, and "
                           "reward_model.reward_manager=openrlhf calls OpenRLHF's; leave reward_model.reward_manager at "
                           "naive (trl is chosen for it)")

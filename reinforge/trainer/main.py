@@ -269,24 +269,22 @@ def _manager_for(compute_score, manager: str, prompt_key: str, reward_kwargs: di
     from reinforge.reward.manager.openrlhf import OpenRLHFRewardFunction
     from reinforge.reward.manager.trl import TRLRewardFunctions
 
-    if isinstance(compute_score, OpenRLHFRewardFunction):
-        if manager not in ("naive", "openrlhf"):
-            raise ConfigError(f"reward_model.reward_manager={manager}: custom_reward_function names {function_name(compute_score)}, "
-                              "written for OpenRLHF (reward_func(queries, prompts, labels), or its reward server), which the "
-                              "openrlhf manager calls as OpenRLHF does (chosen for it); leave reward_model.reward_manager at "
-                              "naive or set it to openrlhf")
-        return "openrlhf", {}
-    if not isinstance(compute_score, TRLRewardFunctions):
+    kind = ("openrlhf" if isinstance(compute_score, OpenRLHFRewardFunction)
+            else "trl" if isinstance(compute_score, TRLRewardFunctions) else None)
+    if kind is None:
         return manager, {}
+    if manager not in ("naive", kind):
+        what, framework, them = ((f"TRL reward functions ({', '.join(compute_score.names)})", "TRL's trainer", "them")
+                                 if kind == "trl" else (f"{function_name(compute_score)}, written for OpenRLHF", "OpenRLHF", "it"))
+        raise ConfigError(f"reward_model.reward_manager={manager}: custom_reward_function names {what}, which the {kind} "
+                          f"reward manager calls as {framework} does (chosen for {them}); leave reward_model.reward_manager "
+                          f"at naive or set it to {kind}")
+    if kind == "openrlhf":
+        return kind, {}
     if "prompt_key" in reward_kwargs:
         raise ConfigError("reward_model.reward_kwargs.prompt_key: the trl reward manager reads the prompt column that "
                           "data.prompt_key names; set that instead")
-    if manager not in ("naive", "trl"):
-        raise ConfigError(f"reward_model.reward_manager={manager}: custom_reward_function.name names TRL reward functions "
-                          f"({', '.join(compute_score.names)}), which score a whole batch in one call as TRL's trainer "
-                          "calls them (reward_manager=trl, chosen for them); leave reward_model.reward_manager at naive or "
-                          "set it to trl")
-    return "trl", {"prompt_key": prompt_key}
+    return kind, {"prompt_key": prompt_key}
 
 
 def _check_reward_data(data, compute_score, *datasets) -> None:

@@ -135,6 +135,7 @@ class RewardManager:
     """
 
     needs_ground_truth = True  # every row must have reward_model.ground_truth (verl's functions are called with it)
+    missing_ground_truth: Any = None  # a row's ground_truth when it has none (without needs_ground_truth)
 
     def __init__(self, tokenizer: Any, num_examine: int, compute_score: Callable[..., Any] | None, reward_fn_key: str,
                  timeout_s: float | None, processes: int | None = None) -> None:
@@ -310,7 +311,7 @@ class RewardManager:
                 data_source=sources[i],
                 solution_str=self._decode_response(responses[i, :length].tolist()),
                 ground_truth=(_ground_truth(batch["reward_model"][i], sources[i], extra_infos[i]) if self.needs_ground_truth
-                              else _optional_ground_truth(batch, i)),
+                              else _optional_ground_truth(batch, i, self.missing_ground_truth)),
                 extra_info=extra_infos[i],
                 response_length=int(length),
             )
@@ -381,10 +382,10 @@ def check_count(name: str, value: Any) -> int:
     return value
 
 
-def _optional_ground_truth(batch: Batch, row: int) -> Any:
-    """Row `row`'s reward_model.ground_truth, None when it has none."""
+def _optional_ground_truth(batch: Batch, row: int, missing: Any) -> Any:
+    """Row `row`'s reward_model.ground_truth as it is (None too), `missing` when it has none."""
     reward_model = batch["reward_model"][row] if "reward_model" in batch else None
-    return reward_model.get("ground_truth") if isinstance(reward_model, dict) else None
+    return reward_model["ground_truth"] if isinstance(reward_model, dict) and "ground_truth" in reward_model else missing
 
 
 def _ground_truth(reward_model: Any, data_source: Any, extra_info: Any) -> Any:

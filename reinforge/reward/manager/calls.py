@@ -32,6 +32,10 @@ class ScoreTimeout(Exception):
 class WorkerError(Exception):
     """The reward function failed in a worker process; the message holds the worker's traceback."""
 
+# the parameters that tell which framework a reward function was written for (reward/loading.py, trl.py, openrlhf.py)
+VERL_PARAMETERS = frozenset({"solution_str", "solution_strs"})  # verl's per-response and batch functions
+COMPLETION_PARAMETERS = frozenset({"completions", "completion_ids"})  # TRL's
+
 
 def is_async(fn: Callable[..., Any]) -> bool:
     """True for an `async def` function, a functools.partial of one, or an object whose `__call__` is one."""

@@ -46,7 +46,14 @@ import torch
 from reinforge.batch import Batch
 from reinforge.errors import ConfigError
 from reinforge.reward.manager.base import RewardManager, Sample, ScoreFunctionError, check_count, register_reward_manager
-from reinforge.reward.manager.calls import call_coroutines, call_inline, is_async, run_coroutine
+from reinforge.reward.manager.calls import (
+    COMPLETION_PARAMETERS,
+    VERL_PARAMETERS,
+    call_coroutines,
+    call_inline,
+    is_async,
+    run_coroutine,
+)
 
 
 def is_openrlhf_reward(fn: Callable[..., Any]) -> bool:
@@ -57,7 +64,7 @@ def is_openrlhf_reward(fn: Callable[..., Any]) -> bool:
     except (TypeError, ValueError):
         return False
     return bool(parameters) and parameters[0] == "queries" \
-        and not {"solution_str", "solution_strs", "completions", "completion_ids"} & set(parameters)
+        and not (VERL_PARAMETERS | COMPLETION_PARAMETERS) & set(parameters)
 
 
 class OpenRLHFRewardFunction:
@@ -122,18 +129,19 @@ class RewardServerError(Exception):
 
 @dataclass
 class OpenRLHFSample(Sample):
-    """A row with what OpenRLHF's call gives: the decoded prompt and prompt + response, and the label."""
+    """A row with what OpenRLHF's call gives besides the label (its ground_truth): the decoded prompt and prompt +
+    response."""
 
     prompt: str = ""
     query: str = ""
-    label: Any = ""
 
 
 @register_reward_manager("openrlhf")
 class OpenRLHFRewardManager(RewardManager):
     """Scores each response with a reward function written for OpenRLHF; see the module docstring."""
 
-    needs_ground_truth = False  # a row without a label is given "", as OpenRLHF without --label_key gives
+    needs_ground_truth = False
+    missing_ground_truth = ""  # a row without a label is given "", as OpenRLHF without --label_key gives
 
     def __init__(self, tokenizer: Any, num_examine: int = 0, compute_score: Callable[..., Any] | None = None,
                  reward_fn_key: str = "data_source", timeout_s: float | None = None, max_concurrency: int = 32) -> None:
@@ -156,20 +164,20 @@ class OpenRLHFRewardManager(RewardManager):
         samples = super()._samples(batch)
         prompts = batch["prompts"]  # (batch, prompt_len), left-padded
         prompt_mask = batch["attention_mask"][:, : prompts.shape[1]].bool()
-        out = []
+        out, texts = [], {}
         for sample in samples:
             i = sample.row
             prompt_ids = prompts[i][prompt_mask[i]].tolist()
             ids = prompt_ids + batch["responses"][i, : sample.response_length].tolist()
-            reward_model = batch["reward_model"][i] if "reward_model" in batch else None
-            has_label = isinstance(reward_model, dict) and "ground_truth" in reward_model  # a None label stays None
-            out.append(OpenRLHFSample(**vars(sample), prompt=self.tokenizer.decode(prompt_ids, skip_special_tokens=False),
-                                      query=self.tokenizer.decode(ids, skip_special_tokens=False),  # as one, as OpenRLHF
-                                      label=reward_model["ground_truth"] if has_label else ""))
+            key = tuple(prompt_ids)  # the rollout.n responses to a prompt share its text: decoded once
+            if key not in texts:
+                texts[key] = self.tokenizer.decode(prompt_ids, skip_special_tokens=False)
+            out.append(OpenRLHFSample(**vars(sample), prompt=texts[key],
+                                      query=self.tokenizer.decode(ids, skip_special_tokens=False)))  # as one, as OpenRLHF
         return out
 
     def _compute(self, samples: list[Sample]) -> list[Any]:
-        calls = [{"queries": [s.query], "prompts": [s.prompt], "labels": [s.label]} for s in samples]
+        calls = [{"queries": [s.query], "prompts": [s.prompt], "labels": [s.ground_truth]} for s in samples]
         func = self.compute_score.func
         if is_async(func):  # awaited together in one event loop (a module-level semaphore or client is tied to one)
             async def call(queries: list, prompts: list, labels: list) -> Any:

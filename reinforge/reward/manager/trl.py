@@ -49,7 +49,7 @@ from reinforge.batch import Batch
 from reinforge.environment.data_files import is_text_prompt
 from reinforge.errors import ConfigError, DataError, RewardError
 from reinforge.reward.manager.base import RewardManager, Sample, real_number, register_reward_manager
-from reinforge.reward.manager.calls import WorkerError, function_name, run_coroutine
+from reinforge.reward.manager.calls import COMPLETION_PARAMETERS, VERL_PARAMETERS, WorkerError, function_name, run_coroutine
 from reinforge.reward.manager.openrlhf import is_openrlhf_reward
 from reinforge.reward.registry import default_compute_score
 
@@ -67,7 +67,7 @@ def is_trl_reward(fn: Callable[..., Any]) -> bool:
         parameters = set(inspect.signature(fn).parameters)
     except (TypeError, ValueError):
         return False
-    return bool({"completions", "completion_ids", "prompts"} & parameters) and not {"solution_str", "solution_strs"} & parameters \
+    return bool((COMPLETION_PARAMETERS | {"prompts"}) & parameters) and not VERL_PARAMETERS & parameters \
         and not is_openrlhf_reward(fn)
 
 
