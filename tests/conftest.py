@@ -66,3 +66,45 @@ def clean_registries():
     for registry, entries in saved:
         registry.clear()
         registry.update(entries)
+
+
+@pytest.fixture(scope="session")
+def tiny_vl_model_path(tiny_model_path, cache_dir) -> Path:
+    """A tiny Qwen2-VL model made from the tiny model (training/tiny_vl_model.py)."""
+    from reinforge.training.tiny_vl_model import ensure_tiny_vl_model
+
+    return ensure_tiny_vl_model(tiny_model_path, cache_dir / "models")
+
+
+def png(light: bool, rng, side: int = 56) -> bytes:
+    """A PNG of a dark or a light noisy grey square."""
+    import io
+
+    import numpy as np
+    from PIL import Image
+
+    base = rng.randrange(170, 256) if light else rng.randrange(0, 86)
+    noise = np.array([[rng.randrange(-20, 21) for _ in range(side)] for _ in range(side)])[..., None].repeat(3, -1)
+    buffer = io.BytesIO()
+    Image.fromarray(np.clip(base + noise, 0, 255).astype("uint8")).save(buffer, format="PNG")
+    return buffer.getvalue()
+
+
+@pytest.fixture(scope="session")
+def brightness_rows():
+    """`rows(n, seed)`: verl-schema rows of the brightness task: one image each (a dark or light square, as a Hugging Face
+    Image feature stores it: {'bytes', 'path'}), the prompt `<image>Copy: 01` or `... 10` (the order drawn apart from the
+    image, so the text alone says nothing of the answer), ground truth "1" for a light image, "0" for a dark one."""
+    import random
+
+    def rows(n: int, seed: int) -> list[dict]:
+        rng, out = random.Random(seed), []
+        for i in range(n):
+            light, order = rng.random() < 0.5, rng.choice(["01", "10"])
+            out.append({"data_source": "brightness", "prompt": [{"role": "user", "content": f"<image>Copy: {order}"}],
+                        "images": [{"bytes": png(light, rng), "path": None}],
+                        "reward_model": {"style": "rule", "ground_truth": "1" if light else "0"},
+                        "extra_info": {"split": "train", "index": i}})
+        return out
+
+    return rows

@@ -89,11 +89,11 @@ def read_rows(given: str) -> tuple[list[dict[str, Any]], list[str]]:
     return rows, list(dict.fromkeys(key for row in rows for key in row))
 
 
-def check_row(row: dict[str, Any], origin: tuple[str, int], config: Any) -> None:
+def check_row(row: dict[str, Any], origin: tuple[str, int], config: Any, images_ok: bool = False) -> None:
     """DataError naming the file (or data generator), row and column of what the dataset cannot use, found at load
     rather than mid-run: no `data.label_key` column when that is set, an `extra_info` that is not a dict (its `index` is
-    read and it is passed to the reward function; null or missing is fine) and images or videos, which a text-only run
-    would silently ignore."""
+    read and it is passed to the reward function; null or missing is fine), videos, and images unless the model has a
+    processor for them (`images_ok`): a text-only run would silently ignore them."""
     file, number = origin
     label_key = getattr(config, "label_key", None)
     if label_key and label_key not in row:
@@ -103,12 +103,17 @@ def check_row(row: dict[str, Any], origin: tuple[str, int], config: Any) -> None
     if extra_info is not None and not isinstance(extra_info, dict):
         raise DataError(f"{file}: row {number}, column 'extra_info': must be a dict of extra fields (verl's schema: "
                         f"{{'split': 'train', 'index': 0}}) or null; got {preview(extra_info)}.")
-    for key, setting, what in ((config.image_key, "data.image_key", "images"), (config.video_key, "data.video_key", "videos")):
-        value = row.get(key)
-        if value is not None and not (hasattr(value, "__len__") and len(value) == 0):
-            raise DataError(f"{file}: row {number}, column {key!r} ({setting}): the row has {what}, but multimodal training is "
-                            f"not supported in this version and the prompt would be trained as text without them. Use rows "
-                            f"without {what} (an empty or null {key!r} is fine).")
+    value = row.get(config.image_key)
+    if not images_ok and value is not None and not (hasattr(value, "__len__") and len(value) == 0):
+        raise DataError(f"{file}: row {number}, column {config.image_key!r} (data.image_key): the row has images, but the "
+                        "model has no image processor (no preprocessor_config.json in its folder), so the prompt would be "
+                        "trained as text without them. Use a vision-language model (Qwen2-VL, Qwen2.5-VL), or rows without "
+                        f"images (an empty or null {config.image_key!r} is fine).")
+    value = row.get(config.video_key)
+    if value is not None and not (hasattr(value, "__len__") and len(value) == 0):
+        raise DataError(f"{file}: row {number}, column {config.video_key!r} (data.video_key): the row has videos, but videos "
+                        "are not supported in this version (images are) and the prompt would be trained as text without "
+                        f"them. Use rows without videos (an empty or null {config.video_key!r} is fine).")
 
 
 def is_text_prompt(value: Any) -> bool:

@@ -17,8 +17,9 @@ file and row before training starts (10k rows load in seconds). Items are UNPADD
 left-pads a list of items into (batch, prompt_len) tensors. `create_rl_dataset` builds either
 `RLDataset` or the user's own Dataset class (`data.custom_cls`).
 
-Not here: multimodal prompts (images/videos through a processor); a user Dataset class (`data.custom_cls`) can do it. Rows with
-images or videos (`data.image_key`, `data.video_key`) are refused at load rather than trained as text.
+Rows with images (`data.image_key`) go through the model's processor (`multimodal.py`): each item then carries its
+`multi_modal_inputs`. Rows with videos (`data.video_key`), or with images for a model without a processor, are refused
+at load rather than trained as text.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ import torch
 from torch.utils.data import Dataset
 
 from reinforge.environment.data_files import check_row, file_list, is_text_prompt, preview, read_rows, shape_prompt, to_messages
+from reinforge.environment import multimodal
 from reinforge.errors import ConfigError, DataError, ModelError
 from reinforge.user_code import check_keywords, load_user_class, user_call
 
@@ -78,26 +80,24 @@ class RLDataset(Dataset):
         tokenizer: a Hugging Face tokenizer (with a chat template, for prompts of chat messages).
         config: the `data` section (prompt_key, max_prompt_length, truncation, filter_overlong_prompts,
             return_raw_chat, return_full_prompt, apply_chat_template_kwargs).
-        processor: multimodal processor; not supported by this class (use `data.custom_cls`).
+        processor: the model's multimodal processor (`load_processor`), for rows with images; None for a text model.
         max_samples: keep only N rows of the concatenated files (before filtering), chosen as verl's RLHFDataset
             does (`sample_rows`); <= 0: all.
 
-    Only the prompt column is required to load. A row without `reward_model` gets `{}` and one
-    without `data_source` gets "unknown": a reward model needs neither, a reward function needs
-    `reward_model.ground_truth` (`check_reward_columns`, before training) and a `data_source` only
-    to pick a built-in scorer. `extra_info` must be a dict or missing/null, and rows with images or
-    videos are refused (`check_row`): both fail at load, naming the row, not mid-run.
+    Only the prompt column is required to load. A row without `reward_model` gets `{}` and one without `data_source`
+    gets "unknown": a reward model needs neither, a reward function needs `reward_model.ground_truth`
+    (`check_reward_columns`, before training) and a `data_source` only to pick a built-in scorer. `extra_info` must be a
+    dict or missing/null, and rows with videos (or images, without a processor) are refused (`check_row`): both fail
+    at load, naming the row, not mid-run.
 
-    Each item is a dict: `input_ids` (1-D LongTensor, unpadded), `attention_mask` (ones),
-    `data_source`, `reward_model`, `extra_info` (always with `index`), `index`, `ability` (when
-    any row has the column, None in rows without it, so that items of mixed files collate),
-    `agent_name` (likewise: the agent loop of a multi-turn rollout, docs/agents.md), the column
-    `data.reward_fn_key` names (when it is another), `row_columns` (the row as read: the columns TRL reward
-    functions are given), `raw_prompt` (the messages, when
-    `return_raw_chat`) and `full_prompts` (the rendered text before truncation, when
-    `return_full_prompt`). `index` is the row's `extra_info.index`, else its row number in the
-    concatenated files (generated rows: numbered on after them). `append_rows` adds rows later
-    (data generation).
+    Each item is a dict: `input_ids` (1-D LongTensor, unpadded), `attention_mask` (ones), `data_source`, `reward_model`,
+    `extra_info` (always with `index`), `index`, `ability` (when any row has the column, None in rows without it, so
+    that items of mixed files collate), `agent_name` (likewise: the agent loop of a multi-turn rollout, docs/agents.md),
+    the column `data.reward_fn_key` names (when it is another), `row_columns` (the row as read: the columns TRL reward
+    functions are given), `raw_prompt` (the messages, when `return_raw_chat`), `full_prompts` (the rendered text before
+    truncation, when `return_full_prompt`) and `multi_modal_inputs` (when any row has images: the row's `pixel_values`
+    and `image_grid_thw`, None for a row without). `index` is the row's `extra_info.index`, else its row number in the
+    concatenated files (generated rows: numbered on after them). `append_rows` adds rows later (data generation).
 
     Attributes:
         num_filtered: rows dropped by `filter_overlong_prompts` (0 when off).
@@ -107,9 +107,8 @@ class RLDataset(Dataset):
                  processor: Any = None, max_samples: int = -1):
         if config.truncation not in TRUNCATION_MODES:
             raise ConfigError(f"data.truncation={config.truncation!r}: use one of {', '.join(TRUNCATION_MODES)}.")
-        if processor is not None:
-            raise DataError("Multimodal data (a processor) is not supported by the built-in dataset; use data.custom_cls.")
         self.config = config
+        self.processor = processor
         self.tokenizer = tokenizer
         self.files = file_list(data_files)
         self.num_filtered = 0
@@ -122,11 +121,17 @@ class RLDataset(Dataset):
         self._rows_read = 0  # rows of the files and generated rows so far, kept or not: the default `index` of the next one
         self._has_ability = False  # whether any row has an `ability` column
         self._has_agent_name = False  # whether any row has an `agent_name` column (which agent loop runs it)
+        self._has_images = False  # whether any row has images (data.image_key)
         # verl's filter measures a prompt with the tool schemas the multi-turn rollout renders it with
         self._tool_schemas = _tool_schemas(config) if config.filter_overlong_prompts else None
 
         rows, origins, numbers = self._read(max_samples)
         self._add_rows(rows, origins, numbers, where=", ".join(self.files), keep_none_ok=False)
+
+    @property
+    def has_images(self) -> bool:
+        """Whether any row has images (its items carry `multi_modal_inputs`)."""
+        return self._has_images
 
     def origin(self, i: int) -> Origin:
         """The file (or data generator) and row that item `i` comes from, for messages."""
@@ -212,9 +217,10 @@ class RLDataset(Dataset):
         key = self.config.prompt_key
         rows = [shape_prompt(row, origin, key, self.config) for row, origin in zip(rows, origins, strict=True)]
         for row, origin in zip(rows, origins, strict=True):
-            check_row(row, origin, self.config)
+            check_row(row, origin, self.config, images_ok=self.processor is not None)
         messages = [to_messages(row.get(key), origin, key) for row, origin in zip(rows, origins, strict=True)]
-        plain = [is_text_prompt(row.get(key)) for row in rows]
+        messages = multimodal.shape_image_rows(rows, messages, origins, self.config)  # with images: through the template
+        plain = [is_text_prompt(row.get(key)) and not multimodal.row_images(row, self.config.image_key) for row in rows]
         self._check_chat_template(plain, origins)
         failures: list[DataError] = []
         texts = self._render_rows(messages, origins, failures, plain=plain)
@@ -225,9 +231,8 @@ class RLDataset(Dataset):
             rows, origins, numbers, messages, texts, with_tools, plain = (
                 [seq[i] for i in rendered] for seq in (rows, origins, numbers, messages, texts, with_tools, plain))
         token_ids = self._tokenize(texts, plain)
-        measured = token_ids
-        if self._tool_schemas and texts:
-            measured = self.tokenizer(with_tools, add_special_tokens=False)["input_ids"]
+        token_ids = multimodal.expand_image_tokens(self.processor, rows, texts, token_ids, origins, self.config)
+        measured = self.tokenizer(with_tools, add_special_tokens=False)["input_ids"] if self._tool_schemas and texts else token_ids
         empty = next((i for i, ids in enumerate(token_ids) if not ids), None)
         if empty is not None:  # nothing for the model to continue from
             file, row = origins[empty]
@@ -235,6 +240,7 @@ class RLDataset(Dataset):
             raise DataError(f"{file}: row {row}, column {key!r}: the prompt is 0 tokens{how} "
                             f"({preview(texts[empty])}); give it some text" + ("" if plain[empty] else ", or fix the chat template"))
         keep = self._fit_lengths(measured, origins, where, keep_none_ok, plain)
+        self._has_images |= multimodal.check_untruncated(*([seq[i] for i in keep] for seq in (rows, token_ids, origins)), self.config)
         limit, mode = self.config.max_prompt_length, self.config.truncation
         self._has_ability |= any("ability" in rows[i] for i in keep)
         self._has_agent_name |= any("agent_name" in rows[i] for i in keep)
@@ -380,6 +386,8 @@ class RLDataset(Dataset):
             item["ability"] = row.get("ability")
         if self._has_agent_name:
             item["agent_name"] = row.get("agent_name")
+        if self._has_images:
+            item[multimodal.MM_KEY] = multimodal.row_image_inputs(self.processor, row, self._origins[i], self.config)
         if self.config.return_raw_chat:
             item["raw_prompt"] = self._messages[i]
         if self.config.return_full_prompt:

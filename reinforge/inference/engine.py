@@ -52,24 +52,26 @@ class InferenceEngine(ABC):
     """Base class of the generation engines: hf (hf.py), and vllm and sglang (over colocated.py)."""
 
     def __init__(self) -> None:
-        self._pending: list[tuple[list[int], SamplingParams, asyncio.Future]] = []
+        self._pending: list[tuple[list[int], SamplingParams, asyncio.Future, dict | None]] = []
         self._flush_scheduled = False
 
     @abstractmethod
     def generate_batch(self, prompts: list[list[int]], params: SamplingParams, max_tokens: list[int] | None = None,
-                       seeds: list[int | None] | None = None) -> list[GenerationOutput]:
+                       seeds: list[int | None] | None = None, multi_modal: list[dict | None] | None = None) -> list[GenerationOutput]:
         """Generate one response per prompt, all with the same sampling parameters.
 
         `max_tokens` gives each prompt its own token limit (each at most `params.max_tokens`; None: all
         `params.max_tokens`), and `seeds` its own sampling seed (None: `params.seed` for every prompt),
         so that requests differing only in their limit and seed run as one batch. A seeded response
-        depends only on its prompt, its seed and the weights, not on the other prompts of the batch."""
+        depends only on its prompt, its seed and the weights, not on the other prompts of the batch. `multi_modal`
+        gives each prompt its images' inputs (environment/multimodal.py; None for a prompt without), passed only when
+        some prompt has images (the hf engine takes them)."""
 
-    async def generate(self, prompt_ids: list[int], params: SamplingParams) -> GenerationOutput:
-        """One request; requests made concurrently in the same event loop run as one batch."""
+    async def generate(self, prompt_ids: list[int], params: SamplingParams, multi_modal: dict | None = None) -> GenerationOutput:
+        """One request (with its images' inputs, if any); requests made concurrently in the same event loop run as one batch."""
         loop = asyncio.get_running_loop()
         future = loop.create_future()
-        self._pending.append((list(prompt_ids), params, future))
+        self._pending.append((list(prompt_ids), params, future, multi_modal))
         if not self._flush_scheduled:
             self._flush_scheduled = True
             loop.call_soon(self._flush)
@@ -77,21 +79,23 @@ class InferenceEngine(ABC):
 
     def _flush(self) -> None:
         pending, self._pending, self._flush_scheduled = self._pending, [], False
-        by_params: dict[SamplingParams, list[tuple[list[int], SamplingParams, asyncio.Future]]] = {}
-        for prompt, params, future in pending:  # requests that differ only in max_tokens and seed share a batch
-            by_params.setdefault(replace(params, max_tokens=0, seed=None), []).append((prompt, params, future))
+        by_params: dict[SamplingParams, list[tuple[list[int], SamplingParams, asyncio.Future, dict | None]]] = {}
+        for prompt, params, future, images in pending:  # requests that differ only in max_tokens and seed share a batch
+            by_params.setdefault(replace(params, max_tokens=0, seed=None), []).append((prompt, params, future, images))
         for params, requests in by_params.items():
-            limits = [request.max_tokens for _, request, _ in requests]
-            seeds = [request.seed for _, request, _ in requests]
+            limits = [request.max_tokens for _, request, _, _ in requests]
+            seeds = [request.seed for _, request, _, _ in requests]
+            images = [row_images for *_, row_images in requests]
             try:
-                outputs = self.generate_batch([prompt for prompt, _, _ in requests], replace(params, max_tokens=max(limits)),
+                outputs = self.generate_batch([prompt for prompt, *_ in requests], replace(params, max_tokens=max(limits)),
                                               None if len(set(limits)) == 1 else limits,
-                                              None if all(seed is None for seed in seeds) else seeds)
+                                              None if all(seed is None for seed in seeds) else seeds,
+                                              **({"multi_modal": images} if any(images) else {}))
             except Exception as exc:  # every waiting request sees the engine's error
-                for _, _, future in requests:
+                for _, _, future, _ in requests:
                     future.set_exception(exc)
                 continue
-            for (_, _, future), output in zip(requests, outputs, strict=True):
+            for (_, _, future, _), output in zip(requests, outputs, strict=True):
                 future.set_result(output)
 
     def update_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> None:

@@ -34,6 +34,7 @@ from tqdm import tqdm
 from transformers.cache_utils import DynamicCache
 
 from reinforge.distributed.process_group import full_tensor
+from reinforge.environment.multimodal import concat_inputs, has_images, mask_vision_tokens, mrope_positions, vision_token_ids
 from reinforge.inference.engine import GenerationOutput, InferenceEngine, SamplingParams
 from reinforge.inference.kv_cache import growing_cache
 from reinforge.inference.seeds import sample_inverse_cdf, uniforms
@@ -89,11 +90,13 @@ class HFEngine(InferenceEngine):
         self.eos_token_ids = tuple(eos_token_ids)
         self.micro_batch_size = micro_batch_size
         device = next(model.parameters()).device
+        vision = vision_token_ids(model.config)  # a vision-language model's image placeholders: never generated
+        self.never_ids = torch.tensor(vision, device=device) if vision else None
         self.generator = torch.Generator(device=device)
         self.generator.manual_seed(seed)
 
     def generate_batch(self, prompts: list[list[int]], params: SamplingParams, max_tokens: list[int] | None = None,
-                       seeds: list[int | None] | None = None) -> list[GenerationOutput]:
+                       seeds: list[int | None] | None = None, multi_modal: list[dict | None] | None = None) -> list[GenerationOutput]:
         if seeds is None and params.seed is not None:
             seeds = [params.seed] * len(prompts)
         size = self.micro_batch_size or len(prompts) or 1
@@ -107,7 +110,8 @@ class HFEngine(InferenceEngine):
             for start in chunks:
                 limits = None if max_tokens is None else max_tokens[start:start + size]
                 chunk_seeds = None if seeds is None else seeds[start:start + size]
-                outputs += self._generate(prompts[start:start + size], params, limits, chunk_seeds, progress)
+                images = None if multi_modal is None else multi_modal[start:start + size]
+                outputs += self._generate(prompts[start:start + size], params, limits, chunk_seeds, progress, images)
         finally:
             progress.close()
             self.model.train(was_training)
@@ -115,7 +119,7 @@ class HFEngine(InferenceEngine):
 
     @torch.inference_mode()
     def _generate(self, prompts: list[list[int]], params: SamplingParams, limits: list[int] | None,
-                  seeds: list[int | None] | None, progress: tqdm) -> list[GenerationOutput]:
+                  seeds: list[int | None] | None, progress: tqdm, images: list[dict | None] | None = None) -> list[GenerationOutput]:
         device = next(self.model.parameters()).device
         batch, width = len(prompts), max(len(p) for p in prompts)
         input_ids = torch.full((batch, width), self.pad_token_id, dtype=torch.long, device=device)
@@ -123,7 +127,11 @@ class HFEngine(InferenceEngine):
         for row, prompt in enumerate(prompts):
             input_ids[row, width - len(prompt):] = torch.tensor(prompt, dtype=torch.long)
             attention_mask[row, width - len(prompt):] = 1
-        position_ids = (attention_mask.cumsum(-1) - 1).clamp(min=0)
+        if has_images(images):  # (3, rows, width): a vision-language model's positions over its image tokens
+            position_ids = mrope_positions(self.model, input_ids, attention_mask, concat_inputs(images, device))
+        else:
+            images = None
+            position_ids = (attention_mask.cumsum(-1) - 1).clamp(min=0)
         stop_ids = torch.tensor(sorted(set(self.eos_token_ids) | set(params.stop_token_ids)), device=device)
         check_stop = not params.ignore_eos and stop_ids.numel() > 0
         limit = None if limits is None else torch.tensor(limits, dtype=torch.long, device=device)  # per-row token limits
@@ -135,10 +143,11 @@ class HFEngine(InferenceEngine):
         rows = torch.arange(batch, device=device)  # the rows still decoding, as indices into the batch
         draws = None if params.greedy else RowDraws.of(seeds, params.max_tokens, device)
         cache_arg = cache_keyword(self.model)
-        logits, past = self._prefill(prompts, input_ids, attention_mask, position_ids, cache_arg, width + params.max_tokens)
+        logits, past = self._prefill(prompts, input_ids, attention_mask, position_ids, cache_arg, width + params.max_tokens,
+                                     images)
         step_positions = position_ids
         for t in range(params.max_tokens):
-            next_ids, next_log_probs = self._sample(logits.float(), params, draws, rows, t)
+            next_ids, next_log_probs = self._sample(mask_vision_tokens(logits.float(), self.never_ids), params, draws, rows, t)
             tokens[rows, t] = next_ids
             log_probs[rows, t] = next_log_probs
             lengths[rows] += 1
@@ -157,11 +166,11 @@ class HFEngine(InferenceEngine):
                 keep = (~done).nonzero().squeeze(-1)
                 rows, next_ids = rows[keep], next_ids[keep]
                 past.reorder_cache(keep)
-                attention_mask, step_positions = attention_mask[keep], step_positions[keep]
+                attention_mask, step_positions = attention_mask[keep], step_positions[..., keep, :]
             if t + 1 == params.max_tokens:
                 break
             attention_mask = torch.cat([attention_mask, attention_mask.new_ones((len(rows), 1))], 1)
-            step_positions = step_positions[:, -1:] + 1
+            step_positions = step_positions[..., -1:] + 1  # (rows, 1), or (3, rows, 1): each axis one on
             logits = self.model(input_ids=next_ids[:, None], attention_mask=attention_mask, position_ids=step_positions,
                                 use_cache=True, logits_to_keep=1, **{cache_arg: past}).logits[:, -1, :]
 
@@ -176,28 +185,31 @@ class HFEngine(InferenceEngine):
         return results
 
     def _prefill(self, prompts: list[list[int]], input_ids: torch.Tensor, attention_mask: torch.Tensor,
-                 position_ids: torch.Tensor, cache_arg: str, limit: int) -> tuple[torch.Tensor, DynamicCache]:
+                 position_ids: torch.Tensor, cache_arg: str, limit: int,
+                 images: list[dict | None] | None = None) -> tuple[torch.Tensor, DynamicCache]:
         """The prompts' forward pass: last-position logits (batch, vocab) and the KV cache (the one the model would
         make for itself, its full-attention layers growing in place up to `limit` positions: `kv_cache.py`; given
         to the model because its name in the output changed with the keyword).
 
         A prompt that occurs in several rows (GRPO's n samples of one prompt) is computed once and its
-        cache rows copied, so the prefill costs one row per distinct prompt."""
-        distinct: dict[tuple[int, ...], int] = {}
+        cache rows copied, so the prefill costs one row per distinct prompt (a prompt with images: the same ids and the
+        same images' inputs, as the n samples of a row share them)."""
+        distinct: dict[tuple, int] = {}
         first_rows: list[int] = []
         owner = []
         for row, prompt in enumerate(prompts):
-            key = tuple(prompt)
+            key = (tuple(prompt), None if images is None or not images[row] else id(images[row]))
             if key not in distinct:
                 distinct[key] = len(first_rows)
                 first_rows.append(row)
             owner.append(distinct[key])
         take = torch.tensor(first_rows, device=input_ids.device) if len(first_rows) < len(prompts) else None
         if take is not None:
-            input_ids, attention_mask, position_ids = input_ids[take], attention_mask[take], position_ids[take]
+            input_ids, attention_mask, position_ids = input_ids[take], attention_mask[take], position_ids[..., take, :]
+        pixels = {} if images is None else concat_inputs([images[row] for row in first_rows], input_ids.device)
         past = growing_cache(self.model.config, limit)
         logits = self.model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
-                            use_cache=True, logits_to_keep=1, **{cache_arg: past}).logits[:, -1, :]
+                            use_cache=True, logits_to_keep=1, **pixels, **{cache_arg: past}).logits[:, -1, :]
         if take is not None:
             expand = torch.tensor(owner, device=logits.device)
             logits = logits[expand]

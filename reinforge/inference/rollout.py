@@ -22,12 +22,13 @@ from dataclasses import replace
 import torch
 
 from reinforge.batch import Batch
+from reinforge.environment.multimodal import MM_KEY
 from reinforge.errors import DataError
 from reinforge.inference.engine import GenerationOutput, InferenceEngine, SamplingParams
 
 PROMPT_KEYS = ("input_ids", "attention_mask", "position_ids")  # what generate_sequences reads
 SEED_KEY = "sample_seeds"  # (B,) int64: each row's sampling seed, read by generate_sequences when present
-AGENT_INPUT_KEYS = ("raw_prompt", "extra_info", "agent_name")  # what agent loops read too (copied, not moved)
+AGENT_INPUT_KEYS = ("raw_prompt", "extra_info", "agent_name", MM_KEY)  # also read by generation (copied, not moved)
 
 
 def rollout_inputs(batch: Batch) -> Batch:
@@ -65,21 +66,22 @@ def prompt_token_lists(input_ids: torch.Tensor, attention_mask: torch.Tensor) ->
 
 
 async def _single_turn(engine: InferenceEngine, prompts: list[list[int]], params: SamplingParams,
-                       seeds: list[int | None]) -> list[GenerationOutput]:
-    return list(await asyncio.gather(*(engine.generate(prompt, replace(params, seed=seed))
-                                       for prompt, seed in zip(prompts, seeds, strict=True))))
+                       seeds: list[int | None], images: list[dict | None]) -> list[GenerationOutput]:
+    return list(await asyncio.gather(*(engine.generate(prompt, replace(params, seed=seed), **({"multi_modal": row} if row else {}))
+                                       for prompt, seed, row in zip(prompts, seeds, images, strict=True))))
 
 
 def run_single_turn(engine: InferenceEngine, prompts: list[list[int]], params: SamplingParams,
-                    seeds: list[int | None]) -> list[GenerationOutput]:
-    """Run the single-turn agent loop for every prompt, each with its seed (one batched engine call)."""
-    return asyncio.run(_single_turn(engine, prompts, params, seeds))
+                    seeds: list[int | None], images: list[dict | None] | None = None) -> list[GenerationOutput]:
+    """Run the single-turn agent loop for every prompt, each with its seed and images' inputs (one batched engine call)."""
+    return asyncio.run(_single_turn(engine, prompts, params, seeds, images or [None] * len(prompts)))
 
 
 def generate_sequences(engine: InferenceEngine, prompts: Batch, params: SamplingParams, pad_token_id: int) -> Batch:
-    """Generate one response per row of `prompts` (seeded by `sample_seeds` when present) as prompts + responses."""
+    """Generate one response per row of `prompts` (seeded by `sample_seeds` when present, with its images when it has
+    `multi_modal_inputs`) as prompts + responses."""
     outputs = run_single_turn(engine, prompt_token_lists(prompts["input_ids"], prompts["attention_mask"]), params,
-                              row_seed_list(prompts))
+                              row_seed_list(prompts), list(prompts[MM_KEY]) if MM_KEY in prompts else None)
     return trajectories(prompts, outputs, pad_token_id, width=params.max_tokens)
 
 

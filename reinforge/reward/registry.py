@@ -19,7 +19,7 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 from reinforge.errors import RewardError
-from reinforge.reward.scorers import code, countdown, digits, gsm8k, math, math_dapo, qa_em, text_env
+from reinforge.reward.scorers import code, countdown, digits, geo3k, gsm8k, math, math_dapo, qa_em, text_env
 
 Scorer = Callable[..., Any]
 _F = TypeVar("_F", bound=Scorer)
@@ -117,6 +117,7 @@ for _name in ("math_dapo", "math", "math_dapo_reasoning"):
 register_scorer("aime", math_dapo.compute_score, prefix=True)
 register_scorer("countdown", countdown.compute_score, prefix=True)
 register_scorer("reinforge/add_one", digits.compute_score)
+register_scorer("hiyouga/geometry3k", geo3k.compute_score)
 register_scorer("text_env/", text_env.compute_score, prefix=True)
 for _name in code.CODE_DATA_SOURCES:
     register_scorer(_name, code.compute_score)

@@ -88,13 +88,15 @@ def _run_in(run_dir: Path, config: Config, user_keys: list[str], startup: Startu
     from reinforge.distributed import LocalPool, open_worker_pool
     from reinforge.environment.dataloader import PromptLoader
     from reinforge.environment.dataset import collate_fn, create_rl_dataset
+    from reinforge.environment.multimodal import check_image_run
     from reinforge.environment.sampler import create_rl_sampler
     from reinforge.errors import ConfigError, RankError
     from reinforge.reward import get_compute_score, make_reward_manager
     from reinforge.trainer.checkpoint import check_resume_folder, resume_folder
     from reinforge.trainer.ppo_trainer import RLTrainer
     from reinforge.trainer.stop import latest_checkpoint
-    from reinforge.training.model import load_tokenizer, model_vocab_size
+    from reinforge.training.model import load_tokenizer, model_source, model_vocab_size
+    from reinforge.training.vision import load_processor
 
     # no global_step_<N> folder to resume, or a fresh start over a saved run: before anything is written or loaded
     resumed = resume_folder(config.trainer)
@@ -111,7 +113,9 @@ def _run_in(run_dir: Path, config: Config, user_keys: list[str], startup: Startu
                           "on the Hub, when this machine can reach it)")
     data = config.data
     tokenizer = load_tokenizer(config)
-    train_set = create_rl_dataset(data.train_files, data, tokenizer, is_train=True, max_samples=data.max_samples)
+    processor = load_processor(model_source(config.actor_rollout_ref.model.path), tokenizer,
+                               config.actor_rollout_ref.model.trust_remote_code)
+    train_set = create_rl_dataset(data.train_files, data, tokenizer, processor, is_train=True, max_samples=data.max_samples)
     collate = collate_fn(tokenizer.pad_token_id)
     batch_key, batch_size = generation_batch(config)
     draws = 2 if data.dataloader_num_workers > 0 else 1  # verl's loader with workers draws two permutations an epoch
@@ -119,13 +123,15 @@ def _run_in(run_dir: Path, config: Config, user_keys: list[str], startup: Startu
                                 batch_key=batch_key, sampler=create_rl_sampler(data, train_set), draws_per_epoch=draws)
     val_loader = None
     if data.val_files:
-        val_set = create_rl_dataset(data.val_files, data, tokenizer, is_train=False, max_samples=data.max_val_samples)
+        val_set = create_rl_dataset(data.val_files, data, tokenizer, processor, is_train=False,
+                                    max_samples=data.max_val_samples)
         val_loader = PromptLoader(val_set, data.val_batch_size or len(val_set), collate, shuffle=data.validation_shuffle,
                                   seed=data.seed, drop_last=False, batch_key="data.val_batch_size")
 
     _note_string_prompts(config, user_keys, train_set, val_loader.dataset if val_loader else None)
     vocab_size = model_vocab_size(config.actor_rollout_ref.model)
     for dataset in (train_set, val_loader.dataset if val_loader else None):
+        check_image_run(config, dataset, processor)
         if vocab_size is not None and hasattr(dataset, "check_token_ids"):  # not a user's Dataset class
             dataset.check_token_ids(vocab_size, f"actor_rollout_ref.model.path={config.actor_rollout_ref.model.path}")
         rollout = config.actor_rollout_ref.rollout

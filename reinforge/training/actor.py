@@ -46,6 +46,14 @@ from reinforge.config.algorithm_schema import RolloutCorrectionConfig
 from reinforge.config.distillation_schema import DistillationConfig
 from reinforge.config.schema import ActorConfig
 from reinforge.distributed.process_group import all_reduce_dict, world_size
+from reinforge.environment.multimodal import (
+    MM_KEY,
+    concat_inputs,
+    has_images,
+    mask_vision_tokens,
+    mrope_positions,
+    vision_token_ids,
+)
 from reinforge.training.distill import distillation_loss, extreme_metrics, token_losses, total_loss
 from reinforge.training.minibatch import (
     FORWARD_KEYS,
@@ -72,8 +80,19 @@ def response_logits(model: torch.nn.Module, batch: Batch, share_prompt: bool = T
 
     With `share_prompt` (actor_rollout_ref.model.share_prompt_forward), a prompt that repeats in the batch is
     computed once (`shared_prefix.py`; the same numbers) where it repeats and the model allows it, unless the packed
-    forward runs fewer tokens."""
+    forward runs fewer tokens. Rows with images (`multi_modal_inputs`) run padded, with their images' inputs and their
+    three-axis positions (environment/multimodal.py), neither shared nor packed."""
+    out = _response_logits(model, batch, share_prompt, pack)
+    vision = vision_token_ids(model.config)  # never generated (environment/multimodal.py)
+    if vision:
+        out.logits = mask_vision_tokens(out.logits, torch.tensor(vision))
+    return out
+
+
+def _response_logits(model: torch.nn.Module, batch: Batch, share_prompt: bool, pack: bool) -> ResponseLogits:
     width = batch["responses"].shape[1]
+    if MM_KEY in batch and has_images(batch[MM_KEY]):
+        return _image_text_logits(model, batch, width)
     packing = packing_for(model, batch, pack)
     if share_prompt:
         shared = shared_prompt_logits(model, batch["input_ids"], batch["attention_mask"], batch["position_ids"], width,
@@ -86,6 +105,18 @@ def response_logits(model: torch.nn.Module, batch: Batch, share_prompt: bool = T
     keep = torch.arange(length - width - 1, length - 1, device=batch["input_ids"].device)  # position t predicts token t + 1
     out = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
                 position_ids=batch["position_ids"], use_cache=False, logits_to_keep=keep)
+    return ResponseLogits(out.logits, batch["responses"])
+
+
+def _image_text_logits(model: torch.nn.Module, batch: Batch, width: int) -> ResponseLogits:
+    """`response_logits` of rows with images: one padded forward with the rows' pixel inputs."""
+    input_ids, attention_mask = batch["input_ids"], batch["attention_mask"]
+    images = concat_inputs(list(batch[MM_KEY]), input_ids.device)
+    positions = mrope_positions(model, input_ids, attention_mask, images)
+    length = input_ids.shape[1]
+    keep = torch.arange(length - width - 1, length - 1, device=input_ids.device)
+    out = model(input_ids=input_ids, attention_mask=attention_mask, position_ids=positions, use_cache=False,
+                logits_to_keep=keep, **images)
     return ResponseLogits(out.logits, batch["responses"])
 
 

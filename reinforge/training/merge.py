@@ -28,7 +28,9 @@ WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_mo
 
 def merge_checkpoint(folder: str, out: str, trust_remote_code: bool = False) -> Path:
     """Write the model of checkpoint folder `folder` as a Hugging Face model folder `out`; returns `out`."""
-    from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForTokenClassification
+    from transformers import AutoConfig, AutoModelForTokenClassification
+
+    from reinforge.training.vision import model_class as language_model_class
 
     path, out_dir = Path(folder), Path(out)
     hf_dir = path / "huggingface"
@@ -43,7 +45,7 @@ def merge_checkpoint(folder: str, out: str, trust_remote_code: bool = False) -> 
         raise ConfigError(f"the output folder {out} is the checkpoint folder itself or its huggingface/; name another one")
     state = read_full_model_state(path, ADVICE)
     config = AutoConfig.from_pretrained(hf_dir, trust_remote_code=trust_remote_code)
-    model_class = AutoModelForCausalLM
+    model_class = language_model_class(config)
     if "score.weight" in state:  # a critic's value model
         if type(config) not in AutoModelForTokenClassification._model_mapping:
             raise ConfigError(f"{path} holds a value model made of a {config.model_type} causal LM and reinforge's own "

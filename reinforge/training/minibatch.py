@@ -42,8 +42,10 @@ import torch
 
 from reinforge.batch import Batch
 from reinforge.distributed.process_group import all_reduce, full_tensor, gather_rows, world_size
+from reinforge.environment.multimodal import MM_KEY
 
-FORWARD_KEYS = ("input_ids", "attention_mask", "position_ids", "responses")  # what a model forward reads
+FORWARD_KEYS = ("input_ids", "attention_mask", "position_ids", "responses", MM_KEY)  # what a model forward reads (the
+# rows' images' inputs when they have images)
 
 
 def global_batch_info(response_mask: torch.Tensor, loss_scale_factor: float | None) -> dict:
@@ -87,7 +89,8 @@ def trim_padding(micro: Batch) -> Trimmed:
     start, end = max(0, min(start if end else prompt, prompt - 1)), max(end, prompt + 1)
     inputs = {key: micro[key][:, start:end] for key in ("input_ids", "attention_mask", "position_ids")}
     inputs["responses"] = micro["responses"][:, :end - prompt]
-    return Trimmed(Batch(inputs), micro["attention_mask"][:, prompt:].bool())
+    images = {MM_KEY: micro[MM_KEY]} if MM_KEY in micro else {}
+    return Trimmed(Batch(inputs, images), micro["attention_mask"][:, prompt:].bool())
 
 
 def balanced_groups(lengths: list[int], count: int) -> list[list[int]]:

@@ -206,11 +206,11 @@ def model_vocab_size(model_cfg) -> int | None:
 
 def load_causal_lm(config: Config, device: str, trainable: bool = True, dtype: str = "fp32") -> torch.nn.Module:
     """The causal LM of actor_rollout_ref.model in `dtype` (fsdp_config.model_dtype), on `device`, in train mode if `trainable`."""
-    from transformers import AutoModelForCausalLM
+    from reinforge.training.vision import model_class
 
     model_cfg = config.actor_rollout_ref.model
     model = load_pretrained(model_cfg, "actor_rollout_ref.model.path", "model", dtype,
-                             lambda source, hf_config, kwargs: pretrained(AutoModelForCausalLM, source, **kwargs))
+                             lambda source, hf_config, kwargs: pretrained(model_class(hf_config), source, **kwargs))
     return prepare_model(model, device, trainable, model_cfg.enable_gradient_checkpointing)
 
 

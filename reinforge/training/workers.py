@@ -51,7 +51,7 @@ from reinforge.training.lora import (
     merge_lora_state,
     save_adapter,
 )
-from reinforge.training.model import load_causal_lm, load_tokenizer, load_value_model
+from reinforge.training.model import load_causal_lm, load_tokenizer, load_value_model, model_source
 from reinforge.training.optim import advance_schedule, apply_settings, group_settings, make_optimizer, make_scheduler
 from reinforge.training.perf import compute_memory_metrics, device_peak_flops, mfu, training_flops
 
@@ -209,7 +209,7 @@ class ActorRolloutRefWorker:
         """Write this rank's model, optimizer and extra state (scheduler, its RNG streams) under `folder` (verl's
         names, checkpoint_io.py); rank 0 adds the generation config and tokenizer to huggingface/, and with hf_model
         in save_contents the full weights as safetensors (gathered from every rank when the model is sharded)."""
-        from transformers import AutoModelForCausalLM
+        from reinforge.training.vision import is_vision_config, model_class, save_image_processor
 
         checkpoint = self.config.actor_rollout_ref.actor.checkpoint
         contents = checkpoint.save_contents
@@ -225,10 +225,13 @@ class ActorRolloutRefWorker:
         if weights is not None:
             if adapter is not None:  # the Hugging Face model is the merged one
                 weights = merge_lora_state(weights, lora_scaling(model))
-            write_hf_model(model.config, weights, hf_dir, AutoModelForCausalLM)
+            write_hf_model(model.config, weights, hf_dir, model_class(model.config))
         if model.generation_config is not None:
             model.generation_config.save_pretrained(hf_dir)
         self.tokenizer.save_pretrained(hf_dir)
+        if is_vision_config(model.config):
+            model_cfg = self.config.actor_rollout_ref.model
+            save_image_processor(model_source(model_cfg.path), hf_dir, model_cfg.trust_remote_code)
 
     @register(Dispatch.ALL)
     def load_checkpoint(self, folder: str) -> list[str]:

@@ -147,3 +147,43 @@ def test_merge_of_a_two_worker_checkpoint_loads_in_transformers_and_generates_th
     prompt = torch.tensor([[5, 17, 42, 9, 3]])
     want = reference.generate(prompt, max_new_tokens=12, do_sample=False)
     assert torch.equal(merged.generate(prompt, max_new_tokens=12, do_sample=False), want)
+
+
+@pytest.fixture(scope="module")
+def image_runs(tiny_vl_model_path, brightness_rows, tmp_path_factory) -> dict[str, Path]:
+    """The tiny Qwen2-VL model on rows with images (tests/conftest.py's brightness task), GRPO with a KL loss against
+    the reference, on 1 process and on 2 Ray workers."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    root = tmp_path_factory.mktemp("scale_out_images")
+    (root / "reward.py").write_text(REWARD)
+    pq.write_table(pa.Table.from_pylist(brightness_rows(16, 0)), root / "train.parquet")
+    pq.write_table(pa.Table.from_pylist(brightness_rows(4, 1)), root / "val.parquet")
+    common = [
+        f"actor_rollout_ref.model.path={tiny_vl_model_path}", f"data.train_files={root / 'train.parquet'}",
+        f"data.val_files={root / 'val.parquet'}", f"custom_reward_function.path={root / 'reward.py'}",
+        "data.train_batch_size=4", "data.max_prompt_length=48", "data.max_response_length=6", "actor_rollout_ref.rollout.n=2",
+        "actor_rollout_ref.actor.ppo_mini_batch_size=2", "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=1",
+        "actor_rollout_ref.actor.optim.lr=1e-3", "actor_rollout_ref.actor.optim.eps=1e-6", "actor_rollout_ref.actor.use_kl_loss=true",
+        "actor_rollout_ref.actor.kl_loss_coef=0.1", "actor_rollout_ref.model.enable_gradient_checkpointing=false",
+        "algorithm.adv_estimator=grpo", "trainer.total_training_steps=2", "trainer.val_before_train=false",
+        "trainer.test_freq=2", "trainer.save_freq=2", "trainer.device=cpu", "trainer.logger=[console]",
+    ]
+    out = {}
+    for name, workers in (("one", 1), ("two", 2)):
+        cmd = [sys.executable, "-m", "reinforge", "train", *common, f"trainer.n_gpus_per_node={workers}",
+               f"trainer.default_local_dir={root / name}"]
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+        assert done.returncode == 0, f"{name} failed:\n{done.stdout[-2000:]}\n{done.stderr[-4000:]}"
+        out[name] = root / name
+    return out
+
+
+def test_rows_with_images_train_on_two_ray_workers_like_on_one_process(image_runs):
+    one, two = records(image_runs["one"]), records(image_runs["two"])
+    assert sorted(one) == sorted(two) == [1, 2]
+    for step, want in one.items():
+        assert_same_metrics(two[step], want, f"step {step}")
+    assert one[2]["actor/kl_loss"] > 0 and any(key.startswith("val-core/") for key in one[2])
+    assert_same_actor(image_runs["two"] / "global_step_2", image_runs["one"] / "global_step_2")

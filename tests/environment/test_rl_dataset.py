@@ -298,15 +298,16 @@ def test_extra_info_that_is_not_a_dict_is_named_when_the_data_loads(tmp_path, to
     assert [dataset[i]["extra_info"] for i in range(4)] == [rows[0]["extra_info"], {"index": 1}, {"index": 7}, {"index": 3}]
 
 
-def test_rows_with_images_or_videos_are_refused_when_the_data_loads(tmp_path, tokenizer, data_config, make_rows, write_rows):
+def test_rows_with_images_without_a_processor_or_with_videos_are_refused_when_the_data_loads(tmp_path, tokenizer, data_config, make_rows, write_rows):
     rows = [{**row, "images": []} for row in make_rows(3)]  # verl's multimodal schema: a list of {'bytes', 'path'}
     rows[1]["images"] = [{"bytes": bytes.fromhex("89504e470d0a1a0a"), "path": None}]
     with pytest.raises(DataError, match=r"geo\.parquet: row 1, column 'images' \(data\.image_key\): the row has images, but "
-                                        r"multimodal training is not supported in this version"):
+                                        r"the model has no image processor \(no preprocessor_config\.json in its folder\)"):
         RLDataset(str(write_rows(tmp_path / "geo.parquet", rows)), tokenizer, data_config(image_key="images"))
     clips = [{**row, "clips": None} for row in make_rows(2)]
     clips[1]["clips"] = ["a.mp4"]
-    with pytest.raises(DataError, match=r"v\.jsonl: row 1, column 'clips' \(data\.video_key\): the row has videos"):
+    with pytest.raises(DataError, match=r"v\.jsonl: row 1, column 'clips' \(data\.video_key\): the row has videos, but videos "
+                                        r"are not supported in this version \(images are\)"):
         RLDataset(str(write_rows(tmp_path / "v.jsonl", clips)), tokenizer, data_config(video_key="clips"))
     rows[1]["images"] = None  # empty or null: a text row
     assert len(RLDataset(str(write_rows(tmp_path / "text.parquet", rows)), tokenizer, data_config())) == 3

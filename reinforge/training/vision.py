@@ -1,0 +1,89 @@
+"""Vision-language models: which transformers class loads a model, and its image processor.
+
+A folder whose config has a `vision_config` of a model transformers lists under image-text-to-text (Qwen2-VL,
+Qwen2.5-VL) loads with `AutoModelForImageTextToText`, as verl loads it; every other one with `AutoModelForCausalLM`.
+Its processor is the folder's `AutoProcessor` around reinforge's tokenizer (custom chat template and pad token
+applied). transformers 5 builds a Qwen2-VL processor only with torchvision installed (its video processor needs it);
+without torchvision, images need only the image processor's Pillow backend, so the processor is built from that and
+the tokenizer, with no video processor (videos are not supported anyway).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from pathlib import Path
+from typing import Any
+
+from reinforge.errors import ModelError
+
+
+def is_vision_config(hf_config: Any) -> bool:
+    """Whether a model config describes a vision-language model that loads as image-text-to-text."""
+    if getattr(hf_config, "vision_config", None) is None:
+        return False
+    from transformers.models.auto.modeling_auto import MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES
+
+    return hf_config.model_type in MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES
+
+
+def model_class(hf_config: Any):
+    """The Auto class that loads a model of `hf_config` with its language-model head."""
+    from transformers import AutoModelForCausalLM, AutoModelForImageTextToText
+
+    return AutoModelForImageTextToText if is_vision_config(hf_config) else AutoModelForCausalLM
+
+
+def load_processor(source: str, tokenizer: Any, trust_remote_code: bool = False, key: str = "actor_rollout_ref.model.path"):
+    """The multimodal processor of the model folder (or hub id) `source` with `tokenizer` as its tokenizer; None for a
+    text model (a local folder without preprocessor_config.json, or a config without `vision_config`)."""
+    from transformers import AutoConfig, AutoImageProcessor, AutoProcessor
+
+    folder = Path(source).expanduser()
+    if folder.is_dir() and not (folder / "preprocessor_config.json").is_file():
+        return None
+    try:
+        hf_config = AutoConfig.from_pretrained(source, trust_remote_code=trust_remote_code)
+    except Exception:
+        return None  # loading the model says why
+    if not is_vision_config(hf_config):
+        return None
+    try:
+        return AutoProcessor.from_pretrained(source, tokenizer=tokenizer, trust_remote_code=trust_remote_code)
+    except ImportError as exc:
+        if "torchvision" not in str(exc).lower():
+            raise ModelError(f"{key}={source}: cannot load the model's processor: {exc}") from exc
+    except Exception as exc:
+        raise ModelError(f"{key}={source}: cannot load the model's processor: {exc}") from exc
+    import transformers
+    from transformers.models.auto.processing_auto import PROCESSOR_MAPPING_NAMES
+
+    cls = getattr(transformers, PROCESSOR_MAPPING_NAMES.get(hf_config.model_type, ""), None)
+    if cls is None:
+        raise ModelError(f"{key}={source}: the model's processor needs torchvision, which is not installed "
+                         "(pip install torchvision, the build that matches your torch)")
+    try:
+        image_processor = AutoImageProcessor.from_pretrained(source, trust_remote_code=trust_remote_code)
+        with _no_class_check(cls):  # its check of the (absent) video processor fails without torchvision
+            return cls(image_processor=image_processor, tokenizer=tokenizer, video_processor=None,
+                       chat_template=getattr(tokenizer, "chat_template", None))
+    except Exception as exc:
+        raise ModelError(f"{key}={source}: cannot build the model's processor without torchvision ({exc}); "
+                         "pip install torchvision, the build that matches your torch") from exc
+
+
+@contextlib.contextmanager
+def _no_class_check(cls):
+    original = cls.check_argument_for_proper_class
+    cls.check_argument_for_proper_class = lambda self, name, argument: None
+    try:
+        yield
+    finally:
+        cls.check_argument_for_proper_class = original
+
+
+def save_image_processor(source: str, out_dir: Path, trust_remote_code: bool = False) -> None:
+    """The image processor of the model `source` into `out_dir` (a checkpoint's huggingface/ folder), so the saved
+    model loads with its processor."""
+    from transformers import AutoImageProcessor
+
+    AutoImageProcessor.from_pretrained(source, trust_remote_code=trust_remote_code).save_pretrained(out_dir)
