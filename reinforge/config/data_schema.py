@@ -51,9 +51,12 @@ class DataConfig(Node):
     label_key: str | None = _f(None, "Column of each row's answer (OpenRLHF's --label_key): the row's "
                                "reward_model.ground_truth, what reward functions get as ground_truth (verl) or labels "
                                "(OpenRLHF). null: the rows' reward_model.ground_truth.")
-    image_key: str = _f("images", "Column of a row's images (verl's multimodal data). Multimodal training is not in this "
-                                  "version: rows with images are refused, naming the file and row.")
-    video_key: str = _f("videos", "Column of a row's videos (verl's multimodal data); rows with videos are refused, as images.")
+    image_key: str = _f("images", "Column of a row's images (verl's multimodal data): a list of PIL images, {bytes, path} "
+                                  "dicts (a Hugging Face Image feature) or file paths, each placed at an <image> of the "
+                                  "prompt; needs a vision-language model with an image processor (Qwen2-VL family; "
+                                  "docs/data.md).")
+    video_key: str = _f("videos", "Column of a row's videos (verl's multimodal data); rows with videos are refused (images "
+                                  "are supported).")
     reward_fn_key: str = _f("data_source", "Column whose value picks the scorer and groups validation metrics.")
     max_prompt_length: int = _f(512, "Longest prompt in tokens (a chat prompt after the chat template); longer ones follow "
                                  "`truncation`.")
@@ -82,7 +85,7 @@ class DataConfig(Node):
                                               "filter_overlong_prompts); prompts are measured in-process.")
     use_shm: bool = _f(False, "Accepted for verl compatibility (copy the data files to shared memory); no effect here.")
     return_multi_modal_inputs: bool = _f(True, "Accepted for verl compatibility (keep a row's processed images and videos in "
-                                         "the batch); no effect here: multimodal rows are refused.")
+                                         "the batch); a row's processed images always travel with it here.")
     tokenizer: str | None = _f(None, "Tokenizer folder (or hub id) of the policy when it differs from the model's; the same "
                                "setting as actor_rollout_ref.model.tokenizer_path (set one, or both to the same value).")
     trust_remote_code: bool = _f(False, "Allow a tokenizer with custom code.")
@@ -95,12 +98,12 @@ class DataConfig(Node):
     apply_chat_template_kwargs: dict = _f({}, "Extra keyword arguments for tokenizer.apply_chat_template (e.g. enable_thinking).")
     max_samples: int = _f(-1, "Use at most this many training rows (-1: all): with data.shuffle, the ones verl draws (a seeded random choice of "
                                 "data.seed), else the first ones. verl's name: train_max_samples.")
-    image_patch_size: int = _f(14, "Accepted for verl compatibility (the vision processor's patch size); no effect here: "
-                                   "multimodal rows are refused.")
+    image_patch_size: int = _f(14, "Accepted for verl compatibility (the patch size verl's image resizing rounds to); the "
+                                   "model's image processor resizes here, with its own patch size.")
     audio_key: str = _f("audios", "Accepted for verl compatibility (column of a row's audio); no effect here: multimodal "
                                   "rows are refused.")
-    mm_processor_kwargs: dict = _f({}, "Accepted for verl compatibility (keyword arguments of the multimodal processor); no "
-                                       "effect here: multimodal rows are refused.")
+    mm_processor_kwargs: dict = _f({}, "Keyword arguments of the multimodal processor's call on each row's images, e.g. "
+                                       "{size: {shortest_edge: 3136, longest_edge: 200704}} (Qwen2-VL's pixel bounds).")
     tool_config_path: str | None = _f(None, "verl's copy of actor_rollout_ref.rollout.multi_turn.tool_config_path (null: that "
                                       "one, with multi_turn.enable): data.filter_overlong_prompts measures each prompt with "
                                       "its tool schemas, as the rollout renders it; the rollout's tools come from multi_turn's.")

@@ -186,8 +186,8 @@ class RolloutConfig(Node):
     qat: dict | None = _f(None, "Accepted for verl compatibility (verl's copy of the actor's QAT settings for the engine); "
                                 "no effect here.")
     use_preprocessed_multimodal_input: bool = _f(True, "Accepted for verl compatibility (send the engine processed images "
-                                                 "and videos instead of the raw media); no effect here: multimodal rows "
-                                                 "are refused.")
+                                                 "and videos instead of the raw media); the hf engine, which generates "
+                                                 "prompts with images here, always takes them processed.")
     disaggregation: dict = _f({}, "Accepted for verl compatibility (prefill/decode disaggregation of the engine: enabled, "
                                   "prefill_replicas, decode_replicas, ...), a free-form mapping; no effect here.")
     profiler: dict = _f({}, PROFILER_DOC)

@@ -163,8 +163,8 @@ class ActorConfig(Node):
                                        "micro-batches are trimmed to the columns their rows use here.")
     rollout_n: int | None = _f(None, "verl: responses per prompt in the actor's mini-batches; always actor_rollout_ref.rollout.n "
                                      "here (another value is an error).")
-    freeze_vision_tower: bool = _f(False, "Accepted for verl compatibility (keep a vision-language model's vision tower "
-                                          "frozen); no effect here: multimodal training is not in this version.")
+    freeze_vision_tower: bool = _f(False, "Keep a vision-language model's vision tower (its `visual` module) frozen: no "
+                                          "gradient, no update; an error for a model without one.")
     calculate_entropy: bool = _f(False, "Accepted for verl compatibility (compute the entropy even when entropy_coeff is 0, "
                                         "for actor/entropy); no effect here.")
     use_prefix_grouper: bool = _f(False, "Accepted for verl compatibility (its PrefixGrouper shared-prefix forward); "

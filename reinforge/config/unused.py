@@ -83,7 +83,7 @@ _ALWAYS_INERT = {
     "actor_rollout_ref.ref.use_torch_compile": "no torch.compile in this version",
     "actor_rollout_ref.ref.entropy_from_logits_with_chunking": "the reference pass computes log-probs, not the entropy",
     "actor_rollout_ref.ref.entropy_checkpointing": "the reference pass computes log-probs, not the entropy",
-    "data.return_multi_modal_inputs": "rows with images or videos are refused in this version",
+    "data.return_multi_modal_inputs": "a row's processed images always travel with it here",
     "trainer.esi_redundant_time": "no Elastic Server Instance handling; checkpoints follow trainer.save_freq, and a SIGTERM "
                                   "saves one (trainer.save_on_stop)",
     "reward_model.enable_resource_pool": "the reward model runs on the training ranks' GPUs; there is no pool of its own",
@@ -100,16 +100,14 @@ _ALWAYS_INERT = {
                     "padded micro-batches are trimmed to the columns their rows use; no packing to pad"),
     **dict.fromkeys(("actor_rollout_ref.actor.data_loader_seed", "critic.data_loader_seed"),
                     "mini-batch shuffling is seeded by trainer.seed"),
-    "actor_rollout_ref.actor.freeze_vision_tower": "multimodal training is not in this version: no vision tower",
     "actor_rollout_ref.actor.calculate_entropy": "the entropy is computed when actor.entropy_coeff uses it",
     "actor_rollout_ref.actor.use_prefix_grouper": "actor_rollout_ref.model.share_prompt_forward computes a repeated prompt once",
     "actor_rollout_ref.actor.checkpoint.strict": "resuming always loads every key of the checkpoint",
     "critic.checkpoint.strict": "resuming always loads every key of the checkpoint",
     "actor_rollout_ref.model.tiled_mlp": "the MLP is computed over the whole sequence (enable_gradient_checkpointing saves memory)",
     "actor_rollout_ref.model.mtp": "no multi-token prediction or speculative decoding in this version",
-    "data.image_patch_size": "rows with images or videos are refused in this version",
+    "data.image_patch_size": "the model's image processor resizes images here, with its own patch size",
     "data.audio_key": "rows with audio are not read in this version",
-    "data.mm_processor_kwargs": "rows with images or videos are refused in this version",
     "data.tool_config_path": "the rollout's tools come from actor_rollout_ref.rollout.multi_turn.tool_config_path (this "
                              "key's tools only measure prompts for data.filter_overlong_prompts)",
     "data.function_tool_path": "the rollout's function tools come from actor_rollout_ref.rollout.multi_turn.function_tool_path "
@@ -134,7 +132,7 @@ _ALWAYS_INERT = {
                     "verl's LoRA settings of its Megatron backend (and lora.merge, which verl's FSDP engine reads: "
                     "reinforge always gives engines the merged weights, as lora.merge=true); LoRA here is the section's "
                     "lora_rank, lora_alpha and target_modules"),
-    "actor_rollout_ref.rollout.use_preprocessed_multimodal_input": "rows with images or videos are refused in this version",
+    "actor_rollout_ref.rollout.use_preprocessed_multimodal_input": "the hf engine always takes processed images",
     "critic.model.custom_chat_template": "the critic reads the actor's token ids",
     "critic.model.use_liger": "no Liger kernels in this version",
     **dict.fromkeys(("critic.model.use_fused_kernels", "critic.model.fused_kernel_options"), "no fused kernels in this version"),

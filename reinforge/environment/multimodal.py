@@ -88,10 +88,10 @@ def with_image_parts(messages: list[dict[str, Any]], count: int, where: str) -> 
     return shaped
 
 
-def image_inputs(processor, images: list) -> dict[str, torch.Tensor]:
+def image_inputs(processor, images: list, kwargs: dict | None = None) -> dict[str, torch.Tensor]:
     """The row's `multi_modal_inputs`: its images through the processor's image processor (`pixel_values`,
-    `image_grid_thw`)."""
-    out = processor.image_processor(images=images, return_tensors="pt")
+    `image_grid_thw`), with `kwargs` (data.mm_processor_kwargs, e.g. max_pixels)."""
+    out = processor.image_processor(images=images, return_tensors="pt", **(kwargs or {}))
     return {"pixel_values": out["pixel_values"], "image_grid_thw": out["image_grid_thw"]}
 
 
@@ -150,7 +150,7 @@ def expand_image_tokens(processor, rows: list[dict[str, Any]], texts: list[str],
             where = f"{file}: row {number}, column {config.image_key!r}"
             images = [load_image(value, f"{where}, image {k}") for k, value in enumerate(values)]
             try:
-                ids = processor(text=[text], images=images)["input_ids"][0]
+                ids = processor(text=[text], images=images, **dict(config.mm_processor_kwargs))["input_ids"][0]
             except Exception as exc:
                 raise DataError(f"{where}: the processor failed on the row ({type(exc).__name__}: {exc})") from exc
             ids = list(ids.tolist() if hasattr(ids, "tolist") else ids)
@@ -179,7 +179,8 @@ def row_image_inputs(processor, row: dict[str, Any], origin: tuple[str, int], co
     if not values:
         return None
     where = f"{origin[0]}: row {origin[1]}, column {config.image_key!r}"
-    return image_inputs(processor, [load_image(value, f"{where}, image {k}") for k, value in enumerate(values)])
+    images = [load_image(value, f"{where}, image {k}") for k, value in enumerate(values)]
+    return image_inputs(processor, images, dict(config.mm_processor_kwargs))
 
 
 def vision_token_ids(config: Any) -> list[int]:

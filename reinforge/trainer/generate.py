@@ -39,10 +39,12 @@ def run_generation(config: GenerationConfig, user_keys: list[str]) -> dict[str, 
     import torch
 
     from reinforge.environment.dataset import create_rl_dataset
+    from reinforge.environment.multimodal import MM_KEY
     from reinforge.inference import SamplingParams, make_engine
     from reinforge.inference.seeds import row_seeds
     from reinforge.trainer.main import _quiet_transformers
     from reinforge.training.model import model_source
+    from reinforge.training.vision import load_processor
 
     start = time.perf_counter()
     _quiet_transformers()
@@ -54,9 +56,14 @@ def run_generation(config: GenerationConfig, user_keys: list[str]) -> dict[str, 
     view = _training_config(config)
     _check_engine(view)
     tokenizer = _load_tokenizer(config, model_source(config.model.path, "model.path"))
-    dataset = create_rl_dataset(str(source), view.data, tokenizer, is_train=False)
+    processor = load_processor(model_source(config.model.path, "model.path"), tokenizer, config.model.trust_remote_code,
+                               "model.path")
+    dataset = create_rl_dataset(str(source), view.data, tokenizer, processor, is_train=False)
     table = _read_table(source)
-    prompts = [dataset[i]["input_ids"].tolist() for i in range(len(dataset))]
+    items = [dataset[i] for i in range(len(dataset))]
+    prompts = [item["input_ids"].tolist() for item in items]
+    images = [item.get(MM_KEY) for item in items] if getattr(dataset, "has_images", False) else None
+    _check_images(images, prompts, rollout, source)
     side = "left" if getattr(tokenizer, "truncation_side", "right") == "left" else "right"
     prompts, cut = _truncate_all(prompts, rollout.prompt_length, side)
     if cut:
@@ -79,8 +86,9 @@ def run_generation(config: GenerationConfig, user_keys: list[str]) -> dict[str, 
     tokens = 0
     for number, first in enumerate(batches, start=1):
         batch_rows = range(first, min(first + data.batch_size, rows))
+        pixels = {} if images is None else {"multi_modal": [images[row] for row in batch_rows for _ in range(n)]}
         outputs = engine.generate_batch([prompts[row] for row in batch_rows for _ in range(n)], params,
-                                        seeds=[seeds[row][sample] for row in batch_rows for sample in range(n)])
+                                        seeds=[seeds[row][sample] for row in batch_rows for sample in range(n)], **pixels)
         tokens += sum(len(output.token_ids) for output in outputs)
         texts = tokenizer.batch_decode([output.token_ids for output in outputs], skip_special_tokens=True)
         responses += [texts[i:i + n] for i in range(0, len(texts), n)]
@@ -174,14 +182,27 @@ def _check_engine(view: Any) -> None:
 
 def _load_model(view: Any, device: str, dtype: str | None) -> Any:
     """The causal LM of `model.path` for inference, in `dtype` (null: bfloat16 on cuda, float32 on cpu)."""
-    from transformers import AutoModelForCausalLM
-
     from reinforge.training.model import load_pretrained, prepare_model, pretrained
+    from reinforge.training.vision import model_class
 
     dtype = dtype or ("bf16" if device == "cuda" else "fp32")
     model = load_pretrained(view.actor_rollout_ref.model, "model.path", "model", dtype,
-                            lambda source, hf_config, kwargs: pretrained(AutoModelForCausalLM, source, **kwargs))
+                            lambda source, hf_config, kwargs: pretrained(model_class(hf_config), source, **kwargs))
     return prepare_model(model, device, trainable=False, gradient_checkpointing=False)
+
+
+def _check_images(images: list | None, prompts: list[list[int]], rollout: Any, source: Path) -> None:
+    """Prompts with images need the hf engine and must fit rollout.prompt_length whole (a cut would cut an image)."""
+    if images is None:
+        return
+    if rollout.name != "hf":
+        raise ConfigError(f"rollout.name={rollout.name}: {source} has prompts with images, which the hf engine generates "
+                          "in this version; set rollout.name=hf")
+    long = next((row for row, ids in enumerate(prompts) if images[row] and len(ids) > rollout.prompt_length), None)
+    if long is not None:
+        raise DataError(f"{source}: row {long}: the prompt is {len(prompts[long])} tokens with its images' tokens, over "
+                        f"rollout.prompt_length={rollout.prompt_length}, and a prompt with images cannot be cut without "
+                        "cutting an image; raise rollout.prompt_length")
 
 
 def _truncate_all(prompts: list[list[int]], limit: int, side: str) -> tuple[list[list[int]], int]:

@@ -87,3 +87,20 @@ def save_image_processor(source: str, out_dir: Path, trust_remote_code: bool = F
     from transformers import AutoImageProcessor
 
     AutoImageProcessor.from_pretrained(source, trust_remote_code=trust_remote_code).save_pretrained(out_dir)
+
+
+def freeze_vision_tower(model: Any) -> int:
+    """`actor.freeze_vision_tower`: the vision encoder's parameters (and any adapters in it) take no gradient; returns
+    how many tensors it froze. ConfigError for a model without one."""
+    from reinforge.errors import ConfigError
+
+    towers = [module for name, module in model.named_modules() if name.split(".")[-1] == "visual"]
+    if not towers:
+        raise ConfigError("actor_rollout_ref.actor.freeze_vision_tower=true, but the model has no vision tower (a `visual` "
+                          "module, as Qwen2-VL's); set it to false for a text model")
+    frozen = 0
+    for tower in towers:
+        for parameter in tower.parameters():
+            frozen += parameter.requires_grad
+            parameter.requires_grad_(False)
+    return frozen

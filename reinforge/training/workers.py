@@ -52,6 +52,7 @@ from reinforge.training.lora import (
     save_adapter,
 )
 from reinforge.training.model import load_causal_lm, load_tokenizer, load_value_model, model_source
+from reinforge.training.vision import freeze_vision_tower
 from reinforge.training.optim import advance_schedule, apply_settings, group_settings, make_optimizer, make_scheduler
 from reinforge.training.perf import compute_memory_metrics, device_peak_flops, mfu, training_flops
 
@@ -94,6 +95,8 @@ class ActorRolloutRefWorker:
             if lora_enabled(cfg.model):  # adapters added in place: an engine sharing the module uses them, a copy gets them merged
                 model = add_lora(model, cfg.model, "actor_rollout_ref.model")
                 self.engine.update_weights(engine_weights(model))
+            if cfg.actor.freeze_vision_tower:
+                freeze_vision_tower(model)
             model = shard_model(model, cfg.actor.fsdp_config, self.device)
             optimizer = make_optimizer(model.parameters(), cfg.actor.optim)
             self.scheduler = make_scheduler(optimizer, cfg.actor.optim, total_training_steps)

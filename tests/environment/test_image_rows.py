@@ -104,3 +104,15 @@ def test_with_image_parts_splits_content_strings_in_order():
                                      {"type": "text", "text": " b"}]}]
     with pytest.raises(DataError, match="x: the row has 1 image"):
         with_image_parts(messages, 1, "x")
+
+
+def test_mm_processor_kwargs_reach_the_processor_for_both_the_tokens_and_the_pixels(tmp_path, vl, data_config, write_rows,
+                                                                                   brightness_rows):
+    tokenizer, processor = vl
+    path = write_rows(tmp_path / "small.parquet", brightness_rows(2, seed=4))
+    # Qwen2-VL's pixel bounds: 28 x 28 pixels, one merged 2 x 2 patch, one token (the default bounds give 4)
+    config = data_config(mm_processor_kwargs={"size": {"shortest_edge": 784, "longest_edge": 784}})
+    small, default = RLDataset(str(path), tokenizer, config, processor), RLDataset(str(path), tokenizer, data_config(), processor)
+    image_id = tokenizer.convert_tokens_to_ids("<|image_pad|>")
+    assert small[0][MM_KEY]["image_grid_thw"].tolist() == [[1, 2, 2]] and int((small[0]["input_ids"] == image_id).sum()) == 1
+    assert default[0][MM_KEY]["image_grid_thw"].tolist() == [[1, 4, 4]] and int((default[0]["input_ids"] == image_id).sum()) == 4

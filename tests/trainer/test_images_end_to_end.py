@@ -3,9 +3,11 @@ the prompt) with a tiny Qwen2-VL model: it learns a task that only the image ans
 folder that loads with its processor, and refuses what this version does not do with images."""
 
 import pyarrow as pa
+import torch
 import pyarrow.parquet as pq
 import pytest
 
+from reinforge.cli import main
 from reinforge.config import load_config
 from reinforge.errors import ConfigError
 from reinforge.trainer.main import run
@@ -62,6 +64,13 @@ def test_a_vision_language_model_learns_what_only_the_image_tells(image_run, tmp
     model = AutoModelForImageTextToText.from_pretrained(saved)
     assert type(model).__name__ == "Qwen2VLForConditionalGeneration"
     assert load_processor(str(saved), AutoTokenizer.from_pretrained(saved)).image_processor.patch_size == 14
+    # `reinforge generate` with the saved folder answers the validation rows as the run's last (greedy) validation did
+    out = tmp_path / "answers.parquet"
+    assert main(["generate", f"model.path={saved}", f"data.path={tmp_path / 'val.parquet'}", f"data.output_path={out}",
+                 "rollout.response_length=4", "rollout.temperature=0", "data.n_samples=1"]) == 0
+    rows = pq.read_table(out).to_pylist()
+    right = [[c for c in row["responses"][0] if c.isdigit()][:1] == [row["reward_model"]["ground_truth"]] for row in rows]
+    assert len(rows) == 64 and sum(right) / 64 == vals[-1][1]
 
 
 def test_a_resumed_image_run_equals_the_uninterrupted_one(image_run, tmp_path):
@@ -71,6 +80,24 @@ def test_a_resumed_image_run_equals_the_uninterrupted_one(image_run, tmp_path):
     for step in (3, 4):
         for key in ("critic/score/mean", "actor/pg_loss", "actor/grad_norm", "response_length/mean"):
             assert resumed[step][key] == whole[step][key], (step, key)
+
+
+def test_a_frozen_vision_tower_keeps_its_weights_while_the_language_model_learns(image_run, tiny_vl_model_path,
+                                                                                run_steps, tmp_path):
+    from transformers import AutoModelForImageTextToText
+
+    from reinforge.training.checkpoint_io import read_full_model_state
+
+    image_run("trainer.total_training_steps=2", "trainer.save_freq=2", "actor_rollout_ref.actor.freeze_vision_tower=true",
+              run_dir=tmp_path / "frozen")
+    trained = read_full_model_state(tmp_path / "frozen" / "global_step_2" / "actor", "test")
+    start = AutoModelForImageTextToText.from_pretrained(tiny_vl_model_path).state_dict()
+    tower = [name for name in trained if ".visual." in name]
+    assert len(tower) > 20 and all(torch.equal(trained[name], start[name]) for name in tower)
+    moved = max((trained[name] - start[name]).abs().max().item() for name in trained if "language_model.layers" in name)
+    assert moved > 1e-4
+    with pytest.raises(ConfigError, match=r"freeze_vision_tower=true, but the model has no vision tower"):
+        run_steps("actor_rollout_ref.actor.freeze_vision_tower=true")
 
 
 def test_what_images_do_not_support_yet_is_refused_before_training(image_run, tmp_path):
