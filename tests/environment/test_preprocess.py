@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import json
 import subprocess
 import sys
@@ -393,3 +394,41 @@ def test_generated_countdown_trains_one_step(tmp_path, tiny_model_path):
     run(config, keys)
     records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in records if "timing_s/step" in r] == [1]
+
+
+def test_geo3k_rows_keep_their_diagrams_and_each_image_gets_its_place(tmp_path, tiny_vl_model_path, brightness_rows):
+    from PIL import Image
+    from transformers import AutoTokenizer
+
+    from reinforge.config.data_schema import DataConfig
+    from reinforge.environment.dataset import RLDataset
+    from reinforge.training.vision import load_processor
+
+    diagrams = [row["images"] for row in brightness_rows(3, seed=2)]
+    raw = tmp_path / "geometry3k" / "data"
+    raw.mkdir(parents=True)
+    pq.write_table(pa.Table.from_pylist([
+        {"images": diagrams[0], "problem": "<image>Find x.", "answer": "3"},
+        {"images": diagrams[1], "problem": "Find the area.", "answer": "12\\sqrt{2}"},  # no <image>: one is put first
+    ]), raw / "train-00000-of-00001.parquet")
+    pq.write_table(pa.Table.from_pylist([{"images": diagrams[2], "problem": "<image>Find y.", "answer": "60"}]),
+                   raw / "test-00000-of-00001.parquet")
+    assert data("geo3k", "--input", tmp_path / "geometry3k", "--local_dir", tmp_path / "out") == 0
+    train = pq.read_table(tmp_path / "out" / "train.parquet").to_pylist()
+    assert [row["prompt"][0]["content"].split(" You FIRST")[0] for row in train] == ["<image>Find x.", "<image>Find the area."]
+    assert train[1]["images"] == diagrams[1] and train[1]["data_source"] == "hiyouga/geometry3k"
+    assert train[1]["reward_model"] == {"style": "rule", "ground_truth": "12\\sqrt{2}"}
+    assert train[0]["extra_info"] == {"split": "train", "index": 0, "answer": "3", "question": "<image>Find x."}
+    # a PIL image, as the `datasets` library gives them, is stored as PNG bytes
+    from reinforge.environment.preprocess.geo3k import stored_image
+
+    stored = stored_image(Image.new("RGB", (30, 20)))
+    assert stored["path"] is None and Image.open(io.BytesIO(stored["bytes"])).size == (30, 20)
+    # the files load with a vision-language model's processor, and the built-in scorer scores them as verl's does
+    tokenizer = AutoTokenizer.from_pretrained(tiny_vl_model_path)
+    dataset = RLDataset(str(tmp_path / "out" / "train.parquet"), tokenizer, DataConfig(max_prompt_length=512),
+                        load_processor(str(tiny_vl_model_path), tokenizer))
+    assert dataset.has_images and len(dataset) == 2
+    scores = [default_compute_score("hiyouga/geometry3k", answer, "12\\sqrt{2}") for answer in (
+        "<think>area</think> \\boxed{12\\sqrt{2}}", "\\boxed{12\\sqrt2}", "<think>a</think> \\boxed{12}", "12")]
+    assert scores == [1.0, 0.9, 0.1, 0.0]

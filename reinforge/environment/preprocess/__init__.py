@@ -3,6 +3,7 @@
     reinforge data gsm8k     --local_dir ~/data/gsm8k     [--input DIR_OR_FILES ...] [--variant multiturn_w_tool ...]
     reinforge data math      --local_dir ~/data/math      [--input DIR_OR_FILES ...]
     reinforge data countdown --local_dir ~/data/countdown [--input FILE | --generate ...] [--template base|chat]
+    reinforge data geo3k     --local_dir ~/data/geo3k     [--input DIR_OR_FILES ...]
 
 Each writes `<local_dir>/train.parquet` and `<local_dir>/test.parquet` with the columns
 `data_source`, `prompt`, `ability`, `reward_model` and `extra_info` that verl's
@@ -12,7 +13,7 @@ original dataset (see `splits.py` for the layouts); without it the hub copy is l
 `datasets` library when it is installed. `--max_train`/`--max_test` keep the first N rows of a
 split. verl's own option names `--local_save_dir` and `--local_dataset_path` are accepted too.
 
-The math module is imported only when its command runs (its scorer pulls in torch), so `reinforge --help` stays
+The math and geo3k modules are imported only when their command runs (its scorer pulls in torch), so `reinforge --help` stays
 fast. `reinforge data gsm8k --variant` writes the forms of verl's multi-turn and SFT GSM8K scripts (`gsm8k.py`).
 """
 
@@ -28,6 +29,7 @@ DATASETS = {
     "gsm8k": "GSM8K grade-school maths (openai/gsm8k, config main)",
     "math": "MATH competition maths (DigitalLearningGmbH/MATH-lighteval, or the original JSON tree)",
     "countdown": "Countdown number puzzles (Jiayi-Pan/Countdown-Tasks-3to4, or generated)",
+    "geo3k": "Geometry3K diagrams and questions, rows with images (hiyouga/geometry3k)",
 }
 
 
@@ -87,7 +89,7 @@ def run_data_command(args: argparse.Namespace) -> int:
                              args.seed, args.min_numbers, args.max_numbers, args.max_target, args.max_train, args.max_test)
     elif args.dataset == "gsm8k":
         gsm8k.preprocess(args.input, args.local_dir, args.max_train, args.max_test, args.variant)
-    else:  # math: imported here, as the MATH scorer pulls in the reward package (and torch)
+    else:  # math and geo3k: imported here, as the MATH scorer pulls in the reward package (and torch)
         module = importlib.import_module(f"{__name__}.{args.dataset}")
         module.preprocess(args.input, args.local_dir, args.max_train, args.max_test)
     return 0
