@@ -35,8 +35,8 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
-from reinforge.environment.data_files import check_row, file_list, is_text_prompt, preview, read_rows, shape_prompt, to_messages
 from reinforge.environment import multimodal
+from reinforge.environment.data_files import check_row, file_list, is_text_prompt, preview, read_rows, shape_prompt, to_messages
 from reinforge.errors import ConfigError, DataError, ModelError
 from reinforge.user_code import check_keywords, load_user_class, user_call
 

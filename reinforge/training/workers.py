@@ -52,9 +52,9 @@ from reinforge.training.lora import (
     save_adapter,
 )
 from reinforge.training.model import load_causal_lm, load_tokenizer, load_value_model, model_source
-from reinforge.training.vision import freeze_vision_tower
 from reinforge.training.optim import advance_schedule, apply_settings, group_settings, make_optimizer, make_scheduler
 from reinforge.training.perf import compute_memory_metrics, device_peak_flops, mfu, training_flops
+from reinforge.training.vision import freeze_vision_tower
 
 
 def update_perf_metrics(role: str, model: torch.nn.Module, batch: Batch, seconds: float, ppo_epochs: int,

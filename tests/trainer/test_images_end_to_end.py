@@ -3,15 +3,14 @@ the prompt) with a tiny Qwen2-VL model: it learns a task that only the image ans
 folder that loads with its processor, and refuses what this version does not do with images."""
 
 import pyarrow as pa
-import torch
 import pyarrow.parquet as pq
 import pytest
+import torch
 
 from reinforge.cli import main
 from reinforge.config import load_config
 from reinforge.errors import ConfigError
 from reinforge.trainer.main import run
-
 from tests.trainer.conftest import records, train_steps
 
 FIRST_DIGIT = """
