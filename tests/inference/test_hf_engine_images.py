@@ -16,14 +16,17 @@ from reinforge.inference.hf import HFEngine
 from reinforge.training.actor import response_log_probs
 
 
-@pytest.fixture(scope="module")
-def parts(tiny_vl_model_path, brightness_rows, tmp_path_factory):
+@pytest.fixture(scope="module", params=["qwen2_vl", "qwen2_5_vl"])
+def parts(request, tiny_model_path, cache_dir, brightness_rows, tmp_path_factory):
+    """Tokenizer, dataset (3 rows with an image, 1 without) and model, for a tiny Qwen2-VL and a tiny Qwen2.5-VL."""
     import pyarrow as pa
     import pyarrow.parquet as pq
     from transformers import AutoModelForImageTextToText, AutoTokenizer
 
+    from reinforge.training.tiny_vl_model import ensure_tiny_vl_model
     from reinforge.training.vision import load_processor
 
+    tiny_vl_model_path = ensure_tiny_vl_model(tiny_model_path, cache_dir / "models", arch=request.param)
     tokenizer = AutoTokenizer.from_pretrained(tiny_vl_model_path)
     processor = load_processor(str(tiny_vl_model_path), tokenizer)
     rows = brightness_rows(4, seed=5)
@@ -33,6 +36,7 @@ def parts(tiny_vl_model_path, brightness_rows, tmp_path_factory):
     pq.write_table(pa.Table.from_pylist(rows), path)
     dataset = RLDataset(str(path), tokenizer, DataConfig(max_prompt_length=64), processor)
     model = AutoModelForImageTextToText.from_pretrained(tiny_vl_model_path)
+    assert model.config.model_type == request.param
     return tokenizer, dataset, model
 
 
