@@ -107,6 +107,16 @@ def make_workspace(folder: Path, model: Path, other_model: Path) -> None:
     write_jsonl(folder / "no_reward_model.jsonl", [{k: v for k, v in row.items() if k != "reward_model"} for row in prompts])
     write_jsonl(folder / "bad_extra_info.jsonl", [{**row, "extra_info": "note"} if i == 2 else row for i, row in enumerate(prompts)])
     write_jsonl(folder / "images.jsonl", [{**row, "images": [{"path": "x.png"}]} for row in prompts])
+    from PIL import Image
+
+    from reinforge.training.tiny_vl_model import ensure_tiny_vl_model
+
+    shutil.copytree(ensure_tiny_vl_model(model, model.parent), folder / "vl_model")  # a tiny Qwen2-VL
+    Image.new("RGB", (56, 56), (200, 200, 200)).save(folder / "square.png")
+    placed = [{**row, "prompt": [{"role": "user", "content": f"<image>What is {i} plus 1?"}], "images": ["square.png"]}
+              for i, row in enumerate(prompts)]
+    write_jsonl(folder / "with_images.jsonl", placed)
+    write_jsonl(folder / "unplaced_images.jsonl", [{**row, "images": ["square.png"]} for row in prompts])
     write_jsonl(folder / "sft.jsonl", [{"question": f"Copy: {i}", "answer": str(i)} for i in range(8)])
     responses = [{**row, "responses": [str(i + 1), "9"]} for i, row in enumerate(prompts)]  # as reinforge generate writes
     write_jsonl(folder / "responses.jsonl", responses)

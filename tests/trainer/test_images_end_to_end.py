@@ -106,3 +106,28 @@ def test_what_images_do_not_support_yet_is_refused_before_training(image_run, tm
     with pytest.raises(ConfigError, match=r"actor_rollout_ref.rollout.multi_turn.enable=true: prompts with images "
                                           r"\(data.image_key\) are generated single-turn by the hf engine only"):
         image_run("actor_rollout_ref.rollout.multi_turn.enable=true", run_dir=tmp_path / "agent")
+
+
+def test_rows_with_images_need_the_hf_engine_and_no_distillation():
+    from types import SimpleNamespace
+
+    from reinforge.environment.multimodal import check_image_run
+
+    from reinforge.config.schema import Config
+
+    with_images, text = SimpleNamespace(has_images=True), SimpleNamespace(has_images=False)
+    for section, field, value, setting in (
+            ("actor_rollout_ref.rollout", "name", "vllm", "actor_rollout_ref.rollout.name=vllm"),
+            ("actor_rollout_ref.rollout", "name", "sglang", "actor_rollout_ref.rollout.name=sglang"),
+            ("actor_rollout_ref.rollout.multi_turn", "enable", True, "actor_rollout_ref.rollout.multi_turn.enable=true"),
+            ("distillation", "enabled", True, "distillation")):
+        config = Config()  # the checked fields alone (the config checks would stop vllm on a machine without a GPU first)
+        config.algorithm.adv_estimator = "grpo"
+        node = config
+        for part in section.split("."):
+            node = getattr(node, part)
+        setattr(node, field, value)
+        check_image_run(config, text, processor=None)  # text rows: nothing to refuse
+        with pytest.raises(ConfigError, match=rf"^{setting}: prompts with images \(data.image_key\) are generated single-turn "
+                                              r"by the hf engine only in this version, without distillation"):
+            check_image_run(config, with_images, processor=None)
