@@ -73,8 +73,7 @@ def with_image_parts(messages: list[dict[str, Any]], count: int, where: str) -> 
     """`messages` with each content string split at `<image>` into verl's content list; the placeholders must number
     `count` (the row's images)."""
     found = sum(m["content"].count(PLACEHOLDER) for m in messages if isinstance(m.get("content"), str))
-    found += sum(1 for m in messages if isinstance(m.get("content"), list) for part in m["content"]
-                 if isinstance(part, dict) and part.get("type") == "image")
+    found += image_parts(messages)
     if found != count:
         raise DataError(f"{where}: the row has {count} image(s) but its prompt marks {found} place(s) for them; put one "
                         f"{PLACEHOLDER} in the prompt's text where each image goes, in order")
@@ -131,12 +130,25 @@ def mrope_positions(model: torch.nn.Module, input_ids: torch.Tensor, attention_m
     return positions
 
 
+def image_parts(messages: list[dict[str, Any]]) -> int:
+    """How many `{"type": "image"}` parts the messages' content lists hold."""
+    return sum(1 for m in messages if isinstance(m.get("content"), list) for part in m["content"]
+               if isinstance(part, dict) and part.get("type") == "image")
+
+
 def shape_image_rows(rows: list[dict[str, Any]], messages: list[list[dict[str, Any]]], origins: list[tuple[str, int]],
                      config: Any) -> list[list[dict[str, Any]]]:
-    """Each row's messages, split at `<image>` where the row has images (column `data.image_key`)."""
-    return [with_image_parts(m, len(images), f"{file}: row {number}, column {config.prompt_key!r}") if images else m
-            for m, images, (file, number) in zip(messages, (row_images(row, config.image_key) for row in rows), origins,
-                                                 strict=True)]
+    """Each row's messages, split at `<image>` where the row has images (column `data.image_key`); DataError for image
+    parts in a row without images (the template would place an image that no pixels fill)."""
+    shaped = []
+    for m, row, (file, number) in zip(messages, rows, origins, strict=True):
+        images, where = row_images(row, config.image_key), f"{file}: row {number}, column {config.prompt_key!r}"
+        if not images and image_parts(m):
+            raise DataError(f"{where}: the prompt has {image_parts(m)} image part(s) ({{'type': 'image'}}) but the row has "
+                            f"no images in column {config.image_key!r} (data.image_key); put the images there, or set "
+                            "data.image_key to the column that holds them")
+        shaped.append(with_image_parts(m, len(images), where) if images else m)
+    return shaped
 
 
 def expand_image_tokens(processor, rows: list[dict[str, Any]], texts: list[str], token_ids: list[list[int]],

@@ -79,6 +79,14 @@ def test_mistakes_in_image_rows_name_the_file_row_and_what_to_do(tmp_path, vl, d
     with pytest.raises(DataError, match=r"few\.parquet: row 2, column 'prompt': the row has 1 image\(s\) but its prompt marks "
                                         r"0 place\(s\) for them; put one <image> in the prompt's text where each image goes"):
         RLDataset(str(write_rows(tmp_path / "few.parquet", rows)), tokenizer, data_config(), processor)
+    rows = brightness_rows(2, seed=1)  # TRL's image parts, but the images in another column than data.image_key
+    rows = [{**{k: v for k, v in row.items() if k != "images"}, "image": row["images"][0],
+             "prompt": [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": "Copy: 01"}]}]} for row in rows]
+    with pytest.raises(DataError, match=r"trl\.parquet: row 0, column 'prompt': the prompt has 1 image part\(s\) "
+                                        r"\(\{'type': 'image'\}\) but the row has no images in column 'images' \(data.image_key\)"):
+        RLDataset(str(write_rows(tmp_path / "trl.parquet", rows)), tokenizer, data_config(), processor)
+    trl = RLDataset(str(tmp_path / "trl.parquet"), tokenizer, data_config(image_key="image"), processor)  # TRL's layout
+    assert trl[0][MM_KEY]["image_grid_thw"].tolist() == [[1, 4, 4]]
     rows = brightness_rows(2, seed=1)
     rows[1]["images"] = [{"bytes": b"not a picture", "path": None}]
     with pytest.raises(DataError, match=r"bad\.parquet: row 1, column 'images', image 0: cannot read the image "
