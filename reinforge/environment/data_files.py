@@ -106,9 +106,9 @@ def check_row(row: dict[str, Any], origin: tuple[str, int], config: Any, images_
     value = row.get(config.image_key)
     if not images_ok and value is not None and not (hasattr(value, "__len__") and len(value) == 0):
         raise DataError(f"{file}: row {number}, column {config.image_key!r} (data.image_key): the row has images, but the "
-                        "model has no image processor (no preprocessor_config.json in its folder), so the prompt would be "
-                        "trained as text without them. Use a vision-language model (Qwen2-VL, Qwen2.5-VL), or rows without "
-                        f"images (an empty or null {config.image_key!r} is fine).")
+                        "model does not take images here (reinforge trains them with Qwen2-VL and Qwen2.5-VL models, whose "
+                        "folder has a preprocessor_config.json), so the prompt would be trained as text without them. Use "
+                        f"such a model, or rows without images (an empty or null {config.image_key!r} is fine).")
     value = row.get(config.video_key)
     if value is not None and not (hasattr(value, "__len__") and len(value) == 0):
         raise DataError(f"{file}: row {number}, column {config.video_key!r} (data.video_key): the row has videos, but videos "

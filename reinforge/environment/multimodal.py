@@ -13,10 +13,10 @@ number in all three after them (`mrope_positions`, from the model's own `get_rop
 position is the one before it plus one in each. reinforge computes them for each forward from the token ids and
 the attention mask, so the batch's `position_ids` stay the text positions every other part reads.
 
-A vision-language model never generates its vision tokens (`<|image_pad|>`, `<|vision_start|>`, ...): the engine
-samples and the actor computes log-probs with their logits at `NEVER` (`mask_vision_tokens`), the same distribution
-on both sides. A trained model gives them no probability anyway; an untrained one would otherwise emit an image
-placeholder that no image fills.
+Under the hf engine a vision-language model never generates its vision tokens (`<|image_pad|>`, `<|vision_start|>`,
+...): the engine samples and the actor computes log-probs with their logits at `NEVER` (`mask_vision_tokens`; the
+worker gives the actor `never_generated`), the same distribution on both sides. A trained model gives them no
+probability anyway; an untrained one would otherwise emit an image placeholder that no image fills.
 """
 
 from __future__ import annotations
@@ -120,11 +120,8 @@ def mrope_positions(model: torch.nn.Module, input_ids: torch.Tensor, attention_m
     """(3, rows, length) rotary positions of a left- or right-padded batch whose image tokens `inputs` describe."""
     inner = vision_model(model)
     config = getattr(inner, "config", None) or model.config
-    types = torch.zeros_like(input_ids, dtype=torch.int)
+    types = torch.zeros_like(input_ids, dtype=torch.int)  # image tokens 1; videos are not taken, so none is marked 2
     types[input_ids == config.image_token_id] = 1
-    video = getattr(config, "video_token_id", None)
-    if video is not None:
-        types[input_ids == video] = 2
     positions, _ = inner.get_rope_index(input_ids, mm_token_type_ids=types, image_grid_thw=inputs.get("image_grid_thw"),
                                         attention_mask=attention_mask)
     return positions
@@ -162,7 +159,8 @@ def expand_image_tokens(processor, rows: list[dict[str, Any]], texts: list[str],
             where = f"{file}: row {number}, column {config.image_key!r}"
             images = [load_image(value, f"{where}, image {k}") for k, value in enumerate(values)]
             try:
-                ids = processor(text=[text], images=images, **dict(config.mm_processor_kwargs))["input_ids"][0]
+                ids = processor(text=[text], images=images, add_special_tokens=False,
+                                **dict(config.mm_processor_kwargs))["input_ids"][0]
             except Exception as exc:
                 raise DataError(f"{where}: the processor failed on the row ({type(exc).__name__}: {exc})") from exc
             ids = list(ids.tolist() if hasattr(ids, "tolist") else ids)
@@ -195,6 +193,12 @@ def row_image_inputs(processor, row: dict[str, Any], origin: tuple[str, int], co
     return image_inputs(processor, images, dict(config.mm_processor_kwargs))
 
 
+def never_generated(config: Any, model: torch.nn.Module) -> list[int]:
+    """The tokens the run's engine never samples: a vision-language model's vision tokens under the hf engine (vLLM
+    and SGLang sample from the whole vocabulary)."""
+    return vision_token_ids(model.config) if config.actor_rollout_ref.rollout.name == "hf" else []
+
+
 def vision_token_ids(config: Any) -> list[int]:
     """The vision tokens of a vision-language model's config (none for a text model's)."""
     if getattr(config, "vision_config", None) is None:
@@ -204,23 +208,28 @@ def vision_token_ids(config: Any) -> list[int]:
 
 
 def mask_vision_tokens(logits: torch.Tensor, token_ids: torch.Tensor | None) -> torch.Tensor:
-    """`logits` (..., vocab) with the vision tokens' at `NEVER` (a copy; `logits` itself when there are none)."""
-    if token_ids is None or not len(token_ids):
-        return logits
-    return logits.index_fill(-1, token_ids.to(logits.device), NEVER)
+    """`logits` (..., vocab) with the vision tokens' at `NEVER`, in place (no vocabulary-sized copy; autograd takes it:
+    the language-model head's backward does not read its output); returns `logits`."""
+    if token_ids is not None and len(token_ids):
+        logits.index_fill_(-1, token_ids.to(logits.device), NEVER)
+    return logits
 
 
-def check_image_run(config: Any, dataset: Any, processor: Any) -> None:
-    """ConfigError for what this version does not do with a vision-language model or rows with images: a critic (the
-    value model is a causal LM's), and for rows with images any engine but hf, multi-turn rollouts and distillation."""
+def check_image_run(config: Any, datasets: list, processor: Any) -> list[str]:
+    """ConfigError for what this version does not do with a vision-language model or rows with images (in any of
+    `datasets`, the built-in dataset's): a critic (the value model is a causal LM's), and for rows with images any
+    engine but hf, multi-turn rollouts, distillation, and rows without images beside them on several ranks (a rank
+    whose micro-batch had no image would skip the vision encoder's collectives). Returns notes to print."""
+    from reinforge.distributed.process_group import world_size_of
     from reinforge.errors import ConfigError
 
     if processor is not None and config.critic.enable:
         raise ConfigError(f"algorithm.adv_estimator={config.algorithm.adv_estimator} trains a critic, and a critic for a "
                           "vision-language model is not supported in this version; use an estimator without one (grpo, "
                           "rloo, reinforce_plus_plus, remax, ...)")
-    if not getattr(dataset, "has_images", False):
-        return
+    with_images = [dataset for dataset in datasets if getattr(dataset, "has_images", False)]
+    if not with_images:
+        return []
     rollout = config.actor_rollout_ref.rollout
     refused = [(rollout.name != "hf", f"actor_rollout_ref.rollout.name={rollout.name}", "set it to hf"),
                (rollout.multi_turn.enable, "actor_rollout_ref.rollout.multi_turn.enable=true", "set it to false"),
@@ -229,3 +238,15 @@ def check_image_run(config: Any, dataset: Any, processor: Any) -> None:
         if on:
             raise ConfigError(f"{setting}: prompts with images (data.image_key) are generated single-turn by the hf engine "
                               f"only in this version, without distillation; {advice}, or use rows without images")
+    ranks = world_size_of(config)
+    for dataset in (d for d in with_images if ranks > 1 and hasattr(d, "located_rows")):
+        text = next(((file, number) for row, file, number in dataset.located_rows()
+                     if not row_images(row, config.data.image_key)), None)
+        if text is not None:
+            raise ConfigError(f"{text[0]}: row {text[1]} has no images, beside rows with images, and the run has {ranks} "
+                              "ranks (trainer.nnodes x trainer.n_gpus_per_node): a rank whose micro-batch has no image "
+                              "would leave the vision encoder's collectives. Mixing rows with and without images is "
+                              "supported on one rank in this version; give every row an image, or train on one rank")
+    if config.reward_model.enable:
+        return ["the reward model reads the prompts of rows with images as text, without their images"]
+    return []

@@ -129,9 +129,10 @@ def _run_in(run_dir: Path, config: Config, user_keys: list[str], startup: Startu
                                   seed=data.seed, drop_last=False, batch_key="data.val_batch_size")
 
     _note_string_prompts(config, user_keys, train_set, val_loader.dataset if val_loader else None)
+    for line in check_image_run(config, [train_set, val_loader.dataset if val_loader else None], processor):
+        print(f"reinforge: note: {line}", flush=True)
     vocab_size = model_vocab_size(config.actor_rollout_ref.model)
     for dataset in (train_set, val_loader.dataset if val_loader else None):
-        check_image_run(config, dataset, processor)
         if vocab_size is not None and hasattr(dataset, "check_token_ids"):  # not a user's Dataset class
             dataset.check_token_ids(vocab_size, f"actor_rollout_ref.model.path={config.actor_rollout_ref.model.path}")
         rollout = config.actor_rollout_ref.rollout

@@ -52,7 +52,6 @@ from reinforge.environment.multimodal import (
     has_images,
     mask_vision_tokens,
     mrope_positions,
-    vision_token_ids,
 )
 from reinforge.training.distill import distillation_loss, extreme_metrics, token_losses, total_loss
 from reinforge.training.minibatch import (
@@ -73,7 +72,8 @@ from reinforge.training.packing import ResponseLogits, packed_logits, packing_fo
 from reinforge.training.shared_prefix import shared_prompt_logits
 
 
-def response_logits(model: torch.nn.Module, batch: Batch, share_prompt: bool = True, pack: bool = False) -> ResponseLogits:
+def response_logits(model: torch.nn.Module, batch: Batch, share_prompt: bool = True, pack: bool = False,
+                    never: list[int] | None = None) -> ResponseLogits:
     """Logits that predict each response token: (batch, response_len, vocab), or packed (1, tokens, vocab) with `pack`
     (model.use_remove_padding) where packing saves rows (`packing.py`; `ResponseLogits.unpack` gives per-token
     results at (batch, response_len)).
@@ -81,11 +81,11 @@ def response_logits(model: torch.nn.Module, batch: Batch, share_prompt: bool = T
     With `share_prompt` (actor_rollout_ref.model.share_prompt_forward), a prompt that repeats in the batch is
     computed once (`shared_prefix.py`; the same numbers) where it repeats and the model allows it, unless the packed
     forward runs fewer tokens. Rows with images (`multi_modal_inputs`) run padded, with their images' inputs and their
-    three-axis positions (environment/multimodal.py), neither shared nor packed."""
+    three-axis positions (environment/multimodal.py), neither shared nor packed. `never`: tokens the engine never
+    samples (a vision-language model's vision tokens under the hf engine), whose logits are set to `NEVER` here too."""
     out = _response_logits(model, batch, share_prompt, pack)
-    vision = vision_token_ids(model.config)  # never generated (environment/multimodal.py)
-    if vision:
-        out.logits = mask_vision_tokens(out.logits, torch.tensor(vision))
+    if never:
+        mask_vision_tokens(out.logits, torch.tensor(never))
     return out
 
 
@@ -121,9 +121,10 @@ def _image_text_logits(model: torch.nn.Module, batch: Batch, width: int) -> Resp
 
 
 def response_log_probs(model: torch.nn.Module, batch: Batch, temperature: float, with_entropy: bool = False,
-                       share_prompt: bool = True, pack: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
+                       share_prompt: bool = True, pack: bool = False,
+                       never: list[int] | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Log-prob (and entropy) of each response token, (batch, response_len), under logits / temperature."""
-    out = response_logits(model, batch, share_prompt, pack)
+    out = response_logits(model, batch, share_prompt, pack, never)
     return tuple(map(out.unpack, log_probs_from_logits(out.logits, out.tokens, temperature, with_entropy)))
 
 
@@ -131,17 +132,18 @@ class Actor:
     def __init__(self, model: torch.nn.Module, config: ActorConfig, optimizer: torch.optim.Optimizer | None = None,
                  ref_model: torch.nn.Module | None = None, rollout_correction: RolloutCorrectionConfig | None = None,
                  device: str | None = None, share_prompt: bool = True, pack: bool = False,
-                 distillation: DistillationConfig | None = None):
+                 distillation: DistillationConfig | None = None, never: list[int] | None = None):
         """`device`: where inputs go; by default the parameters' (FSDP's CPU offload keeps them on the CPU).
         `share_prompt`: compute a prompt that repeats in a micro-batch once (actor_rollout_ref.model.share_prompt_forward);
         `pack`: pack micro-batches without padding (actor_rollout_ref.model.use_remove_padding);
-        `distillation`: the update learns from the batch's teacher log-probs too (`distill.py`)."""
+        `distillation`: the update learns from the batch's teacher log-probs too (`distill.py`);
+        `never`: tokens the engine never samples (`response_logits`)."""
         self.model, self.config, self.optimizer, self.ref_model = model, config, optimizer, ref_model
         self.distillation = distillation if distillation is not None and distillation.enabled else None
         loss_cfg = None if self.distillation is None else self.distillation.distillation_loss
         # the task's loss terms, left out (as verl leaves out its ppo_loss) when distillation alone trains the policy
         self.task_terms = loss_cfg is None or loss_cfg.use_task_rewards or loss_cfg.use_policy_gradient
-        self.share_prompt, self.pack = share_prompt, pack
+        self.forward = {"share_prompt": share_prompt, "pack": pack, "never": never}  # response_logits' options
         self.rollout_correction = rollout_correction  # algorithm.rollout_correction; its bypass_mode changes the loss
         self.device = torch.device(device) if device else next(model.parameters()).device
 
@@ -153,7 +155,7 @@ class Actor:
         with eval_mode(self.model):
             return forward_in_micro_batches(batch, micro_batch_size, max_tokens, self.device,
                                             lambda micro: response_log_probs(self.model, micro, temperature, with_entropy,
-                                                                               self.share_prompt, self.pack))
+                                                                               **self.forward))
 
     @torch.no_grad()
     def compute_log_prob_and_sum_pi_squared(self, batch: Batch, temperature: float, micro_batch_size: int | None,
@@ -162,7 +164,7 @@ class Actor:
         """Log-probs, entropy and the sum of squared probabilities over the vocabulary at each response position, from
         one forward."""
         def forward(micro: Batch) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-            out = response_logits(self.model, micro, self.share_prompt, self.pack)
+            out = response_logits(self.model, micro, **self.forward)
             log_probs, entropy = log_probs_from_logits(out.logits, out.tokens, temperature)
             return tuple(map(out.unpack, (log_probs, entropy, sum_pi_squared_from_logits(out.logits, temperature))))
 
@@ -175,9 +177,9 @@ class Actor:
                                          max_tokens: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """The reference's log-probs and the exact per-token KL(this policy || reference), from one forward of each."""
         def forward(micro: Batch) -> tuple[torch.Tensor, torch.Tensor]:
-            ref = response_logits(ref_model, micro, self.share_prompt, self.pack)
+            ref = response_logits(ref_model, micro, **self.forward)
             log_probs, _ = log_probs_from_logits(ref.logits, ref.tokens, temperature, with_entropy=False)
-            own = self._same_layout(response_logits(self.model, micro, self.share_prompt, self.pack), ref)
+            own = self._same_layout(response_logits(self.model, micro, **self.forward), ref)
             return ref.unpack(log_probs), ref.unpack(full_kl_from_logits(own, ref.logits, temperature))
 
         with eval_mode(self.model):
@@ -220,7 +222,7 @@ class Actor:
             micro = mini.index(rows).to(self.device)
             mask = micro["response_mask"].float()
             trimmed = trim_padding(micro)
-            out = response_logits(self.model, trimmed.batch, self.share_prompt, self.pack)  # rows x kept response columns
+            out = response_logits(self.model, trimmed.batch, **self.forward)  # rows x kept response columns
             log_prob, entropy = (trimmed.widen(out.unpack(v)) for v in log_probs_from_logits(out.logits, out.tokens, temperature))
             old_log_prob = log_prob.detach() if on_policy else micro["old_log_probs"]
             if on_policy and "rollout_log_probs" in micro:
@@ -291,7 +293,7 @@ class Actor:
         if self.config.kl_loss_type != "full":
             return kl_penalty(log_prob, micro["ref_log_prob"], self.config.kl_loss_type)
         with torch.no_grad():
-            ref_logits = self._same_layout(response_logits(self.ref_model, trimmed.batch, self.share_prompt, self.pack), out)
+            ref_logits = self._same_layout(response_logits(self.ref_model, trimmed.batch, **self.forward), out)
         return trimmed.widen(out.unpack(full_kl_from_logits(out.logits, ref_logits, temperature)))
 
     @staticmethod

@@ -1,7 +1,9 @@
 """Vision-language models: which transformers class loads a model, and its image processor.
 
-A folder whose config has a `vision_config` of a model transformers lists under image-text-to-text (Qwen2-VL,
-Qwen2.5-VL) loads with `AutoModelForImageTextToText`, as verl loads it; every other one with `AutoModelForCausalLM`.
+A folder of a Qwen2-VL-family model (`VISION_FAMILIES`: Qwen2-VL, Qwen2.5-VL, whose three-axis positions reinforge
+computes with their `get_rope_index`) loads with `AutoModelForImageTextToText`, as verl loads it, and trains on rows
+with images; every other folder loads with `AutoModelForCausalLM` as before (other vision-language models that
+transformers also lists as causal LMs, such as Qwen3.5, train on text there), and rows with images are refused for it.
 Its processor is the folder's `AutoProcessor` around reinforge's tokenizer (custom chat template and pad token
 applied). transformers 5 builds a Qwen2-VL processor only with torchvision installed (its video processor needs it);
 without torchvision, images need only the image processor's Pillow backend, so the processor is built from that and
@@ -16,14 +18,12 @@ from typing import Any
 
 from reinforge.errors import ModelError
 
+VISION_FAMILIES = ("qwen2_vl", "qwen2_5_vl")  # the model types that train on rows with images
+
 
 def is_vision_config(hf_config: Any) -> bool:
-    """Whether a model config describes a vision-language model that loads as image-text-to-text."""
-    if getattr(hf_config, "vision_config", None) is None:
-        return False
-    from transformers.models.auto.modeling_auto import MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES
-
-    return hf_config.model_type in MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES
+    """Whether a model config describes a vision-language model that reinforge trains with images."""
+    return getattr(hf_config, "model_type", None) in VISION_FAMILIES and getattr(hf_config, "vision_config", None) is not None
 
 
 def model_class(hf_config: Any):

@@ -26,6 +26,8 @@ from reinforge.config import wants_sum_pi_squared
 from reinforge.config.schema import Config, TrainerConfig
 from reinforge.distributed import Dispatch, register
 from reinforge.distributed.process_group import init_distributed, rank, world_size
+from reinforge.environment.multimodal import MM_KEY, has_images, never_generated
+from reinforge.errors import ConfigError
 from reinforge.inference import SamplingParams, generate_sequences, make_engine
 from reinforge.inference.rollout import check_single_turn
 from reinforge.training.actor import Actor
@@ -102,7 +104,8 @@ class ActorRolloutRefWorker:
             self.scheduler = make_scheduler(optimizer, cfg.actor.optim, total_training_steps)
             self.actor = Actor(model, cfg.actor, optimizer, rollout_correction=self.config.algorithm.rollout_correction,
                                device=self.device, share_prompt=cfg.model.share_prompt_forward,
-                               pack=cfg.model.use_remove_padding, distillation=self.config.distillation)
+                               pack=cfg.model.use_remove_padding, distillation=self.config.distillation,
+                               never=never_generated(self.config, model))
             self.vocab = model.get_output_embeddings().weight.shape[0]  # the student's logits, which a teacher's top-k index
             self.teachers = (load_teachers(self.config, self.device, self.vocab, self.tokenizer)
                              if self.config.distillation.enabled else [])
@@ -115,11 +118,13 @@ class ActorRolloutRefWorker:
                                           data.max_prompt_length, data.truncation)
         if self.has_ref and self.has_actor and lora_enabled(cfg.model):  # verl's ref-in-actor: the policy, adapters off
             self.ref = Actor(WithoutAdapters(self.actor.model), cfg.actor, device=self.device,
-                             share_prompt=cfg.model.share_prompt_forward, pack=cfg.model.use_remove_padding)
+                             share_prompt=cfg.model.share_prompt_forward, pack=cfg.model.use_remove_padding,
+                             never=self.actor.forward["never"])
         elif self.has_ref:
             ref = load_causal_lm(self.config, self.device, trainable=False, dtype=cfg.ref.fsdp_config.model_dtype)
             self.ref = Actor(shard_model(ref, cfg.ref.fsdp_config, self.device), cfg.actor, device=self.device,
-                             share_prompt=cfg.model.share_prompt_forward, pack=cfg.model.use_remove_padding)
+                             share_prompt=cfg.model.share_prompt_forward, pack=cfg.model.use_remove_padding,
+                             never=never_generated(self.config, ref))
         if self.has_ref and self.has_actor and cfg.actor.kl_loss_type == "full":
             self.actor.ref_model = self.ref.model  # the exact KL needs the reference's whole distribution
 
@@ -142,6 +147,9 @@ class ActorRolloutRefWorker:
         self.engine.wake()  # vllm/sglang: memory back, the actor's latest weights pushed
         try:
             if self.agents is not None:  # multi-turn: an agent loop per row (docs/agents.md)
+                if MM_KEY in prompts and has_images(prompts[MM_KEY]):  # a Dataset class's rows (the built-in's: at start)
+                    raise ConfigError("actor_rollout_ref.rollout.multi_turn.enable=true: the rows have images "
+                                      "(multi_modal_inputs), which agent loops do not take in this version")
                 return self.agents.generate_sequences(self.engine, prompts, params, self.tokenizer.pad_token_id)
             check_single_turn(prompts)
             return generate_sequences(self.engine, prompts, params, self.tokenizer.pad_token_id)

@@ -138,7 +138,7 @@ def test_a_grown_dataset_resumes_with_its_rows_and_serves_what_an_uninterrupted_
     ("Raises", r"data.datagen \(Raises.generate, round 1\) failed: RuntimeError: the generator's model is not loaded"),
     ("TextExtraInfo", r"data.datagen \(TextExtraInfo.generate, round 1\): row 1, column 'extra_info': must be a dict .* got str 'note'"),
     ("WithImages", r"data.datagen \(WithImages.generate, round 1\): row 0, column 'images' \(data.image_key\): the row has images, "
-                   r"but the model has no image processor"),
+                   r"but the model does not take images here"),
 ])
 def test_bad_generated_rows_name_the_generator_and_the_row(build, name, message):
     dataset = build(name)

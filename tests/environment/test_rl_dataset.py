@@ -302,7 +302,7 @@ def test_rows_with_images_without_a_processor_or_with_videos_are_refused_when_th
     rows = [{**row, "images": []} for row in make_rows(3)]  # verl's multimodal schema: a list of {'bytes', 'path'}
     rows[1]["images"] = [{"bytes": bytes.fromhex("89504e470d0a1a0a"), "path": None}]
     with pytest.raises(DataError, match=r"geo\.parquet: row 1, column 'images' \(data\.image_key\): the row has images, but "
-                                        r"the model has no image processor \(no preprocessor_config\.json in its folder\)"):
+                                        r"the model does not take images here \(reinforge trains them with Qwen2-VL and Qwen2\.5-VL models"):
         RLDataset(str(write_rows(tmp_path / "geo.parquet", rows)), tokenizer, data_config(image_key="images"))
     clips = [{**row, "clips": None} for row in make_rows(2)]
     clips[1]["clips"] = ["a.mp4"]

@@ -60,7 +60,7 @@ def test_the_actor_forward_gives_the_log_probs_the_engine_sampled_with(parts):
     mask = trajectories["attention_mask"][:, -trajectories["responses"].shape[1]:].bool()
     assert int(mask.sum()) > 20
     with torch.no_grad():
-        log_probs, _ = response_log_probs(model, trajectories, temperature=1.3)
+        log_probs, _ = response_log_probs(model, trajectories, temperature=1.3, never=vision_token_ids(model.config))
     gap = (log_probs - trajectories["rollout_log_probs"]).abs()[mask]
     assert float(gap.max()) < 1e-4, gap
 
@@ -92,6 +92,9 @@ def test_vision_tokens_are_never_sampled_even_when_the_model_favours_them(parts)
     trajectories = generate(favoured, tokenizer, prompts_of(dataset, tokenizer, [0, 3]))
     assert not torch.isin(trajectories["responses"], torch.tensor(vision)).any()
     with torch.no_grad():
-        log_probs, _ = response_log_probs(favoured, trajectories, temperature=1.0)
+        log_probs, _ = response_log_probs(favoured, trajectories, temperature=1.0, never=vision)
     mask = trajectories["attention_mask"][:, -trajectories["responses"].shape[1]:].bool()
     assert float((log_probs - trajectories["rollout_log_probs"]).abs()[mask].max()) < 1e-4
+    with torch.no_grad():  # what the actor computes without the engine's rule (vLLM's case): other log-probs
+        unmasked, _ = response_log_probs(favoured, trajectories, temperature=1.0)
+    assert float((unmasked - trajectories["rollout_log_probs"]).abs()[mask].max()) > 1.0

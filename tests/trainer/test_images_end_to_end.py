@@ -125,9 +125,8 @@ def test_what_images_do_not_support_yet_is_refused_before_training(image_run, tm
 def test_rows_with_images_need_the_hf_engine_and_no_distillation():
     from types import SimpleNamespace
 
-    from reinforge.environment.multimodal import check_image_run
-
     from reinforge.config.schema import Config
+    from reinforge.environment.multimodal import check_image_run
 
     with_images, text = SimpleNamespace(has_images=True), SimpleNamespace(has_images=False)
     for section, field, value, setting in (
@@ -141,7 +140,28 @@ def test_rows_with_images_need_the_hf_engine_and_no_distillation():
         for part in section.split("."):
             node = getattr(node, part)
         setattr(node, field, value)
-        check_image_run(config, text, processor=None)  # text rows: nothing to refuse
+        assert check_image_run(config, [text, None], processor=None) == []  # text rows: nothing to refuse
         with pytest.raises(ConfigError, match=rf"^{setting}: prompts with images \(data.image_key\) are generated single-turn "
                                               r"by the hf engine only in this version, without distillation"):
-            check_image_run(config, with_images, processor=None)
+            check_image_run(config, [text, with_images], processor=None)
+
+
+def test_rows_without_images_beside_rows_with_images_train_on_one_rank_only():
+    from types import SimpleNamespace
+
+    from reinforge.config.schema import Config
+    from reinforge.environment.multimodal import check_image_run
+
+    rows = [({"images": [{"path": "a.png"}]}, "mixed.jsonl", 0), ({"images": []}, "mixed.jsonl", 1)]
+    mixed = SimpleNamespace(has_images=True, located_rows=lambda: iter(rows))
+    config = Config()
+    config.algorithm.adv_estimator = "grpo"
+    assert check_image_run(config, [mixed], processor=None) == []  # one rank: fine
+    config.trainer.n_gpus_per_node = 2
+    with pytest.raises(ConfigError, match=r"^mixed.jsonl: row 1 has no images, beside rows with images, and the run has 2 ranks"):
+        check_image_run(config, [mixed], processor=None)
+    all_images = SimpleNamespace(has_images=True, located_rows=lambda: iter(rows[:1]))
+    text = SimpleNamespace(has_images=False, located_rows=lambda: iter(rows[1:]))  # a text validation set is fine
+    config.reward_model.enable = True
+    assert check_image_run(config, [all_images, text], processor=None) == [
+        "the reward model reads the prompts of rows with images as text, without their images"]
