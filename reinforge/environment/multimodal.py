@@ -33,6 +33,7 @@ from reinforge.errors import DataError, ModelError
 PLACEHOLDER = "<image>"
 NEVER = -1e9  # the logit of a token never generated (finite: 0 * NEVER is 0 where entropies multiply by probabilities)
 MM_KEY = "multi_modal_inputs"  # a row's processed images: {"pixel_values", "image_grid_thw"} (None for a row without)
+VISION_FAMILIES = ("qwen2_vl", "qwen2_5_vl")  # the model types that train on rows with images (training/vision.py)
 
 
 def row_images(row: dict[str, Any], key: str) -> list[Any]:
@@ -127,6 +128,23 @@ def mrope_positions(model: torch.nn.Module, input_ids: torch.Tensor, attention_m
     return positions
 
 
+def with_stand_in_image(config: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor, column: int
+                        ) -> tuple[torch.Tensor, torch.Tensor, dict[str, torch.Tensor]]:
+    """The batch with one more row: a single image token in `column`, the only one attended, and the inputs of the
+    blank image (one merged block of patches) it stands for."""
+    vision = config.vision_config
+    merge = vision.spatial_merge_size
+    channels = getattr(vision, "in_channels", None) or getattr(vision, "in_chans", 3)
+    pixels = torch.zeros(merge * merge, channels * vision.temporal_patch_size * vision.patch_size ** 2,
+                         device=input_ids.device)
+    row = torch.zeros_like(input_ids[:1])
+    row[0, column] = config.image_token_id
+    mask = torch.zeros_like(attention_mask[:1])
+    mask[0, column] = 1
+    grid = torch.tensor([[1, merge, merge]], device=input_ids.device)
+    return torch.cat([input_ids, row]), torch.cat([attention_mask, mask]), {"pixel_values": pixels, "image_grid_thw": grid}
+
+
 def image_parts(messages: list[dict[str, Any]]) -> int:
     """How many `{"type": "image"}` parts the messages' content lists hold."""
     return sum(1 for m in messages if isinstance(m.get("content"), list) for part in m["content"]
@@ -200,8 +218,8 @@ def never_generated(config: Any, model: torch.nn.Module) -> list[int]:
 
 
 def vision_token_ids(config: Any) -> list[int]:
-    """The vision tokens of a vision-language model's config (none for a text model's)."""
-    if getattr(config, "vision_config", None) is None:
+    """The vision tokens of a Qwen2-VL-family model's config (none for any other model's)."""
+    if getattr(config, "model_type", None) not in VISION_FAMILIES:
         return []
     names = ("image_token_id", "video_token_id", "vision_start_token_id", "vision_end_token_id")
     return sorted({value for value in (getattr(config, name, None) for name in names) if isinstance(value, int)})
@@ -218,9 +236,7 @@ def mask_vision_tokens(logits: torch.Tensor, token_ids: torch.Tensor | None) -> 
 def check_image_run(config: Any, datasets: list, processor: Any) -> list[str]:
     """ConfigError for what this version does not do with a vision-language model or rows with images (in any of
     `datasets`, the built-in dataset's): a critic (the value model is a causal LM's), and for rows with images any
-    engine but hf, multi-turn rollouts, distillation, and rows without images beside them on several ranks (a rank
-    whose micro-batch had no image would skip the vision encoder's collectives). Returns notes to print."""
-    from reinforge.distributed.process_group import world_size_of
+    engine but hf, multi-turn rollouts and distillation. Returns notes to print."""
     from reinforge.errors import ConfigError
 
     if processor is not None and config.critic.enable:
@@ -238,15 +254,6 @@ def check_image_run(config: Any, datasets: list, processor: Any) -> list[str]:
         if on:
             raise ConfigError(f"{setting}: prompts with images (data.image_key) are generated single-turn by the hf engine "
                               f"only in this version, without distillation; {advice}, or use rows without images")
-    ranks = world_size_of(config)
-    for dataset in (d for d in with_images if ranks > 1 and hasattr(d, "located_rows")):
-        text = next(((file, number) for row, file, number in dataset.located_rows()
-                     if not row_images(row, config.data.image_key)), None)
-        if text is not None:
-            raise ConfigError(f"{text[0]}: row {text[1]} has no images, beside rows with images, and the run has {ranks} "
-                              "ranks (trainer.nnodes x trainer.n_gpus_per_node): a rank whose micro-batch has no image "
-                              "would leave the vision encoder's collectives. Mixing rows with and without images is "
-                              "supported on one rank in this version; give every row an image, or train on one rank")
     if config.reward_model.enable:
         return ["the reward model reads the prompts of rows with images as text, without their images"]
     return []

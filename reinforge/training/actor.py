@@ -45,13 +45,15 @@ from reinforge.batch import Batch
 from reinforge.config.algorithm_schema import RolloutCorrectionConfig
 from reinforge.config.distillation_schema import DistillationConfig
 from reinforge.config.schema import ActorConfig
-from reinforge.distributed.process_group import all_reduce_dict, world_size
+from reinforge.distributed.process_group import all_reduce, all_reduce_dict, world_size
 from reinforge.environment.multimodal import (
     MM_KEY,
     concat_inputs,
     has_images,
     mask_vision_tokens,
     mrope_positions,
+    vision_token_ids,
+    with_stand_in_image,
 )
 from reinforge.training.distill import distillation_loss, extreme_metrics, token_losses, total_loss
 from reinforge.training.minibatch import (
@@ -91,7 +93,11 @@ def response_logits(model: torch.nn.Module, batch: Batch, share_prompt: bool = T
 
 def _response_logits(model: torch.nn.Module, batch: Batch, share_prompt: bool, pack: bool) -> ResponseLogits:
     width = batch["responses"].shape[1]
-    if MM_KEY in batch and has_images(batch[MM_KEY]):
+    images = MM_KEY in batch and has_images(batch[MM_KEY])
+    if world_size() > 1 and vision_token_ids(model.config):  # the vision encoder's collectives: all ranks run it or none
+        if all_reduce([float(images)], "max")[0] > 0:
+            return _image_text_logits(model, batch, width, stand_in=not images)
+    elif images:
         return _image_text_logits(model, batch, width)
     packing = packing_for(model, batch, pack)
     if share_prompt:
@@ -108,16 +114,21 @@ def _response_logits(model: torch.nn.Module, batch: Batch, share_prompt: bool, p
     return ResponseLogits(out.logits, batch["responses"])
 
 
-def _image_text_logits(model: torch.nn.Module, batch: Batch, width: int) -> ResponseLogits:
-    """`response_logits` of rows with images: one padded forward with the rows' pixel inputs."""
+def _image_text_logits(model: torch.nn.Module, batch: Batch, width: int, stand_in: bool = False) -> ResponseLogits:
+    """`response_logits` of rows with images: one padded forward with the rows' pixel inputs. With `stand_in` (a rank
+    whose micro-batch has no image while another rank's has) a row of one blank image's token runs with them and its
+    logits join the result times 0, so the vision encoder runs forward and backward here too, as on the other ranks."""
     input_ids, attention_mask = batch["input_ids"], batch["attention_mask"]
-    images = concat_inputs(list(batch[MM_KEY]), input_ids.device)
-    positions = mrope_positions(model, input_ids, attention_mask, images)
+    images = concat_inputs(list(batch[MM_KEY]) if MM_KEY in batch else [], input_ids.device)
     length = input_ids.shape[1]
     keep = torch.arange(length - width - 1, length - 1, device=input_ids.device)
+    if stand_in:  # its image token where the first kept logits are read
+        input_ids, attention_mask, images = with_stand_in_image(model.config, input_ids, attention_mask, length - width - 1)
+    positions = mrope_positions(model, input_ids, attention_mask, images)
     out = model(input_ids=input_ids, attention_mask=attention_mask, position_ids=positions, use_cache=False,
                 logits_to_keep=keep, **images)
-    return ResponseLogits(out.logits, batch["responses"])
+    logits = out.logits[:-1] + 0 * out.logits[-1, 0, 0] if stand_in else out.logits
+    return ResponseLogits(logits, batch["responses"])
 
 
 def response_log_probs(model: torch.nn.Module, batch: Batch, temperature: float, with_entropy: bool = False,

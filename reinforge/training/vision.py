@@ -16,9 +16,8 @@ import contextlib
 from pathlib import Path
 from typing import Any
 
+from reinforge.environment.multimodal import VISION_FAMILIES
 from reinforge.errors import ModelError
-
-VISION_FAMILIES = ("qwen2_vl", "qwen2_5_vl")  # the model types that train on rows with images
 
 
 def is_vision_config(hf_config: Any) -> bool:

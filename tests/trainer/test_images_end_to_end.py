@@ -146,22 +146,17 @@ def test_rows_with_images_need_the_hf_engine_and_no_distillation():
             check_image_run(config, [text, with_images], processor=None)
 
 
-def test_rows_without_images_beside_rows_with_images_train_on_one_rank_only():
+def test_a_reward_model_is_noted_to_read_prompts_with_images_as_text():
     from types import SimpleNamespace
 
     from reinforge.config.schema import Config
     from reinforge.environment.multimodal import check_image_run
 
-    rows = [({"images": [{"path": "a.png"}]}, "mixed.jsonl", 0), ({"images": []}, "mixed.jsonl", 1)]
-    mixed = SimpleNamespace(has_images=True, located_rows=lambda: iter(rows))
     config = Config()
     config.algorithm.adv_estimator = "grpo"
-    assert check_image_run(config, [mixed], processor=None) == []  # one rank: fine
-    config.trainer.n_gpus_per_node = 2
-    with pytest.raises(ConfigError, match=r"^mixed.jsonl: row 1 has no images, beside rows with images, and the run has 2 ranks"):
-        check_image_run(config, [mixed], processor=None)
-    all_images = SimpleNamespace(has_images=True, located_rows=lambda: iter(rows[:1]))
-    text = SimpleNamespace(has_images=False, located_rows=lambda: iter(rows[1:]))  # a text validation set is fine
+    with_images, text = SimpleNamespace(has_images=True), SimpleNamespace(has_images=False)
+    assert check_image_run(config, [with_images, text], processor=None) == []
     config.reward_model.enable = True
-    assert check_image_run(config, [all_images, text], processor=None) == [
+    assert check_image_run(config, [text, None], processor=None) == []
+    assert check_image_run(config, [with_images, text], processor=None) == [
         "the reward model reads the prompts of rows with images as text, without their images"]
