@@ -162,7 +162,7 @@ def test_config_switch_reaches_the_actor_reference_and_critic(tiny_model_path, s
                              f"actor_rollout_ref.model.use_remove_padding={setting}", f"critic.model.use_remove_padding={setting}"])
     worker = ActorRolloutRefWorker(config)
     worker.init_model(1)
-    assert worker.actor.pack == worker.ref.pack == (setting == "true")
+    assert worker.actor.forward["pack"] == worker.ref.forward["pack"] == (setting == "true")
     critic = CriticWorker(config)
     critic.init_model(1)
     assert critic.critic.pack == (setting == "true")

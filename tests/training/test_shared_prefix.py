@@ -205,7 +205,7 @@ def test_config_switch_reaches_the_actor_and_the_reference(tiny_model_path, sett
                              f"actor_rollout_ref.model.share_prompt_forward={setting}"])
     worker = ActorRolloutRefWorker(config)
     worker.init_model(1)
-    assert worker.actor.share_prompt == worker.ref.share_prompt == (setting == "true")
+    assert worker.actor.forward["share_prompt"] == worker.ref.forward["share_prompt"] == (setting == "true")
 
 
 def test_shuffled_groups_give_the_same_gradient_bit_for_bit_every_time(tiny_model_path):
