@@ -70,6 +70,13 @@ def load_image(value: Any, where: str):
         raise DataError(f"{where}: cannot read the image ({type(exc).__name__}: {exc})") from exc
 
 
+def pil_images(value: Any, where: str) -> Any:
+    """A row's image column with each image as a PIL image (a list stays a list, a single image a single one)."""
+    if isinstance(value, dict) or not hasattr(value, "__len__") or isinstance(value, (str, bytes)):
+        return load_image(value, where)
+    return [load_image(image, f"{where}, image {k}") for k, image in enumerate(value)]
+
+
 def with_image_parts(messages: list[dict[str, Any]], count: int, where: str) -> list[dict[str, Any]]:
     """`messages` with each content string split at `<image>` into verl's content list; the placeholders must number
     `count` (the row's images)."""

@@ -152,7 +152,7 @@ def _run_in(run_dir: Path, config: Config, user_keys: list[str], startup: Startu
     reward_fn = None  # a reward model alone needs no manager and no scorer (docs/rewards.md)
     if not rm.enable or config.custom_reward_function.path:
         compute_score = get_compute_score(config)
-        manager, options = _manager_for(compute_score, rm.reward_manager, data.prompt_key, rm.reward_kwargs)
+        manager, options = _manager_for(compute_score, rm.reward_manager, data, rm.reward_kwargs)
         _check_reward_data(data, compute_score, train_set, val_loader.dataset if val_loader else None)
         # one manager for training and validation: a failing reward function's traceback is shown once per run
         reward_fn = make_reward_manager(manager, tokenizer, compute_score, reward_fn_key=data.reward_fn_key,
@@ -267,10 +267,10 @@ def _note_string_prompts(config, user_keys: list[str], *datasets) -> None:
               "is (TRL's standard format); chat-message prompts go through the chat template", flush=True)
 
 
-def _manager_for(compute_score, manager: str, prompt_key: str, reward_kwargs: dict) -> tuple[str, dict]:
+def _manager_for(compute_score, manager: str, data, reward_kwargs: dict) -> tuple[str, dict]:
     """The reward manager that calls `compute_score`, and its options beyond reward_model.reward_kwargs: TRL reward
-    functions are called by the `trl` manager (in place of the default naive), with the data's prompt column named, and
-    a function written for OpenRLHF by the `openrlhf` one."""
+    functions are called by the `trl` manager (in place of the default naive), with the data's prompt and image columns
+    named, and a function written for OpenRLHF by the `openrlhf` one."""
     from reinforge.errors import ConfigError
     from reinforge.reward.manager.calls import function_name
     from reinforge.reward.manager.openrlhf import OpenRLHFRewardFunction
@@ -291,7 +291,7 @@ def _manager_for(compute_score, manager: str, prompt_key: str, reward_kwargs: di
     if "prompt_key" in reward_kwargs:
         raise ConfigError("reward_model.reward_kwargs.prompt_key: the trl reward manager reads the prompt column that "
                           "data.prompt_key names; set that instead")
-    return kind, {"prompt_key": prompt_key}
+    return kind, {"prompt_key": data.prompt_key, "image_key": data.image_key}
 
 
 def _check_reward_data(data, compute_score, *datasets) -> None:

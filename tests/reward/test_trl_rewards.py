@@ -312,12 +312,15 @@ def test_a_verl_function_given_to_the_trl_manager_and_a_trl_one_to_another_manag
         make_reward_manager("trl", tokenizer, verl)
     with pytest.raises(ConfigError, match="reward_manager=trl calls .*; none is named"):
         make_reward_manager("trl", tokenizer, None)
+    from reinforge.config.data_schema import DataConfig
+
     functions = load(tmp_path, WEIGHTED, ["first", "second"])
-    assert _manager_for(functions, "naive", "question", {}) == ("trl", {"prompt_key": "question"})
+    data = DataConfig(prompt_key="question", image_key="image")
+    assert _manager_for(functions, "naive", data, {}) == ("trl", {"prompt_key": "question", "image_key": "image"})
     with pytest.raises(ConfigError, match=r"reward_manager=dapo: .* names TRL reward functions \(first, second\)"):
-        _manager_for(functions, "dapo", "prompt", {})
+        _manager_for(functions, "dapo", data, {})
     with pytest.raises(ConfigError, match="reward_kwargs.prompt_key: the trl reward manager reads .* data.prompt_key"):
-        _manager_for(functions, "naive", "prompt", {"prompt_key": "question"})
+        _manager_for(functions, "naive", data, {"prompt_key": "question"})
 
 
 def test_rows_are_checked_before_training_for_the_columns_functions_take_and_argument_names(tmp_path):

@@ -160,3 +160,32 @@ def test_a_reward_model_is_noted_to_read_prompts_with_images_as_text():
     assert check_image_run(config, [text, None], processor=None) == []
     assert check_image_run(config, [with_images, text], processor=None) == [
         "the reward model reads the prompts of rows with images as text, without their images"]
+
+
+TRL_BRIGHTNESS = """
+from PIL import Image, ImageStat
+
+
+def brightness(prompts, completions, images, **kwargs):
+    # TRL's signature: the rows' image column as TRL's datasets give it, PIL images; chat completions as messages
+    assert all(isinstance(image, Image.Image) for row in images for image in row), images
+    light = [ImageStat.Stat(image.convert("L")).mean[0] > 128 for image, *_ in images]
+    texts = [completion[0]["content"] for completion in completions]
+    return [1.0 if [c for c in text if c.isdigit()][:1] == ["1" if bright else "0"] else 0.0
+            for text, bright in zip(texts, light)]
+"""
+
+
+def test_a_trl_reward_function_gets_the_images_as_pil_images(image_run, tmp_path):
+    """The reward is computed from the image itself: the rewards equal the first-digit rule of the ground truths."""
+    reward = tmp_path / "trl_brightness.py"
+    reward.write_text(TRL_BRIGHTNESS)
+    steps = image_run(f"custom_reward_function.path={reward}", "custom_reward_function.name=brightness",
+                      "trainer.total_training_steps=2", f"trainer.rollout_data_dir={tmp_path / 'dump'}",
+                      run_dir=tmp_path / "trl")
+    assert all(step.get("reward/errors", 0) == 0 for step in steps.values())
+    for step in (1, 2):
+        for line in (tmp_path / "dump" / f"{step}.jsonl").read_text().splitlines():
+            row = __import__("json").loads(line)
+            right = [c for c in row["output"] if c.isdigit()][:1] == [row["gts"]]
+            assert row["score"] == float(right), row

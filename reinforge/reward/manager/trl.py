@@ -47,6 +47,7 @@ import torch
 
 from reinforge.batch import Batch
 from reinforge.environment.data_files import is_text_prompt
+from reinforge.environment.multimodal import pil_images, row_images
 from reinforge.errors import ConfigError, DataError, RewardError
 from reinforge.reward.manager.base import RewardManager, Sample, real_number, register_reward_manager
 from reinforge.reward.manager.calls import COMPLETION_PARAMETERS, VERL_PARAMETERS, WorkerError, function_name, run_coroutine
@@ -220,7 +221,8 @@ class TRLRewardManager(RewardManager):
     needs_ground_truth = False  # TRL's data has its answers in columns of its own
 
     def __init__(self, tokenizer: Any, num_examine: int = 0, compute_score: Callable[..., Any] | None = None,
-                 reward_fn_key: str = "data_source", timeout_s: float | None = None, prompt_key: str = "prompt") -> None:
+                 reward_fn_key: str = "data_source", timeout_s: float | None = None, prompt_key: str = "prompt",
+                 image_key: str | None = None) -> None:
         if not isinstance(compute_score, TRLRewardFunctions):
             what = ("none is named (the built-in scorers are verl's)" if getattr(compute_score, "func", compute_score)
                     in (None, default_compute_score) else f"{function_name(compute_score)} is not one")
@@ -228,7 +230,7 @@ class TRLRewardManager(RewardManager):
                 "reward_model.reward_manager=trl calls reward functions written for TRL, fn(prompts, completions, "
                 f"completion_ids, **columns) -> list of rewards; {what}. Set custom_reward_function.path and "
                 ".name to such functions, or use reward_model.reward_manager=naive")
-        self.prompt_key = prompt_key
+        self.prompt_key, self.image_key = prompt_key, image_key
         self._reported_functions: set[str] = set()  # functions whose failure was printed
         self._call_error: BaseException | None = None
         self._call_counts: dict[str, int] = {}  # this call's reward/function_errors and reward/unscored
@@ -248,6 +250,8 @@ class TRLRewardManager(RewardManager):
             if rows is not None and rows[i] is not None:
                 columns = {key: value for key, value in rows[i].items() if key not in (self.prompt_key, *COMPLETION_COLUMNS)}
                 prompt = rows[i].get(self.prompt_key)
+                if self.image_key in columns and row_images(columns, self.image_key):  # as TRL's datasets give them: PIL
+                    columns[self.image_key] = pil_images(columns[self.image_key], f"a row's {self.image_key!r} column")
             else:  # a Dataset class's item: the fields verl's schema names, and the chat messages
                 columns = {key: batch[key][i] for key in _CUSTOM_DATASET_FIELDS if key in batch}
                 prompt = raw[i] if raw is not None else self._decode_prompt(batch, i)
