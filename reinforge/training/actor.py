@@ -75,7 +75,7 @@ from reinforge.training.shared_prefix import shared_prompt_logits
 
 
 def response_logits(model: torch.nn.Module, batch: Batch, share_prompt: bool = True, pack: bool = False,
-                    never: list[int] | None = None) -> ResponseLogits:
+                    never: list[int] | None = None, in_step: bool = False) -> ResponseLogits:
     """Logits that predict each response token: (batch, response_len, vocab), or packed (1, tokens, vocab) with `pack`
     (model.use_remove_padding) where packing saves rows (`packing.py`; `ResponseLogits.unpack` gives per-token
     results at (batch, response_len)).
@@ -84,17 +84,19 @@ def response_logits(model: torch.nn.Module, batch: Batch, share_prompt: bool = T
     computed once (`shared_prefix.py`; the same numbers) where it repeats and the model allows it, unless the packed
     forward runs fewer tokens. Rows with images (`multi_modal_inputs`) run padded, with their images' inputs and their
     three-axis positions (environment/multimodal.py), neither shared nor packed. `never`: tokens the engine never
-    samples (a vision-language model's vision tokens under the hf engine), whose logits are set to `NEVER` here too."""
-    out = _response_logits(model, batch, share_prompt, pack)
+    samples (a vision-language model's vision tokens under the hf engine), whose logits are set to `NEVER` here too.
+    `in_step`: every rank runs this forward in step with the others (the actor's and the reference's, sharded), so a
+    vision-language model's ranks agree whether to run its vision encoder (`_image_text_logits`)."""
+    out = _response_logits(model, batch, share_prompt, pack, in_step)
     if never:
         mask_vision_tokens(out.logits, torch.tensor(never))
     return out
 
 
-def _response_logits(model: torch.nn.Module, batch: Batch, share_prompt: bool, pack: bool) -> ResponseLogits:
+def _response_logits(model: torch.nn.Module, batch: Batch, share_prompt: bool, pack: bool, in_step: bool) -> ResponseLogits:
     width = batch["responses"].shape[1]
     images = MM_KEY in batch and has_images(batch[MM_KEY])
-    if world_size() > 1 and vision_token_ids(model.config):  # the vision encoder's collectives: all ranks run it or none
+    if in_step and world_size() > 1 and vision_token_ids(model.config):  # the encoder's collectives: all ranks or none
         if all_reduce([float(images)], "max")[0] > 0:
             return _image_text_logits(model, batch, width, stand_in=not images)
     elif images:
@@ -127,15 +129,17 @@ def _image_text_logits(model: torch.nn.Module, batch: Batch, width: int, stand_i
     positions = mrope_positions(model, input_ids, attention_mask, images)
     out = model(input_ids=input_ids, attention_mask=attention_mask, position_ids=positions, use_cache=False,
                 logits_to_keep=keep, **images)
-    logits = out.logits[:-1] + 0 * out.logits[-1, 0, 0] if stand_in else out.logits
+    logits = out.logits[:-1] if stand_in else out.logits
+    if stand_in:  # the stand-in's logit times 0 on one entry: its graph joins the loss's without a copy of the logits
+        logits[:1, :1, :1] += 0 * out.logits[-1, 0, 0]
     return ResponseLogits(logits, batch["responses"])
 
 
 def response_log_probs(model: torch.nn.Module, batch: Batch, temperature: float, with_entropy: bool = False,
-                       share_prompt: bool = True, pack: bool = False,
-                       never: list[int] | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
+                       share_prompt: bool = True, pack: bool = False, never: list[int] | None = None,
+                       in_step: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Log-prob (and entropy) of each response token, (batch, response_len), under logits / temperature."""
-    out = response_logits(model, batch, share_prompt, pack, never)
+    out = response_logits(model, batch, share_prompt, pack, never, in_step)
     return tuple(map(out.unpack, log_probs_from_logits(out.logits, out.tokens, temperature, with_entropy)))
 
 
@@ -154,7 +158,8 @@ class Actor:
         loss_cfg = None if self.distillation is None else self.distillation.distillation_loss
         # the task's loss terms, left out (as verl leaves out its ppo_loss) when distillation alone trains the policy
         self.task_terms = loss_cfg is None or loss_cfg.use_task_rewards or loss_cfg.use_policy_gradient
-        self.forward = {"share_prompt": share_prompt, "pack": pack, "never": never}  # response_logits' options
+        # response_logits' options; the actor's and the reference's forwards run in step on every rank
+        self.forward = {"share_prompt": share_prompt, "pack": pack, "never": never, "in_step": True}
         self.rollout_correction = rollout_correction  # algorithm.rollout_correction; its bypass_mode changes the loss
         self.device = torch.device(device) if device else next(model.parameters()).device
 

@@ -127,6 +127,11 @@ class TRLRewardFunctions:
                                   f"({', '.join(positional)}, before '/'); TRL reward functions are given every argument "
                                   "by keyword (prompts=, completions=, ...): remove the '/'")
 
+    def takes(self, column: str) -> bool:
+        """Whether any function is given `column` (it names it, or takes **kwargs)."""
+        return any(name == column or kind is inspect.Parameter.VAR_KEYWORD
+                   for parameters in self.parameters for name, kind, _ in parameters)
+
     def required_columns(self) -> dict[str, list[str]]:
         """For each function name, the data columns it needs: parameters without a default that a call does not give."""
         named = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
@@ -245,13 +250,19 @@ class TRLRewardManager(RewardManager):
         rows = batch["row_columns"] if "row_columns" in batch else None
         raw = batch["raw_prompt"] if "raw_prompt" in batch else None
         out = []
+        decoded: dict[int, Any] = {}  # a row's images as PIL images, decoded once for its rollout.n samples
+        pil = self.image_key is not None and self.compute_score.takes(self.image_key)
         for sample in samples:
             i = sample.row
             if rows is not None and rows[i] is not None:
                 columns = {key: value for key, value in rows[i].items() if key not in (self.prompt_key, *COMPLETION_COLUMNS)}
                 prompt = rows[i].get(self.prompt_key)
-                if self.image_key in columns and row_images(columns, self.image_key):  # as TRL's datasets give them: PIL
-                    columns[self.image_key] = pil_images(columns[self.image_key], f"a row's {self.image_key!r} column")
+                if pil and row_images(columns, self.image_key):  # as TRL's datasets give them: PIL images
+                    value = columns[self.image_key]
+                    if id(value) not in decoded:
+                        index = (batch["extra_info"][i] or {}).get("index") if "extra_info" in batch else i
+                        decoded[id(value)] = pil_images(value, f"the row (extra_info.index={index}), column {self.image_key!r}")
+                    columns[self.image_key] = decoded[id(value)]
             else:  # a Dataset class's item: the fields verl's schema names, and the chat messages
                 columns = {key: batch[key][i] for key in _CUSTOM_DATASET_FIELDS if key in batch}
                 prompt = raw[i] if raw is not None else self._decode_prompt(batch, i)
