@@ -240,7 +240,8 @@ class RLDataset(Dataset):
             raise DataError(f"{file}: row {row}, column {key!r}: the prompt is 0 tokens{how} "
                             f"({preview(texts[empty])}); give it some text" + ("" if plain[empty] else ", or fix the chat template"))
         keep = self._fit_lengths(measured, origins, where, keep_none_ok, plain)
-        self._has_images |= multimodal.check_untruncated(*([seq[i] for i in keep] for seq in (rows, token_ids, origins)), self.config)
+        multimodal.check_untruncated(*([seq[i] for i in keep] for seq in (rows, token_ids, origins)), self.config)
+        self._has_images |= any(multimodal.row_images(rows[i], self.config.image_key) for i in keep)
         limit, mode = self.config.max_prompt_length, self.config.truncation
         self._has_ability |= any("ability" in rows[i] for i in keep)
         self._has_agent_name |= any("agent_name" in rows[i] for i in keep)

@@ -36,14 +36,23 @@ MM_KEY = "multi_modal_inputs"  # a row's processed images: {"pixel_values", "ima
 VISION_FAMILIES = ("qwen2_vl", "qwen2_5_vl")  # the model types that train on rows with images (training/vision.py)
 
 
+def one_image(value: Any) -> bool:
+    """Whether an image column's value is one image (a dict, a path, bytes, a PIL image) rather than a list of them."""
+    return isinstance(value, (dict, str, bytes)) or not hasattr(value, "__len__")
+
+
 def row_images(row: dict[str, Any], key: str) -> list[Any]:
     """The images of a row's column `key` as a list (none when the column is missing, null or empty)."""
     value = row.get(key)
     if value is None:
         return []
-    if isinstance(value, dict) or not hasattr(value, "__len__") or isinstance(value, (str, bytes)):
-        return [value]
-    return list(value)
+    return [value] if one_image(value) else list(value)
+
+
+def loaded_images(row: dict[str, Any], origin: tuple[str, int], config: Any) -> list:
+    """The row's images (column `data.image_key`) as RGB PIL images; DataError naming the file, row and image."""
+    where = f"{origin[0]}: row {origin[1]}, column {config.image_key!r}"
+    return [load_image(value, f"{where}, image {k}") for k, value in enumerate(row_images(row, config.image_key))]
 
 
 def load_image(value: Any, where: str):
@@ -72,7 +81,7 @@ def load_image(value: Any, where: str):
 
 def pil_images(value: Any, where: str) -> Any:
     """A row's image column with each image as a PIL image (a list stays a list, a single image a single one)."""
-    if isinstance(value, dict) or not hasattr(value, "__len__") or isinstance(value, (str, bytes)):
+    if one_image(value):
         return load_image(value, where)
     return [load_image(image, f"{where}, image {k}") for k, image in enumerate(value)]
 
@@ -165,8 +174,8 @@ def shape_image_rows(rows: list[dict[str, Any]], messages: list[list[dict[str, A
     shaped = []
     for m, row, (file, number) in zip(messages, rows, origins, strict=True):
         images, where = row_images(row, config.image_key), f"{file}: row {number}, column {config.prompt_key!r}"
-        if not images and image_parts(m):
-            raise DataError(f"{where}: the prompt has {image_parts(m)} image part(s) ({{'type': 'image'}}) but the row has "
+        if not images and (parts := image_parts(m)):
+            raise DataError(f"{where}: the prompt has {parts} image part(s) ({{'type': 'image'}}) but the row has "
                             f"no images in column {config.image_key!r} (data.image_key); put the images there, or set "
                             "data.image_key to the column that holds them")
         shaped.append(with_image_parts(m, len(images), where) if images else m)
@@ -178,44 +187,35 @@ def expand_image_tokens(processor, rows: list[dict[str, Any]], texts: list[str],
     """`token_ids` with each row that has images tokenized by the processor instead, its image tokens expanded to the
     image's patches (the ids the model reads)."""
     out = []
-    for row, text, ids, (file, number) in zip(rows, texts, token_ids, origins, strict=True):
-        values = row_images(row, config.image_key)
-        if values:
-            where = f"{file}: row {number}, column {config.image_key!r}"
-            images = [load_image(value, f"{where}, image {k}") for k, value in enumerate(values)]
+    for row, text, ids, origin in zip(rows, texts, token_ids, origins, strict=True):
+        images = loaded_images(row, origin, config)
+        if images:
             try:
                 ids = processor(text=[text], images=images, add_special_tokens=False,
                                 **dict(config.mm_processor_kwargs))["input_ids"][0]
             except Exception as exc:
-                raise DataError(f"{where}: the processor failed on the row ({type(exc).__name__}: {exc})") from exc
+                raise DataError(f"{origin[0]}: row {origin[1]}, column {config.image_key!r}: the processor failed on the "
+                                f"row ({type(exc).__name__}: {exc})") from exc
             ids = list(ids.tolist() if hasattr(ids, "tolist") else ids)
         out.append(ids)
     return out
 
 
 def check_untruncated(rows: list[dict[str, Any]], token_ids: list[list[int]], origins: list[tuple[str, int]],
-                      config: Any) -> bool:
-    """DataError for a prompt with images over data.max_prompt_length (cutting it would cut image tokens); whether any
-    row has images."""
-    found = False
+                      config: Any) -> None:
+    """DataError for a prompt with images over data.max_prompt_length (cutting it would cut image tokens)."""
     for row, ids, (file, number) in zip(rows, token_ids, origins, strict=True):
         if len(ids) > config.max_prompt_length and row_images(row, config.image_key):
             raise DataError(f"{file}: row {number}, column {config.prompt_key!r}: the prompt is {len(ids)} tokens with its "
                             f"images' tokens, over data.max_prompt_length={config.max_prompt_length}, and a prompt with "
                             "images cannot be truncated (data.truncation) without cutting an image. Raise "
                             "data.max_prompt_length, or set data.filter_overlong_prompts=true to drop such rows")
-        found = found or bool(row_images(row, config.image_key))
-    return found
 
 
 def row_image_inputs(processor, row: dict[str, Any], origin: tuple[str, int], config: Any) -> dict[str, torch.Tensor] | None:
     """The row's `multi_modal_inputs` (None when it has no images)."""
-    values = row_images(row, config.image_key)
-    if not values:
-        return None
-    where = f"{origin[0]}: row {origin[1]}, column {config.image_key!r}"
-    images = [load_image(value, f"{where}, image {k}") for k, value in enumerate(values)]
-    return image_inputs(processor, images, dict(config.mm_processor_kwargs))
+    images = loaded_images(row, origin, config)
+    return image_inputs(processor, images, dict(config.mm_processor_kwargs)) if images else None
 
 
 def never_generated(config: Any, model: torch.nn.Module) -> list[int]:

@@ -67,7 +67,7 @@ def prompt_token_lists(input_ids: torch.Tensor, attention_mask: torch.Tensor) ->
 
 async def _single_turn(engine: InferenceEngine, prompts: list[list[int]], params: SamplingParams,
                        seeds: list[int | None], images: list[dict | None]) -> list[GenerationOutput]:
-    return list(await asyncio.gather(*(engine.generate(prompt, replace(params, seed=seed), **({"multi_modal": row} if row else {}))
+    return list(await asyncio.gather(*(engine.generate(prompt, replace(params, seed=seed), multi_modal=row)
                                        for prompt, seed, row in zip(prompts, seeds, images, strict=True))))
 
 

@@ -129,8 +129,9 @@ def _image_text_logits(model: torch.nn.Module, batch: Batch, width: int, stand_i
     positions = mrope_positions(model, input_ids, attention_mask, images)
     out = model(input_ids=input_ids, attention_mask=attention_mask, position_ids=positions, use_cache=False,
                 logits_to_keep=keep, **images)
-    logits = out.logits[:-1] if stand_in else out.logits
+    logits = out.logits
     if stand_in:  # the stand-in's logit times 0 on one entry: its graph joins the loss's without a copy of the logits
+        logits = logits[:-1]
         logits[:1, :1, :1] += 0 * out.logits[-1, 0, 0]
     return ResponseLogits(logits, batch["responses"])
 
