@@ -150,6 +150,18 @@ RENAMED = {
 }
 
 
+# settings of verl features this version does not have, which the closest spelling would mistake for another key:
+# the key's start -> the feature
+_LISTED = ", which is not in this version (docs/algorithms.md lists the estimators and losses there are)"
+ABSENT_FEATURES = {
+    "algorithm.codapo_": "verl's CoDaPO estimator (algorithm.adv_estimator=codapo)" + _LISTED,
+    "actor_rollout_ref.actor.policy_loss.topr_": "verl's TOPR loss (policy_loss.loss_mode=topr)" + _LISTED,
+    "actor_rollout_ref.actor.policy_loss.cppo.": "verl's CPPO loss (policy_loss.loss_mode=cppo)" + _LISTED,
+    "trainer.remote_backend": "verl's remote training backends (Arctic RL), which are not in this version",
+    "remote_backend.": "verl's remote training backends (Arctic RL), which are not in this version",
+}
+
+
 def _renamed(key: str, root: type = Config) -> str | None:
     """What to write instead of `key`, when it is an old verl name or a recipe's own key and what it names is a key of
     `root` (the command's schema: reinforge generate has no actor_rollout_ref, the data section no betas)."""
@@ -168,6 +180,9 @@ def _suggest(key: str, root: type = Config) -> str:
     renamed = _renamed(key, root)
     if renamed:
         return f"; did you mean {renamed}?"
+    feature = next((what for start, what in ABSENT_FEATURES.items() if key.startswith(start)), None)
+    if feature:
+        return f"; it is a setting of {feature}"
     if "megatron" in key.split("."):  # verl's Megatron-LM backend (actor.megatron.*, ref.megatron.*, critic.megatron.*)
         return ("; it is a setting of verl's Megatron-LM backend, and reinforge trains with FSDP2 (strategy=fsdp): leave "
                 "the megatron keys out, or use their fsdp_config counterparts")

@@ -124,7 +124,7 @@ class ActorConfig(Node):
     grad_clip: float = _f(1.0, "Clip the global gradient norm to this (the pre-clip norm is logged as actor/grad_norm); "
                                "optim.clip_grad, verl's newer place, wins when set (verl 0.9 reads only that one).")
     clip_ratio: float = _f(0.2, "PPO clip epsilon, read only where clip_ratio_low or clip_ratio_high is null (as verl).")
-    clip_ratio_low: float | None = _f(0.2, "Lower clip epsilon (ratio >= 1 - low); null: clip_ratio.")
+    clip_ratio_low: float | None = _f(0.2, "Lower clip epsilon (ratio >= 1 - low; 1 or more: no lower clip, as verl's CISPO example's 10); null: clip_ratio.")
     clip_ratio_high: float | None = _f(0.2, "Upper clip epsilon (ratio <= 1 + high); null: clip_ratio. DAPO's clip-higher.")
     clip_ratio_c: float = _f(3.0, "vanilla and up: the dual-clip constant c > 1 bounding the loss for negative advantages "
                                  "(arXiv:1912.09729); dppo_tv and dppo_kl: the cap (> 0) on the ratio multiplying each token's gradient.")

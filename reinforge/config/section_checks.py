@@ -268,6 +268,7 @@ NEWER_PLACES = (
     ("reward.custom_reward_function.path", "custom_reward_function.path"),
     ("reward.custom_reward_function.name", "custom_reward_function.name"),
     ("reward.reward_manager.name", "reward_model.reward_manager"),
+    ("reward.reward_kwargs", "reward_model.reward_kwargs"),
     ("reward.reward_model.enable", "reward_model.enable"),
     ("reward.reward_model.model_path", "reward_model.model.path"),
     ("reward_model.model_path", "reward_model.model.path"),

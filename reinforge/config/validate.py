@@ -391,10 +391,9 @@ def _check(config: Config) -> None:
                           "temperature at 1.0 (do_sample=false alone decodes greedily)")
     params = actor.policy_loss
     for key, value in (("algorithm.gamma", algo.gamma), ("algorithm.lam", algo.lam),
-                       ("actor_rollout_ref.actor.clip_ratio_low", actor.clip_ratio_low),
                        ("actor_rollout_ref.actor.policy_loss.clip_cov_ratio", params.clip_cov_ratio),
                        ("actor_rollout_ref.actor.policy_loss.kl_cov_ratio", params.kl_cov_ratio)):
-        if value is not None and not 0 <= value <= 1:  # a discount, a GAE weight, a ratio's lower clip 1 - e, fractions of tokens
+        if value is not None and not 0 <= value <= 1:  # a discount, a GAE weight, fractions of tokens
             raise ConfigError(f"{key}={value} must be in [0, 1]")
     positive("actor_rollout_ref.actor.policy_loss.ppo_kl_coef", params.ppo_kl_coef, allow_zero=True)
     if params.clip_cov_lb > params.clip_cov_ub:

@@ -63,6 +63,8 @@ class RewardSectionConfig(Node):
     num_workers: int = _f(8, "The remote reward manager's worker processes (verl's reward workers); the other managers' "
                           "parallelism is reward_model.reward_kwargs' (max_concurrency, num_processes).")
     custom_reward_function: RewardFunctionRef = _sub(RewardFunctionRef, "verl's newer place of custom_reward_function.")
+    reward_kwargs: dict = _f({}, "verl's newer place of reward_model.reward_kwargs (its scripts add it with "
+                             "+reward.reward_kwargs.*, e.g. DAPO's overlong_buffer_cfg): sets it.")
     compute_score_kwargs: dict = _f({}, "verl: keyword arguments of the built-in scorers (e.g. {method: flexible} for "
                                     "GSM8K). Not in this version: only empty (another value is an error).")
     reward_manager: RewardManagerRef = _sub(RewardManagerRef, "verl's newer place of reward_model.reward_manager.")

@@ -122,9 +122,13 @@ def load_pretrained(model_cfg, key: str, what: str, dtype: str, build) -> torch.
     try:
         with _warnings_into(report):
             hf_config = AutoConfig.from_pretrained(config_source, trust_remote_code=model_cfg.trust_remote_code)
-            for name, value in model_cfg.override_config.items():
+            overrides = dict(model_cfg.override_config)
+            attention = [overrides.pop(name) for name in ATTENTION_KEYS if name in overrides]
+            for name, value in overrides.items():
                 setattr(hf_config, name, value)
             kwargs = {"config": hf_config, "dtype": DTYPES[dtype], "trust_remote_code": model_cfg.trust_remote_code}
+            if attention:  # transformers takes it as a loading argument; set on the config it would be a plain attribute
+                kwargs["attn_implementation"] = attention_here(attention[0])
             if config_path:  # generation settings (eos ids) come with the config, as verl reads them, not from the weights
                 kwargs["generation_config"] = _generation_config(config_source, hf_config)
             return build(source, hf_config, kwargs)
@@ -133,6 +137,15 @@ def load_pretrained(model_cfg, key: str, what: str, dtype: str, build) -> torch.
         if "above report" in detail and report.getvalue().strip():  # transformers' load report, which a quiet run kept back
             detail += "\n" + without_colours(report.getvalue().rstrip())
         raise ModelError(f"{key}={source}: cannot load the {what}{_as_hub_id(source)}: {detail}") from exc
+
+
+ATTENTION_KEYS = ("attn_implementation", "_attn_implementation")  # override_config's names of it in verl's scripts
+
+
+def attention_here(name: str) -> str:
+    """The attention implementation a model asked for `name` (override_config.attn_implementation) gets on this machine:
+    flash attention's kernels need a CUDA GPU, so without one it attends with sdpa (the same maths)."""
+    return "sdpa" if str(name).startswith("flash_attention") and not torch.cuda.is_available() else name
 
 
 def _as_hub_id(source: str) -> str:

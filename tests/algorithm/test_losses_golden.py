@@ -187,6 +187,18 @@ def test_cispo_by_hand():
     assert torch.allclose(grad_of(loss, lp), expected, atol=1e-6)
 
 
+def test_cispo_with_verls_unclamped_lower_side_by_hand():
+    # verl's CISPO example: clip_ratio_low=10 (range [-9, 1.2]: the ratio, always positive, is never raised)
+    # (0.5, A=-1, lp=-2): -0.5*(-1)*(-2) = -1; (0.01, A=1, lp=-1): 0.01; (1.5, A=1, lp=-1): 1.2
+    lp = leaf([[-2.0, -1.0, -1.0]])
+    old = lp.detach() - torch.tensor([[math.log(0.5), math.log(0.01), math.log(1.5)]])
+    adv, mask = torch.tensor([[-1.0, 1.0, 1.0]]), torch.ones(1, 3)
+    loss, metrics = call("cispo", old, lp, adv, mask, "token-mean", actor_cfg(clip_ratio_low=10.0, clip_ratio_high=0.2))
+    assert loss.item() == pytest.approx((-1.0 + 0.01 + 1.2) / 3, abs=1e-6)
+    assert metrics[CLIPFRAC] == pytest.approx(1 / 3)
+    assert torch.allclose(grad_of(loss, lp), torch.tensor([[0.5, -0.01, -1.2]]) / 3, atol=1e-6)
+
+
 # ---------------------------------------------------------------------------------------------- dro
 def test_dro_by_hand():
     # beta 0.5; loss = -(A lp - beta/2 x^2), x = lp - old

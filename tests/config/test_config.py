@@ -66,6 +66,21 @@ def test_settings_verl_ignores_as_well_are_listed():
     assert "trainer.test_freq: data.val_files is not set, so there is nothing to validate" in notes
 
 
+def test_a_group_estimator_with_one_response_per_prompt_is_noted():
+    """TRL refuses num_generations < 2; verl trains on: the note says what a group of one means for the estimator."""
+    def lone(*overrides):
+        cfg, keys = load_config(VERL + list(overrides))
+        return [n for n in unused_settings(cfg, keys) if "gives each prompt one response" in n]
+
+    [grpo] = lone("actor_rollout_ref.rollout.n=1")
+    assert grpo.startswith("algorithm.adv_estimator=grpo ") and "each response's advantage is its own score" in grpo
+    [loo] = lone("actor_rollout_ref.rollout.n=1", "algorithm.adv_estimator=rloo_vectorized")
+    assert "every advantage is 0, so nothing is learned" in loo
+    assert lone("actor_rollout_ref.rollout.n=2") == []
+    for estimator in ("reinforce_plus_plus", "reinforce_plus_plus_baseline", "remax"):  # no groups, or a batch baseline
+        assert lone("actor_rollout_ref.rollout.n=1", f"algorithm.adv_estimator={estimator}") == []
+
+
 def test_algorithm_settings_without_effect_are_listed_with_what_would_use_them():
     cfg, keys = load_config(VERL + [
         "actor_rollout_ref.actor.use_kl_loss=false", "actor_rollout_ref.actor.kl_loss_coef=0.5", "algorithm.kl_ctrl.kl_coef=0.1",
@@ -126,7 +141,7 @@ def test_algorithm_settings_without_effect_are_listed_with_what_would_use_them()
      "actor_rollout_ref.actor.checkpoint.save_contents=['hf']: ['hf'] is not among model, optimizer, extra, hf_model"),
     ("critic.checkpoint.load_contents=[modle,optimizer]", "critic.checkpoint.load_contents=['modle', 'optimizer']: ['modle'] is not"),
     ("algorithm.lam=-0.5", "algorithm.lam=-0.5 must be in [0, 1]"),
-    ("actor_rollout_ref.actor.clip_ratio_low=1.5", "actor_rollout_ref.actor.clip_ratio_low=1.5 must be in [0, 1]"),
+    ("actor_rollout_ref.actor.clip_ratio_low=-0.1", "actor_rollout_ref.actor.clip_ratio_low=-0.1 must be >= 0"),
     ("actor_rollout_ref.actor.policy_loss.clip_cov_lb=9", "clip_cov_lb=9.0 is above clip_cov_ub=5.0"),
     ("actor_rollout_ref.actor.policy_loss.ppo_kl_coef=-1", "policy_loss.ppo_kl_coef=-1.0 must be >= 0"),
     ("actor_rollout_ref.actor.clip_ratio_c=1", "clip_ratio_c=1.0 must be > 1: policy_loss.loss_mode=vanilla caps"),

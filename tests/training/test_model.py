@@ -92,3 +92,28 @@ def test_weights_that_do_not_fit_the_config_are_shown_in_a_quiet_run(tiny_model_
     finally:
         hf_logging.set_verbosity(verbosity)
     assert "LOAD REPORT" not in capsys.readouterr().err  # in the error only, not printed on the way
+
+
+@pytest.mark.parametrize("key", ["attn_implementation", "_attn_implementation"])
+def test_override_config_sets_the_attention_implementation(tiny_model_path, key, monkeypatch):
+    """verl's scripts choose attention with +actor_rollout_ref.model.override_config.attn_implementation (or
+    _attn_implementation); flash attention, asked for without a CUDA GPU, attends with sdpa and says so at start."""
+    import torch
+
+    from reinforge.config import load_config, unused_settings
+    from reinforge.training.model import load_causal_lm
+
+    def attention(name):
+        config, keys = load_config([f"actor_rollout_ref.model.path={tiny_model_path}", "data.train_files=x.parquet",
+                                    f"+actor_rollout_ref.model.override_config.{key}={name}"])
+        notes = [note for note in unused_settings(config, keys) if "override_config" in note]
+        return load_causal_lm(config, "cpu", trainable=False).config._attn_implementation, notes
+
+    assert attention("eager") == ("eager", [])
+    assert attention("sdpa") == ("sdpa", [])
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert attention("flash_attention_2") == ("sdpa", [
+        f"actor_rollout_ref.model.override_config.{key}: flash attention needs a CUDA GPU; on this machine the model "
+        "attends with sdpa (the same maths)"])
+    with pytest.raises(ModelError, match='cannot load the model: Specified `attn_implementation="no_such"` is not supported'):
+        attention("no_such")
