@@ -62,8 +62,10 @@ class GenRolloutConfig(Node):
     temperature: float = _f(1.0, "Sampling temperature; 0: greedy (then data.n_samples must be 1, as verl requires).")
     top_k: int = _f(50, "Top-k sampling; 0 or -1: off (verl: 0 for its hf rollout, -1 for vLLM).")
     top_p: float = _f(0.7, "Nucleus sampling threshold (1: off).")
-    prompt_length: int = _f(1536, "Prompt tokens (after the chat template) kept; longer prompts are cut on the tokenizer's "
-                            "truncation side (right, as verl's tokenizer call cuts them), with a note giving how many were.")
+    prompt_length: int | None = _f(1536, "Prompt tokens (after the chat template) kept; longer prompts are cut on the "
+                                   "tokenizer's truncation side (right, as verl's tokenizer call cuts them), with a note giving "
+                                   "how many were. null: not cut (verl 0.9's main_generation_server sends whole prompts; its "
+                                   "command line gets null).")
     response_length: int = _f(512, "Most tokens generated per response.")
     do_sample: bool = _f(True, "Sample; false: greedy.")
     ignore_eos: bool = _f(False, "Keep generating past EOS up to response_length.")
@@ -136,7 +138,7 @@ def check_generation(config: GenerationConfig) -> None:
     check_prompt_options(data)
     for key, value in (("data.n_samples", data.n_samples), ("data.batch_size", data.batch_size),
                        ("rollout.prompt_length", rollout.prompt_length), ("rollout.response_length", rollout.response_length)):
-        if value < 1:
+        if value is not None and value < 1:
             raise ConfigError(f"{key}={value} must be > 0")
     if rollout.micro_batch_size_per_gpu is not None and rollout.micro_batch_size_per_gpu < 1:
         raise ConfigError(f"rollout.micro_batch_size_per_gpu={rollout.micro_batch_size_per_gpu} must be > 0 (or null: a whole batch)")
@@ -198,10 +200,10 @@ def load_generation_config(args: list[str], config_file: str | None = None) -> t
 # verl 0.9 ships main_generation_server, which reads the ppo_trainer config instead of generation.yaml: its keys here
 SERVER_KEYS = {"data.train_files": "data.path", "actor_rollout_ref.rollout.n": "data.n_samples",
                "actor_rollout_ref.model.path": "model.path", "actor_rollout_ref.model.external_lib": "model.external_lib",
-               "actor_rollout_ref.model.trust_remote_code": "model.trust_remote_code",
-               "data.max_prompt_length": "rollout.prompt_length"}
-# and its defaults where they differ from generation.yaml's: ppo_trainer's rollout.n, top_p and prompt length, no top-k
-SERVER_DEFAULTS = ["data.n_samples=1", "rollout.top_p=1.0", "rollout.top_k=-1", "rollout.prompt_length=512"]
+               "actor_rollout_ref.model.trust_remote_code": "model.trust_remote_code"}
+# and its defaults where they differ from generation.yaml's: ppo_trainer's rollout.n and top_p, no top-k, and prompts sent
+# whole (it reads no prompt length: data.max_prompt_length is reported as a training setting)
+SERVER_DEFAULTS = ["data.n_samples=1", "rollout.top_p=1.0", "rollout.top_k=-1", "rollout.prompt_length=null"]
 
 
 def server_form(args: list[str]) -> tuple[list[str], list[str]]:

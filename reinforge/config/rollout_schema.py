@@ -12,7 +12,7 @@ PROFILER_DOC = ("Accepted for verl compatibility: verl's profiler settings of th
                 "metrics give each phase's seconds per step).")
 
 # the tool-call formats of multi_turn.format (verl's parser names), as inference/tools/parser.py reads them
-TOOL_CALL_FORMATS = ("hermes", "gpt-oss", "qwen3_coder", "glm", "seed", "minimax", "kimi", "deepseek_v4", "gemma4")
+TOOL_CALL_FORMATS = ("hermes", "gpt-oss", "qwen3_coder", "glm", "seed", "minimax", "kimi", "deepseek_v4", "gemma4", "qwen", "chatml")
 
 
 @dataclass
@@ -37,8 +37,8 @@ class MultiTurnConfig(Node):
     tool_config_path: str | None = _f(None, "Tool config YAML (tools: [{class_name, config, tool_schema}]).")
     interaction_config_path: str | None = _f(None, "Interaction config YAML (interaction: [{name, class_name, config}]).")
     format: str = _f("hermes", "Tool-call format, by verl's parser names: hermes (<tool_call>{json}</tool_call>; Qwen2.5, "
-                     "Qwen3), qwen3_coder (Qwen3-Coder, Qwen3.5), glm, seed, minimax, kimi, deepseek_v4, gpt-oss, gemma4 "
-                     "(docs/agents.md).")
+                     "Qwen3; qwen and chatml, the names of verl's SGLang-era configs, mean it too), qwen3_coder (Qwen3-Coder, "
+                     "Qwen3.5), glm, seed, minimax, kimi, deepseek_v4, gpt-oss, gemma4 (docs/agents.md).")
     use_inference_chat_template: bool = _f(False, "Accepted for verl compatibility; no effect: the trained ids are the model's "
                                            "own tokens (token-in/token-out, verl's false).")
     tokenization_sanity_check_mode: str = _f("strict", "Accepted for verl compatibility; no effect: model turns keep the "

@@ -76,6 +76,8 @@ def _item(value: Any) -> Any:
 def _follow(value: Any, keys: list | None, column: str, key: str, where: str) -> Any:
     for name in keys or []:
         value = _item(value)
+        if isinstance(value, list) and len(value) == 1:  # verl's series_to_item: a one-message chat's message
+            value = value[0]
         if not isinstance(value, dict) or name not in value:
             has = f"its keys are {', '.join(map(str, value))}" if isinstance(value, dict) else f"it is a {type(value).__name__}"
             raise DataError(f"{where}: column {column!r} has no key {name!r} ({key}); {has}")

@@ -66,6 +66,8 @@ def run_generation(config: GenerationConfig, user_keys: list[str]) -> dict[str, 
     _check_images(images, prompts, rollout, source)
     side = "left" if getattr(tokenizer, "truncation_side", "right") == "left" else "right"
     prompts, cut = _truncate_all(prompts, rollout.prompt_length, side)
+    if not view.actor_rollout_ref.rollout.max_model_len:  # prompts sent whole: the engine's context fits the longest
+        view.actor_rollout_ref.rollout.max_model_len = max(map(len, prompts), default=1) + rollout.response_length
     if cut:
         print(f"reinforge: note: {cut} of {len(prompts)} prompts are longer than rollout.prompt_length={rollout.prompt_length} "
               f"tokens (chat prompts after the chat template) and were cut on the {side} side, as verl cuts them",
@@ -163,8 +165,10 @@ def _training_config(config: GenerationConfig) -> Any:
     engine.name, engine.dtype, engine.micro_batch_size_per_gpu = config.rollout.name, config.rollout.dtype, config.rollout.micro_batch_size_per_gpu
     for key in ENGINE_KEYS:
         setattr(engine, key, getattr(config.rollout, key))
-    # the engine's context: the prompts are cut to rollout.prompt_length here (the view's data keeps every row uncut)
-    engine.max_model_len = config.rollout.max_model_len or config.rollout.prompt_length + config.rollout.response_length
+    # the engine's context: the prompts are cut to rollout.prompt_length here (the view's data keeps every row uncut); not
+    # cut (null), the longest prompt's, set once the prompts are read
+    engine.max_model_len = config.rollout.max_model_len or (config.rollout.prompt_length and
+                                                            config.rollout.prompt_length + config.rollout.response_length)
     if engine.load_format.startswith("dummy"):  # verl's default: weights synced from its actor; none are pushed here
         engine.load_format = "auto"
     return view
@@ -198,17 +202,21 @@ def _check_images(images: list | None, prompts: list[list[int]], rollout: Any, s
     if rollout.name != "hf":
         raise ConfigError(f"rollout.name={rollout.name}: {source} has prompts with images, which the hf engine generates "
                           "in this version; set rollout.name=hf")
-    long = next((row for row, ids in enumerate(prompts) if images[row] and len(ids) > rollout.prompt_length), None)
+    limit = rollout.prompt_length or float("inf")
+    long = next((row for row, ids in enumerate(prompts) if images[row] and len(ids) > limit), None)
     if long is not None:
         raise DataError(f"{source}: row {long}: the prompt is {len(prompts[long])} tokens with its images' tokens, over "
                         f"rollout.prompt_length={rollout.prompt_length}, and a prompt with images cannot be cut without "
                         "cutting an image; raise rollout.prompt_length")
 
 
-def _truncate_all(prompts: list[list[int]], limit: int, side: str) -> tuple[list[list[int]], int]:
-    """Prompts cut to `limit` tokens, keeping the start (side right) or the end (side left); and how many were cut."""
+def _truncate_all(prompts: list[list[int]], limit: int | None, side: str) -> tuple[list[list[int]], int]:
+    """Prompts cut to `limit` tokens (None: not cut), keeping the start (side right) or the end (side left); and how many
+    were cut."""
     from reinforge.environment.dataset import truncate
 
+    if limit is None:
+        return prompts, 0
     return [truncate(ids, limit, side) for ids in prompts], sum(len(ids) > limit for ids in prompts)
 
 

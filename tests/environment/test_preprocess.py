@@ -269,6 +269,7 @@ def test_countdown_copy_is_cut_into_train_then_test_with_tinyzero_prompts(tmp_pa
     assert data("countdown", "--local_dir", tmp_path / "out", "--input", tmp_path / "cd", "--num_train", "6", "--num_test", "3") == 0
     train, test = read(tmp_path / "out" / "train.parquet"), read(tmp_path / "out" / "test.parquet")
     assert train[0] == {
+        "target": 8, "nums": [3, 5],  # the dataset's columns, which TinyZero's datasets.map keeps
         "data_source": "countdown",
         "prompt": [{"role": "user", "content": BASE_PROMPT_OF_3_5_TO_8}],
         "ability": "math",
@@ -299,6 +300,19 @@ def test_countdown_chat_template_is_the_request_alone(tmp_path):
                 "--num_test", "1", "--template", "chat") == 0
     (row,) = read(tmp_path / "out" / "train.parquet")
     assert row["prompt"] == [{"role": "user", "content": BASE_PROMPT_OF_3_5_TO_8.split("User: ")[1].split("\nAssistant:")[0]}]
+
+
+def test_countdown_takes_tinyzeros_options_and_its_qwen_instruct_template(tmp_path):
+    write_parquet(tmp_path / "countdown.parquet", [{"target": 8, "nums": [3, 5]}, {"target": 2, "nums": [1, 1]}])
+    assert data("countdown", "--local_dir", tmp_path / "out", "--input", tmp_path / "countdown.parquet",
+                "--train_size", "1", "--test_size", "1", "--template_type", "qwen-instruct") == 0
+    (row,) = read(tmp_path / "out" / "train.parquet")
+    request = BASE_PROMPT_OF_3_5_TO_8.split("User: ")[1].split("\nAssistant:")[0]
+    assert row["prompt"][0]["content"] == (
+        "<|im_start|>system\nYou are a helpful assistant. You first thinks about the reasoning process in the mind and "
+        f"then provides the user with the answer.<|im_end|>\n<|im_start|>user\n {request}<|im_end|>\n"
+        "<|im_start|>assistant\nLet me solve this step by step.\n<think>")
+    assert [r["target"] for r in read(tmp_path / "out" / "test.parquet")] == [2]
 
 
 def generate(out: Path, *options: str) -> tuple[list[dict], list[dict]]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import pytest
 
+from reinforge.config import load_config
 from reinforge.config.rollout_schema import TOOL_CALL_FORMATS
 from reinforge.config.schema import MultiTurnConfig
 from reinforge.errors import ConfigError
@@ -32,6 +33,15 @@ def calls(turn) -> list[tuple]:
 
 def test_every_format_of_the_config_has_a_parser():
     assert FORMATS == TOOL_CALL_FORMATS
+
+
+def test_verls_sglang_era_format_names_read_hermes_calls():
+    """verl's gsm8k_multiturn_grpo.yaml (format: qwen) and older configs (chatml) name the Qwen template's format."""
+    text = 'Let me compute.<tool_call>{"name": "calc", "arguments": {"answer": "7"}}</tool_call>'
+    for name in ("qwen", "chatml"):
+        turn = parse_tool_calls(text, name)
+        assert turn.content == "Let me compute." and calls(turn) == [("calc", {"answer": "7"}, None)]
+    load_config(["actor_rollout_ref.rollout.multi_turn.format=qwen", "data.train_files=x.parquet"])
 
 
 def test_glm_reads_names_and_key_value_pairs_json_or_text():

@@ -214,6 +214,15 @@ def test_verl_09s_generation_server_command_line(tiny_model_path, prompts_file, 
     assert main(["generate", "--dry-run", *server]) == 0
     out = capsys.readouterr().out
     assert "n_samples: 1" in out and "top_p: 1.0" in out and "top_k: -1" in out and "response_length: 6" in out
+    assert "prompt_length: null" in out  # verl's server sends whole prompts: a long one keeps its generation prompt
+    long = tmp_path / "long.parquet"
+    rows = pq.read_table(prompts_file).to_pylist()[:1]
+    rows[0]["prompt"][0]["content"] += " filler" * 600
+    pq.write_table(pa.Table.from_pylist(rows), long)
+    server[0] = f"data.train_files={long}"
+    assert main(["generate", *server, "data.max_prompt_length=512"]) == 0
+    out = capsys.readouterr().out
+    assert "data.max_prompt_length: a training setting of the ppo_trainer config" in out and "were cut" not in out
     for extra, message in ((["actor_rollout_ref.actor.ppo_mini_batch_sze=2"],
                             "did you mean 'actor_rollout_ref.actor.ppo_mini_batch_size'?"),
                            ([f"data.train_files=[{prompts_file},{prompts_file}]"], "reinforge generate reads one file")):

@@ -67,6 +67,23 @@ def test_single_turn_rows_train_the_response_and_eos(tokenizer, data):
     assert example.mask == [1] * len(example.response)
 
 
+def test_verls_gemma_example_takes_the_prompt_columns_one_message_by_its_content(tokenizer, tmp_path):
+    """verl's run_gemma_2b.sh: data.prompt_key=prompt with prompt_dict_keys=['content'] on an RL file, whose prompt is a
+    list of one chat message; verl's series_to_item unwraps it, so the prompt is that message's text."""
+    rows = [{"prompt": [{"role": "user", "content": "Copy: 42"}], "extra_info": {"answer": "42"}}]
+    pq.write_table(pa.Table.from_pylist(rows), tmp_path / "rl.parquet")
+    config = SFTConfig().data
+    config.prompt_key, config.response_key = "prompt", "extra_info"
+    config.prompt_dict_keys, config.response_dict_keys = ["content"], ["answer"]
+    example = SFTDataset(str(tmp_path / "rl.parquet"), tokenizer, config)[0]
+    prompt = tokenizer.apply_chat_template([{"role": "user", "content": "Copy: 42"}], add_generation_prompt=True, tokenize=False)
+    assert tokenizer.decode(example.prompt) == prompt
+    rows[0]["prompt"].append({"role": "user", "content": "and again"})  # two messages: no one message to take
+    pq.write_table(pa.Table.from_pylist(rows), tmp_path / "two.parquet")
+    with pytest.raises(DataError, match=r"row 0: column 'prompt' has no key 'content' \(data.prompt_dict_keys\); it is a list"):
+        SFTDataset(str(tmp_path / "two.parquet"), tokenizer, config)[0]
+
+
 def test_multi_turn_rows_train_the_assistant_messages_only(tokenizer, data):
     config = SFTConfig().data
     config.multiturn.enable = True

@@ -65,11 +65,12 @@ def add_data_arguments(data: argparse.ArgumentParser) -> None:
                                help="the form of verl's script of that name: " + "; ".join(
                                    f"{name}: {what}" for name, (what, _) in gsm8k.VARIANTS.items()) + " (default: %(default)s)")
     options = datasets.choices["countdown"]
-    options.add_argument("--template", default="base", choices=countdown.TEMPLATES,
-                         help="base: TinyZero's base-model prompt; chat: the user's request only (default: %(default)s)")
-    options.add_argument("--num_train", type=_count, default=countdown.TRAIN_SIZE, metavar="N",
-                         help="train tasks: generated, or the first rows of a one-split copy (default: %(default)s)")
-    options.add_argument("--num_test", type=_count, default=countdown.TEST_SIZE, metavar="N",
+    options.add_argument("--template", "--template_type", dest="template", default="base", choices=countdown.TEMPLATES,
+                         help="base: TinyZero's base-model prompt; qwen-instruct: TinyZero's with the Qwen chat's turns "
+                              "written out; chat: the user's request only (default: %(default)s)")
+    options.add_argument("--num_train", "--train_size", dest="num_train", type=_count, default=countdown.TRAIN_SIZE,
+                         metavar="N", help="train tasks: generated, or the first rows of a one-split copy (default: %(default)s)")
+    options.add_argument("--num_test", "--test_size", dest="num_test", type=_count, default=countdown.TEST_SIZE, metavar="N",
                          help="test tasks, after the train ones (default: %(default)s)")
     generation = options.add_argument_group("generated tasks (--generate)")
     generation.add_argument("--generate", action="store_true", help="generate tasks solvable by construction instead of reading them")

@@ -16,9 +16,10 @@ Two sources:
   test never overlap; train is drawn first, so `num_test` does not change the train split.
   The expression that solves a generated task is kept in `extra_info.expression`.
 
-Output rows: `data_source` "countdown", `prompt` one user message (template `base`: TinyZero's
-base-model prompt, a "User:/Assistant:" conversation that opens the assistant's `<think>`;
-template `chat`: only the user's request, for a chat model whose template adds the turns),
+Output rows: the dataset's `target` and `nums`, `data_source` "countdown", `prompt` one user message (template
+`base`: TinyZero's base-model prompt, a "User:/Assistant:" conversation that opens the assistant's `<think>`;
+`qwen-instruct`: TinyZero's, the Qwen chat's turns written out; template `chat`: only the user's request, for a chat
+model whose template adds the turns),
 `ability` "math", `reward_model` `{"style": "rule", "ground_truth": {"target": int, "numbers": [int, ...]}}`,
 `extra_info` `{"split", "index"}` (+ `"expression"` for generated tasks).
 """
@@ -36,7 +37,7 @@ from reinforge.errors import ConfigError, DataError
 
 DATA_SOURCE = "countdown"
 HUB = HubDataset("Jiayi-Pan/Countdown-Tasks-3to4")
-TEMPLATES = ("base", "chat")
+TEMPLATES = ("base", "chat", "qwen-instruct")
 TRAIN_SIZE, TEST_SIZE = 327680, 1024  # TinyZero's split of the hub dataset
 NUMBER_RANGE = (1, 99)  # the numbers drawn for generated tasks, inclusive
 MAX_DRAWS_PER_TASK = 1000  # generation gives up (DataError) after this many draws per task on average
@@ -50,6 +51,11 @@ _BASE_TEMPLATE = (
     "A conversation between User and Assistant. The user asks a question, and the Assistant solves it. The assistant "
     "first thinks about the reasoning process in the mind and then provides the user with the answer.\n"
     "User: {request}\nAssistant: Let me solve this step by step.\n<think>"
+)
+_QWEN_INSTRUCT_TEMPLATE = (  # TinyZero's for Qwen instruct models: the chat's turns written out in the user message
+    "<|im_start|>system\nYou are a helpful assistant. You first thinks about the reasoning process in the mind and then "
+    "provides the user with the answer.<|im_end|>\n<|im_start|>user\n {request}<|im_end|>\n<|im_start|>assistant\n"
+    "Let me solve this step by step.\n<think>"
 )
 
 
@@ -73,6 +79,8 @@ def prompt_text(target: int, numbers: list[int], template: str = "base") -> str:
         return request
     if template == "base":
         return _BASE_TEMPLATE.format(request=request)
+    if template == "qwen-instruct":
+        return _QWEN_INSTRUCT_TEMPLATE.format(request=request)
     raise ConfigError(f"--template {template!r}: use one of {', '.join(TEMPLATES)}.")
 
 
@@ -83,6 +91,8 @@ def make_row(task: Task, split: str, index: int, template: str) -> dict[str, Any
     if task.expression is not None:
         extra_info["expression"] = task.expression
     return {
+        "target": int(task.target),  # the dataset's own columns, which TinyZero's and verl's files keep
+        "nums": numbers,
         "data_source": DATA_SOURCE,
         "prompt": [{"role": "user", "content": prompt_text(int(task.target), numbers, template)}],
         "ability": "math",

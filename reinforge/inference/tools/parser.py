@@ -374,5 +374,6 @@ def _gemma_bare(value: str):
 
 _PARSERS = {"hermes": _parse_hermes, "gpt-oss": _parse_gpt_oss, "qwen3_coder": _parse_qwen3_coder, "glm": _parse_glm,
             "seed": _parse_seed, "minimax": _parse_minimax, "kimi": _parse_kimi, "deepseek_v4": _parse_deepseek_v4,
-            "gemma4": _parse_gemma4}
+            "gemma4": _parse_gemma4,
+            "qwen": _parse_hermes, "chatml": _parse_hermes}  # verl's SGLang-era names: Qwen's template, hermes tool calls
 FORMATS = tuple(_PARSERS)
