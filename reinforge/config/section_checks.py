@@ -15,7 +15,7 @@ from reinforge.errors import ConfigError
 
 STRATEGIES = ("fsdp", "fsdp2")  # the same thing: FSDP2 over several ranks, a plain module on one
 DTYPE_NAMES = ("fp32", "bf16", "float32", "bfloat16", "32")  # "32": verl's PrecisionType spelling of fp32
-LR_SCHEDULES = ("constant", "cosine", "wsd")
+LR_SCHEDULES = ("constant", "cosine", "wsd", "linear")
 CHECKPOINT_CONTENTS = ("model", "optimizer", "extra", "hf_model")
 
 

@@ -1,5 +1,6 @@
 """The optimizer (AdamW, or the class optim.optimizer names) and the learning-rate schedule (linear warmup, then
-constant, cosine, or wsd: constant, then cosine over the last 10% of the steps after warmup).
+constant, cosine, linear (transformers' and TRL's), or wsd: constant, then cosine over the last 10% of the steps after
+warmup).
 
 AdamW runs its fused kernel where torch has one (CPU and CUDA, floating-point parameters): one
 pass over each parameter instead of a chain of whole-model temporaries (measured on 2 CPU cores,
@@ -77,6 +78,8 @@ def lr_factor(step: int, optim: OptimConfig, total_steps: int) -> float:
         return step / warmup  # the first warmup step has lr 0, as in transformers' schedules
     if optim.lr_scheduler_type == "constant":
         return 1.0
+    if optim.lr_scheduler_type == "linear":  # transformers' (TRL's default) down to 0, here to min_lr_ratio
+        return optim.min_lr_ratio + (1.0 - optim.min_lr_ratio) * max(0.0, (total_steps - step) / max(1, total_steps - warmup))
     if optim.lr_scheduler_type == "wsd":  # warmup-stable-decay: constant for 90% of the steps after warmup, then the cosine
         stable = int(WSD_STABLE_RATIO * max(0, total_steps - warmup))
         if step < warmup + stable:

@@ -165,9 +165,9 @@ def test_global_micro_batch_errors_name_the_key_the_user_set(override, message):
 @pytest.mark.parametrize("override, message", [
     ("actor_rollout_ref.actor.clip_ratio=-0.1", "actor_rollout_ref.actor.clip_ratio=-0.1 must be >= 0"),
     ("actor_rollout_ref.actor.clip_ratio_high=-0.1", "actor_rollout_ref.actor.clip_ratio_high=-0.1 must be >= 0"),
-    ("actor_rollout_ref.actor.optim.warmup_style=linear",
-     "actor_rollout_ref.actor.optim.warmup_style='linear' is not one of: constant, cosine"),
-    ("critic.optim.warmup_style=linear", "critic.optim.warmup_style='linear' is not one of: constant, cosine"),
+    ("actor_rollout_ref.actor.optim.warmup_style=polynomial",
+     "actor_rollout_ref.actor.optim.warmup_style='polynomial' is not one of: constant, cosine"),
+    ("critic.optim.warmup_style=polynomial", "critic.optim.warmup_style='polynomial' is not one of: constant, cosine"),
     ("actor_rollout_ref.actor.optim.clip_grad=-1", "actor_rollout_ref.actor.optim.clip_grad=-1.0 must be > 0"),
     ("critic.optim.clip_grad=-1", "critic.optim.clip_grad=-1.0 must be > 0"),
 ])

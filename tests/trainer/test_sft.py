@@ -300,7 +300,7 @@ def test_validation_with_fewer_rows_than_ranks(tiny_model_path, data, tmp_path):
     (["data.promt_key=x"], "unknown config key 'data.promt_key'; did you mean 'data.prompt_key'?"),
     (["model.partial_pretrain=null"], "model.partial_pretrain (verl 0.9: model.path) is not set"),
     (["data.response_key=solution"], "no column 'solution' (data.response_key); its columns are question, answer, extra_info"),
-    (["optim.lr_scheduler=linear"], "optim.lr_scheduler='linear' is not one of: constant, cosine, wsd"),
+    (["optim.lr_scheduler=polynomial"], "optim.lr_scheduler='polynomial' is not one of: constant, cosine, wsd, linear"),
     (["data.train_batch_size=1000"], "data.train_batch_size=1000 is more than the 256 training rows"),
     (["data.pad_mode=left_right"], "data.pad_mode='left_right' is not supported; right and no_padding are accepted"),
     (["model.fsdp_config.model_dtype=fp16"], "model.fsdp_config.model_dtype='fp16' is not one of: fp32, bf16, float32, bfloat16"),

@@ -23,6 +23,19 @@ def test_cosine_decays_to_min_lr_ratio():
     assert lr_factor(10, optim, 10) == pytest.approx(0.1)
 
 
+def test_linear_is_transformers_schedule_with_a_floor():
+    """TRL's default lr_scheduler_type="linear": transformers' get_linear_schedule_with_warmup, here down to min_lr_ratio."""
+    from transformers import get_linear_schedule_with_warmup
+
+    weight = torch.nn.Parameter(torch.zeros(1))
+    reference = get_linear_schedule_with_warmup(torch.optim.SGD([weight], lr=1.0), num_warmup_steps=3, num_training_steps=12)
+    theirs = [reference.lr_lambdas[0](s) for s in range(13)]
+    optim = OptimConfig(lr_warmup_steps=3, lr_scheduler_type="linear")
+    assert [lr_factor(s, optim, 12) for s in range(13)] == pytest.approx(theirs)
+    floor = OptimConfig(lr_warmup_steps=0, lr_scheduler_type="linear", min_lr_ratio=0.2)
+    assert [lr_factor(s, floor, 4) for s in range(5)] == pytest.approx([1.0, 0.8, 0.6, 0.4, 0.2])
+
+
 def test_cosine_counted_from_one_is_a_step_ahead_as_verls():
     # verl's get_cosine_schedule_with_warmup(zero_indexed_step=False): step + 1, then warmup 2 of 10 steps, min 0.1
     optim = OptimConfig(lr_warmup_steps=2, lr_scheduler_type="cosine", min_lr_ratio=0.1, zero_indexed_step=False)
