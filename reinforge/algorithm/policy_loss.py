@@ -312,3 +312,60 @@ def compute_policy_loss_dppo_kl(old_log_prob: torch.Tensor, log_prob: torch.Tens
         return (kl <= high) | (p <= p_old), (kl <= low) | (p >= p_old)
 
     return _dppo(old_log_prob, log_prob, advantages, response_mask, loss_agg_mode, config, rollout_is_weights, divergence)
+
+
+@register_policy_loss("topr")
+def compute_policy_loss_topr(old_log_prob: torch.Tensor, log_prob: torch.Tensor, advantages: torch.Tensor,
+                             response_mask: torch.Tensor, loss_agg_mode: str = "seq-mean-token-mean", config=None,
+                             rollout_is_weights: torch.Tensor | None = None) -> tuple[torch.Tensor, dict[str, float]]:
+    """TOPR, tapered off-policy REINFORCE (arXiv:2503.14286), as verl has it: -w A log pi with a constant weight w per
+    sequence, 1 where the sequence's mean advantage is >= 0 and else its length-normalised ratio exp(mean log(pi/pi_old))
+    (log clamped at 10) clamped to [policy_loss.topr_negative_ratio_lower, _upper]; always aggregated
+    seq-mean-token-mean, as verl's. Nothing is clipped: the metrics are ppo_kl, the share of sequences with a negative
+    mean advantage and the mean weight."""
+    policy = getattr(config, "policy_loss", None)
+    lower, upper = getattr(policy, "topr_negative_ratio_lower", 0.0), getattr(policy, "topr_negative_ratio_upper", 1.0)
+    log_ratio = log_prob - old_log_prob
+    lengths = response_mask.sum(-1).clamp(min=1)
+    seq_ratio = ((log_ratio.detach() * response_mask).sum(-1) / lengths).clamp(max=10.0).exp()
+    negative = (advantages * response_mask).sum(-1) / lengths < 0
+    weight = torch.where(negative, seq_ratio.clamp(lower, upper), torch.ones_like(seq_ratio))
+    token_losses = -advantages * log_prob * weight.unsqueeze(-1)
+    loss = _aggregate(token_losses, response_mask, "seq-mean-token-mean", config, rollout_is_weights)
+    return loss, {**_metrics(0.0, masked_mean(-log_ratio, response_mask)),
+                  "actor/topr_negative_seq_frac": _float(negative.float().mean()),
+                  "actor/topr_taper_weight_mean": _float(weight.mean())}
+
+
+@register_policy_loss("cppo")
+def compute_policy_loss_cppo(old_log_prob: torch.Tensor, log_prob: torch.Tensor, advantages: torch.Tensor,
+                             response_mask: torch.Tensor, loss_agg_mode: str = "token-mean", config=None,
+                             rollout_is_weights: torch.Tensor | None = None) -> tuple[torch.Tensor, dict[str, float]]:
+    """CPPO (arXiv:2606.10968), as verl has it: DPPO's -A sg(min(ratio, clip_ratio_c)) log pi on the tokens kept by a
+    cumulative budget on |pi - pi_old| along each response. Position t of T (the response width) weighs
+    w_t = w_min + (1 - w_min)(T - t)/(T - 1); with Z_t = w_t |pi - pi_old| and S, W the sums of Z and w before t, token
+    t is kept when Z_t <= min(delta, delta + b W - S) (delta: clip_ratio; b: k times the q-quantile of the response's
+    |pi - pi_old|, clamped to [delta_b, 5 delta_b]) or when its ratio moves against its advantage (A (ratio - 1) <= 0).
+    pg_clipfrac: the tokens dropped; pg_clipfrac_lower: those kept whose ratio clip_ratio_c truncates."""
+    cppo = getattr(getattr(config, "policy_loss", None), "cppo", None)
+    w_min, delta_b = getattr(cppo, "cppo_w_min", 0.8), getattr(cppo, "cppo_delta_b", 0.02)
+    quantile, scale = getattr(cppo, "cppo_delta_b_q", 0.9), getattr(cppo, "cppo_delta_b_k", 1.0)
+    delta, clip_c = getattr(config, "clip_ratio", 0.2), getattr(config, "clip_ratio_c", 3.0)
+    log_ratio = (log_prob - old_log_prob).clamp(-20.0, 20.0)
+    ratio = log_ratio.exp()
+    with torch.no_grad():
+        mask = response_mask.to(ratio.dtype)
+        change = (log_prob.exp() - old_log_prob.exp()).abs() * mask
+        width = mask.shape[-1]
+        position = torch.arange(1, width + 1, dtype=ratio.dtype, device=ratio.device)
+        weight = (w_min + (1.0 - w_min) * ((width - position) / max(width - 1, 1)).clamp(0.0, 1.0)) * mask
+        spent = weight * change
+        spent_before, weight_before = spent.cumsum(-1) - spent, weight.cumsum(-1) - weight
+        typical = torch.nanquantile(change.masked_fill(mask == 0, float("nan")), quantile, dim=-1)
+        budget = torch.nan_to_num(scale * typical, nan=delta_b).clamp(delta_b, 5.0 * delta_b).unsqueeze(-1)
+        limit = torch.minimum(torch.full_like(spent, delta), delta + budget * weight_before - spent_before)
+        kept = ((advantages * (ratio - 1.0) <= 0) | (spent <= limit)).to(ratio.dtype) * mask
+    token_losses = -advantages * ratio.clamp(max=clip_c).detach() * log_prob * kept
+    loss = _aggregate(token_losses, response_mask, loss_agg_mode, config, rollout_is_weights)
+    return loss, _metrics(masked_mean(1.0 - kept, response_mask), masked_mean(-log_ratio, response_mask),
+                          masked_mean((ratio > clip_c).to(ratio.dtype) * kept, response_mask))

@@ -157,8 +157,6 @@ _SERVER = ("verl's SGLang server mode, which is not in this version: SGLang runs
            "(actor_rollout_ref.rollout.name=sglang); leave sglang_engine_mode and the server section out")
 ABSENT_FEATURES = {
     "algorithm.codapo_": "verl's CoDaPO estimator (algorithm.adv_estimator=codapo)" + _LISTED,
-    "actor_rollout_ref.actor.policy_loss.topr_": "verl's TOPR loss (policy_loss.loss_mode=topr)" + _LISTED,
-    "actor_rollout_ref.actor.policy_loss.cppo.": "verl's CPPO loss (policy_loss.loss_mode=cppo)" + _LISTED,
     "actor_rollout_ref.rollout.sglang_engine_mode": _SERVER,
     "actor_rollout_ref.rollout.server.": _SERVER,
     "trainer.remote_backend": "verl's remote training backends (Arctic RL), which are not in this version",

@@ -79,9 +79,17 @@ class ModelConfig(Node):
 
 
 @dataclass
+class CPPOConfig(Node):
+    cppo_w_min: float = _f(0.8, "cppo: the position weight of a response's last token (the first's is 1), in (0, 1].")
+    cppo_delta_b: float = _f(0.02, "cppo: the least per-token budget b (b is clamped to [delta_b, 5 delta_b]).")
+    cppo_delta_b_q: float = _f(0.9, "cppo: the quantile of a response's |pi - pi_old| that sets its budget, in [0, 1].")
+    cppo_delta_b_k: float = _f(1.0, "cppo: the factor on that quantile (>= 0).")
+
+
+@dataclass
 class PolicyLossConfig(Node):
     loss_mode: str = _f("vanilla", "Policy loss from the registry: vanilla, gspo, sapo, gpg, clip_cov, kl_cov, geo_mean, "
-                        "cispo, up, dppo_tv, dppo_kl, dro, or your own (docs/algorithms.md).")
+                        "cispo, up, dppo_tv, dppo_kl, dro, topr, cppo, or your own (docs/algorithms.md).")
     clip_cov_ratio: float = _f(0.0002, "clip_cov: fraction of tokens clipped.")
     clip_cov_lb: float = _f(1.0, "clip_cov: lower bound of covariance.")
     clip_cov_ub: float = _f(5.0, "clip_cov: upper bound of covariance.")
@@ -89,6 +97,9 @@ class PolicyLossConfig(Node):
     ppo_kl_coef: float = _f(0.1, "kl_cov: KL coefficient.")
     dro_beta: float | None = _f(None, "dro: the weight beta of the squared log-ratio penalty; required (> 0) with "
                                 "loss_mode=dro.")
+    topr_negative_ratio_lower: float = _f(0.0, "topr: lower bound of the tapered weight of a negative-advantage sequence.")
+    topr_negative_ratio_upper: float = _f(1.0, "topr: upper bound of the tapered weight of a negative-advantage sequence.")
+    cppo: CPPOConfig = _sub(CPPOConfig, "cppo: the cumulative budget's settings (its threshold delta is actor.clip_ratio).")
 
 
 @dataclass

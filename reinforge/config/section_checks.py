@@ -104,6 +104,34 @@ def check_rollout_correction(config: Config) -> None:
                           f"{key}.rollout_is")
 
 
+def check_policy_loss(actor) -> None:
+    """ConfigError naming the first setting of actor.policy_loss (and the clip cap) its loss cannot use."""
+    params, key = actor.policy_loss, "actor_rollout_ref.actor.policy_loss"
+    cppo = params.cppo
+    for name, value in (("clip_cov_ratio", params.clip_cov_ratio), ("kl_cov_ratio", params.kl_cov_ratio),
+                        ("cppo.cppo_delta_b_q", cppo.cppo_delta_b_q)):
+        if not 0 <= value <= 1:  # fractions of tokens, a quantile
+            raise ConfigError(f"{key}.{name}={value} must be in [0, 1]")
+    for name, value in (("ppo_kl_coef", params.ppo_kl_coef), ("topr_negative_ratio_lower", params.topr_negative_ratio_lower),
+                        ("cppo.cppo_delta_b", cppo.cppo_delta_b), ("cppo.cppo_delta_b_k", cppo.cppo_delta_b_k)):
+        positive(f"{key}.{name}", value, allow_zero=True)
+    if not 0 < cppo.cppo_w_min <= 1:
+        raise ConfigError(f"{key}.cppo.cppo_w_min={cppo.cppo_w_min} must be in (0, 1]: the last position's weight, the first's "
+                          "being 1")
+    for low, high, what in (("clip_cov_lb", "clip_cov_ub", "clip_cov picks tokens whose covariance lies between them, so none "
+                                                          "could be picked"),
+                            ("topr_negative_ratio_lower", "topr_negative_ratio_upper", "topr clamps a weight between them")):
+        if getattr(params, low) > getattr(params, high):
+            raise ConfigError(f"{key}.{low}={getattr(params, low)} is above {high}={getattr(params, high)}: {what}")
+    mode = params.loss_mode  # dppo_tv, dppo_kl and cppo take any positive clip_ratio_c (a cap on the ratio), as verl's do
+    if mode == "dro" and (params.dro_beta is None or not params.dro_beta > 0):
+        raise ConfigError(f"{key}.dro_beta={params.dro_beta} must be a positive number with policy_loss.loss_mode=dro: the "
+                          "weight of its squared log-ratio penalty (verl has no default either)")
+    if mode in ("vanilla", "up") and actor.clip_ratio_c <= 1:
+        raise ConfigError(f"actor_rollout_ref.actor.clip_ratio_c={actor.clip_ratio_c} must be > 1: policy_loss.loss_mode={mode} "
+                          "caps a negative advantage's loss at clip_ratio_c times it (dual-clip)")
+
+
 def check_optim(key: str, optim) -> None:
     """An optimizer section (`key` = actor_rollout_ref.actor.optim or critic.optim): values torch and the schedule accept."""
     from reinforge.training.optim import optimizer_class

@@ -20,9 +20,13 @@ def lone_groups(config: Config) -> list[str]:
 
 
 _LOSS_KEYS = {  # actor keys that only some built-in policy losses read: key -> those losses
-    **dict.fromkeys(("clip_ratio", "clip_ratio_low", "clip_ratio_high"),
+    **dict.fromkeys(("clip_ratio_low", "clip_ratio_high"),
                     ("vanilla", "gspo", "clip_cov", "geo_mean", "cispo", "up", "dppo_tv", "dppo_kl")),
-    "clip_ratio_c": ("vanilla", "up", "dppo_tv", "dppo_kl"),
+    "clip_ratio": ("vanilla", "gspo", "clip_cov", "geo_mean", "cispo", "up", "dppo_tv", "dppo_kl", "cppo"),
+    "clip_ratio_c": ("vanilla", "up", "dppo_tv", "dppo_kl", "cppo"),
+    **dict.fromkeys(("policy_loss.topr_negative_ratio_lower", "policy_loss.topr_negative_ratio_upper"), ("topr",)),
+    **dict.fromkeys((f"policy_loss.cppo.{name}" for name in ("cppo_w_min", "cppo_delta_b", "cppo_delta_b_q", "cppo_delta_b_k")),
+                    ("cppo",)),
     **dict.fromkeys(("tau_pos", "tau_neg"), ("sapo",)),
     **dict.fromkeys(("policy_loss.clip_cov_ratio", "policy_loss.clip_cov_lb", "policy_loss.clip_cov_ub"), ("clip_cov",)),
     **dict.fromkeys(("policy_loss.kl_cov_ratio", "policy_loss.ppo_kl_coef"), ("kl_cov",)),
@@ -57,7 +61,8 @@ def algorithm_reason(config: Config, key: str) -> str | None:
     name, loss = key.removeprefix("actor_rollout_ref.actor."), actor.policy_loss.loss_mode
     if name in _LOSS_KEYS and loss in POLICY_LOSS_REGISTRY and not POLICY_LOSS_REGISTRY.is_users(loss) and loss not in _LOSS_KEYS[name]:
         return f"policy_loss.loss_mode={loss} does not use it (read by {', '.join(_LOSS_KEYS[name])})"
-    if key == "actor_rollout_ref.actor.clip_ratio" and actor.clip_ratio not in (actor.clip_ratio_low, actor.clip_ratio_high):
+    if (key == "actor_rollout_ref.actor.clip_ratio" and loss != "cppo"  # cppo's threshold delta
+            and actor.clip_ratio not in (actor.clip_ratio_low, actor.clip_ratio_high)):
         return (f"the clip range is clip_ratio_low={actor.clip_ratio_low} and clip_ratio_high={actor.clip_ratio_high} (verl's "
                 "defaults 0.2 each); as in verl, clip_ratio stands in only for one of them set to null: set those instead")
     return None

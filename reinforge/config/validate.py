@@ -29,6 +29,7 @@ from reinforge.config.section_checks import (
     check_lora,
     check_mixed_precision,
     check_optim,
+    check_policy_loss,
     check_prompt_options,
     check_reward_model,
     check_rollout_correction,
@@ -389,23 +390,10 @@ def _check(config: Config) -> None:
         raise ConfigError("actor_rollout_ref.rollout.temperature=0: the actor divides the logits by the rollout temperature "
                           "when it computes the responses' log-probs; for greedy rollouts set do_sample=false and leave the "
                           "temperature at 1.0 (do_sample=false alone decodes greedily)")
-    params = actor.policy_loss
-    for key, value in (("algorithm.gamma", algo.gamma), ("algorithm.lam", algo.lam),
-                       ("actor_rollout_ref.actor.policy_loss.clip_cov_ratio", params.clip_cov_ratio),
-                       ("actor_rollout_ref.actor.policy_loss.kl_cov_ratio", params.kl_cov_ratio)):
-        if value is not None and not 0 <= value <= 1:  # a discount, a GAE weight, fractions of tokens
+    for key, value in (("algorithm.gamma", algo.gamma), ("algorithm.lam", algo.lam)):
+        if value is not None and not 0 <= value <= 1:  # a discount, a GAE weight
             raise ConfigError(f"{key}={value} must be in [0, 1]")
-    positive("actor_rollout_ref.actor.policy_loss.ppo_kl_coef", params.ppo_kl_coef, allow_zero=True)
-    if params.clip_cov_lb > params.clip_cov_ub:
-        raise ConfigError(f"actor_rollout_ref.actor.policy_loss.clip_cov_lb={params.clip_cov_lb} is above clip_cov_ub="
-                          f"{params.clip_cov_ub}: clip_cov picks tokens whose covariance lies between them, so none could be picked")
-    mode = params.loss_mode  # dppo_tv / dppo_kl take any positive clip_ratio_c (a cap on the ratio), as verl's do
-    if mode == "dro" and (params.dro_beta is None or not params.dro_beta > 0):
-        raise ConfigError(f"actor_rollout_ref.actor.policy_loss.dro_beta={params.dro_beta} must be a positive number with "
-                          "policy_loss.loss_mode=dro: the weight of its squared log-ratio penalty (verl has no default either)")
-    if mode in ("vanilla", "up") and actor.clip_ratio_c <= 1:
-        raise ConfigError(f"actor_rollout_ref.actor.clip_ratio_c={actor.clip_ratio_c} must be > 1: policy_loss.loss_mode={mode} "
-                          "caps a negative advantage's loss at clip_ratio_c times it (dual-clip)")
+    check_policy_loss(actor)
     for key, section in (("actor_rollout_ref.actor", actor), ("critic", config.critic)):
         check_optim(f"{key}.optim", section.optim)
         if section.checkpoint.load_contents is None:  # what was saved, but the huggingface/ export, which is not resumed from

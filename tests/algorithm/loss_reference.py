@@ -10,7 +10,8 @@ from reinforge.algorithm import get_policy_loss_fn
 from reinforge.config.schema import ActorConfig
 
 MODES = ["token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm", "token-sum"]
-ALL_LOSSES = ["vanilla", "gspo", "sapo", "gpg", "clip_cov", "kl_cov", "geo_mean", "cispo", "up", "dppo_tv", "dppo_kl", "dro"]
+ALL_LOSSES = ["vanilla", "gspo", "sapo", "gpg", "clip_cov", "kl_cov", "geo_mean", "cispo", "up", "dppo_tv", "dppo_kl", "dro",
+              "topr", "cppo"]
 CLIPFRAC, KL, LOWER = "actor/pg_clipfrac", "actor/ppo_kl", "actor/pg_clipfrac_lower"
 
 
@@ -69,9 +70,37 @@ def np_agg(loss, m, mode):
 
 
 def np_loss(name, old, lp, a, m, mode, low=0.2, high=0.2, c=3.0, tau_pos=1.0, tau_neg=1.05, kl_ratio=0.3, kl_coef=0.1,
-            dro_beta=0.5):
+            dro_beta=0.5, delta=0.2, topr=(0.0, 1.0), cppo=(0.8, 0.02, 0.9, 1.0)):
     """(loss, metrics) from the formulas in the brief/doc, one loss at a time."""
     x_raw = lp - old
+    if name == "topr":  # per sequence: weight 1, or for a negative mean advantage the clamped length-normalised ratio
+        n = np.maximum(m.sum(-1), 1)
+        ratio = np.exp(np.minimum((m * x_raw).sum(-1) / n, 10.0))
+        negative = (m * a).sum(-1) / n < 0
+        w = np.where(negative, np.clip(ratio, *topr), 1.0)
+        return np_agg(-a * lp * w[:, None], m, "seq-mean-token-mean"), {
+            CLIPFRAC: 0.0, LOWER: 0.0, KL: mmean(-x_raw, m), "actor/topr_negative_seq_frac": float(negative.mean()),
+            "actor/topr_taper_weight_mean": float(w.mean())}
+    if name == "cppo":  # token by token along each response: the budget spent so far decides
+        w_min, delta_b, q, k = cppo
+        ratio = np.exp(np.clip(x_raw, -20, 20))
+        change = np.abs(np.exp(lp) - np.exp(old))
+        rows, width = m.shape
+        keep = np.zeros_like(m)
+        for i in range(rows):
+            valid = [change[i, t] for t in range(width) if m[i, t]]
+            budget = min(max(k * np.quantile(valid, q), delta_b), 5 * delta_b) if valid else delta_b
+            spent = weights = 0.0
+            for t in range(width):
+                if not m[i, t]:
+                    continue
+                w = w_min + (1 - w_min) * min(max((width - (t + 1)) / max(width - 1, 1), 0.0), 1.0)
+                z = w * change[i, t]
+                keep[i, t] = a[i, t] * (ratio[i, t] - 1) <= 0 or z <= min(delta, delta + budget * weights - spent)
+                spent, weights = spent + z, weights + w
+        tok = -a * np.minimum(ratio, c) * lp * keep
+        return np_agg(tok, m, mode), {CLIPFRAC: mmean(1 - keep, m), LOWER: mmean((ratio > c) * keep, m),
+                                      KL: mmean(-np.clip(x_raw, -20, 20), m)}
     if name == "dro":
         return np_agg(-(lp * a - 0.5 * dro_beta * x_raw ** 2), m, mode), {CLIPFRAC: 0.0, LOWER: 0.0, KL: mmean(-x_raw, m)}
     if name == "vanilla":

@@ -199,6 +199,42 @@ def test_cispo_with_verls_unclamped_lower_side_by_hand():
     assert torch.allclose(grad_of(loss, lp), torch.tensor([[0.5, -0.01, -1.2]]) / 3, atol=1e-6)
 
 
+# --------------------------------------------------------------------------------------------- topr
+def test_topr_by_hand():
+    # row 0: log-ratios ln 0.5 twice -> sequence ratio 0.5, mean advantage -1 < 0 -> weight clamp(0.5, 0, 1) = 0.5
+    #        token losses -A lp w: -(-1)(-1)(0.5) = -0.5, -(-1)(-2)(0.5) = -1.0 -> row mean -0.75
+    # row 1: one token, ratio 3, A = 2 -> weight 1: -2 (-0.5) = 1.0 (a masked token beside it)
+    # always seq-mean-token-mean: (-0.75 + 1.0) / 2 = 0.125, whatever loss_agg_mode says
+    lp = leaf([[-1.0, -2.0], [-0.5, -4.0]])
+    old = lp.detach() - torch.tensor([[math.log(0.5), math.log(0.5)], [math.log(3.0), 9.0]])
+    adv, mask = torch.tensor([[-1.0, -1.0], [2.0, 5.0]]), torch.tensor([[1.0, 1.0], [1.0, 0.0]])
+    loss, metrics = call("topr", old, lp, adv, mask, "token-mean", actor_cfg())
+    assert loss.item() == pytest.approx(0.125, abs=1e-6)
+    assert metrics["actor/topr_negative_seq_frac"] == pytest.approx(0.5)
+    assert metrics["actor/topr_taper_weight_mean"] == pytest.approx(0.75)
+    # gradient -A w / (row tokens x 2 rows): 0.5 / 4 twice, -2 / 2, masked 0
+    assert torch.allclose(grad_of(loss, lp), torch.tensor([[0.125, 0.125], [-1.0, 0.0]]), atol=1e-6)
+
+
+# --------------------------------------------------------------------------------------------- cppo
+def test_cppo_by_hand():
+    # width 3, w_min 0.5: position weights 1, 0.75, 0.5; p_old 0.5 each, p 0.6, 0.72, 0.3, all A = 1
+    # |p - p_old| = 0.1, 0.22, 0.2 -> its 0.9-quantile 0.216, clamped to [0.02, 0.1]: budget b = 0.1; delta 0.15
+    # t1: Z 0.1 <= min(0.15, 0.15) -> kept; t2: Z 0.165 > min(0.15, 0.15 + 0.1 x 1 - 0.1) and ratio 1.44 moves with A
+    # -> dropped; t3: Z 0.1 > 0.15 + 0.1 x 1.75 - 0.265 = 0.06, but ratio 0.6 moves against A -> kept
+    # losses -A min(ratio, 1.1) lp: t1 -1.1 ln 0.6, t3 -0.6 ln 0.3; token-mean over 3 tokens
+    lp = leaf([[math.log(0.6), math.log(0.72), math.log(0.3)]])
+    old, adv, mask = torch.full((1, 3), math.log(0.5)), torch.ones(1, 3), torch.ones(1, 3)
+    cfg = actor_cfg(clip_ratio=0.15, clip_ratio_c=1.1)
+    cfg.policy_loss.cppo.cppo_w_min = 0.5
+    loss, metrics = call("cppo", old, lp, adv, mask, "token-mean", cfg)
+    assert loss.item() == pytest.approx((-1.1 * math.log(0.6) - 0.6 * math.log(0.3)) / 3, abs=1e-6)
+    assert metrics[CLIPFRAC] == pytest.approx(1 / 3)
+    assert metrics[LOWER] == pytest.approx(1 / 3)  # t1: ratio 1.2 kept and capped at 1.1
+    assert metrics[KL] == pytest.approx(-(math.log(1.2) + math.log(1.44) + math.log(0.6)) / 3, abs=1e-6)
+    assert torch.allclose(grad_of(loss, lp), torch.tensor([[-1.1, 0.0, -0.6]]) / 3, atol=1e-6)
+
+
 # ---------------------------------------------------------------------------------------------- dro
 def test_dro_by_hand():
     # beta 0.5; loss = -(A lp - beta/2 x^2), x = lp - old

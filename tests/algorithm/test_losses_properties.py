@@ -8,7 +8,8 @@ import torch
 from loss_reference import ALL_LOSSES, MODES, actor_cfg, call, grad_of, np_loss, random_batch
 
 # ------------------------------------------------------------------------- random vs numpy loops
-RANDOM_LOSSES = ["vanilla", "gspo", "sapo", "gpg", "cispo", "geo_mean", "kl_cov", "up", "dppo_tv", "dppo_kl", "dro"]
+RANDOM_LOSSES = ["vanilla", "gspo", "sapo", "gpg", "cispo", "geo_mean", "kl_cov", "up", "dppo_tv", "dppo_kl", "dro", "topr",
+                 "cppo"]
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -17,9 +18,12 @@ def test_random_batch_against_numpy(name, mode):
     old, lp, a, m = random_batch(3)
     low, high = 0.15, 0.25
     cfg = actor_cfg(clip_ratio=0.2, clip_ratio_low=low, clip_ratio_high=high, clip_ratio_c=2.0, tau_pos=1.3, tau_neg=0.9,
-                    policy_loss=dict(kl_cov_ratio=0.3, ppo_kl_coef=0.2, dro_beta=0.7))
+                    policy_loss=dict(kl_cov_ratio=0.3, ppo_kl_coef=0.2, dro_beta=0.7, topr_negative_ratio_lower=0.1,
+                                     topr_negative_ratio_upper=0.9))
+    cfg.policy_loss.cppo.cppo_w_min, cfg.policy_loss.cppo.cppo_delta_b = 0.5, 0.01
     exp_loss, exp_metrics = np_loss(name, old, lp, a, m, mode, low=low, high=high, c=2.0, tau_pos=1.3, tau_neg=0.9,
-                                    kl_ratio=0.3, kl_coef=0.2, dro_beta=0.7)
+                                    kl_ratio=0.3, kl_coef=0.2, dro_beta=0.7, delta=0.2, topr=(0.1, 0.9),
+                                    cppo=(0.5, 0.01, 0.9, 1.0))
     t = lambda v: torch.tensor(v, dtype=torch.float64)  # noqa: E731
     loss, metrics = call(name, t(old), t(lp), t(a), t(m), mode, cfg)
     assert loss.item() == pytest.approx(float(exp_loss), rel=1e-7, abs=1e-7)
@@ -52,6 +56,8 @@ SPLIT_CONFIGS = {
     "dppo_kl": dict(clip_ratio_low=0.02, clip_ratio_high=0.03, clip_ratio_c=1.2),
     "geo_mean": dict(clip_ratio_low=0.2, clip_ratio_high=0.3),
     "dro": dict(policy_loss=dict(dro_beta=0.4)),
+    "topr": dict(policy_loss=dict(topr_negative_ratio_lower=0.1, topr_negative_ratio_upper=0.9)),
+    "cppo": dict(clip_ratio=0.1, clip_ratio_c=1.2),
     "clip_cov/none": dict(clip_ratio_low=0.15, clip_ratio_high=0.25,
                           policy_loss=dict(clip_cov_ratio=0.5, clip_cov_lb=1e8, clip_cov_ub=2e8)),
     "clip_cov/all": dict(clip_ratio_low=0.15, clip_ratio_high=0.25,

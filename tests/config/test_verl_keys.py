@@ -170,8 +170,6 @@ def test_reference_settings_without_a_reference_say_so():
     # verl features not in this version, named rather than mistaken for the closest key
     ("algorithm.codapo_top_k=4", "unknown config key 'algorithm.codapo_top_k'; it is a setting of verl's CoDaPO estimator "
      "(algorithm.adv_estimator=codapo), which is not in this version (docs/algorithms.md lists"),
-    ("+actor_rollout_ref.actor.policy_loss.topr_negative_ratio_lower=0.1", "it is a setting of verl's TOPR loss"),
-    ("+actor_rollout_ref.actor.policy_loss.cppo.cppo_w_min=0.1", "it is a setting of verl's CPPO loss"),
     ("+trainer.remote_backend=arctic", "it is a setting of verl's remote training backends (Arctic RL), which are not in"),
     # verl's gdpo script passes `algorithm.gamma=$gae_gamma` with the variable unset
     ("algorithm.gamma=", "'algorithm.gamma' must be a number, got an empty value ('algorithm.gamma=' with nothing after it, "
