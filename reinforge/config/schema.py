@@ -144,6 +144,9 @@ class ActorConfig(Node):
     loss_agg_mode: str = _f("token-mean", "How token losses become one number over the mini-batch: token-mean, token-sum, "
                             "seq-mean-token-sum, seq-mean-token-mean, seq-mean-token-sum-norm (docs/algorithms.md).")
     loss_scale_factor: float | None = _f(None, "Divisor of seq-mean-token-sum-norm; null: the response width (rollout.response_length).")
+    mask_truncated_responses: bool = _f(False, "Leave responses cut at the length limit (finish reason length: no EOS) out of "
+                                        "the actor's loss, as TRL's mask_truncated_completions (DAPO's overlong filtering); "
+                                        "they still count in their group's advantage. Not a verl key.")
     entropy_coeff: float = _f(0.0, "Weight of the entropy bonus (loss -= coeff * agg(entropy)).")
     use_kl_loss: bool = _f(False, "Add a KL(actor || reference) term to the loss (GRPO style); needs the reference model.")
     kl_loss_coef: float = _f(0.001, "Weight of the KL loss.")

@@ -394,6 +394,9 @@ def _check(config: Config) -> None:
         if value is not None and not 0 <= value <= 1:  # a discount, a GAE weight
             raise ConfigError(f"{key}={value} must be in [0, 1]")
     check_policy_loss(actor)
+    if actor.mask_truncated_responses and rollout.ignore_eos:
+        raise ConfigError("actor_rollout_ref.actor.mask_truncated_responses leaves responses cut at the length limit out of "
+                          "the loss, and rollout.ignore_eos=true cuts every response there: nothing would be learned")
     for key, section in (("actor_rollout_ref.actor", actor), ("critic", config.critic)):
         check_optim(f"{key}.optim", section.optim)
         if section.checkpoint.load_contents is None:  # what was saved, but the huggingface/ export, which is not resumed from

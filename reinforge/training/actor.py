@@ -144,6 +144,17 @@ def response_log_probs(model: torch.nn.Module, batch: Batch, temperature: float,
     return tuple(map(out.unpack, log_probs_from_logits(out.logits, out.tokens, temperature, with_entropy)))
 
 
+def _without_truncated(batch: Batch, keys: list[str]) -> Batch:
+    """`keys` of `batch` with the responses cut at the length limit (finish reason "length") masked out of the loss."""
+    reasons = batch.get("finish_reason")
+    if reasons is None:
+        raise ValueError("actor.mask_truncated_responses needs the rollout's finish reasons (finish_reason) in the batch")
+    data = batch.select(keys)
+    finished = torch.tensor([reason != "length" for reason in reasons], device=data["response_mask"].device)
+    data["response_mask"] = data["response_mask"] * finished.unsqueeze(-1).to(data["response_mask"].dtype)
+    return data
+
+
 class Actor:
     def __init__(self, model: torch.nn.Module, config: ActorConfig, optimizer: torch.optim.Optimizer | None = None,
                  ref_model: torch.nn.Module | None = None, rollout_correction: RolloutCorrectionConfig | None = None,
@@ -212,6 +223,8 @@ class Actor:
         keys = [*FORWARD_KEYS, "response_mask", "advantages"]
         keys += [k for k in ("old_log_probs", "ref_log_prob", "rollout_log_probs", "rollout_is_weights", "teacher_logprobs",
                              "teacher_ids") if k in batch]
+        if cfg.mask_truncated_responses:  # TRL's mask_truncated_completions, on a copy: the trainer's mask stays whole
+            batch = _without_truncated(batch, keys)
         if cfg.use_kl_loss and cfg.kl_loss_type != "full" and "ref_log_prob" not in batch:
             raise ValueError("use_kl_loss needs ref_log_prob in the batch (the reference worker computes it)")
         if cfg.use_kl_loss and cfg.kl_loss_type == "full" and self.ref_model is None:

@@ -97,7 +97,7 @@ def test_algorithm_settings_without_effect_are_listed_with_what_would_use_them()
     for key in ("lam", "gamma", "norm_adv_by_std_in_grpo"):
         assert f"algorithm.{key}: algorithm.adv_estimator=rloo does not use it" in notes
     assert "actor_rollout_ref.actor.tau_pos: policy_loss.loss_mode=gspo does not use it (read by sapo)" in notes
-    assert "actor_rollout_ref.actor.clip_ratio_c: policy_loss.loss_mode=gspo does not use it (read by vanilla, up, dppo_tv, dppo_kl)" in notes
+    assert "actor_rollout_ref.actor.clip_ratio_c: policy_loss.loss_mode=gspo does not use it (read by vanilla, up, dppo_tv, dppo_kl, cppo)" in notes
     assert "actor_rollout_ref.actor.policy_loss.clip_cov_ratio: policy_loss.loss_mode=gspo does not use it (read by clip_cov)" in notes
     assert "actor_rollout_ref.actor.policy_loss.dro_beta: policy_loss.loss_mode=gspo does not use it (read by dro)" in notes
     assert "algorithm.filter_groups.metric: acts only with algorithm.filter_groups.enable=true" in notes
@@ -162,6 +162,11 @@ def test_bad_values_name_the_key(override, message):
         args.append("actor_rollout_ref.rollout.do_sample=false")
     with pytest.raises(ConfigError, match=message.replace("[", r"\[").replace("(", r"\(")):
         load_config(args)
+
+
+def test_masking_truncated_responses_when_every_response_is_cut_is_refused():
+    with pytest.raises(ConfigError, match="rollout.ignore_eos=true cuts every response there: nothing would be learned"):
+        load_config(VERL + ["actor_rollout_ref.actor.mask_truncated_responses=true", "actor_rollout_ref.rollout.ignore_eos=true"])
 
 
 def test_clip_ratio_c_is_checked_for_the_loss_that_reads_it():

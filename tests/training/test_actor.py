@@ -76,3 +76,27 @@ def test_ratio_metrics_are_verls_unweighted_mean_of_the_micro_batches(tiny_model
     batch.pop(["old_log_probs"])
     metrics = actor.update_policy(batch, temperature=1.0, rollout_n=1)
     assert metrics["actor/entropy"] == pytest.approx(float((entropy * mask).sum() / mask.sum()), rel=1e-5)
+
+
+@pytest.mark.parametrize("loss_agg_mode", ["token-mean", "seq-mean-token-mean"])
+def test_truncated_responses_masked_out_give_the_gradient_of_their_mask_zeroed(tiny_model_path, trajectories, loss_agg_mode):
+    """actor.mask_truncated_responses (TRL's mask_truncated_completions): rows that finished by length count as if their
+    response mask were 0, the KL and entropy terms included; the trainer's batch keeps its mask."""
+    base = AutoModelForCausalLM.from_pretrained(tiny_model_path)
+    batch = trajectories(base.config.vocab_size)
+    batch["finish_reason"] = ["stop", "length", "stop", "length", "stop", "stop"]
+    zeroed = batch.select(batch.keys())
+    zeroed["response_mask"] = batch["response_mask"] * torch.tensor([1, 0, 1, 0, 1, 1]).unsqueeze(-1)
+    grads = []
+    for data, masking in ((batch, True), (zeroed, False)):
+        model = copy.deepcopy(base).train()
+        cfg = ActorConfig(ppo_mini_batch_size=6, loss_agg_mode=loss_agg_mode, use_kl_loss=True, kl_loss_coef=0.1,
+                          entropy_coeff=0.01, grad_clip=1e9, mask_truncated_responses=masking)
+        Actor(model, cfg, torch.optim.SGD(model.parameters(), lr=0.0)).update_policy(data, temperature=1.0, rollout_n=1)
+        grads.append(torch.cat([p.grad.flatten() for p in model.parameters() if p.grad is not None]))
+    assert torch.allclose(grads[0], grads[1], atol=1e-7) and grads[0].abs().sum() > 0
+    assert batch["response_mask"][1].sum() > 0  # the caller's mask is unchanged
+    unmasked = copy.deepcopy(base).train()
+    cfg = ActorConfig(ppo_mini_batch_size=6, loss_agg_mode=loss_agg_mode, grad_clip=1e9)
+    Actor(unmasked, cfg, torch.optim.SGD(unmasked.parameters(), lr=0.0)).update_policy(batch, temperature=1.0, rollout_n=1)
+    assert not torch.allclose(torch.cat([p.grad.flatten() for p in unmasked.parameters() if p.grad is not None]), grads[0])
