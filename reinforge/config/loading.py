@@ -76,6 +76,9 @@ def parse_overrides(args: list[str]) -> list[Override]:
             result.append(Override(key, value, kind, arg))
             continue
         if parsed.is_sweep_override():
+            if parsed.key_or_group.endswith("custom_reward_function.path"):  # OpenRLHF's --remote_rm_url a,b
+                raise ConfigError(f"{arg}: one reward function file or reward server URL is taken (OpenRLHF's "
+                                  "comma-separated --remote_rm_url sends a call for one response to the first); give one")
             raise ConfigError(f"override {arg!r} is a sweep; reinforge train runs one configuration (a list value is "
                               f"written in brackets: '{parsed.key_or_group}=[a,b]')")
         kind = {"CHANGE": "set", "ADD": "add", "FORCE_ADD": "add", "DEL": "delete"}[parsed.type.name]

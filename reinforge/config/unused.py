@@ -332,6 +332,10 @@ def unused_settings(config: Config, user_keys: list[str]) -> list[str]:
         elif reason is None and key in ("data.label_key", "data.input_template", "data.apply_chat_template") \
                 and config.data.custom_cls.path:
             reason = "the Dataset class of data.custom_cls makes the rows' prompts and ground truths"
+        elif reason is None and key == "data.input_template" and "\\n" in (config.data.input_template or "") \
+                and "\n" not in config.data.input_template and not config.data.apply_chat_template:
+            reason = ("its \\n is a backslash and an n, not a line break (a shell passes what is typed between single quotes, "
+                      "as with OpenRLHF's flag): write a line break with bash's $'...\\n...' or in a --config YAML file")
         elif reason is None and key == "data.input_template" and config.data.apply_chat_template:
             reason = "data.apply_chat_template renders string prompts with the chat template instead (as in OpenRLHF)"
         elif reason is None and key == "data.shuffle" and config.data.sampler.class_path:

@@ -49,10 +49,17 @@ def load_reward_function(config: Config) -> Callable[..., Any] | None:
     path = Path(spec.path).expanduser().resolve() if Path(spec.path).expanduser().exists() else spec.path  # for messages
     names = [spec.name] if isinstance(spec.name, str) else list(spec.name)
     openrlhf_name = names == ["reward_func"]  # the name OpenRLHF calls, with parameters of any name (it passes them by position)
-    if names == ["compute_score"] and not hasattr(module, "compute_score") and callable(getattr(module, "reward_func", None)):
-        names, openrlhf_name = ["reward_func"], True  # OpenRLHF's reward function file
-        print(f"reinforge: note: custom_reward_function.name: {path} defines no compute_score (verl's name, the default); "
-              "taking reward_func, the function OpenRLHF calls", flush=True)
+    if names == ["compute_score"] and callable(getattr(module, "reward_func", None)):  # an OpenRLHF reward function file
+        helper = getattr(module, "compute_score", None)
+        if helper is None or not (VERL_PARAMETERS | COMPLETION_PARAMETERS | {"prompts"}) & set(_parameters(helper)):
+            names, openrlhf_name = ["reward_func"], True
+            why = "defines no compute_score" if helper is None else "defines a compute_score that is no reward function's"
+            print(f"reinforge: note: custom_reward_function.name: {path} {why} (verl's name, the default); taking "
+                  "reward_func, the function OpenRLHF calls", flush=True)
+        else:
+            print(f"reinforge: note: custom_reward_function.name: {path} defines compute_score, verl's default name, and "
+                  "reward_func, OpenRLHF's; taking compute_score (custom_reward_function.name=reward_func takes the other)",
+                  flush=True)
     kwargs = dict(spec.reward_kwargs or {})
     functions = []
     for name in names:

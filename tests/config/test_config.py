@@ -142,6 +142,8 @@ def test_algorithm_settings_without_effect_are_listed_with_what_would_use_them()
     ("critic.checkpoint.load_contents=[modle,optimizer]", "critic.checkpoint.load_contents=['modle', 'optimizer']: ['modle'] is not"),
     ("algorithm.lam=-0.5", "algorithm.lam=-0.5 must be in [0, 1]"),
     ("actor_rollout_ref.actor.clip_ratio_low=-0.1", "actor_rollout_ref.actor.clip_ratio_low=-0.1 must be >= 0"),
+    ("custom_reward_function.path=http://a:1/r,http://b:2/r", "one reward function file or reward server URL is taken "
+                                                              "(OpenRLHF's comma-separated --remote_rm_url"),
     ("actor_rollout_ref.actor.policy_loss.clip_cov_lb=9", "clip_cov_lb=9.0 is above clip_cov_ub=5.0"),
     ("actor_rollout_ref.actor.policy_loss.ppo_kl_coef=-1", "policy_loss.ppo_kl_coef=-1.0 must be >= 0"),
     ("actor_rollout_ref.actor.clip_ratio_c=1", "clip_ratio_c=1.0 must be > 1: policy_loss.loss_mode=vanilla caps"),
@@ -162,6 +164,15 @@ def test_bad_values_name_the_key(override, message):
         args.append("actor_rollout_ref.rollout.do_sample=false")
     with pytest.raises(ConfigError, match=message.replace("[", r"\[").replace("(", r"\(")):
         load_config(args)
+
+
+def test_an_input_template_with_a_typed_backslash_n_is_noted():
+    """OpenRLHF warns when --input_template holds the two characters \\n; a real line break is not noted."""
+    cfg, keys = load_config(VERL + ["data.input_template='User: {}\\nAssistant: '"])
+    assert any(n.startswith("data.input_template: its \\n is a backslash and an n") for n in unused_settings(cfg, keys))
+    cfg, keys = load_config(VERL + ["data.input_template='User: {}\nAssistant: '"])
+    assert cfg.data.input_template == "User: {}\nAssistant: "
+    assert not [n for n in unused_settings(cfg, keys) if n.startswith("data.input_template")]
 
 
 def test_masking_truncated_responses_when_every_response_is_cut_is_refused():

@@ -166,6 +166,13 @@ def test_loading_checks_name_the_mistake(tmp_path, capsys):
     source = "def reward_func(queries, prompts, labels):\n    return [0.0]\n"
     assert isinstance(load(tmp_path, source), OpenRLHFRewardFunction)  # found under OpenRLHF's name
     assert "defines no compute_score (verl's name, the default); taking reward_func" in capsys.readouterr().out
+    helper = "def compute_score(pred, label):\n    return float(pred == label)\n\n" + source  # a grading helper of its own
+    assert isinstance(load(tmp_path, helper), OpenRLHFRewardFunction)  # OpenRLHF calls reward_func whatever else is there
+    assert "defines a compute_score that is no reward function's (verl's name, the default); taking reward_func" in \
+        capsys.readouterr().out
+    both = "def compute_score(data_source, solution_str, ground_truth, extra_info=None):\n    return 1.0\n\n" + source
+    assert not isinstance(load(tmp_path, both), OpenRLHFRewardFunction)  # a verl function under verl's name wins, noted
+    assert "taking compute_score (custom_reward_function.name=reward_func takes the other)" in capsys.readouterr().out
     named = "def graded(queries, prompts, answers):\n    return [0.0]\n"  # OpenRLHF passes the labels positionally
     assert isinstance(load(tmp_path, named, name="graded"), OpenRLHFRewardFunction)
     with pytest.raises(RewardError, match=r"reward_func\(queries, prompts\) in .* cannot be called as OpenRLHF calls"):
