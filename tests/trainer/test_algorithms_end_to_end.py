@@ -265,7 +265,7 @@ def test_unknown_names_list_the_registered_ones(tiny_model_path):
     base = [f"actor_rollout_ref.model.path={tiny_model_path}", "data.train_files=/x.parquet"]
     with pytest.raises(ConfigError, match="algorithm.adv_estimator=.grp. is not one of: gae, gdpo, gpg, grpo"):
         load_config([*base, "algorithm.adv_estimator=grp"])
-    with pytest.raises(ConfigError, match="loss_mode=.vanila. is not one of: cispo, clip_cov, dppo_kl, dppo_tv, dro, geo_mean"):
+    with pytest.raises(ConfigError, match="loss_mode=.vanila. is not one of: cispo, clip_cov, cppo, dppo_kl, dppo_tv, dro, geo_mean"):
         load_config([*base, "actor_rollout_ref.actor.policy_loss.loss_mode=vanila"])
     with pytest.raises(ConfigError, match=r"algorithm.custom_modules: .*missing_algos.py does not exist"):
         load_config([*base, "algorithm.custom_modules=[/nowhere/missing_algos.py]"])
