@@ -105,8 +105,7 @@ class DataExhausted(Exception):
 
 class RLTrainer:
     def __init__(self, config: Config, actor_rollout_wg: WorkerGroup, reward_fn, train_loader, val_loader, tokenizer,
-                 total_training_steps: int, critic_wg: WorkerGroup | None = None,
-                 resume: tuple[Path, dict, dict] | None = None):
+                 total_training_steps: int, critic_wg: WorkerGroup | None = None, resume: tuple[Path, dict, dict] | None = None):
         self.config = config
         self.actor_rollout_wg, self.critic_wg = actor_rollout_wg, critic_wg
         self.reward_fn = reward_fn  # one manager for training and validation
@@ -239,10 +238,10 @@ class RLTrainer:
             if 0 < groups.max_num_gen_batches <= gen_batches:
                 passing = (f"a varying {groups.metric}" if groups.filter_type == "same_value" else
                            f"a mean {groups.metric} within [{groups.lower_bound}, {groups.upper_bound}] (band_pass)")
-                raise ConfigError(
-                    f"step {self.global_steps}: after {gen_batches} generation batches only {kept_groups} of "
-                    f"{wanted} prompt groups had {passing} (algorithm.filter_groups); the prompts may be too easy "
-                    "or too hard for the model. Raise algorithm.filter_groups.max_num_gen_batches (0: no limit) or data.gen_batch_size")
+                raise ConfigError(f"step {self.global_steps}: after {gen_batches} generation batches only {kept_groups} of "
+                                  f"{wanted} prompt groups had {passing} (algorithm.filter_groups); the prompts may be too "
+                                  "easy or too hard for the model. Raise algorithm.filter_groups.max_num_gen_batches (0: no "
+                                  "limit) or data.gen_batch_size")
             prompts = next(self.prompt_stream, None)
             if prompts is None:
                 raise DataExhausted(f"algorithm.filter_groups had kept {kept_groups} of {wanted} prompt groups from "
@@ -424,7 +423,7 @@ class RLTrainer:
         cfg, val_metrics = self.config.trainer, {}
         if cfg.save_freq > 0 and save:
             with timer("save_checkpoint", timing := {}):
-                saved = self._save_checkpoint()
+                saved = self._save_checkpoint(metrics)
             metrics["timing_s/save_checkpoint"] = seconds = timing["save_checkpoint"]
             if "timing_s/step" in metrics:  # verl times the save within the step (validation outside it)
                 step_s = metrics["timing_s/step"]
@@ -458,8 +457,8 @@ class RLTrainer:
         return {**metrics, "timing_s/testing": timing["testing"]}
 
     # ---- checkpoints --------------------------------------------------------------------------
-    def _save_checkpoint(self) -> bool:
-        """Checkpoint the current step; False when it was skipped because the disk was full (a warning says so)."""
+    def _save_checkpoint(self, metrics: dict | None = None) -> bool:
+        """Checkpoint the current step with its `metrics` so far; False when the disk was full and it was skipped (warned)."""
         def write(folder: Path) -> None:
             self.actor_rollout_wg.save_checkpoint(str(folder / "actor"))
             if self.critic_wg is not None:
@@ -468,6 +467,8 @@ class RLTrainer:
             state = {"global_steps": self.global_steps, "kl_ctrl": self.kl_ctrl.state_dict(),
                      "nonfinite_steps": self.nonfinite_steps}
             (folder / "trainer_state.json").write_text(json.dumps(state))
+            if metrics is not None:  # as the step ends, so far (a kill may come before the save's timing joins them)
+                save_step_record(folder, {**metrics, "checkpoint/save_failed": 0})
 
         trainer = self.config.trainer
         folder = save_checkpoint(self.run_dir, self.global_steps, write, keep=trainer.max_actor_ckpt_to_keep,

@@ -9,6 +9,8 @@ models saved, or with checkpoint.save_lora_only only what trains); and a bf16 en
 refreshes. SMALL_RUN serves 2 prompts a step; the training set is cut so that an epoch is a few steps.
 """
 
+from unittest import mock
+
 import pytest
 import torch
 
@@ -61,3 +63,32 @@ def test_stop_and_resume_equals_a_straight_run(case, small_run, tmp_path):
         assert all("critic/vf_loss" in s for s in steps.values())
     if case == "after_validation":
         assert sorted(r["step"] for r in straight if "val-core/reinforge/add_one/acc/mean@2" in r) == [0, 2, 3]
+
+
+class _Killed(BaseException):
+    """Stands in for a SIGKILL: nothing of the trainer's handles it."""
+
+
+def test_a_kill_just_after_a_checkpoint_is_published_loses_no_step(small_run, tmp_path):
+    """A kill between publishing global_step_2 and logging step 2 (here: in the step record's rewrite with the save's
+    timing) must not lose step 2: the record written with the checkpoint is logged on resuming."""
+    import reinforge.trainer.ppo_trainer as ppo_trainer
+    from tests.trainer.resume import _train, is_wall_clock, records
+
+    overrides = [*small_run, "data.max_samples=8", "trainer.save_freq=1"]
+    _train(overrides, tmp_path / "straight", 3)
+    original = ppo_trainer.save_step_record
+
+    def dies_after_publishing(folder, metrics):
+        if folder.name == "global_step_2":  # the published folder, not the staging one
+            raise _Killed
+        original(folder, metrics)
+
+    with mock.patch.object(ppo_trainer, "save_step_record", dies_after_publishing), pytest.raises(_Killed):
+        _train(overrides, tmp_path / "killed", 3)
+    assert [r["step"] for r in records(tmp_path / "killed")] == [1]
+    _train(overrides, tmp_path / "killed", 3)
+    straight, resumed = records(tmp_path / "straight"), records(tmp_path / "killed")
+    assert [r["step"] for r in resumed] == [r["step"] for r in straight] == [1, 2, 3]
+    for a, b in zip(straight, resumed, strict=True):
+        assert {k: v for k, v in a.items() if not is_wall_clock(k)} == {k: v for k, v in b.items() if not is_wall_clock(k)}
