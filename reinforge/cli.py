@@ -19,6 +19,7 @@ Ray worker prints the rank, role and method and the worker's traceback, exit 1 (
 from __future__ import annotations
 
 import argparse
+import errno
 import os
 import sys
 import traceback
@@ -261,6 +262,9 @@ def parse_arguments(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
+UNWRITABLE = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS})  # disk full, quota, file size, read-only
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_arguments(argv)
     show_traceback = debug_requested(args)
@@ -284,6 +288,15 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:  # Ctrl-C outside the training loop (loading, validation-only runs, other commands)
         print("reinforge: interrupted", file=sys.stderr)
         return 130
+    except OSError as exc:  # a full or read-only disk outside a checkpoint's save (which handles its own): no traceback
+        if exc.errno not in UNWRITABLE:
+            raise
+        if show_traceback:
+            traceback.print_exc()
+        print(f"reinforge: error: cannot write {exc.filename or 'a file'}: {exc.strerror}. Free some space or make the "
+              "folder writable, then run the same command again (reinforge train resumes from its latest checkpoint)",
+              file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

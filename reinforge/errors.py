@@ -7,6 +7,7 @@ keeps its traceback. docs/errors.md lists the mistakes users make and the messag
 """
 
 import argparse
+import contextlib
 import os
 import re
 
@@ -58,3 +59,14 @@ def debug_requested(args: argparse.Namespace) -> bool:
 def without_colours(text: str) -> str:
     """`text` without terminal colour codes (Ray's and transformers' output), which a log file shows as `[36m`."""
     return re.sub(r"\x1b\[[0-9;]*m", "", text)
+
+
+@contextlib.contextmanager
+def writing(path: os.PathLike | str):
+    """An OSError raised inside, while a file is written without naming it (a full disk's write), names `path`."""
+    try:
+        yield
+    except OSError as error:
+        if error.filename is None:
+            error.filename = str(path)
+        raise

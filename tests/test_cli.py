@@ -143,3 +143,32 @@ def test_verls_packaged_config_names_are_the_defaults(tmp_path, monkeypatch, cap
     assert "train_batch_size: 32" in capsys.readouterr().out
     assert main(["eval", "--dry-run", "--config-name=ppo_trainer"]) == 2  # not eval's: a file that is not there
     assert "config file not found: ppo_trainer.yaml" in capsys.readouterr().err
+
+
+def test_a_full_or_read_only_disk_outside_a_checkpoint_stops_with_a_message(tmp_path, monkeypatch, capsys):
+    """ENOSPC (or EROFS) writing metrics.jsonl or the rollout samples: exit status 2 naming the file, no traceback; any
+    other OSError keeps its traceback (a bug)."""
+    import errno
+
+    import pytest
+
+    import reinforge.cli as cli
+    from reinforge.errors import writing
+
+    target = tmp_path / "run" / "metrics.jsonl"
+
+    def full_disk(args):
+        with writing(target):  # as the tracker appends a record
+            raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(cli, "parse_arguments", lambda argv: type("Args", (), {"func": staticmethod(full_disk), "debug": False})())
+    assert cli.main([]) == 2
+    err = capsys.readouterr().err
+    assert f"reinforge: error: cannot write {target}: No space left on device" in err and "Traceback" not in err
+
+    def other(args):
+        raise OSError(errno.EIO, "Input/output error")
+
+    monkeypatch.setattr(cli, "parse_arguments", lambda argv: type("Args", (), {"func": staticmethod(other), "debug": False})())
+    with pytest.raises(OSError, match="Input/output error"):
+        cli.main([])

@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 from reinforge.batch import Batch
+from reinforge.errors import writing
 
 EXTRA = "reward_extra_info/"  # batch columns of the per-row values a reward function returns besides the score
 
@@ -41,7 +42,7 @@ def write_generations(folder: str | Path, step: int, records: list[dict]) -> Pat
     """Write `records` to <folder>/<step>.jsonl, one JSON object per line."""
     path = Path(folder) / f"{step}.jsonl"
     path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("w", encoding="utf-8") as f:
+    with writing(path), path.open("w", encoding="utf-8") as f:
         for record in records:
             f.write(json.dumps(record, default=str, ensure_ascii=False) + "\n")
     return path

@@ -25,7 +25,7 @@ from importlib import import_module
 from importlib.util import find_spec
 from pathlib import Path
 
-from reinforge.errors import ConfigError
+from reinforge.errors import ConfigError, writing
 from reinforge.trainer.tracking.console import ConsoleLogger
 
 # tracker name -> (module that must be importable, what `pip install` needs, our module, its class)
@@ -146,7 +146,7 @@ class Tracking:
 
     def log(self, metrics: dict[str, float], step: int) -> None:
         record = {"step": step, **{k: _jsonable(v) for k, v in metrics.items()}}
-        with self.path.open("a") as f:
+        with writing(self.path), self.path.open("a") as f:
             f.write(json.dumps(record) + "\n")
         if self.console is not None:
             self.console.log(metrics, step)
