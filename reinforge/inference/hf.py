@@ -35,6 +35,7 @@ from transformers.cache_utils import DynamicCache
 
 from reinforge.distributed.process_group import full_tensor
 from reinforge.environment.multimodal import concat_inputs, has_images, mask_vision_tokens, mrope_positions, vision_token_ids
+from reinforge.errors import TrainingError
 from reinforge.inference.engine import GenerationOutput, InferenceEngine, SamplingParams
 from reinforge.inference.kv_cache import growing_cache
 from reinforge.inference.seeds import sample_inverse_cdf, uniforms
@@ -226,6 +227,10 @@ class HFEngine(InferenceEngine):
         kept = filter_logits(scaled, params.top_k, params.top_p)
         # unnormalised probabilities (0 where filtered out), which the CDF inversion takes as they are
         top = kept.amax(-1, keepdim=True)
+        if not bool(torch.isfinite(top).all()):  # NaN or inf logits: the CDF inversion would pick no token
+            raise TrainingError("the policy's next-token logits are NaN or infinite while generating: its weights have "
+                                "diverged (a learning rate too high, actor_rollout_ref.actor.optim.lr, is the usual cause); "
+                                "resume from a checkpoint before that (trainer.resume_mode=resume_path) with a lower one")
         weights = (kept - top).exp_()
         # one uniform number per row, inverted through the row's CDF (torch.multinomial draws one exponential number
         # per vocabulary entry on CPU: 41 ms per step for 64 rows of a 32k vocabulary, against 1 ms)

@@ -56,6 +56,21 @@ def test_engine_log_probs_equal_teacher_forced_log_probs(tiny_model_path, tokeni
     assert torch.all(out["attention_mask"][:, batch["input_ids"].shape[1]:] == out["response_mask"])
 
 
+def test_a_diverged_policy_stops_sampling_with_a_message(tiny_model_path, tokenizer):
+    """NaN or inf logits (a learning rate far too high): a TrainingError naming the cause, not the inverse CDF's index
+    past the vocabulary."""
+    from reinforge.errors import TrainingError
+
+    batch = prompts_batch(tokenizer, ["1 2 3", "4 5"])
+    for bad in (float("nan"), float("inf")):
+        model = load(tiny_model_path)
+        with torch.no_grad():
+            model.lm_head.weight[5].fill_(bad)  # one vocabulary entry's logit is NaN (inf: +inf or -inf) on every row
+        engine = HFEngine(model, tokenizer.pad_token_id, [tokenizer.eos_token_id], seed=1)
+        with pytest.raises(TrainingError, match="logits are NaN or infinite while generating: its weights have diverged"):
+            generate_sequences(engine, batch, SamplingParams(max_tokens=4), tokenizer.pad_token_id)
+
+
 def test_sampling_is_reproducible_from_the_engine_state(tiny_model_path, tokenizer):
     model = load(tiny_model_path)
     engine = HFEngine(model, tokenizer.pad_token_id, [tokenizer.eos_token_id], seed=7)
