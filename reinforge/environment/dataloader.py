@@ -198,6 +198,11 @@ class PromptLoader:
         saved_batch = int(state.get("batch_size", self.batch_size))  # loaders before the rows count: the same batch size
         self._served = int(state["rows_in_epoch"]) if "rows_in_epoch" in state else int(state["batch_in_epoch"]) * saved_batch
         self._epoch_size = state.get("epoch_size")
+        if self._epoch_size is not None and self._epoch_size > self._size_now():
+            raise DataError(f"The checkpoint stopped {self._served} rows into an epoch of {self._epoch_size} training rows, "
+                            f"and this run's training data has {self._size_now()}: its order cannot go on. Resume with the "
+                            "data of the run that saved it (data.train_files, data.max_samples), or start afresh "
+                            "(trainer.resume_mode=disable)")
         if saved_batch != self.batch_size and self._served:
             then = (f"epoch {self._epoch} goes on after the {self._served} rows it has served, in batches of {self.batch_size}"
                     if self._batches_left() else f"the rows epoch {self._epoch} has left after the {self._served} it has "

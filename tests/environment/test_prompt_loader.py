@@ -140,3 +140,16 @@ def test_batches_of_an_rl_dataset(tmp_path, tokenizer, data_config, make_rows, w
     assert len(batches) == 2
     assert batches[0]["input_ids"].shape[0] == 2
     assert [b["index"] for b in batches] == [[100, 101], [102, 103]]
+
+
+def test_resuming_mid_epoch_on_fewer_rows_is_refused_by_name():
+    """The training data shrank between the save and the resume: the saved epoch's order cannot go on (it would index
+    past the data)."""
+    loader = _loader(rows=10)
+    next(iter(loader))
+    state = loader.state_dict()
+    smaller = _loader(rows=5)
+    with pytest.raises(DataError, match="stopped 3 rows into an epoch of 10 training rows, and this run's training data "
+                                        "has 5: its order cannot go on"):
+        smaller.load_state_dict(state)
+    _loader(rows=12).load_state_dict(state)  # more rows (a data generator's, say): the saved epoch goes on
