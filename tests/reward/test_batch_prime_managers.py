@@ -213,6 +213,23 @@ def test_prime_runs_a_user_file_in_worker_processes(tokenizer, tmp_path, capsys)
     assert not any(alive(pid) for pid in worker_pids)
 
 
+def test_closing_kills_workers_that_multiprocessing_reports_as_exited(tokenizer, tmp_path, monkeypatch):
+    """A SIGTERM to the trainer's process group kills the forkserver, after which multiprocessing reports living workers
+    as exited (code 255): closing must not trust that, or they live on, reparented to init."""
+    from multiprocessing.process import BaseProcess
+
+    manager = make_reward_manager("prime", tokenizer, load(tmp_path, ROW_REWARD), num_processes=2)
+    try:
+        manager(make_batch(tokenizer, rows("a", "b")))
+        pids = manager._pool.pids
+        assert len(pids) == 2 and all(alive(pid) for pid in pids)
+        monkeypatch.setattr(BaseProcess, "is_alive", lambda self: False)
+    finally:
+        manager.close()
+    monkeypatch.undo()
+    assert not any(alive(pid) for pid in pids)
+
+
 def test_prime_kills_a_hung_scorer_and_its_children_and_scores_the_rest(tokenizer, tmp_path, capsys):
     manager = make_reward_manager("prime", tokenizer, load(tmp_path, ROW_REWARD), num_processes=2, timeout_s=1.0)
     batch = make_batch(tokenizer, rows("a", "hang", "b", "a", "a", "b"))

@@ -186,11 +186,13 @@ class _Worker:
         return user_error or WorkerError(text)
 
     def stop(self) -> None:
-        """Kill the worker and its process group; wait for it."""
-        if self.process.is_alive():
-            try:
-                os.killpg(self.process.pid, signal.SIGKILL)  # the worker leads its own group (see _serve)
-            except (AttributeError, ProcessLookupError, PermissionError):  # no process groups here, or not set up yet
+        """Kill the worker and its process group; wait for it. Whether it is alive is not asked first: when the
+        forkserver that started it has died (a SIGTERM to the trainer's process group), multiprocessing reports a
+        living worker as exited (code 255), and it would be left running on its own."""
+        try:
+            os.killpg(self.process.pid, signal.SIGKILL)  # the worker leads its own group (see _serve)
+        except (AttributeError, ProcessLookupError, PermissionError):  # no process groups here, not set up yet, or gone
+            if self.process.is_alive():
                 self.process.kill()
         self.process.join()
         self.conn.close()
