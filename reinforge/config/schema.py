@@ -146,7 +146,8 @@ class ActorConfig(Node):
     loss_scale_factor: float | None = _f(None, "Divisor of seq-mean-token-sum-norm; null: the response width (rollout.response_length).")
     mask_truncated_responses: bool = _f(False, "Leave responses cut at the length limit (finish reason length: no EOS) out of "
                                         "the actor's loss, as TRL's mask_truncated_completions (DAPO's overlong filtering); "
-                                        "they still count in their group's advantage. Not a verl key.")
+                                        "they still count in their group's advantage. In multi-turn runs, a conversation cut because a tool's answer "
+                                        "did not fit counts as cut too. Not a verl key.")
     entropy_coeff: float = _f(0.0, "Weight of the entropy bonus (loss -= coeff * agg(entropy)).")
     use_kl_loss: bool = _f(False, "Add a KL(actor || reference) term to the loss (GRPO style); needs the reference model.")
     kl_loss_coef: float = _f(0.001, "Weight of the KL loss.")

@@ -198,7 +198,7 @@ class PromptLoader:
         saved_batch = int(state.get("batch_size", self.batch_size))  # loaders before the rows count: the same batch size
         self._served = int(state["rows_in_epoch"]) if "rows_in_epoch" in state else int(state["batch_in_epoch"]) * saved_batch
         self._epoch_size = state.get("epoch_size")
-        if self._epoch_size is not None and self._epoch_size > self._size_now():
+        if self._epoch_size is not None and self._epoch_size > self._size_now() and self._batches_left() > 0:
             raise DataError(f"The checkpoint stopped {self._served} rows into an epoch of {self._epoch_size} training rows, "
                             f"and this run's training data has {self._size_now()}: its order cannot go on. Resume with the "
                             "data of the run that saved it (data.train_files, data.max_samples), or start afresh "

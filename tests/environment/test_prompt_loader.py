@@ -153,3 +153,9 @@ def test_resuming_mid_epoch_on_fewer_rows_is_refused_by_name():
                                         "has 5: its order cannot go on"):
         smaller.load_state_dict(state)
     _loader(rows=12).load_state_dict(state)  # more rows (a data generator's, say): the saved epoch goes on
+    for _ in range(2):  # the epoch's last batch served (3 x 3 of 10 rows, the last one dropped): the next epoch is new
+        next(iter(loader))
+    ended = _loader(rows=5)
+    ended.load_state_dict(loader.state_dict())
+    served = [batch for batch in ended]  # epoch 1 of the 5 rows: one batch of 3 of them, in the seed's order
+    assert len(served) == 1 and len(set(served[0])) == 3 and max(served[0]) < 5

@@ -96,7 +96,8 @@ def test_truncated_responses_masked_out_give_the_gradient_of_their_mask_zeroed(t
         grads.append(torch.cat([p.grad.flatten() for p in model.parameters() if p.grad is not None]))
     assert torch.allclose(grads[0], grads[1], atol=1e-7) and grads[0].abs().sum() > 0
     assert batch["response_mask"][1].sum() > 0  # the caller's mask is unchanged
-    unmasked = copy.deepcopy(base).train()
-    cfg = ActorConfig(ppo_mini_batch_size=6, loss_agg_mode=loss_agg_mode, grad_clip=1e9)
+    unmasked = copy.deepcopy(base).train()  # the same settings, masking off: the truncated rows count
+    cfg = ActorConfig(ppo_mini_batch_size=6, loss_agg_mode=loss_agg_mode, use_kl_loss=True, kl_loss_coef=0.1,
+                      entropy_coeff=0.01, grad_clip=1e9)
     Actor(unmasked, cfg, torch.optim.SGD(unmasked.parameters(), lr=0.0)).update_policy(batch, temperature=1.0, rollout_n=1)
     assert not torch.allclose(torch.cat([p.grad.flatten() for p in unmasked.parameters() if p.grad is not None]), grads[0])

@@ -56,6 +56,7 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from multiprocessing.connection import Connection, wait
+from pathlib import Path
 from typing import Any
 
 from reinforge.errors import RewardError, UserError
@@ -154,6 +155,7 @@ class _Worker:
         self.conn, child_conn = context.Pipe()
         self.process = context.Process(target=_serve, args=(child_conn, payload), daemon=True, name="reinforge-reward")
         self.process.start()
+        self.started = _start_time(self.process.pid)  # tells this worker from a later process given its pid
         child_conn.close()
         self.ready = False
 
@@ -186,13 +188,14 @@ class _Worker:
         return user_error or WorkerError(text)
 
     def stop(self) -> None:
-        """Kill the worker and its process group; wait for it. Whether it is alive is not asked first: when the
-        forkserver that started it has died (a SIGTERM to the trainer's process group), multiprocessing reports a
-        living worker as exited (code 255), and it would be left running on its own."""
-        try:
-            os.killpg(self.process.pid, signal.SIGKILL)  # the worker leads its own group (see _serve)
-        except (AttributeError, ProcessLookupError, PermissionError):  # no process groups here, not set up yet, or gone
-            if self.process.is_alive():
+        """Kill the worker and its process group; wait for it. When the forkserver that started it has died (a SIGTERM
+        to the trainer's process group), multiprocessing reports a living worker as exited (code 255), so a worker whose
+        pid still has its start time is killed too, else it would be left running on its own."""
+        ours = self.started is not None and _start_time(self.process.pid) == self.started
+        if ours or self.process.is_alive():
+            try:
+                os.killpg(self.process.pid, signal.SIGKILL)  # the worker leads its own group (see _serve)
+            except (AttributeError, ProcessLookupError, PermissionError):  # no process groups here, or not set up yet
                 self.process.kill()
         self.process.join()
         self.conn.close()
@@ -254,6 +257,15 @@ def worker_context() -> Any:
         context.set_forkserver_preload(["reinforge.reward"])  # takes effect when the server first starts
         return context
     return multiprocessing.get_context("spawn")
+
+
+def _start_time(pid: int | None) -> str | None:
+    """When process `pid` started (field 22 of /proc/<pid>/stat, in clock ticks since boot); None where there is no
+    such process or no /proc."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19]
+    except (OSError, IndexError):
+        return None
 
 
 def _stop_all(workers: list[_Worker]) -> None:
