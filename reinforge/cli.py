@@ -262,9 +262,6 @@ def parse_arguments(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
-UNWRITABLE = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS})  # disk full, quota, file size, read-only
-
-
 def main(argv: list[str] | None = None) -> int:
     args = parse_arguments(argv)
     show_traceback = debug_requested(args)
@@ -289,7 +286,9 @@ def main(argv: list[str] | None = None) -> int:
         print("reinforge: interrupted", file=sys.stderr)
         return 130
     except OSError as exc:  # a full or read-only disk outside a checkpoint's save (which handles its own): no traceback
-        if exc.errno not in UNWRITABLE:
+        from reinforge.trainer.checkpoint import DISK_FULL
+
+        if exc.errno not in DISK_FULL | {errno.EROFS}:
             raise
         if show_traceback:
             traceback.print_exc()

@@ -29,6 +29,8 @@ from reinforge.config.verl_sections_schema import (
     SkipSectionConfig,
 )
 
+ATTENTION_KEYS = ("attn_implementation", "_attn_implementation")  # override_config's names of the attention (verl's scripts)
+
 
 # ------------------------------------------------------------------------------------ model/actor
 @dataclass
@@ -48,7 +50,8 @@ class ModelConfig(Node):
     use_remove_padding: bool = _f(True, "Pack each micro-batch's sequences end to end without padding where that costs less than padded rows "
                                         "(verl 0.9's default true; training/packing.py), for the actor's and the reference's forwards: the same "
                                         "numbers for less work when lengths vary. false: padded micro-batches, trimmed to the columns their rows use.")
-    override_config: dict = _f({}, "Values that override the model's config.json (e.g. attention_dropout).")
+    override_config: dict = _f({}, "Values that override the model's config.json (e.g. attention_dropout); "
+                                   "attn_implementation (or _attn_implementation) chooses the attention, as in verl.")
     external_lib: str | None = _f(None, "A module to import before loading the model (registers custom architectures).")
     use_shm: bool = _f(False, "Accepted for verl compatibility (copy the model to shared memory); no effect here.")
     use_fused_kernels: bool = _f(False, "Accepted for verl compatibility (fused log-prob and entropy kernels); no effect here.")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from reinforge.config.derived import step_batch
 from reinforge.config.fields import node_at
-from reinforge.config.schema import Config
+from reinforge.config.schema import ATTENTION_KEYS, Config
 from reinforge.config.section_checks import CHECKPOINT_ENGINE_BUCKET, NOT_SUPPORTED, lora_enabled
 from reinforge.config.unused_algorithm import algorithm_reason, distillation_reason, lone_groups, rollout_correction_reason
 
@@ -362,7 +362,7 @@ def unused_settings(config: Config, user_keys: list[str]) -> list[str]:
         elif (reason is None and key.endswith(".optim.lr_wsd_stable_steps_ratio")
               and node_at(config, key.removesuffix(".lr_wsd_stable_steps_ratio")).lr_scheduler_type != "wsd"):
             reason = "acts only with lr_scheduler_type=wsd"
-        elif reason is None and "override_config" in parts and parts[-1] in ("attn_implementation", "_attn_implementation"):
+        elif reason is None and "override_config" in parts and parts[-1] in ATTENTION_KEYS:
             reason = _attention_reason(str(node_at(config, key.rpartition(".")[0])[parts[-1]]))
         elif reason is None and "fsdp_config" in parts:
             reason = _fsdp_reason(config, parts[0], parts[parts.index("fsdp_config") + 1])

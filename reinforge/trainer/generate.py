@@ -66,8 +66,9 @@ def run_generation(config: GenerationConfig, user_keys: list[str]) -> dict[str, 
     _check_images(images, prompts, rollout, source)
     side = "left" if getattr(tokenizer, "truncation_side", "right") == "left" else "right"
     prompts, cut = _truncate_all(prompts, rollout.prompt_length, side)
-    if not view.actor_rollout_ref.rollout.max_model_len:  # prompts sent whole: the engine's context fits the longest
-        view.actor_rollout_ref.rollout.max_model_len = max(map(len, prompts), default=1) + rollout.response_length
+    # the engine's context: the prompts as cut to rollout.prompt_length, or whole (null: the longest of them)
+    longest = rollout.prompt_length or max(map(len, prompts), default=1)
+    view.actor_rollout_ref.rollout.max_model_len = rollout.max_model_len or longest + rollout.response_length
     if cut:
         print(f"reinforge: note: {cut} of {len(prompts)} prompts are longer than rollout.prompt_length={rollout.prompt_length} "
               f"tokens (chat prompts after the chat template) and were cut on the {side} side, as verl cuts them",
@@ -165,10 +166,6 @@ def _training_config(config: GenerationConfig) -> Any:
     engine.name, engine.dtype, engine.micro_batch_size_per_gpu = config.rollout.name, config.rollout.dtype, config.rollout.micro_batch_size_per_gpu
     for key in ENGINE_KEYS:
         setattr(engine, key, getattr(config.rollout, key))
-    # the engine's context: the prompts are cut to rollout.prompt_length here (the view's data keeps every row uncut); not
-    # cut (null), the longest prompt's, set once the prompts are read
-    engine.max_model_len = config.rollout.max_model_len or (config.rollout.prompt_length and
-                                                            config.rollout.prompt_length + config.rollout.response_length)
     if engine.load_format.startswith("dummy"):  # verl's default: weights synced from its actor; none are pushed here
         engine.load_format = "auto"
     return view

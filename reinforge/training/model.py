@@ -10,7 +10,7 @@ from pathlib import Path
 
 import torch
 
-from reinforge.config.schema import Config
+from reinforge.config.schema import ATTENTION_KEYS, Config
 from reinforge.errors import ModelError, without_colours
 from reinforge.user_code import import_user_module
 
@@ -137,9 +137,6 @@ def load_pretrained(model_cfg, key: str, what: str, dtype: str, build) -> torch.
         if "above report" in detail and report.getvalue().strip():  # transformers' load report, which a quiet run kept back
             detail += "\n" + without_colours(report.getvalue().rstrip())
         raise ModelError(f"{key}={source}: cannot load the {what}{_as_hub_id(source)}: {detail}") from exc
-
-
-ATTENTION_KEYS = ("attn_implementation", "_attn_implementation")  # override_config's names of it in verl's scripts
 
 
 def attention_here(name: str) -> str:

@@ -16,20 +16,13 @@ import torch
 from reinforge.batch import Batch
 from reinforge.config import load_config
 from reinforge.training.workers import ActorRolloutRefWorker
-from tests.training.fsdp_ranks import comparable, full_state_dict
+from tests.training.fsdp_ranks import actor_overrides, comparable, full_state_dict
 
 STEPS = 2
 
 
 def train(model_path: str, batch: Batch, world_size: int) -> dict:
-    config, _ = load_config([
-        f"actor_rollout_ref.model.path={model_path}", "trainer.device=cpu", f"trainer.n_gpus_per_node={world_size}",
-        "data.train_batch_size=4", "actor_rollout_ref.rollout.n=2", "actor_rollout_ref.actor.ppo_mini_batch_size=2",
-        "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=1", "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=1",
-        "actor_rollout_ref.actor.use_kl_loss=true", "actor_rollout_ref.actor.kl_loss_type=low_var_kl",
-        "actor_rollout_ref.actor.optim.lr=1e-3", "actor_rollout_ref.actor.optim.eps=1e-6",
-        "actor_rollout_ref.model.enable_gradient_checkpointing=true", "algorithm.adv_estimator=grpo",
-    ])
+    config, _ = load_config([*actor_overrides(model_path, world_size), "actor_rollout_ref.actor.optim.eps=1e-6"])
     actor = ActorRolloutRefWorker(config)
     actor.init_model(STEPS)
     out = {"ref_log_prob": actor.compute_ref_log_prob(batch)["ref_log_prob"], "actor_metrics": []}

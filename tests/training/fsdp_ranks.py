@@ -31,18 +31,25 @@ def full_state_dict(model: torch.nn.Module) -> dict[str, torch.Tensor]:
     return get_model_state_dict(model, options=StateDictOptions(full_state_dict=True))
 
 
-def run_config(model_path: str, world_size: int):
-    """4 prompts x 2 samples, mini-batches of 2 prompts (2 per step), micro-batches of 1 trajectory, a KL loss;
-    the actor recomputes activations in the backward pass (gradient checkpointing), the critic does not."""
-    config, _ = load_config([
+def actor_overrides(model_path: str, world_size: int) -> list[str]:
+    """4 prompts x 2 samples, mini-batches of 2 prompts (2 per step), micro-batches of 1 trajectory, a KL loss, GRPO;
+    the actor recomputes activations in the backward pass (gradient checkpointing)."""
+    return [
         f"actor_rollout_ref.model.path={model_path}", "trainer.device=cpu", f"trainer.n_gpus_per_node={world_size}",
         "data.train_batch_size=4", "actor_rollout_ref.rollout.n=2", "actor_rollout_ref.actor.ppo_mini_batch_size=2",
         "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=1", "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=1",
         "actor_rollout_ref.actor.use_kl_loss=true", "actor_rollout_ref.actor.kl_loss_type=low_var_kl",
-        "actor_rollout_ref.actor.entropy_coeff=0.01", "actor_rollout_ref.actor.optim.lr=1e-3",
-        "actor_rollout_ref.model.enable_gradient_checkpointing=true", "critic.enable=true",
+        "actor_rollout_ref.actor.optim.lr=1e-3", "actor_rollout_ref.model.enable_gradient_checkpointing=true",
+        "algorithm.adv_estimator=grpo",
+    ]
+
+
+def run_config(model_path: str, world_size: int):
+    """`actor_overrides` with an entropy bonus, and a critic that does not recompute activations."""
+    config, _ = load_config([
+        *actor_overrides(model_path, world_size), "actor_rollout_ref.actor.entropy_coeff=0.01", "critic.enable=true",
         "critic.model.enable_gradient_checkpointing=false", "critic.ppo_micro_batch_size_per_gpu=1",
-        "critic.forward_micro_batch_size_per_gpu=1", "critic.optim.lr=1e-3", "algorithm.adv_estimator=grpo",
+        "critic.forward_micro_batch_size_per_gpu=1", "critic.optim.lr=1e-3",
     ])
     return config
 
