@@ -165,7 +165,7 @@ def _merge(args: argparse.Namespace) -> int:
     if not checkpoint or not out_dir:
         raise ConfigError("reinforge merge needs the checkpoint folder (.../global_step_<N>/actor) and the output folder: "
                           "CHECKPOINT OUT_DIR, or verl's --local_dir CHECKPOINT --target_dir OUT_DIR")
-    out = merge_checkpoint(checkpoint, out_dir, trust_remote_code=args.trust_remote_code)
+    out = merge_checkpoint(checkpoint, out_dir, trust_remote_code=args.trust_remote_code, overwrite=args.overwrite)
     print(f"reinforge: Hugging Face model written to {out.resolve()}")
     return 0
 
@@ -231,6 +231,7 @@ def build_parser() -> argparse.ArgumentParser:
                                             "generation config.")
     merge.add_argument("checkpoint", metavar="CHECKPOINT", nargs="?", help="a worker folder of a saved step: .../global_step_<N>/actor")
     merge.add_argument("out_dir", metavar="OUT_DIR", nargs="?", help="the Hugging Face model folder to write")
+    merge.add_argument("--overwrite", action="store_true", help="write over a model already in OUT_DIR (refused without it)")
     verl = merge.add_argument_group("verl's model merger options (python -m verl.model_merger merge ...)")
     verl.add_argument("--local_dir", help="CHECKPOINT, as verl names it")
     verl.add_argument("--target_dir", help="OUT_DIR, as verl names it (default there and here: tmp)")

@@ -146,7 +146,8 @@ class SFTOptimConfig(OptimConfig):
     warmup_steps_ratio: float | None = _f(None, "verl's older name of lr_warmup_steps_ratio; when set it wins.")
     clip_grad: float | None = _f(1.0, "Gradient-norm clip.")
     lr_scheduler: str = _f("cosine", "Schedule after warmup: cosine (down to min_lr_ratio), wsd (constant, then a cosine "
-                                     "decay over the last 10% of the steps: warmup-stable-decay) or constant. verl 0.9's "
+                                     "decay over the last 10% of the steps: warmup-stable-decay), linear (transformers', "
+                                     "down to min_lr_ratio) or constant. verl 0.9's "
                                      "lr_scheduler_type (or warmup_style), when set, is the same setting.")
 
 

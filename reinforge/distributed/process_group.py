@@ -9,6 +9,7 @@ code path it always had.
 
 from __future__ import annotations
 
+import atexit
 import os
 
 import torch
@@ -19,7 +20,9 @@ from reinforge.config.schema import Config
 
 def init_distributed(device: str) -> None:
     """Join the process group the environment describes (gloo on cpu; gloo for CPU tensors and nccl for CUDA ones
-    on cuda, with this process's GPU set to LOCAL_RANK); nothing when WORLD_SIZE is 1 or the group already exists."""
+    on cuda, with this process's GPU set to LOCAL_RANK); nothing when WORLD_SIZE is 1 or the group already exists.
+    The group is destroyed when the process exits: left to the interpreter's teardown, gloo's threads can abort a
+    rank that has finished its work (SIGABRT, "terminate called without an active exception")."""
     size = int(os.environ.get("WORLD_SIZE", "1"))
     if size <= 1 or dist.is_initialized():
         return
@@ -35,6 +38,13 @@ def init_distributed(device: str) -> None:
         torch.cuda.set_device(local_rank)
         backend = "cpu:gloo,cuda:nccl"
     dist.init_process_group(backend=backend, rank=int(os.environ["RANK"]), world_size=size)
+    atexit.register(close_distributed)
+
+
+def close_distributed() -> None:
+    """Leave the process group, if this process is in one (a rank still waiting on this one gets an error, not a hang)."""
+    if dist.is_initialized():
+        dist.destroy_process_group()
 
 
 def rank() -> int:

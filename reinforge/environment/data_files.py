@@ -91,8 +91,8 @@ def read_rows(given: str) -> tuple[list[dict[str, Any]], list[str]]:
 
 def check_row(row: dict[str, Any], origin: tuple[str, int], config: Any, images_ok: bool = False) -> None:
     """DataError naming the file (or data generator), row and column of what the dataset cannot use, found at load
-    rather than mid-run: no `data.label_key` column when that is set, an `extra_info` that is not a dict (its `index` is
-    read and it is passed to the reward function; null or missing is fine), videos, and images unless the model has a
+    rather than mid-run: no `data.label_key` column when that is set, an `extra_info` or `reward_model` that is not a dict
+    (`extra_info`'s `index` is read, and both are passed to the reward function; null or missing is fine), videos, and images unless the model has a
     processor for them (`images_ok`): a text-only run would silently ignore them."""
     file, number = origin
     label_key = getattr(config, "label_key", None)
@@ -103,6 +103,10 @@ def check_row(row: dict[str, Any], origin: tuple[str, int], config: Any, images_
     if extra_info is not None and not isinstance(extra_info, dict):
         raise DataError(f"{file}: row {number}, column 'extra_info': must be a dict of extra fields (verl's schema: "
                         f"{{'split': 'train', 'index': 0}}) or null; got {preview(extra_info)}.")
+    reward_model = row.get("reward_model")
+    if reward_model is not None and not isinstance(reward_model, dict):
+        raise DataError(f"{file}: row {number}, column 'reward_model': must be a dict (verl's schema: {{'style': 'rule', "
+                        f"'ground_truth': ...}}) or null; got {preview(reward_model)}.")
     value = row.get(config.image_key)
     if not images_ok and value is not None and not (hasattr(value, "__len__") and len(value) == 0):
         raise DataError(f"{file}: row {number}, column {config.image_key!r} (data.image_key): the row has images, but the "

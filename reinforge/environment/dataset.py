@@ -162,7 +162,7 @@ class RLDataset(Dataset):
                 continue  # has it), or the function does without (OpenRLHF's: "")
             reward_model = row.get("reward_model")
             if not isinstance(reward_model, dict) or "ground_truth" not in reward_model:
-                what = ("there is no such column" if reward_model is None
+                what = ("there is no such column" if "reward_model" not in row else "it is null" if reward_model is None
                         else f"it holds {preview(reward_model)}, without a 'ground_truth' key")
                 raise DataError(f"{file}: row {number}, column 'reward_model': {what}. The reward function is called with "
                                 "the row's reward_model.ground_truth (verl's schema: {'style': 'rule', 'ground_truth': ...}); a "

@@ -104,7 +104,7 @@ class SFTDataset(torch.utils.data.Dataset):
             raise DataError(f"data.truncation={config.truncation!r} is not one of: {', '.join(TRUNCATIONS)}")
         self.tokenizer, self.config = tokenizer, config
         self.examples: list[SFTExample] = []
-        self.untrained = 0  # rows with no token to train on (an empty response, or all of it truncated away): kept
+        self.untrained = 0  # rows with no token to train on (the response all truncated away): kept
         multiturn = config.multiturn.enable
         needed = [config.multiturn.messages_key] if multiturn else [config.prompt_key, config.response_key]
         sources = []  # (file, row index, row) of every file, in order

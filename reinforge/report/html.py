@@ -69,9 +69,10 @@ def _last(run: Run, key: str) -> str:
 def _summary(run_list: list[Run]) -> str:
     rows = []
     for run in run_list:
-        steps = [int(r["step"]) for r in run.records if "timing_s/step" in r]
-        total = sum(run.series("timing_s/step")[1])
-        val_keys = sorted(k for k in run.keys() if k.startswith("val-core/"))
+        timing = "timing_s/step" if "timing_s/step" in run.keys() else "train/time(s)"  # an RL run's, or an SFT run's
+        steps = [int(r["step"]) for r in run.records if timing in r]
+        total = sum(run.series(timing)[1])
+        val_keys = sorted(k for k in run.keys() if k.startswith("val-core/")) or (["val/loss"] if "val/loss" in run.keys() else [])
         val = ", ".join(f"{k.removeprefix('val-core/')} {_last(run, k)}" for k in val_keys) or "–"
         rows.append(f"<tr><td>{_e(run.name)}</td><td class=\"muted\">{_e(run.path.resolve())}</td>"
                     f"<td class=\"num\">{max(steps) if steps else 0}</td><td class=\"num\">{_last(run, 'critic/score/mean')}</td>"

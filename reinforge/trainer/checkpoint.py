@@ -194,10 +194,11 @@ def _save_failed(run_dir: Path, step: int, error: OSError) -> None:
                           "to train without checkpoints") from error
 
 
-def unwritable(setting: str, run_dir: Path, error: OSError) -> ConfigError:
-    """The error for a run folder that cannot be made or written (trainer.default_local_dir=`setting`)."""
-    return ConfigError(f"trainer.default_local_dir={setting}: cannot write the run folder {run_dir} ({error.strerror or error}: "
-                       f"{error.filename}); point trainer.default_local_dir at a writable folder")
+def unwritable(setting: str, run_dir: Path, error: OSError, key: str = "trainer.default_local_dir",
+               what: str = "the run folder") -> ConfigError:
+    """The error for a folder of the run that cannot be made or written (`key`=`setting`)."""
+    return ConfigError(f"{key}={setting}: cannot write {what} {run_dir} ({error.strerror or error}: {error.filename}); "
+                       f"point {key} at a writable folder")
 
 
 @contextmanager

@@ -49,6 +49,9 @@ class ResponseScorer(NaiveRewardManager):
         scores, _, _, metrics = self._parse(samples, self._watched_compute(samples))
         return scores, metrics
 
+    def _counted_in(self, kind: str) -> str:
+        return "the count of failed calls printed at the end"
+
     def _compute(self, samples: list[Sample]) -> list[Any]:
         return self._call([dict(zip(self.parameters, (s.data_source, s.solution_str, s.ground_truth), strict=True))
                            for s in samples], self.max_concurrency)
@@ -102,9 +105,11 @@ def run_evaluation(config: EvaluationConfig, user_keys: list[str]) -> dict[str, 
                           f"{what}, which reinforge train calls; reinforge eval calls a verl one, "
                           "compute_score(data_source, solution_str, ground_truth, extra_info) per response")
     rows, columns = read_rows(str(file))
+    if not rows:  # nothing to score is no score: a generation step that wrote nothing must not pass as evaluated
+        raise DataError(f"data.path={data.path}: the file holds no rows, so there is nothing to score")
     for key in ("response_key", "data_source_key", "reward_model_key"):
         column = getattr(data, key)
-        if rows and column not in columns:
+        if column not in columns:
             raise DataError(f"{data.path}: no column {column!r} (data.{key}); its columns are {', '.join(columns)}. Set "
                             f"data.{key} to the column that holds it")
     samples, owners = _samples(rows, data, str(data.path))

@@ -252,12 +252,21 @@ def _with_column(table: Any, responses: list[list[str]]) -> Any:
 
 
 def _write_atomically(table: Any, output: Path) -> None:
-    """Write the parquet file under a temporary name in the same folder, then rename it into place."""
+    """Write the file under a temporary name in the same folder, then rename it into place: JSON lines for a .jsonl or
+    .json name (what reading it back expects), parquet for any other."""
     import pyarrow.parquet as pq
 
     partial = output.with_name(f".{output.name}.{os.getpid()}.partial")
     try:
-        pq.write_table(table, partial)
+        if output.suffix in (".jsonl", ".json"):
+            try:
+                lines = [json.dumps(row, ensure_ascii=False) + "\n" for row in table.to_pylist()]
+            except (TypeError, ValueError) as exc:
+                raise ConfigError(f"data.output_path={output}: the rows hold values JSON cannot carry ({exc}); "
+                                  "write a .parquet file") from None
+            partial.write_text("".join(lines), encoding="utf-8")
+        else:
+            pq.write_table(table, partial)
         os.replace(partial, output)
     except OSError as exc:
         raise ConfigError(f"data.output_path={output}: cannot write the file ({exc.strerror or exc})") from None

@@ -14,7 +14,7 @@ import numpy as np
 
 from reinforge.config import Config, batch_arithmetic, quickstart, to_dict, unused_settings
 from reinforge.config.derived import generation_batch
-from reinforge.trainer.checkpoint import hold_run_folder, write_run_config
+from reinforge.trainer.checkpoint import hold_run_folder, unwritable, write_run_config
 from reinforge.trainer.startup import StartupClock
 
 if TYPE_CHECKING:
@@ -77,8 +77,13 @@ def run(config: Config, user_keys: list[str], startup: StartupClock | None = Non
     for line in unused_settings(config, user_keys):
         print(f"reinforge: note: {line}", flush=True)
     for key in ("rollout_data_dir", "validation_data_dir"):  # absolute in config.yaml, which `reinforge report` reads
-        if getattr(config.trainer, key):
-            setattr(config.trainer, key, str(Path(getattr(config.trainer, key)).expanduser().resolve()))
+        if setting := getattr(config.trainer, key):
+            folder = Path(setting).expanduser().resolve()
+            try:  # made now: a file in its place or a read-only parent stops the run here, not at its first dump
+                folder.mkdir(parents=True, exist_ok=True)
+            except OSError as error:
+                raise unwritable(setting, folder, error, f"trainer.{key}", "the samples' folder") from None
+            setattr(config.trainer, key, str(folder))
     with hold_run_folder(run_dir, config.trainer.default_local_dir):  # this process's alone until the run ends
         return _run_in(run_dir, config, user_keys, startup)
 

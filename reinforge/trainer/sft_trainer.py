@@ -282,8 +282,8 @@ def _run_sft_in(run_dir: Path, config: SFTConfig, device: str, say) -> dict[str,
                           "lower it")
     untrained = getattr(train, "untrained", 0)
     if untrained:
-        say(f"reinforge: {untrained} of {len(train)} training rows have no token to train on (an empty response, or all of "
-            f"it beyond data.max_length={config.data.max_length}); they keep their place in the batches, as in verl, and "
+        say(f"reinforge: {untrained} of {len(train)} training rows have no token to train on (the response all "
+            f"beyond data.max_length={config.data.max_length}); they keep their place in the batches, as in verl, and "
             "add nothing to the loss", flush=True)
     model = load_sft_model(config, device)
     optimizer = make_optimizer(model.parameters(), config.optim)

@@ -26,8 +26,9 @@ ADVICE = "Name a worker folder of a saved step, e.g. checkpoints/<project>/<expe
 WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin", "config.json")
 
 
-def merge_checkpoint(folder: str, out: str, trust_remote_code: bool = False) -> Path:
-    """Write the model of checkpoint folder `folder` as a Hugging Face model folder `out`; returns `out`."""
+def merge_checkpoint(folder: str, out: str, trust_remote_code: bool = False, overwrite: bool = False) -> Path:
+    """Write the model of checkpoint folder `folder` as a Hugging Face model folder `out`; returns `out`. A folder that
+    already holds a model's weights is written over only with `overwrite` (it may be the base model the run started from)."""
     from transformers import AutoConfig, AutoModelForTokenClassification
 
     from reinforge.training.vision import model_class as language_model_class
@@ -43,6 +44,7 @@ def merge_checkpoint(folder: str, out: str, trust_remote_code: bool = False) -> 
         raise ConfigError(f"{path} is not a reinforge checkpoint folder: it has no huggingface/config.json. {ADVICE}")
     if out_dir.resolve() in (path.resolve(), hf_dir.resolve()):
         raise ConfigError(f"the output folder {out} is the checkpoint folder itself or its huggingface/; name another one")
+    _check_output(out_dir, overwrite)
     state = read_full_model_state(path, ADVICE)
     config = AutoConfig.from_pretrained(hf_dir, trust_remote_code=trust_remote_code)
     model_class = language_model_class(config)
@@ -57,8 +59,26 @@ def merge_checkpoint(folder: str, out: str, trust_remote_code: bool = False) -> 
                           f"load its {ADAPTER_DIR}/ onto the base model with peft's PeftModel.from_pretrained and merge_and_unload")
     if layers:  # LoRA adapters: the folder gets the merged weights
         state = merge_lora_state(state, saved_scaling(path, model_class, config, state))
-    write_hf_model(config, state, out_dir, model_class, trust_remote_code)
-    for file in hf_dir.iterdir():  # the generation config and tokenizer as the run had them
-        if file.is_file() and file.name not in WEIGHT_FILES and not file.name.startswith("model-"):
-            shutil.copy(file, out_dir / file.name)
+    try:
+        write_hf_model(config, state, out_dir, model_class, trust_remote_code)
+        for file in hf_dir.iterdir():  # the generation config and tokenizer as the run had them
+            if file.is_file() and file.name not in WEIGHT_FILES and not file.name.startswith("model-"):
+                shutil.copy(file, out_dir / file.name)
+    except OSError as error:
+        raise ConfigError(f"cannot write the output folder {out} ({error.strerror or error}: {error.filename}); "
+                          "name a writable folder") from None
     return out_dir
+
+
+def _check_output(out_dir: Path, overwrite: bool) -> None:
+    """`out_dir` made, or a ConfigError: it cannot be, or it holds a model's weights and `overwrite` is not set."""
+    weights = sorted(file.name for file in out_dir.glob("*") if file.name in WEIGHT_FILES[:-1]
+                     or file.name.startswith("model-") and file.suffix == ".safetensors") if out_dir.is_dir() else []
+    if weights and not overwrite:
+        raise ConfigError(f"the output folder {out_dir} already holds a model ({', '.join(weights[:3])}); merge does not "
+                          "write over it unless asked: name a new folder, or add --overwrite")
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise ConfigError(f"cannot make the output folder {out_dir} ({error.strerror or error}: {error.filename}); "
+                          "name a writable folder") from None

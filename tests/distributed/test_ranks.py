@@ -82,3 +82,35 @@ def test_gpu_ranks_see_their_nodes_gpus_with_their_own_at_local_rank():
     assert {(env["WORLD_SIZE"], env["MASTER_ADDR"], env["MASTER_PORT"]) for env in envs} == {("4", "10.0.0.1", "29500")}
     cpu = ray_group.rank_envs([("10.0.0.1", []), ("10.0.0.1", [])], 2, 29500)
     assert "CUDA_VISIBLE_DEVICES" not in cpu[0] and [env["LOCAL_RANK"] for env in cpu] == ["0", "1"]
+
+
+RANK_THAT_EXITS = """
+import atexit, sys
+import torch, torch.distributed as dist
+atexit.register(lambda: print("group left before teardown:", not dist.is_initialized(), flush=True))  # runs last
+from reinforge.distributed.process_group import init_distributed
+init_distributed("cpu")
+dist.all_reduce(torch.ones(1))
+if dist.get_rank() == 0 and sys.argv[1] == "fail":
+    raise SystemExit("rank 0 stops")
+try:
+    dist.all_reduce(torch.ones(1))
+except RuntimeError as e:
+    print("other rank gone:", type(e).__name__, flush=True)
+"""
+
+
+@pytest.mark.parametrize("how", ["finish", "fail"])
+def test_a_rank_leaves_its_process_group_when_it_exits(tmp_path, how):
+    """Every rank destroys the group at exit (gloo's threads left to the interpreter's teardown can abort a rank that
+    has finished: SIGABRT, "terminate called without an active exception"); a rank that stops early leaves the others
+    an error to report, not a collective that waits forever."""
+    from tests.training.test_fsdp import start_ranks
+
+    script = tmp_path / "rank.py"
+    script.write_text(RANK_THAT_EXITS)
+    procs = start_ranks(str(script), how)
+    outputs = [proc.communicate(timeout=120)[0] for proc in procs]
+    assert [proc.returncode for proc in procs] == ([0, 0] if how == "finish" else [1, 0]), outputs
+    assert all("group left before teardown: True" in out for out in outputs), outputs
+    assert ("other rank gone" in outputs[1]) == (how == "fail"), outputs

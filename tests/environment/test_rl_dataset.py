@@ -298,6 +298,19 @@ def test_extra_info_that_is_not_a_dict_is_named_when_the_data_loads(tmp_path, to
     assert [dataset[i]["extra_info"] for i in range(4)] == [rows[0]["extra_info"], {"index": 1}, {"index": 7}, {"index": 3}]
 
 
+@pytest.mark.parametrize("value, shown", [("72", "str '72'"), (["72"], "list")])
+def test_a_reward_model_that_is_not_a_dict_is_named_when_the_data_loads(value, shown, tmp_path, tokenizer, data_config,
+                                                                        make_rows, write_rows):
+    rows = make_rows(3)
+    rows[0]["reward_model"] = value  # row 0: read before any batch, where it used to fail as "not a mapping"
+    with pytest.raises(DataError, match=rf"d\.jsonl: row 0, column 'reward_model': must be a dict .* got {shown}"):
+        RLDataset(str(write_rows(tmp_path / "d.jsonl", rows)), tokenizer, data_config())
+    rows[0]["reward_model"] = None  # null: the row loads, and the reward check says it is null
+    dataset = RLDataset(str(write_rows(tmp_path / "ok.jsonl", rows)), tokenizer, data_config())
+    with pytest.raises(DataError, match=r"ok\.jsonl: row 0, column 'reward_model': it is null\."):
+        dataset.check_reward_columns()
+
+
 def test_rows_with_images_without_a_processor_or_with_videos_are_refused_when_the_data_loads(tmp_path, tokenizer, data_config, make_rows, write_rows):
     rows = [{**row, "images": []} for row in make_rows(3)]  # verl's multimodal schema: a list of {'bytes', 'path'}
     rows[1]["images"] = [{"bytes": bytes.fromhex("89504e470d0a1a0a"), "path": None}]

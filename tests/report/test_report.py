@@ -134,6 +134,23 @@ def test_a_run_that_only_validated_gets_a_report(tmp_path):
     assert "skipped: no run logged critic/score/mean" in page and "No rollout samples" in page
 
 
+def summary_row(page: str) -> list[str]:
+    """The cells of the summary table's first run row."""
+    row = re.search(r"<table><tr><th>run</th>.*?</tr><tr>(.*?)</tr>", page, re.S).group(1)
+    return [re.sub(r"<[^>]+>", "", cell) for cell in re.findall(r"<td[^>]*>.*?</td>", row)]
+
+
+def test_the_summary_counts_the_steps_time_and_last_values_of_an_rl_and_an_sft_run(tmp_path):
+    rl = write_report([write_run(tmp_path / "rl", [0.1, 0.4, 0.3], val={3: 0.625})]).read_text()
+    assert summary_row(rl)[2:] == ["3", "0.3", "gsm8k/reward/mean@1 0.625", "9.0"]  # 3 steps of 3 s
+    sft = tmp_path / "sft"
+    sft.mkdir()
+    (sft / "metrics.jsonl").write_text("".join(json.dumps(record) + "\n" for record in (
+        {"step": 1, "train/loss": 2.0, "train/time(s)": 1.5}, {"step": 2, "train/loss": 1.5, "train/time(s)": 2.0},
+        {"step": 2, "val/loss": 1.75})))
+    assert summary_row(write_report([sft]).read_text())[2:] == ["2", "–", "val/loss 1.75", "3.5"]
+
+
 def test_the_command_prints_the_report_path_and_overlays_runs(tmp_path, capsys):
     a, b = write_run(tmp_path / "x" / "run", [0.1, 0.2]), write_run(tmp_path / "y" / "run", [0.3, 0.4])
     assert main(["report", str(a), str(b), "--out", str(tmp_path / "cmp")]) == 0

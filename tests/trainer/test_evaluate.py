@@ -70,6 +70,7 @@ def test_a_failing_call_scores_zero_and_the_rest_are_scored(tmp_path, capsys):
     captured = capsys.readouterr()
     assert printed_metrics(captured.out) == {"test_score/d": 0.5}
     assert "1 call(s) failed and scored 0" in captured.out and "ValueError: cannot parse" in captured.err
+    assert "Later ones are only counted in the count of failed calls printed at the end" in captured.err  # no metrics here
 
     (tmp_path / "broken.py").write_text("def compute_score(data_source, solution_str, ground_truth):\n    return 'high'\n")
     assert main(["eval", f"data.path={path}", f"custom_reward_function.path={tmp_path / 'broken.py'}"]) == 2
@@ -97,6 +98,9 @@ def test_missing_file_and_rows_without_ground_truth_are_named(tmp_path, capsys):
     path = responses_file(tmp_path, [{"data_source": "d", "responses": ["x"], "reward_model": {"style": "rule"}}])
     assert main(["eval", f"data.path={path}"]) == 2
     assert "row 0, column 'reward_model' (data.reward_model_key): expected a dict with a 'ground_truth' key" in capsys.readouterr().err
+    (tmp_path / "empty.jsonl").write_text("")  # a generation step that wrote nothing is not an evaluation that passed
+    assert main(["eval", f"data.path={tmp_path / 'empty.jsonl'}"]) == 2
+    assert f"data.path={tmp_path / 'empty.jsonl'}: the file holds no rows, so there is nothing to score" in capsys.readouterr().err
 
 
 def test_dry_run_and_verl_ray_keys(capsys):

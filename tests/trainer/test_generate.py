@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
@@ -102,6 +104,13 @@ def test_json_lines_input_and_prompts_cut_to_prompt_length(tiny_model_path, tmp_
     written = pq.read_table(output)
     assert written.column_names == ["prompt", "data_source", "responses"] and written.num_rows == 2
     assert "1 of 2 prompts are longer than rollout.prompt_length=8 tokens" in capsys.readouterr().out  # "Hi": raw text, 1 token
+    # a .jsonl output name gets JSON lines, which reinforge eval (and any JSON reader) reads back
+    assert generate(tiny_model_path, data, tmp_path / "out.jsonl", "data.n_samples=2") == 0
+    lines = [json.loads(line) for line in (tmp_path / "out.jsonl").read_text().splitlines()]
+    assert [{k: v for k, v in row.items() if k != "responses"} for row in lines] == [
+        {"prompt": "Add one to 1234", "data_source": "x"}, {"prompt": "Hi", "data_source": "y"}]
+    assert all(len(row["responses"]) == 2 for row in lines)
+    capsys.readouterr()
     # OpenRLHF's options: "Hi" as one user message through the chat template, or in a template, is over 8 tokens too
     for option in ("data.apply_chat_template=true", "data.input_template='Please answer this question at once: {}'"):
         assert generate(tiny_model_path, data, output, "data.n_samples=1", "rollout.prompt_length=8", option) == 0

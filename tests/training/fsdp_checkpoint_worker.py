@@ -94,9 +94,11 @@ def load(model_path: str, workdir: Path, source: str) -> None:
 
 
 if __name__ == "__main__":
+    from tests.training.fsdp_ranks import exit_rank
+
     model_path, workdir = sys.argv[1], Path(sys.argv[2])
     init_distributed("cpu")
     load(model_path, workdir, "full")
     train_and_save(model_path, workdir)
     load(model_path, workdir, "sharded")
-    dist.destroy_process_group()
+    exit_rank()

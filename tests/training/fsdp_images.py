@@ -16,7 +16,7 @@ import torch
 from reinforge.batch import Batch
 from reinforge.config import load_config
 from reinforge.training.workers import ActorRolloutRefWorker
-from tests.training.fsdp_ranks import actor_overrides, comparable, full_state_dict
+from tests.training.fsdp_ranks import actor_overrides, comparable, exit_rank, full_state_dict
 
 STEPS = 2
 
@@ -42,3 +42,4 @@ if __name__ == "__main__":
     rank, world_size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     chunk = torch.load(batch_file, weights_only=False).chunk(world_size)[rank]
     torch.save(train(model_path, chunk, world_size), f"{out_dir}/rank{rank}.pt")
+    exit_rank()

@@ -125,6 +125,20 @@ def dynamic_bsz(actor: ActorRolloutRefWorker, batch: Batch, rank: int, budget: i
     return out
 
 
+def exit_rank() -> None:
+    """Leave the process group and end this rank at once, its results saved. The interpreter's teardown is skipped: with
+    gloo's threads it has aborted a rank after its work was done (SIGABRT, about once in a hundred 2-rank runs here,
+    with the group destroyed or not), which would fail a check whose results were all in."""
+    import os
+
+    from reinforge.distributed.process_group import close_distributed
+
+    close_distributed()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
+
+
 if __name__ == "__main__":
     import os
 
@@ -135,3 +149,4 @@ if __name__ == "__main__":
     result["dynamic_bsz"] = dynamic_bsz(result["workers"][0], chunk, rank)
     result["faults"] = faults(result.pop("workers")[0], chunk, rank)
     torch.save(result, f"{out_dir}/rank{rank}.pt")
+    exit_rank()

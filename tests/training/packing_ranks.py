@@ -30,6 +30,8 @@ def update_gradient(model: torch.nn.Module, batch, pack: bool) -> tuple[torch.Te
 
 
 if __name__ == "__main__":
+    from tests.training.fsdp_ranks import exit_rank
+
     model_path, out_dir = sys.argv[1:]
     rank, model = checkpointed_shards(model_path)
     batch = varied_batch(model.config.vocab_size, seed=4)
@@ -39,3 +41,4 @@ if __name__ == "__main__":
     gradient, actor = update_gradient(model, batch.chunk(world_size())[rank], pack=True)
     log_probs, _ = actor.compute_log_prob(batch.index(UNEVEN_ROWS[rank]), 1.0, None)
     torch.save({"gradient": gradient, "uneven_log_probs": log_probs, "packed_forwards": len(packed)}, f"{out_dir}/rank{rank}.pt")
+    exit_rank()

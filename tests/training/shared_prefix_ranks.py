@@ -61,6 +61,8 @@ def checkpointed_shards(model_path: str) -> tuple[int, torch.nn.Module]:
 
 
 if __name__ == "__main__":
+    from tests.training.fsdp_ranks import exit_rank
+
     model_path, out_dir = sys.argv[1:]
     rank, model = checkpointed_shards(model_path)
     batch = grouped_batch(model.config.vocab_size)
@@ -72,3 +74,4 @@ if __name__ == "__main__":
     uneven = batch.index(UNEVEN_ROWS[rank])
     log_probs, _ = result.pop("actor").compute_log_prob(uneven, 1.0, None)
     torch.save({**result, "shared": shared, "uneven_log_probs": log_probs}, f"{out_dir}/rank{rank}.pt")
+    exit_rank()

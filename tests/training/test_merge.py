@@ -74,3 +74,32 @@ def test_verls_model_merger_command_line_works(tiny_model_path, tmp_path, capsys
     ):
         assert cli_main(["merge", *argv]) == 2
         assert message in capsys.readouterr().err
+
+
+def test_a_folder_holding_a_model_is_written_over_only_with_overwrite_and_an_unmakeable_one_is_named(
+        tiny_model_path, tmp_path, capsys):
+    """OUT may be the base model the run started from: merge leaves it as it was unless --overwrite is given; an OUT that
+    cannot be made (a file in the way) is a message naming it, not a traceback."""
+    import shutil
+
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_path)
+    with torch.no_grad():
+        next(model.parameters()).add_(1.0)  # trained: differs from the base model
+    actor = tmp_path / "actor"
+    save_training_state(str(actor), ["model"], model, torch.optim.AdamW(model.parameters()), {})
+    base = tmp_path / "base"
+    shutil.copytree(tiny_model_path, base)
+    before = {p.name: p.read_bytes() for p in base.iterdir() if p.is_file()}
+    assert cli_main(["merge", str(actor), str(base)]) == 2
+    assert f"the output folder {base} already holds a model (model.safetensors)" in capsys.readouterr().err
+    assert {p.name: p.read_bytes() for p in base.iterdir() if p.is_file()} == before
+    assert cli_main(["merge", str(actor), str(base), "--overwrite"]) == 0
+    merged = AutoModelForCausalLM.from_pretrained(base)
+    assert all(torch.equal(merged.state_dict()[name], value) for name, value in model.state_dict().items())
+    (tmp_path / "notes.txt").write_text("a file")
+    for out in (tmp_path / "notes.txt", tmp_path / "notes.txt" / "hf"):
+        assert cli_main(["merge", str(actor), str(out)]) == 2
+        err = capsys.readouterr().err
+        assert f"cannot make the output folder {out}" in err and "Traceback" not in err

@@ -329,7 +329,6 @@ class RewardManager:
             return failure
         self._reported.add(kind)
         what = "did not finish in time" if kind == "timeout" else "failed"
-        metric = "reward/timeouts" if kind == "timeout" else "reward/errors"
         if isinstance(error, WorkerError):  # its message is the traceback in the worker
             lines = str(error)
         elif isinstance(error, (ScoreTimeout, ScoreFunctionError)):  # reinforge's findings: no traceback to show
@@ -338,10 +337,14 @@ class RewardManager:
             lines = "".join(traceback.format_exception(type(error), error, error.__traceback__))
         print(
             f"reinforge: the reward function {what} {self._where(sample, error)}. "
-            f"Later ones are only counted in the metric {metric}.\n{lines}",
+            f"Later ones are only counted in {self._counted_in(kind)}.\n{lines}",
             file=sys.stderr,
         )
         return failure
+
+    def _counted_in(self, kind: str) -> str:
+        """Where failures of `kind` after the first are counted."""
+        return f"the metric {'reward/timeouts' if kind == 'timeout' else 'reward/errors'}"
 
     def _where(self, sample: Sample, error: BaseException) -> str:
         """Where a failure happened and what it cost, for the printed report."""
