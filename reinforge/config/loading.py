@@ -7,9 +7,8 @@ bracketed list of them (`'[~/a.parquet,~/b.parquet]'`) as a list of strings; a r
 quotes, brackets or braces in it (an unclosed quote, `{a:1`) is refused with Hydra's message.
 
 The schema is strict: a key that is not in it fails before anything loads, with the closest
-valid key suggested. Keys under free-form dicts (`reward_kwargs`, `engine_kwargs`, ...) are open.
-
-A YAML file may start the way verl's custom configs do, `hydra: {searchpath: [...]}` and
+valid key suggested (the same name under another parent first: actor.lr is actor.optim.lr). Keys
+under free-form dicts (`reward_kwargs`, `engine_kwargs`, ...) are open. A YAML file may start the way verl's custom configs do, `hydra: {searchpath: [...]}` and
 `defaults: [ppo_trainer, _self_]`: the schema's defaults are verl's base trainer config, so such a
 file loads as if those lines were absent (`_from_yaml`). Hydra settings that only say where Hydra
 looks for configs or writes its own outputs and logs are ignored (`searchpath` silently, the others
@@ -22,6 +21,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import difflib
+import os
 import re
 import types
 import typing
@@ -153,8 +153,7 @@ RENAMED = {
 }
 
 
-# settings of verl features this version does not have, which the closest spelling would mistake for another key:
-# the key's start -> the feature
+# settings of verl features this version does not have, which the closest spelling would mistake for another key: start -> feature
 _LISTED = ", which is not in this version (docs/algorithms.md lists the estimators and losses there are)"
 _SERVER = ("verl's SGLang server mode, which is not in this version: SGLang runs inside the training processes "
            "(actor_rollout_ref.rollout.name=sglang); leave sglang_engine_mode and the server section out")
@@ -192,12 +191,16 @@ def _suggest(key: str, root: type = Config) -> str:
         return ("; it is a setting of verl's Megatron-LM backend, and reinforge trains with FSDP2 (strategy=fsdp): leave "
                 "the megatron keys out, or use their fsdp_config counterparts")
     keys = all_keys(root)
+    parts, leaf = key.split("."), key.rsplit(".", 1)[-1]
+    placed = [k for k in keys if k.endswith("." + leaf) or k == leaf]  # the right name under another parent (actor.lr)
+    if placed:  # the one sharing the most leading parts with `key`, then the first in the schema (the actor's first)
+        nearest = min(placed, key=lambda known: (-len(os.path.commonprefix([parts, known.split(".")])), keys.index(known)))
+        return f"; did you mean '{nearest}'?"
     close = difflib.get_close_matches(key, keys, n=1, cutoff=0.6)
-    if not close:  # a misspelt last part under the right parent, or the right leaf under a wrong parent
-        leaf = key.rsplit(".", 1)[-1]
+    if not close:  # a misspelt last part under the right parent
         by_leaf = {k.rsplit(".", 1)[-1]: k for k in keys if k.startswith(key.rsplit(".", 1)[0] + ".")}
         leaf_match = difflib.get_close_matches(leaf, list(by_leaf), n=1, cutoff=0.6)
-        close = [by_leaf[leaf_match[0]]] if leaf_match else [k for k in keys if k.endswith("." + leaf)][:1]
+        close = [by_leaf[leaf_match[0]]] if leaf_match else []
     return f"; did you mean '{close[0]}'?" if close else ""
 
 

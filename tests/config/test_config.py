@@ -118,6 +118,11 @@ def test_algorithm_settings_without_effect_are_listed_with_what_would_use_them()
     ("actor_rollout_ref.actor.optim.lrr=1", "did you mean 'actor_rollout_ref.actor.optim.lr'"),
     ("actor_rollout_ref.acter.ppo_epochs=2", "did you mean 'actor_rollout_ref.actor.ppo_epochs'"),
     ("data.train_batch_sise=8", "did you mean 'data.train_batch_size'"),
+    # the right name under another parent: the nearest such key, not a look-alike in the same section
+    ("actor_rollout_ref.actor.lr=1e-6", "did you mean 'actor_rollout_ref.actor.optim.lr'"),
+    ("actor_rollout_ref.actor.temperature=1", "did you mean 'actor_rollout_ref.rollout.temperature'"),
+    ("actor_rollout_ref.actor.n=4", "did you mean 'actor_rollout_ref.rollout.n'"),
+    ("trainer.ppo_epochs=2", "did you mean 'actor_rollout_ref.actor.ppo_epochs'"),
     ("actor_rollout_ref.rollout.n=0", "actor_rollout_ref.rollout.n=0 must be > 0"),
     ("actor_rollout_ref.actor.optim.lr=-1", "optim.lr=-1.0 must be >= 0"),
     ("actor_rollout_ref.actor.optim.lr=fast", "must be a number"),
