@@ -8,9 +8,9 @@ quotes, brackets or braces in it (an unclosed quote, `{a:1`) is refused with Hyd
 
 The schema is strict: a key that is not in it fails before anything loads, with the closest
 valid key suggested (the same name under another parent first: actor.lr is actor.optim.lr). Keys
-under free-form dicts (`reward_kwargs`, `engine_kwargs`, ...) are open. A YAML file may start the way verl's custom configs do, `hydra: {searchpath: [...]}` and
-`defaults: [ppo_trainer, _self_]`: the schema's defaults are verl's base trainer config, so such a
-file loads as if those lines were absent (`_from_yaml`). Hydra settings that only say where Hydra
+under free-form dicts (`reward_kwargs`, `engine_kwargs`, ...) are open. A YAML file may start the
+way verl's custom configs do, `hydra: {searchpath: [...]}` and `defaults: [ppo_trainer, _self_]`:
+the schema's defaults are verl's base trainer config, so such a file loads as if those lines were absent (`_from_yaml`). Hydra settings that only say where Hydra
 looks for configs or writes its own outputs and logs are ignored (`searchpath` silently, the others
 listed as settings without effect); a defaults entry or Hydra setting that would change the config
 or the job is refused with the file and the entry named.

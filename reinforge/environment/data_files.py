@@ -91,9 +91,9 @@ def read_rows(given: str) -> tuple[list[dict[str, Any]], list[str]]:
 
 def check_row(row: dict[str, Any], origin: tuple[str, int], config: Any, images_ok: bool = False) -> None:
     """DataError naming the file (or data generator), row and column of what the dataset cannot use, found at load
-    rather than mid-run: no `data.label_key` column when that is set, an `extra_info` or `reward_model` that is not a dict
-    (`extra_info`'s `index` is read, and both are passed to the reward function; null or missing is fine), videos, and images unless the model has a
-    processor for them (`images_ok`): a text-only run would silently ignore them."""
+    rather than mid-run: no `data.label_key` column when that is set, an `extra_info` or `reward_model` that is not a
+    dict (`extra_info`'s `index` is read, and both go to the reward function; null or missing is fine), videos, and
+    images unless the model has a processor for them (`images_ok`): a text-only run would silently ignore them."""
     file, number = origin
     label_key = getattr(config, "label_key", None)
     if label_key and label_key not in row:

@@ -23,7 +23,7 @@ from reinforge.training.checkpoint_io import read_full_model_state, write_hf_mod
 from reinforge.training.lora import ADAPTER_DIR, merge_lora_state, saved_scaling
 
 ADVICE = "Name a worker folder of a saved step, e.g. checkpoints/<project>/<experiment>/global_step_<N>/actor"
-WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin", "config.json")
+WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin")  # and model-*: shards
 
 
 def merge_checkpoint(folder: str, out: str, trust_remote_code: bool = False, overwrite: bool = False) -> Path:
@@ -62,23 +62,29 @@ def merge_checkpoint(folder: str, out: str, trust_remote_code: bool = False, ove
     try:
         write_hf_model(config, state, out_dir, model_class, trust_remote_code)
         for file in hf_dir.iterdir():  # the generation config and tokenizer as the run had them
-            if file.is_file() and file.name not in WEIGHT_FILES and not file.name.startswith("model-"):
+            if file.is_file() and not _is_weights(file.name) and file.name != "config.json":
                 shutil.copy(file, out_dir / file.name)
     except OSError as error:
-        raise ConfigError(f"cannot write the output folder {out} ({error.strerror or error}: {error.filename}); "
-                          "name a writable folder") from None
+        raise _unwritable("write", out_dir, error) from None
     return out_dir
 
 
 def _check_output(out_dir: Path, overwrite: bool) -> None:
     """`out_dir` made, or a ConfigError: it cannot be, or it holds a model's weights and `overwrite` is not set."""
-    weights = sorted(file.name for file in out_dir.glob("*") if file.name in WEIGHT_FILES[:-1]
-                     or file.name.startswith("model-") and file.suffix == ".safetensors") if out_dir.is_dir() else []
+    weights = sorted(file.name for file in out_dir.glob("*") if _is_weights(file.name)) if out_dir.is_dir() else []
     if weights and not overwrite:
         raise ConfigError(f"the output folder {out_dir} already holds a model ({', '.join(weights[:3])}); merge does not "
                           "write over it unless asked: name a new folder, or add --overwrite")
     try:
         out_dir.mkdir(parents=True, exist_ok=True)
     except OSError as error:
-        raise ConfigError(f"cannot make the output folder {out_dir} ({error.strerror or error}: {error.filename}); "
-                          "name a writable folder") from None
+        raise _unwritable("make", out_dir, error) from None
+
+
+def _is_weights(name: str) -> bool:
+    return name in WEIGHT_FILES or name.startswith("model-")
+
+
+def _unwritable(verb: str, out_dir: Path, error: OSError) -> ConfigError:
+    return ConfigError(f"cannot {verb} the output folder {out_dir} ({error.strerror or error}: {error.filename}); "
+                       "name a writable folder")
