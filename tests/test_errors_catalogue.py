@@ -128,6 +128,7 @@ def make_workspace(folder: Path, model: Path, other_model: Path) -> None:
     (folder / "bad.yaml").write_text("data:\n  train_batch_size: [1, 2\n  shuffle: : true\n")
     (folder / "groups.yaml").write_text("defaults:\n  - ppo_trainer\n  - actor@actor_rollout_ref.actor: dp_actor\n  - _self_\n")
     (folder / "chdir.yaml").write_text("hydra:\n  job:\n    chdir: true\n")
+    (folder / "typo.yaml").write_text("trainer:\n  save_freq: four\n")
     (folder / "notes").mkdir()
     (folder / "notes" / "readme.txt").write_text("not a model, not data, not a checkpoint")
     for name, text in REWARD_FILES.items():

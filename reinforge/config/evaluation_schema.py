@@ -71,11 +71,12 @@ def unused_evaluation_settings(user_keys: list[str]) -> list[str]:
 
 def load_evaluation_config(args: list[str], config_file: str | None = None) -> tuple[EvaluationConfig, list[str]]:
     """The config of `reinforge eval` from overrides (and a YAML file), and the keys the user set."""
-    from reinforge.config.loading import resolve
+    from reinforge.config.loading import naming_the_file, resolve
 
     # verl 0.9's main_eval reads the function from reward.custom_reward_function (added with +): the same keys here
     args = [re.sub(r"^([+~]{0,2})reward\.custom_reward_function\.", r"\1custom_reward_function.", arg) for arg in args]
-    config, user_keys, ignored = resolve(EvaluationConfig, args, config_file, base="evaluation")
+    with naming_the_file(config_file, args, EvaluationConfig, "evaluation"):
+        config, user_keys, ignored = resolve(EvaluationConfig, args, config_file, base="evaluation")
     return config, ignored + user_keys
 
 

@@ -189,11 +189,12 @@ def unused_generation_settings(config: GenerationConfig, user_keys: list[str]) -
 def load_generation_config(args: list[str], config_file: str | None = None) -> tuple[GenerationConfig, list[str]]:
     """The checked config of `reinforge generate` from overrides (and a YAML file), and the keys the user set; the
     command line of verl 0.9's main_generation_server (ppo_trainer keys) is read too (`server_form`)."""
-    from reinforge.config.loading import resolve
+    from reinforge.config.loading import naming_the_file, resolve
 
     args, training_keys = server_form(list(args))
-    config, user_keys, ignored = resolve(GenerationConfig, args, config_file, base="generation")
-    check_generation(config)
+    with naming_the_file(config_file, args, GenerationConfig, "generation"):
+        config, user_keys, ignored = resolve(GenerationConfig, args, config_file, base="generation")
+        check_generation(config)
     return config, ignored + user_keys + training_keys
 
 
@@ -220,7 +221,7 @@ def server_form(args: list[str]) -> tuple[list[str], list[str]]:
     if not any(o.key == "data.train_files" or o.key.startswith("actor_rollout_ref.") for o in parsed):
         return args, []
     rollout_keys = {f.name for f in fields(GenRolloutConfig)}
-    translated, training = list(SERVER_DEFAULTS), []
+    translated, training, set_by = list(SERVER_DEFAULTS), [], {}
     for arg, override in zip(args, parsed, strict=True):
         key = override.key
         target = SERVER_KEYS.get(key)
@@ -237,9 +238,17 @@ def server_form(args: list[str]) -> tuple[list[str], list[str]]:
                 raise ConfigError(f"data.train_files={override.value}: reinforge generate reads one file of prompts (verl's "
                                   "generation server concatenates several); join them into one file, or run once per file")
             arg = f"data.train_files={override.value[0]}"
+        earlier = set_by.setdefault(target, override)
+        if earlier.key != key and earlier.value != override.value:
+            raise ConfigError(f"{earlier.key}={earlier.value} and {key}={override.value} are the same setting of reinforge "
+                              f"generate ({target}; verl's generation server names it {_server_name(target)}); set one")
         prefix, _, value = re.match(r"^([+~]*)([^=]*)(=.*)?$", arg).groups()
         translated.append(f"{prefix.replace('+', '') if target != key else prefix}{target}{value or ''}")
     return translated, training
+
+
+def _server_name(target: str) -> str:
+    return next((key for key, ours in SERVER_KEYS.items() if ours == target), target.replace("rollout.", "actor_rollout_ref.rollout.", 1))
 
 
 def _generation_key(key: str) -> bool:

@@ -3,21 +3,20 @@
 Overrides use Hydra's grammar as verl users type it: `a.b=c`, `+a.b=c` (add), `++a.b=c`,
 `~a.b` (delete: back to the default), lists `'[x,y]'`, `null`. Values that Hydra's parser rejects
 but that are plainly a path (`data.train_files=~/x.parquet`) are taken as strings, and a
-bracketed list of them (`'[~/a.parquet,~/b.parquet]'`) as a list of strings; a rejected value with
-quotes, brackets or braces in it (an unclosed quote, `{a:1`) is refused with Hydra's message.
+bracketed list of them (`'[~/a.parquet,~/b.parquet]'`, an item wholly in quotes among them too) as a
+list of strings; another rejected value with quotes, brackets or braces in it (an unclosed quote,
+`{a:1`) is refused with Hydra's message.
 
 The schema is strict: a key that is not in it fails before anything loads, with the closest
 valid key suggested (the same name under another parent first: actor.lr is actor.optim.lr). Keys
-under free-form dicts (`reward_kwargs`, `engine_kwargs`, ...) are open. A YAML file may start the
-way verl's custom configs do, `hydra: {searchpath: [...]}` and `defaults: [ppo_trainer, _self_]`:
-the schema's defaults are verl's base trainer config, so such a file loads as if those lines were absent (`_from_yaml`). Hydra settings that only say where Hydra
-looks for configs or writes its own outputs and logs are ignored (`searchpath` silently, the others
-listed as settings without effect); a defaults entry or Hydra setting that would change the config
-or the job is refused with the file and the entry named.
+under free-form dicts (`reward_kwargs`, `engine_kwargs`, ...) are open. A YAML file (`--config`,
+read by config/config_file.py) sets keys under the command line's; an error about a key whose
+value comes from the file names the file (`naming_the_file`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import dataclasses
 import difflib
@@ -27,7 +26,6 @@ import types
 import typing
 from collections.abc import Callable
 from functools import cache
-from pathlib import Path
 from typing import Any
 
 from reinforge.config import quickstart
@@ -36,6 +34,7 @@ from reinforge.errors import ConfigError
 
 _PLAIN_OVERRIDE = re.compile(r"^(\+{0,2}|~)([A-Za-z_][\w.]*)(?:=(.*))?$", re.S)
 _RAW_VALUE = re.compile(r"""^[^'"{}()\[\]]*$""")  # a value Hydra refuses taken as it is: no quotes, brackets, braces
+_QUOTED_ITEM = re.compile(r"""^(['"])([^'"]*)\1$""")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -66,6 +65,8 @@ def parse_overrides(args: list[str]) -> list[Override]:
             prefix, key, value = match.groups()
             listed = value is not None and value.startswith("[") and value.endswith("]")  # a list of such values: [~/a,~/b]
             items = [item.strip() for item in value[1:-1].split(",")] if listed else [value or ""]
+            if listed:  # an item in quotes beside bare paths ([~/a.parquet,'~/s/*.parquet']): the text inside them
+                items = [quoted.group(2) if (quoted := _QUOTED_ITEM.match(item)) else item for item in items]
             if not all(_RAW_VALUE.match(item) for item in items) or (listed and value != "[]" and not all(items)):
                 first = str(err).strip().splitlines()[0] if str(err).strip() else "not Hydra's override grammar"
                 raise ConfigError(f"cannot parse override {arg!r}: {first} (Hydra's override grammar, as verl uses; quote "
@@ -339,73 +340,13 @@ def _build(cls: type, tree: dict, prefix: str = "", root: type | None = None) ->
 
 
 BASE_CONFIG = "ppo_trainer"  # verl's base trainer config (verl/trainer/config/ppo_trainer.yaml): `Config`'s defaults
-# Hydra settings that change no config key and not how the job runs: where Hydra writes its outputs and logs, and how much
-# it logs. hydra.searchpath (where Hydra looks for ppo_trainer) is ignored without a note: reinforge's base is built in.
-HYDRA_OUTPUT_SETTINGS = ("run", "sweep", "output_subdir", "job_logging", "hydra_logging", "verbose")
-
-
-def _hydra_settings(file: Path, settings: Any) -> list[str]:
-    """The `hydra:` section of a config file: the settings ignored (to be listed as without effect); others refused."""
-    if not isinstance(settings, dict):
-        raise ConfigError(f"{file}: 'hydra' must be a mapping of Hydra settings, e.g. hydra: {{searchpath: [...]}}")
-    ignored = []
-    for name, value in settings.items():
-        job_name_only = name == "job" and isinstance(value, dict) and set(value) <= {"name", "chdir"} and not value.get("chdir")
-        if name == "searchpath":
-            continue
-        if name in HYDRA_OUTPUT_SETTINGS or job_name_only:
-            ignored.append(f"hydra.{name}")
-            continue
-        raise ConfigError(f"{file}: hydra.{name} cannot be honoured: reinforge does not run through Hydra, and this setting "
-                          "would change how the job runs; remove it (hydra.searchpath, "
-                          f"{', '.join(HYDRA_OUTPUT_SETTINGS)} and job.name are ignored)")
-    return ignored
-
-
-def _defaults_list(file: Path, entries: Any, base: str) -> list[str]:
-    """A verl-style `defaults:` list: `base` (`ppo_trainer`, `sft_trainer`) then `_self_` is the schema's defaults under
-    the file, which is what reinforge builds anyway; Hydra's own logging groups change no key (returned, to be listed as without effect)."""
-    if not isinstance(entries, list):
-        raise ConfigError(f"{file}: 'defaults' must be a list (Hydra's defaults list), e.g. defaults: [{base}, _self_]")
-    names, ignored = [], []
-    for entry in entries:
-        if entry in (base, "_self_"):
-            names.append(entry)
-            continue
-        if isinstance(entry, dict) and len(entry) == 1:
-            (group, choice), = entry.items()
-            if str(group).removeprefix("override ").strip().startswith("hydra/"):  # e.g. override hydra/job_logging: disabled
-                ignored.append(str(group).removeprefix("override ").strip())
-                continue
-            entry = f"{group}: {choice}"
-        raise ConfigError(
-            f"{file}: the defaults entry {str(entry)!r} cannot be loaded: reinforge builds verl's base trainer config "
-            f"({base}) and nothing else, not verl's config groups or other trainer configs. Remove the entry and set "
-            "the keys it stands for in the file itself")
-    if "_self_" in names and base in names[names.index("_self_"):]:
-        raise ConfigError(f"{file}: the defaults list puts _self_ before {base}, so in verl {base}'s values "
-                          f"would override this file's own; reinforge applies the file over the base config. Put _self_ "
-                          f"last: defaults: [{base}, _self_]")
-    return ignored
 
 
 def _from_yaml(path: str, root: type = Config, base: str = BASE_CONFIG) -> tuple[list[Override], list[str]]:
     """The keys a config file sets, and the Hydra settings in it that are ignored (`hydra.run`, ...)."""
-    from omegaconf import OmegaConf
+    from reinforge.config.config_file import read
 
-    file = Path(path).expanduser()
-    if not file.is_file():
-        raise ConfigError(f"config file not found: {file}")
-    try:
-        loaded = OmegaConf.to_container(OmegaConf.load(file), resolve=False)
-    except Exception as exc:  # yaml syntax errors carry the line
-        raise ConfigError(f"cannot read config file {file}: {exc}") from None
-    if not isinstance(loaded, dict):
-        raise ConfigError(f"config file {file} must hold a mapping of keys")
-    ignored = _hydra_settings(file, loaded.pop("hydra")) if "hydra" in loaded else []
-    if "defaults" in loaded:
-        ignored += _defaults_list(file, loaded.pop("defaults"), base)
-
+    file, loaded, ignored = read(path, base)
     overrides = []
 
     def walk(node: dict, prefix: str) -> None:
@@ -467,8 +408,26 @@ def resolve(root: type, args: list[str] | None = None, config_file: str | None =
     try:
         resolved = OmegaConf.to_container(OmegaConf.create(tree), resolve=True)
     except OmegaConfBaseException as exc:
-        raise ConfigError(f"cannot resolve an interpolation in the config: {exc}") from None
+        where = f" of '{exc.full_key}'" if getattr(exc, "full_key", None) else ""
+        raise ConfigError(f"cannot resolve the interpolation{where} in the config: {str(exc).splitlines()[0]}") from None
     return _build(root, resolved), user_keys, ignored
+
+
+@contextlib.contextmanager
+def naming_the_file(config_file: str | None, args: list[str] | None, root: type = Config, base: str = BASE_CONFIG):
+    """Within it, a ConfigError that names a key whose value comes from `config_file` (not overridden in `args`) starts
+    with the file's name, as one about an unknown key of the file does: a type or range error says where to fix it."""
+    try:
+        yield
+    except ConfigError as error:
+        message = str(error)
+        if config_file and not message.startswith(f"{config_file}:"):
+            given = {override.key for override in parse_overrides(list(args or []))}
+            keys = {override.key for override in _from_yaml(config_file, root, base)[0]} - given
+            named = message.split("; did you mean")[0]  # not a key only suggested
+            if any(re.search(rf"(?<![\w.]){re.escape(key)}(?!\w)", named) for key in keys):
+                raise ConfigError(f"{config_file}: {message}") from None
+        raise
 
 
 def load_config(args: list[str] | None = None, config_file: str | None = None) -> tuple[Config, list[str]]:
@@ -480,9 +439,10 @@ def load_config(args: list[str] | None = None, config_file: str | None = None) -
     from reinforge.config.section_checks import NULL_MEANS_DEFAULT
     from reinforge.config.validate import finalize
 
-    config, user_keys, ignored = resolve(Config, args, config_file, null_is_unset=NULL_MEANS_DEFAULT,
-                                         preset=lambda keys: quickstart.values() if quickstart.applies(keys) else None)
-    finalize(config, quickstart.applies(user_keys))
+    with naming_the_file(config_file, args):
+        config, user_keys, ignored = resolve(Config, args, config_file, null_is_unset=NULL_MEANS_DEFAULT,
+                                             preset=lambda keys: quickstart.values() if quickstart.applies(keys) else None)
+        finalize(config, quickstart.applies(user_keys))
     return config, ignored + user_keys
 
 

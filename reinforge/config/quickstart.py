@@ -48,7 +48,7 @@ SETTINGS = {
     "actor_rollout_ref.rollout.n": 8,
     # The copier starts nearly deterministic (entropy 0.02-0.07 per token): at temperature 1 a prompt's 8 samples rarely
     # differ, GRPO sees little contrast, and runs stall (0.51-0.54 at step 400 over 3 seeds, on the RECIPE 2 copier).
-    # At 2.0 they explore further: 0.56-0.78 by step 400 over 4 seeds (earlier copiers and code: 0.60-0.92).
+    # At 2.0 they explore further: 0.59-0.71 by step 400 over 4 seeds (earlier copiers and code: 0.56-0.92).
     "actor_rollout_ref.rollout.temperature": 2.0,
     "actor_rollout_ref.actor.optim.lr": 1e-3,
     "actor_rollout_ref.actor.ppo_mini_batch_size": 16,

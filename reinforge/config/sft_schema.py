@@ -221,7 +221,7 @@ def load_sft_config(args: list[str], config_file: str | None, ranks: int) -> tup
     in a moment, as `reinforge train`'s do."""
     import re
 
-    from reinforge.config.loading import resolve
+    from reinforge.config.loading import naming_the_file, resolve
     from reinforge.errors import ConfigError
 
     groups, kept = [], []
@@ -235,8 +235,9 @@ def load_sft_config(args: list[str], config_file: str | None, ranks: int) -> tup
             groups.append(f"{arg} (verl's choice of its {group} config group) has no effect here: it is the only one")
         else:
             kept.append(arg)
-    config, user_keys, ignored = resolve(SFTConfig, kept, config_file, base="sft_trainer")
-    notes = finalize_sft(config, ranks, user_keys)
+    with naming_the_file(config_file, kept, SFTConfig, "sft_trainer"):
+        config, user_keys, ignored = resolve(SFTConfig, kept, config_file, base="sft_trainer")
+        notes = finalize_sft(config, ranks, user_keys)
     return config, groups + notes + [f"{name} (a Hydra setting) has no effect here" for name in ignored]
 
 

@@ -332,13 +332,15 @@ def read_trainer_state(folder: Path) -> tuple[dict, dict]:
     return loader_state, state
 
 
-def damaged(file: Path, error: BaseException) -> CheckpointError:
-    """The error for a checkpoint file that cannot be read (a save cut short, a disk fault, a file copied in part)."""
+def damaged(file: Path, error: BaseException, advice: str | None = None) -> CheckpointError:
+    """The error for a checkpoint file that cannot be read (a save cut short, a disk fault, a file copied in part),
+    ending with `advice` (by default, how to resume from another step)."""
     step = next((part for part in Path(file).parts if part.startswith("global_step_")), None)
-    other = f"; resume an earlier step than {step}" if step else "; resume an earlier step"
-    return CheckpointError(f"{file} is damaged and cannot be read ({type(error).__name__}: {str(error)[:200]}){other} "
-                           "(trainer.resume_mode=resume_path trainer.resume_from_path=<run folder>/global_step_<N>), or start "
-                           "afresh in another trainer.default_local_dir")
+    if advice is None:
+        advice = (f"Resume an earlier step than {step}" if step else "Resume an earlier step") + (
+            " (trainer.resume_mode=resume_path trainer.resume_from_path=<run folder>/global_step_<N>), or start afresh in "
+            "another trainer.default_local_dir")
+    return CheckpointError(f"{file} is damaged and cannot be read ({type(error).__name__}: {str(error)[:200]}). {advice}")
 
 
 def _step_folders(steps: list[int]) -> str:

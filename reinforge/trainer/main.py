@@ -6,6 +6,7 @@ import contextlib
 import itertools
 import os
 import random
+import sys
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -100,7 +101,7 @@ def _run_in(run_dir: Path, config: Config, user_keys: list[str], startup: Startu
     from reinforge.trainer.checkpoint import check_resume_folder, resume_folder
     from reinforge.trainer.ppo_trainer import RLTrainer
     from reinforge.trainer.stop import latest_checkpoint
-    from reinforge.training.model import load_tokenizer, model_source, model_vocab_size
+    from reinforge.training.model import load_tokenizer, model_source, model_text_settings
     from reinforge.training.vision import load_processor
 
     # no global_step_<N> folder to resume, or a fresh start over a saved run: before anything is written or loaded
@@ -136,7 +137,13 @@ def _run_in(run_dir: Path, config: Config, user_keys: list[str], startup: Startu
     _note_string_prompts(config, user_keys, train_set, val_loader.dataset if val_loader else None)
     for line in check_image_run(config, [train_set, val_loader.dataset if val_loader else None], processor):
         print(f"reinforge: note: {line}", flush=True)
-    vocab_size = model_vocab_size(config.actor_rollout_ref.model)
+    vocab_size, positions = model_text_settings(config.actor_rollout_ref.model, "vocab_size", "max_position_embeddings")
+    if isinstance(positions, int) and data.max_prompt_length + data.max_response_length > positions:
+        print(f"reinforge: warning: data.max_prompt_length + data.max_response_length = {data.max_prompt_length} + "
+              f"{data.max_response_length} is more than the model's max_position_embeddings={positions} "
+              f"(actor_rollout_ref.model.path={config.actor_rollout_ref.model.path}): positions past it are ones the model "
+              "was not trained on (a model with learned position embeddings fails on them); lower the lengths unless "
+              "the model is meant to run longer", file=sys.stderr, flush=True)
     for dataset in (train_set, val_loader.dataset if val_loader else None):
         if vocab_size is not None and hasattr(dataset, "check_token_ids"):  # not a user's Dataset class
             dataset.check_token_ids(vocab_size, f"actor_rollout_ref.model.path={config.actor_rollout_ref.model.path}")

@@ -323,17 +323,18 @@ def saved_world_size(path: Path, prefixes: list[str], advice: str) -> int:
     return ranks
 
 
-def read_full(path: Path, prefix: str, ranks: int, device: str = "cpu") -> dict:
+def read_full(path: Path, prefix: str, ranks: int, device: str = "cpu", damaged_advice: str | None = None) -> dict:
     """The full state in the `prefix` files of a checkpoint saved by `ranks` ranks (shard records, or the DTensors of a
-    verl checkpoint, reassembled)."""
-    pieces = [load_rank_file(path / file_name(prefix, ranks, index)) for index in range(ranks)]
+    verl checkpoint, reassembled); a file that cannot be read is a CheckpointError ending with `damaged_advice` (by
+    default, how to resume from another step)."""
+    pieces = [load_rank_file(path / file_name(prefix, ranks, index), damaged_advice) for index in range(ranks)]
     state = merge_shard_records(pieces, f"{path / file_name(prefix, ranks, 0)} ... rank_{ranks - 1}.pt")
     if prefix == "model":  # a LoRA model's keys under peft's names (reinforge's and verl's): the model's own names
         state = {name.removeprefix(SAVED_PREFIX): tensor for name, tensor in state.items()}
     return state
 
 
-def load_rank_file(file: Path):
+def load_rank_file(file: Path, damaged_advice: str | None = None):
     """One rank's file, on the CPU (not the GPU: set_*_state_dict shards it). verl's files hold FSDP2 DTensors, which
     torch.load reads (weights only) once torch.distributed.tensor is imported; their device mesh names process groups
     that do not exist here, which torch warns about and which nothing needs: only their local shards are read."""
@@ -347,7 +348,7 @@ def load_rank_file(file: Path):
     try:
         return torch.load(file, map_location="cpu")
     except UNREADABLE as error:
-        raise damaged(file, error) from error
+        raise damaged(file, error, damaged_advice) from error
     finally:
         mesh_log.setLevel(level)
 
@@ -392,8 +393,9 @@ def _merge_dtensor_shards(pieces: list, where: str) -> torch.Tensor:
 
 
 def read_full_model_state(path: Path, advice: str) -> dict[str, torch.Tensor]:
-    """The full model state dict of the checkpoint folder `path`, saved by any number of ranks."""
-    return read_full(path, "model", saved_world_size(path, ["model"], advice))
+    """The full model state dict of the checkpoint folder `path`, saved by any number of ranks; `advice` ends the
+    error for files that are missing or damaged."""
+    return read_full(path, "model", saved_world_size(path, ["model"], advice), damaged_advice=advice)
 
 
 # ---- optimizer state: by parameter index (torch) and by parameter name (distributed checkpoint) ---

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import io
 import logging
 import os
@@ -62,7 +63,43 @@ def _local_or_hub(path: str, key: str) -> tuple[str, bool]:
         return expanded, True
     if path.startswith(("/", ".", "~")) or path.count("/") > 1:
         raise ModelError(f"{key}={path}: no such folder ({expanded})")
+    unreachable = None if _in_hub_cache(path) else _hub_unreachable()
+    if unreachable:  # at once, not after huggingface_hub's retries (about 25 s for each file)
+        raise ModelError(f"{key}={path}: there is no such folder here, and as a model id on the hub it is not in the "
+                         f"Hugging Face cache, while {unreachable}. Give the folder of a downloaded model (where the hub "
+                         f"is reachable: `hf download {path} --local-dir <folder>`), or check the path")
     return path, False
+
+
+def _in_hub_cache(repo_id: str) -> bool:
+    """Whether the Hugging Face cache holds a model's or a tokenizer's config of `repo_id` (from an earlier download)."""
+    from huggingface_hub import try_to_load_from_cache
+
+    try:
+        return any(isinstance(try_to_load_from_cache(repo_id, name), str) for name in ("config.json", "tokenizer_config.json"))
+    except ValueError:  # not a valid repo id: loading it says so
+        return True
+
+
+@functools.cache
+def _hub_unreachable() -> str | None:
+    """Why the hub cannot be reached from here (one connection, 5 s at most), or None: it can, or offline mode is set
+    (transformers then says at once that the files are not cached), or a proxy is (the connection goes through it)."""
+    import socket
+    from urllib.parse import urlparse
+
+    from huggingface_hub import constants
+
+    if constants.HF_HUB_OFFLINE or any(os.environ.get(name) for name in ("HTTPS_PROXY", "https_proxy", "ALL_PROXY",
+                                                                          "all_proxy", "HTTP_PROXY", "http_proxy")):
+        return None
+    endpoint = urlparse(constants.ENDPOINT)
+    try:
+        socket.create_connection((endpoint.hostname, endpoint.port or (80 if endpoint.scheme == "http" else 443)),
+                                 timeout=5).close()
+    except OSError as error:
+        return f"the hub ({constants.ENDPOINT}) cannot be reached from this machine ({error.strerror or error})"
+    return None
 
 
 def policy_tokenizer(config: Config) -> tuple[str | None, str]:
@@ -201,17 +238,18 @@ def pretrained(cls, source: str, new_head: bool = False, **kwargs) -> torch.nn.M
     return model
 
 
-def model_vocab_size(model_cfg) -> int | None:
-    """The number of token embeddings the config of `model_cfg` (a config's `...model` section) gives its model, after
-    override_config; None when the config cannot be read here (loading the model reports why)."""
+def model_text_settings(model_cfg, *names: str) -> tuple:
+    """The values of `names` (vocab_size, max_position_embeddings) in the config of `model_cfg` (a config's `...model`
+    section) for its language model, after override_config; None for each when the config cannot be read here
+    (loading the model reports why), and for one it does not have."""
     from transformers import AutoConfig
 
     try:
         source = model_cfg.get("hf_config_path") or model_source(model_cfg.path)
-        hf_config = AutoConfig.from_pretrained(source, trust_remote_code=model_cfg.trust_remote_code)
+        hf_config = AutoConfig.from_pretrained(source, trust_remote_code=model_cfg.trust_remote_code).get_text_config()
     except Exception:
-        return None
-    return model_cfg.override_config.get("vocab_size", getattr(hf_config.get_text_config(), "vocab_size", None))
+        return (None,) * len(names)
+    return tuple(model_cfg.override_config.get(name, getattr(hf_config, name, None)) for name in names)
 
 
 def load_causal_lm(config: Config, device: str, trainable: bool = True, dtype: str = "fp32") -> torch.nn.Module:

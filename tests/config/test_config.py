@@ -218,6 +218,18 @@ def test_yaml_file_then_command_line(tmp_path):
     file.write_text("data:\n  max_response_length: 32\n")
     with pytest.raises(ConfigError, match=r"^unknown config key 'data.max_respone_length'"):  # one of the command line's: not
         load_config(VERL + ["data.max_respone_length=3"], str(file))
+    named = f"^{re.escape(str(file))}: "
+    for text, message in (("trainer:\n  save_freq: four\n", "'trainer.save_freq' must be an integer, got 'four'"),
+                          ("trainer:\n  total_epochs: -3\n", "trainer.total_epochs=-3 must be > 0"),
+                          ("trainer:\n  save_freq: ${oops.missing}\n", "cannot resolve the interpolation of 'trainer.save_freq' in the config: Interpolation key 'oops.missing' not found")):
+        file.write_text(text)  # a type, range or interpolation error of a value from the file names the file
+        with pytest.raises(ConfigError, match=named + re.escape(message)):
+            load_config(VERL, str(file))
+    file.write_text("trainer:\n  total_epochs: -3\n")
+    with pytest.raises(ConfigError, match=r"^trainer.total_epochs=-2 must be > 0"):  # the command line's value: not
+        load_config(VERL + ["trainer.total_epochs=-2"], str(file))
+    with pytest.raises(ConfigError, match=f"config file {re.escape(str(tmp_path))} is a folder; give the YAML file in it"):
+        load_config(VERL, str(tmp_path))
 
 
 def test_batch_arithmetic_follows_verl_units():
@@ -267,6 +279,8 @@ def test_critic_follows_the_estimator():
     ("'[~/data/gsm8k/train.parquet,~/data/math/train.parquet]'", ["~/data/gsm8k/train.parquet", "~/data/math/train.parquet"]),
     ("[~/a.parquet, ~/b.parquet]", ["~/a.parquet", "~/b.parquet"]),
     ("[a.parquet,b.parquet]", ["a.parquet", "b.parquet"]),
+    ("[~/a.parquet,'~/s/*.parquet']", ["~/a.parquet", "~/s/*.parquet"]),  # an item in quotes beside bare ones
+    ('[~/a.parquet,"~/b c.parquet"]', ["~/a.parquet", "~/b c.parquet"]),
 ])
 def test_paths_with_a_tilde_and_lists_of_them_parse_as_written(value, expected):
     # Hydra's grammar rejects `~` inside a value; docs/data.md's multi-file example writes one in a list
@@ -274,7 +288,7 @@ def test_paths_with_a_tilde_and_lists_of_them_parse_as_written(value, expected):
     assert config.data.train_files == expected
 
 
-@pytest.mark.parametrize("value", ['"x', "'unterminated", '"a"b', "{a:1", '[~/a.parquet,"~/b c.parquet"]', "[a,b,]",
+@pytest.mark.parametrize("value", ['"x', "'unterminated", '"a"b', "{a:1", "[~/a.parquet,'~/b]", "[~/a,'b'c']", "[a,b,]",
                                    "extend_list(x)"])
 def test_values_hydra_refuses_with_quotes_or_brackets_in_them_are_refused_not_taken_as_text(value):
     # only a plain value (a path with `~`, text with `=` or unicode) Hydra rejects is taken as the text written

@@ -220,12 +220,15 @@ def test_sys_exit_in_the_reward_function_fails_its_row_only(tokenizer, capsys, e
     assert f"SystemExit: {exit_code}" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("bad", [None, "1.0", {"acc": 1.0}, {"score": "high"}, math.nan, math.inf, [1.0], 10**400])
-def test_non_scores_are_errors(tokenizer, capsys, bad):
+@pytest.mark.parametrize("bad, said", [(None, "NoneType None"), ("1.0", "str '1.0'"), ({"acc": 1.0}, "a dict without a 'score'"),
+                                       ({"score": "1.0"}, "{'score': str '1.0', ...}"), (math.nan, "a non-finite score nan"),
+                                       (math.inf, "a non-finite score inf"), ([1.0], "list [1.0]"),
+                                       (10**400, "an int of 1329 bits, too large for a float")])
+def test_non_scores_are_errors(tokenizer, capsys, bad, said):
     result = make_reward_manager("naive", tokenizer, lambda **kw: bad)(make_batch(tokenizer, GSM8K_ROWS[:1]), True)
     assert result["reward_metrics"]["reward/errors"] == 1
     assert result["reward_tensor"].sum().item() == 0.0
-    assert "the reward function returned" in capsys.readouterr().err
+    assert f"the reward function returned {said}" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("good", [True, 1, 0.5, torch.tensor(0.5), {"score": 1}, np.bool_(True), np.float32(0.25),

@@ -122,7 +122,7 @@ def test_a_damaged_checkpoint_file_is_named_before_anything_loads(tmp_path):
         folder = resumable(tmp_path / f"global_step_{step}")
         check_resume_folder(folder, critic=True)
         spoil(folder / name)
-        with pytest.raises(CheckpointError, match=rf"^{re.escape(str(folder / name))} is damaged and cannot be read .*resume "
+        with pytest.raises(CheckpointError, match=rf"^{re.escape(str(folder / name))} is damaged and cannot be read .*Resume "
                                                   rf"an earlier step than global_step_{step} \(trainer.resume_mode=resume_path"):
             check_resume_folder(folder, critic=True)
 

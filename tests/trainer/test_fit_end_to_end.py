@@ -108,6 +108,18 @@ def test_val_only_validates_once_and_exits(tiny_model_path, task_files, tmp_path
     assert [r["step"] for r in records(run_dir)] == [0] and not train_steps(run_dir)
 
 
+def test_lengths_past_the_models_positions_are_warned_about(tiny_model_path, task_files, tmp_path, capsys):
+    """The tiny model has 1024 positions; override_config gives it 40, under 48 + 6: warned at start, the run goes on."""
+    for positions, warned in ((None, False), (40, True)):
+        extra = [f"+actor_rollout_ref.model.override_config.max_position_embeddings={positions}"] if positions else []
+        config, keys = load_config(overrides(tiny_model_path, task_files, tmp_path / str(positions), "trainer.val_only=true",
+                                             *extra))
+        assert run(config, keys)
+        err = capsys.readouterr().err
+        assert ("warning: data.max_prompt_length + data.max_response_length = 48 + 6 is more than the model's "
+                "max_position_embeddings=40") in err if warned else "max_position_embeddings" not in err
+
+
 def test_val_only_without_validation_data_is_refused_at_start(tiny_model_path, task_files, tmp_path):
     with pytest.raises(ConfigError, match=r"trainer.val_only=True validates once and exits, but data.val_files is not set"):
         load_config(overrides(tiny_model_path, task_files, tmp_path / "run", "trainer.val_only=true", "data.val_files=null"))

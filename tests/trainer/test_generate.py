@@ -234,6 +234,10 @@ def test_verl_09s_generation_server_command_line(tiny_model_path, prompts_file, 
     assert "data.max_prompt_length: a training setting of the ppo_trainer config" in out and "were cut" not in out
     for extra, message in ((["actor_rollout_ref.actor.ppo_mini_batch_sze=2"],
                             "did you mean 'actor_rollout_ref.actor.ppo_mini_batch_size'?"),
-                           ([f"data.train_files=[{prompts_file},{prompts_file}]"], "reinforge generate reads one file")):
+                           ([f"data.train_files=[{prompts_file},{prompts_file}]"], "reinforge generate reads one file"),
+                           (["actor_rollout_ref.rollout.n=2", "data.n_samples=3"],
+                            "actor_rollout_ref.rollout.n=2 and data.n_samples=3 are the same setting"),
+                           (["rollout.temperature=0.7", "actor_rollout_ref.rollout.temperature=0.5"],
+                            "rollout.temperature=0.7 and actor_rollout_ref.rollout.temperature=0.5 are the same setting")):
         assert main(["generate", *server, *extra]) == 2
         assert message in capsys.readouterr().err

@@ -103,3 +103,17 @@ def test_a_folder_holding_a_model_is_written_over_only_with_overwrite_and_an_unm
         assert cli_main(["merge", str(actor), str(out)]) == 2
         err = capsys.readouterr().err
         assert f"cannot make the output folder {out}" in err and "Traceback" not in err
+
+
+def test_a_damaged_weights_file_is_named_with_merge_advice_not_resume_advice(tiny_model_path, tmp_path, capsys):
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_path)
+    actor = tmp_path / "global_step_3" / "actor"
+    save_training_state(str(actor), ["model"], model, torch.optim.AdamW(model.parameters()), {})
+    weights = actor / "model_world_size_1_rank_0.pt"
+    weights.write_bytes(weights.read_bytes()[:1000])  # a copy cut short
+    assert cli_main(["merge", str(actor), str(tmp_path / "hf")]) == 2
+    err = capsys.readouterr().err
+    assert f"{weights} is damaged and cannot be read" in err and "Name a worker folder of a saved step" in err
+    assert "resume" not in err and not (tmp_path / "hf" / "model.safetensors").exists()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import shutil
+from pathlib import Path
 
 import pytest
 
@@ -117,3 +118,47 @@ def test_override_config_sets_the_attention_implementation(tiny_model_path, key,
         "attends with sdpa (the same maths)"])
     with pytest.raises(ModelError, match='cannot load the model: Specified `attn_implementation="no_such"` is not supported'):
         attention("no_such")
+
+
+@pytest.fixture
+def hub(tmp_path, monkeypatch):
+    """A Hugging Face cache of its own and no proxy; the hub probe forgotten before and after."""
+    from huggingface_hub import constants
+
+    from reinforge.training import model
+
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "hf-cache"))
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
+    for name in ("HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy", "HTTP_PROXY", "http_proxy"):
+        monkeypatch.delenv(name, raising=False)
+    model._hub_unreachable.cache_clear()
+    yield constants
+    model._hub_unreachable.cache_clear()
+
+
+def test_a_hub_id_that_is_not_cached_and_cannot_be_downloaded_is_named_at_once(hub, monkeypatch):
+    """Not after huggingface_hub's retries (about 25 s per file): one connection to the hub's endpoint is refused."""
+    import socket
+
+    from reinforge.training import model
+
+    closed = socket.socket()
+    closed.bind(("127.0.0.1", 0))
+    port = closed.getsockname()[1]
+    closed.close()  # nothing listens there now: connection refused
+    monkeypatch.setattr(hub, "ENDPOINT", f"http://127.0.0.1:{port}")
+    with pytest.raises(ModelError, match=rf"actor_rollout_ref.model.path=someorg/some-model: there is no such folder here, and "
+                                         rf"as a model id on the hub it is not in the Hugging Face cache, while the hub "
+                                         rf"\(http://127.0.0.1:{port}\) cannot be reached from this machine \(Connection refused\)"):
+        model_source("someorg/some-model")
+    repo = Path(hub.HF_HUB_CACHE) / "models--someorg--some-model"  # huggingface_hub's cache layout
+    (repo / "snapshots" / "abc123").mkdir(parents=True)
+    (repo / "snapshots" / "abc123" / "config.json").write_text("{}")
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text("abc123")
+    assert model_source("someorg/some-model") == "someorg/some-model"  # cached: transformers loads it offline
+    listening = socket.create_server(("127.0.0.1", 0))
+    monkeypatch.setattr(hub, "ENDPOINT", f"http://127.0.0.1:{listening.getsockname()[1]}")
+    model._hub_unreachable.cache_clear()
+    with listening:
+        assert model_source("otherorg/other-model") == "otherorg/other-model"  # reachable: left to transformers

@@ -414,7 +414,8 @@ def _parse_result(result: Any) -> tuple[float, dict[str, Any]]:
     try:
         value = real_number(score)
     except ValueError as error:
-        raise ScoreFunctionError(f"the reward function returned {error}; expected a number or a dict with 'score'") from None
+        what = f"{{'score': {error}, ...}}" if extra is not None else str(error)  # the dict's score: say so
+        raise ScoreFunctionError(f"the reward function returned {what}; expected a number or a dict with 'score'") from None
     if not math.isfinite(value):
         raise ScoreFunctionError(f"the reward function returned a non-finite score {score!r}")
     return value, {"acc": value} if extra is None else extra
