@@ -421,12 +421,16 @@ def naming_the_file(config_file: str | None, args: list[str] | None, root: type 
         yield
     except ConfigError as error:
         message = str(error)
-        if config_file and not message.startswith(f"{config_file}:"):
+        if not config_file or message.startswith(f"{config_file}:"):
+            raise
+        try:
             given = {override.key for override in parse_overrides(list(args or []))}
             keys = {override.key for override in _from_yaml(config_file, root, base)[0]} - given
-            named = message.split("; did you mean")[0]  # not a key only suggested
-            if any(re.search(rf"(?<![\w.]){re.escape(key)}(?!\w)", named) for key in keys):
-                raise ConfigError(f"{config_file}: {message}") from None
+        except ConfigError:  # the mistake is in reading the overrides or the file: that error as it is
+            raise error from None
+        named = message.split("; did you mean")[0]  # not a key only suggested
+        if any(re.search(rf"(?<![\w.]){re.escape(key)}(?!\w)", named) for key in keys):
+            raise ConfigError(f"{config_file}: {message}") from None
         raise
 
 
