@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from reinforge.errors import ConfigError
-from reinforge.inference.tools.base import ReturnValueError, number, show_value
+from reinforge.inference.tools.base import ReturnValueError, check_settings, number, show_value
 from reinforge.reward.scorers.gsm8k import score_answer
 
 KEY = "actor_rollout_ref.rollout.multi_turn.interaction_config_path"
@@ -61,6 +61,7 @@ class Gsm8kInteraction(BaseInteraction):
 
     def __init__(self, config=None):
         super().__init__(config)
+        check_settings(self.config, ("retry_message",), "gsm8k interaction's")
         self._instances: dict[str, dict[str, Any]] = {}
 
     async def start_interaction(self, instance_id=None, ground_truth=None, **kwargs):

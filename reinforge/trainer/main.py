@@ -198,8 +198,9 @@ def _run_in(run_dir: Path, config: Config, user_keys: list[str], startup: Startu
             raise RankError(f"{error}\n\n{where}") from None
     print(f"reinforge: done in {startup.elapsed():.1f}s", flush=True)  # from process start, as the breakdown
     print("\n".join(run_summary(config, run_dir)), flush=True)
-    if len(trainer.val_history) > 1:
-        (first_step, first), (last_step, last) = trainer.val_history[0], trainer.val_history[-1]
+    history = _validations(run_dir) or trainer.val_history
+    if len(history) > 1:
+        (first_step, first), (last_step, last) = history[0], history[-1]
         print(f"reinforge: validation reward {mean_val_reward(first):.3f} (step {first_step}) -> "
               f"{mean_val_reward(last):.3f} (step {last_step})", flush=True)
     return metrics
@@ -353,6 +354,19 @@ def _check_teacher_routing(distillation, dataset, files) -> None:
                             "which distillation.teacher_key names as the one that picks each row's teacher")
         if value not in keys:
             raise no_teacher(f"{', '.join(value_files) or files}: ", distillation.teacher_key, [value], keys)
+
+
+def _validations(run_dir: Path) -> list[tuple[int, dict]]:
+    """(step, metrics) of the validations in the run folder's metrics.jsonl: a resumed run's from before the resume too."""
+    from reinforge.errors import UserError
+    from reinforge.report.runs import NON_FINITE, load_run
+
+    try:
+        records = load_run(run_dir, sample_steps=0).records
+    except UserError:
+        return []
+    return [(record["step"], {key: float(value) if value in NON_FINITE else value for key, value in record.items()})
+            for record in records if any(key.startswith(("val-core/", "val-aux/")) for key in record)]
 
 
 def mean_val_reward(metrics: dict[str, float]) -> float:

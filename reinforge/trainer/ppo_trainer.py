@@ -341,7 +341,7 @@ class RLTrainer:
 
         Raises RunStopped on SIGINT/SIGTERM, after saving the last finished step (reinforge/trainer/stop.py).
         """
-        with StopSignals() as stop:
+        with StopSignals(saving=self.config.trainer.save_on_stop) as stop:
             try:
                 return self._fit(stop)
             except KeyboardInterrupt:

@@ -58,8 +58,9 @@ class RunStopped(BaseException):
 class StopSignals:
     """Context manager: records the first SIGINT/SIGTERM in `requested`; a second SIGINT raises KeyboardInterrupt."""
 
-    def __init__(self) -> None:
+    def __init__(self, saving: bool = True) -> None:
         self.requested: int | None = None
+        self.saving = saving  # whether a stop saves the last finished step (trainer.save_on_stop), for the notice
         self._previous: dict[int, object] = {}
 
     def __enter__(self) -> StopSignals:
@@ -78,8 +79,8 @@ class StopSignals:
         if self.requested is None:
             self.requested = signum
             again = "; Ctrl-C again abandons the step" if signum == signal.SIGINT else ""
-            print(f"\nreinforge: {name} received: finishing the current step, then saving and stopping{again}",
-                  file=sys.stderr, flush=True)
+            then = "then saving and stopping" if self.saving else "then stopping (trainer.save_on_stop=false: nothing saved)"
+            print(f"\nreinforge: {name} received: finishing the current step, {then}{again}", file=sys.stderr, flush=True)
         elif signum == signal.SIGINT:
             raise KeyboardInterrupt
         else:

@@ -38,8 +38,9 @@ def compute_score(data_source, solution_str, ground_truth, extra_info=None):
     scores = extra_info["rollout_reward_scores"]
     flow = scores.get("tool_step_reward", 0.0) + sum(scores.get("turn_scores", [])) + scores.get("env_reward", 0.0)
     return {"score": flow + sum(map(ord, solution_str)) % 7 / 70, "flow": flow, "turns": extra_info["num_turns"],
-            # verl's agent loop also hands over each tool call's reward and each user turn's score at the top level
-            "tool_rewards": sum(extra_info.get("tool_rewards", [])), "turn_scores": len(extra_info.get("turn_scores", []))}
+            # verl's agent loop also hands over each tool call's reward and each user turn's score at the top level, both
+            # lists in every row (empty without tool calls or an interaction): read without a default, as verl's users do
+            "tool_rewards": sum(extra_info["tool_rewards"]), "turn_scores": len(extra_info["turn_scores"])}
 '''
 RUN = ["data.train_batch_size=2", "data.max_prompt_length=64", "data.max_response_length=64", "data.return_raw_chat=true",
        "actor_rollout_ref.rollout.n=4", "actor_rollout_ref.actor.ppo_mini_batch_size=2",

@@ -162,6 +162,24 @@ def test_load_tools_from_yaml(tmp_path):
     assert asyncio.run(tools["echo"].execute("i", {"say": "hi"})) == ({"text": "hihi"}, 0.5, {})
 
 
+def test_a_relative_tool_file_is_found_beside_the_yaml_file(tmp_path, monkeypatch):
+    (tmp_path / "cfg").mkdir()
+    (tmp_path / "cfg" / "my_tools.py").write_text(USER_TOOL)
+    (tmp_path / "cfg" / "tools.yaml").write_text("tools:\n  - class_name: my_tools.py:Echo\n    config: {times: 3}\n"
+                                                 "    tool_schema: {type: function, function: {name: echo}}\n")
+    monkeypatch.chdir(tmp_path)  # not the YAML file's folder: my_tools.py is not here
+    assert asyncio.run(load_tools("cfg/tools.yaml")["echo"].execute("i", {"say": "a"})) == ({"text": "aaa"}, 0.5, {})
+
+
+def test_the_python_tool_called_without_code_answers_an_error():
+    from reinforge.inference.tools.builtin import PythonTool
+
+    for parameters in ({"cod": "print(1)"}, {}):
+        text, reward, metrics = asyncio.run(PythonTool().execute("i", parameters))
+        assert text.startswith("Error: python takes the argument 'code'") and metrics == {"error": 1} and reward == 0.0
+    assert asyncio.run(PythonTool().execute("i", {"code": "print(6 * 7)"}))[0] == "42\n"
+
+
 def test_a_tool_schema_keeps_the_fields_verls_pydantic_schema_knows(tmp_path):
     """verl validates tool_schema into OpenAIFunctionToolSchema, which drops what it does not know (a property's items,
     minimum, default; a function's extra keys), and dumps it without unset or None fields: the model sees that."""
@@ -211,6 +229,13 @@ def test_verls_own_gsm8k_tool_and_interaction_class_names_are_the_built_ins(tmp_
     interactions.write_text("interaction:\n  - name: gsm8k\n    class_name: verl.interactions.gsm8k_interaction.Gsm8kInteraction\n"
                             "    config: {}\n")
     assert isinstance(load_interactions(interactions)["gsm8k"], Gsm8kInteraction)
+    for entry, message in (("config: {retry_mesage: Wrong}", "config has retry_mesage (did you mean retry_message?); the gsm8k "
+                                                             "interaction's settings are retry_message"),
+                           ("confg: {}", "unknown key 'confg' (did you mean 'config'?); an entry has name, class_name, config")):
+        interactions.write_text(f"interaction:\n  - name: gsm8k\n    class_name: gsm8k\n    {entry}\n")
+        with pytest.raises(ConfigError, match=r"interaction_config.yaml, interaction\[0\]: ") as error:
+            load_interactions(interactions)
+        assert message in str(error.value)
     config.write_text("tools:\n  - class_name: verl.tools.search_tool.SearchTool\n")
     with pytest.raises(ConfigError, match=r"cannot import module 'verl\.tools\.search_tool'.*verl is not a dependency of "
                                           r"reinforge: its SearchTool needs verl installed; reinforge's built-in ones are "
@@ -303,7 +328,14 @@ def test_qwen3_coder_cut_off_calls_and_malformed_tags():
     ("class_name: calculater", "class_name 'calculater' is not a built-in tool (calculator, gsm8k, python; did you mean "
                                "'calculator'?) nor a class path"),
     ("class_name: python\n    config: {timeout_s: 5s}", "config timeout_s='5s': a number > 0 (default 5.0)"),
-    ("class_name: python\n    config: {memroy_mb: 64}", "config has memroy_mb; the python tool's settings are timeout_s, memory_mb"),
+    ("class_name: python\n    config: {memroy_mb: 64}",
+     "config has memroy_mb (did you mean memory_mb?); the python tool's settings are timeout_s, memory_mb"),
+    ("class_name: calculator\n    config: {max_digts: 5}", "config has max_digts; the calculator tool takes no settings"),
+    ("class_name: gsm8k\n    config: {type: native, reward_scale: 2}", "config has reward_scale; the gsm8k tool takes no settings"),
+    ("class_name: calculator\n    confg: {}\n    tool_shema: {}", "unknown keys 'confg' (did you mean 'config'?), 'tool_shema' "
+                                                             "(did you mean 'tool_schema'?); an entry has class_name, config, "
+                                                             "tool_schema"),
+    ("class_name: helpers/my_tools.py:Missing", "helpers/my_tools.py does not exist"),
 ])
 def test_tool_file_mistakes_name_the_entry(tmp_path, entry, message):
     from reinforge.errors import ConfigError

@@ -193,3 +193,19 @@ def test_a_step_saved_but_not_logged_is_logged_on_resuming(tiny_model_path, task
         assert [r["step"] for r in again] == [1, 2]
         assert [{k: v for k, v in r.items() if not k.startswith(TIMES)} for r in again] == untimed
         assert again[0]["timing_s/save_checkpoint"] == whole[0]["timing_s/save_checkpoint"]  # the saved record's own
+
+
+def test_a_resumed_run_ends_with_the_validation_reward_from_the_runs_first_validation(tiny_model_path, task_files,
+                                                                                      tmp_path, capsys):
+    """The closing line compares the whole run's first and last validations (metrics.jsonl), not this process's."""
+    run_dir = tmp_path / "run"
+    for steps in (2, 4):  # validations at steps 0 and 2, then (resumed at 3) at 4
+        config, keys = load_config(overrides(tiny_model_path, task_files, run_dir, f"trainer.total_training_steps={steps}",
+                                             "trainer.val_before_train=false" if steps == 4 else "trainer.val_before_train=true"))
+        run(config, keys)
+    out = capsys.readouterr().out
+    validations = {r["step"]: r["val-aux/reinforge/add_one/reward/mean@1"] for r in records(run_dir)
+                   if "val-aux/reinforge/add_one/reward/mean@1" in r}
+    assert sorted(validations) == [0, 2, 4]
+    assert out.strip().splitlines()[-1] == (f"reinforge: validation reward {validations[0]:.3f} (step 0) -> "
+                                            f"{validations[4]:.3f} (step 4)")

@@ -61,7 +61,7 @@ def test_run_stopped_exit_status_and_message(tmp_path):
 
 
 @pytest.mark.parametrize("save_on_stop", [True, False])
-def test_fit_finishes_the_step_then_saves_and_raises(tiny_model_path, task_files, tmp_path, save_on_stop):
+def test_fit_finishes_the_step_then_saves_and_raises(tiny_model_path, task_files, tmp_path, save_on_stop, capsys):
     from reinforge.config import load_config
     from reinforge.trainer.main import run
 
@@ -76,11 +76,34 @@ def test_fit_finishes_the_step_then_saves_and_raises(tiny_model_path, task_files
     assert signal.getsignal(signal.SIGTERM) is handler
     assert stopped.value.step == 2 and stopped.value.exit_status == 143 and not stopped.value.abandoned
     assert sorted(train_steps(run_dir)) == [1, 2]  # step 2 finished and was logged; step 3 never started
+    notice = capsys.readouterr().err
     if save_on_stop:
         assert_complete_checkpoint(run_dir, 2)
         assert stopped.value.checkpoint == run_dir / "global_step_2"
+        assert "SIGTERM received: finishing the current step, then saving and stopping" in notice
     else:
         assert stopped.value.checkpoint is None and not list(run_dir.glob("*global_step_*"))
+        assert "SIGTERM received: finishing the current step, then stopping (trainer.save_on_stop=false: nothing saved)" in notice
+
+
+def test_a_tracker_that_takes_sigint_for_itself_does_not_stop_the_run_short(tiny_model_path, task_files, tmp_path,
+                                                                             monkeypatch):
+    """swanlab.init installs a SIGINT handler that ends its run: Ctrl-C must still finish the step and save it."""
+    for name in ("SWANLAB_API_KEY", "SWANLAB_MODE", "SWANLAB_LOG_DIR"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    from reinforge.config import load_config
+    from reinforge.trainer.main import run
+
+    reward = tmp_path / "reward.py"
+    reward.write_text(SIGTERM_IN_STEP_2.replace("SIGTERM", "SIGINT"))
+    run_dir = tmp_path / "run"
+    config, keys = load_config(overrides(tiny_model_path, task_files, run_dir, reward, 50)
+                               + ["trainer.logger=[console,swanlab]"])
+    with pytest.raises(RunStopped) as stopped:
+        run(config, keys)
+    assert stopped.value.step == 2 and stopped.value.exit_status == 130 and not stopped.value.abandoned
+    assert_complete_checkpoint(run_dir, 2)
 
 
 def test_cli_sigterm_saves_exits_143_and_the_same_command_resumes(tiny_model_path, task_files, tmp_path):

@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import json
+import os
 
 import torch
 
@@ -19,7 +20,14 @@ def test_merge_of_a_critic_writes_its_value_model(tiny_model_path, tmp_path):
     critic = AutoModelForTokenClassification.from_pretrained(tiny_model_path, num_labels=1)  # as load_value_model builds it
     save_training_state(str(tmp_path / "critic"), ["model"], critic, torch.optim.AdamW(critic.parameters()), {})
 
-    assert cli_main(["merge", str(tmp_path / "critic"), str(tmp_path / "hf")]) == 0
+    umask = os.umask(0o022)
+    try:
+        assert cli_main(["merge", str(tmp_path / "critic"), str(tmp_path / "hf")]) == 0
+    finally:
+        os.umask(umask)
+    # the weights as readable as the folder's other files (transformers writes them 0600), for others on a shared machine
+    assert {file.name: file.stat().st_mode & 0o777 for file in (tmp_path / "hf").iterdir()}["model.safetensors"] == 0o644
+    assert (tmp_path / "hf" / "config.json").stat().st_mode & 0o777 == 0o644
     merged = AutoModelForTokenClassification.from_pretrained(tmp_path / "hf")
     assert merged.config.num_labels == 1
     assert merged.state_dict().keys() == critic.state_dict().keys()

@@ -56,7 +56,7 @@ def load_agent_loops(path: str | Path) -> None:
     for i, entry in enumerate(entries):
         if not isinstance(entry, dict) or not entry.get("name") or not entry.get("_target_"):
             raise ConfigError(f"{file}, entry {i}: each agent loop needs a name and a _target_ (package.module.Class)")
-        cls = import_class(entry["_target_"], AGENT_KEY, f"{file}, entry {i}")
+        cls = import_class(entry["_target_"], f"{file}, entry {i}", file.parent)
         if not issubclass(cls, AgentLoopBase):
             raise ConfigError(f"{file}, entry {i}: {entry['_target_']} is not an AgentLoopBase subclass")
         AGENT_LOOP_REGISTRY[entry["name"]] = cls

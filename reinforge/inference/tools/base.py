@@ -25,6 +25,19 @@ import uuid
 from typing import Any
 
 
+def check_settings(config: dict, settings: Any, what: str) -> None:
+    """A ValueError naming the keys of a built-in's `config` that are not among its `settings` (verl's configs carry
+    `type` and `name` too, which are allowed): a misspelt setting would silently keep its default."""
+    import difflib
+
+    unknown = sorted(set(config) - {*settings, "type", "name"})
+    if unknown:
+        named = [key + (f" (did you mean {close[0]}?)" if (close := difflib.get_close_matches(key, list(settings), n=1)) else "")
+                 for key in map(str, unknown)]
+        takes = f"settings are {', '.join(settings)}" if settings else "takes no settings"
+        raise ValueError(f"config has {', '.join(named)}; the {what} {takes}")
+
+
 class ReturnValueError(ValueError):
     """A tool, interaction or environment returned a value of the wrong shape (reinforge's finding: no traceback to show)."""
 

@@ -12,7 +12,7 @@ import math
 import operator
 from typing import Any
 
-from reinforge.inference.tools.base import BaseTool
+from reinforge.inference.tools.base import BaseTool, check_settings
 from reinforge.reward.scorers.gsm8k import score_answer
 
 
@@ -84,6 +84,7 @@ class CalculatorTool(BaseTool):
 
     def __init__(self, config=None, tool_schema=None):
         super().__init__(config, tool_schema or self.DEFAULT_SCHEMA)
+        check_settings(self.config, (), "calculator tool")
 
     async def execute(self, instance_id, parameters, **kwargs):
         expression = str(parameters.get("expression", ""))
@@ -107,9 +108,7 @@ class PythonTool(BaseTool):
 
     def __init__(self, config=None, tool_schema=None):
         super().__init__(config, tool_schema or self.DEFAULT_SCHEMA)
-        unknown = sorted(set(self.config) - {*self.SETTINGS, "type", "name"})  # verl's configs carry `type: native`
-        if unknown:
-            raise ValueError(f"config has {', '.join(unknown)}; the python tool's settings are {', '.join(self.SETTINGS)}")
+        check_settings(self.config, self.SETTINGS, "python tool's")
         for key, default in self.SETTINGS.items():
             value = self.config.get(key, default)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
@@ -120,7 +119,10 @@ class PythonTool(BaseTool):
     async def execute(self, instance_id, parameters, **kwargs):
         from reinforge.reward.sandbox import run_code
 
-        code = str(parameters.get("code", ""))
+        if "code" not in parameters:  # a call without its one argument runs nothing: the model is told so
+            return f"Error: python takes the argument 'code' (the program to run); the call gave {sorted(parameters)}", 0.0, {
+                "error": 1}
+        code = str(parameters["code"])
         result = await asyncio.to_thread(run_code, code, timeout_s=self.timeout_s, memory_mb=self.memory_mb)
         if result.ok:
             return result.stdout, 0.0, {"status": result.status}
@@ -140,6 +142,7 @@ class Gsm8kTool(BaseTool):
 
     def __init__(self, config=None, tool_schema=None):
         super().__init__(config, tool_schema or self.DEFAULT_SCHEMA)
+        check_settings(self.config, (), "gsm8k tool")
         self._instances: dict[str, dict[str, Any]] = {}
 
     async def create(self, instance_id=None, **kwargs):

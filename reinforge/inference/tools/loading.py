@@ -2,12 +2,14 @@
 tools of `multi_turn.function_tool_path`: `functions.py`).
 
 `class_name` is a dotted import path (`my_pkg.tools.SearchTool`, found from the current directory
-too, as under `python -m`), a Python file and class (`path/to/tools.py:SearchTool`), or a
+too, as under `python -m`), a Python file and class (`path/to/tools.py:SearchTool`, a relative path
+from the current directory, else from the YAML file's folder), or a
 built-in's short name (`calculator`, `python`, `gsm8k`; verl's `verl.tools.gsm8k_tool.Gsm8kTool`, as
 its example YAMLs name it, is the built-in `gsm8k`). `tool_schema` is the OpenAI function
 schema, kept as verl's pydantic model keeps it (`verl_tool_schema`: the fields it knows); built-ins
 have a default one. A tool is called by its schema's `function.name`. Every
-mistake, a tool whose `__init__` raises included, raises ConfigError naming the file and the entry.
+mistake, an entry's unknown key and a tool whose `__init__` raises included, raises ConfigError
+naming the file and the entry.
 """
 
 from __future__ import annotations
@@ -32,11 +34,15 @@ BUILTIN_TOOLS = {"calculator": CalculatorTool, "python": PythonTool, "gsm8k": Gs
 KEY = "actor_rollout_ref.rollout.multi_turn.tool_config_path"
 
 
-def import_class(spec: str, key: str, where: str) -> type:
-    """The class named by `module.Class` or `file.py:Class` (`where` says where it was named, for errors)."""
+def import_class(spec: str, where: str, folder: Path | None = None) -> type:
+    """The class named by `module.Class` or `file.py:Class` (`where` says where it was named, for errors); a relative
+    file that is not in the current directory is looked for in `folder` (that of the config file naming it)."""
     if ":" in spec:
         path, name = spec.rsplit(":", 1)
-        module = import_user_module(path, key, ConfigError)
+        file = Path(path).expanduser()
+        if folder is not None and not file.is_absolute() and not file.exists() and (folder / file).exists():
+            path = str(folder / file)
+        module = import_user_module(path, where, ConfigError)
     else:
         path, _, name = spec.rpartition(".")
         if not path:
@@ -74,10 +80,16 @@ def config_entries(path: str | Path, key: str, section: str, entry_fields: str,
     entries = document.get(section) if isinstance(document, dict) else None
     if not isinstance(entries, list):
         raise ConfigError(f"{key}: {file} must hold a list under '{section}:' (entries with {entry_fields})")
+    allowed = entry_fields.split(", ")
     for i, entry in enumerate(entries):
         where = f"{file}, {section}[{i}]"
         if not isinstance(entry, dict) or not isinstance(entry.get("class_name"), str):
             raise ConfigError(f"{where}: each entry needs a class_name")
+        unknown = [key for key in entry if key not in allowed]
+        if unknown:  # a misspelt key would leave its setting at the default unnoticed
+            named = [f"{key!r}" + (f" (did you mean {close[0]!r}?)" if (close := difflib.get_close_matches(str(key), allowed, n=1))
+                                   else "") for key in unknown]
+            raise ConfigError(f"{where}: unknown key{'s' * (len(unknown) > 1)} {', '.join(named)}; an entry has {entry_fields}")
         _check_mapping(where, entry, "config", "the keyword settings given to the class, e.g. {timeout_s: 5}")
         name = entry["class_name"]
         short = sorted(b for b in builtins if "." not in b)
@@ -87,7 +99,7 @@ def config_entries(path: str | Path, key: str, section: str, entry_fields: str,
                               f"{f'; did you mean {close[0]!r}?' if close else ''}) nor a class path (package.module.Class "
                               "or file.py:Class)")
         try:
-            yield where, entry, builtins.get(name) or import_class(name, key, where)
+            yield where, entry, builtins.get(name) or import_class(name, where, file.parent)
         except ConfigError as err:
             if not name.startswith("verl."):
                 raise

@@ -300,10 +300,11 @@ class RewardManager:
         # response) and rollout_reward_scores (what tools, interactions and environments scored in a multi-turn one)
         turns = batch["__num_turns__"] if "__num_turns__" in batch else [2] * len(batch)
         scores = batch["reward_scores"] if "reward_scores" in batch else [{} for _ in range(len(batch))]
-        # verl's agent loop hands its reward function turn_scores and tool_rewards (lists) at the top level
+        # verl's agent loop hands its reward function turn_scores and tool_rewards (lists, empty without an interaction
+        # or a tool call) at the top level
+        lists = ("turn_scores", "tool_rewards") if "__num_turns__" in batch else ()
         extra_infos = [{**(info or {}), "num_turns": turns[i], "rollout_reward_scores": scores[i],
-                        **{key: scores[i][key] for key in ("turn_scores", "tool_rewards") if key in scores[i]}}
-                       for i, info in enumerate(extra_infos)]
+                        **{key: scores[i].get(key, []) for key in lists}} for i, info in enumerate(extra_infos)]
         sources = batch[self.reward_fn_key] if self.reward_fn_key in batch else ["unknown"] * len(batch)
         return [
             Sample(

@@ -9,6 +9,8 @@ Validation samples go to `val/generations` as a Markdown-table swanlab.Text.
 from __future__ import annotations
 
 import os
+import signal
+import threading
 from pathlib import Path
 
 from reinforge.trainer.tracking import generations_markdown
@@ -24,8 +26,11 @@ class SwanlabLogger:
         if api_key and mode == "cloud":
             swanlab.login(api_key)
         logdir = os.environ.get("SWANLAB_LOG_DIR") or str(Path(run_dir) / "swanlog")
+        sigint = signal.getsignal(signal.SIGINT)
         self.run = swanlab.init(project=project, experiment_name=experiment, config={"FRAMEWORK": "reinforge", **config},
                                 logdir=logdir, mode=mode)
+        if threading.current_thread() is threading.main_thread():  # swanlab.init's SIGINT handler ends the SwanLab run
+            signal.signal(signal.SIGINT, sigint)  # at Ctrl-C, under the step that goes on to finish: the trainer's instead
 
     def log(self, scalars: dict[str, float], step: int) -> None:
         self.swanlab.log(scalars, step=step)
