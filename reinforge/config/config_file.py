@@ -21,18 +21,44 @@ def _hydra_settings(file: Path, settings: Any) -> list[str]:
     """The `hydra:` section of a config file: the settings ignored (to be listed as without effect); others refused."""
     if not isinstance(settings, dict):
         raise ConfigError(f"{file}: 'hydra' must be a mapping of Hydra settings, e.g. hydra: {{searchpath: [...]}}")
-    ignored = []
-    for name, value in settings.items():
-        job_name_only = name == "job" and isinstance(value, dict) and set(value) <= {"name", "chdir"} and not value.get("chdir")
-        if name == "searchpath":
-            continue
-        if name in HYDRA_OUTPUT_SETTINGS or job_name_only:
-            ignored.append(f"hydra.{name}")
-            continue
-        raise ConfigError(f"{file}: hydra.{name} cannot be honoured: reinforge does not run through Hydra, and this setting "
-                          "would change how the job runs; remove it (hydra.searchpath, "
-                          f"{', '.join(HYDRA_OUTPUT_SETTINGS)} and job.name are ignored)")
-    return ignored
+    return [setting for name, value in settings.items() if (setting := _hydra_setting(str(file), name, value))]
+
+
+def _hydra_setting(where: str, name: str, value: Any) -> str | None:
+    """Hydra's own setting `hydra.<name>: value`: the name to list as without effect, or None (searchpath, where Hydra
+    looks for configs, is ignored without a note); a ConfigError naming `where` for one that changes how the job runs."""
+    job_name_only = name == "job" and isinstance(value, dict) and set(value) <= {"name", "chdir"} and not value.get("chdir")
+    if name == "searchpath":
+        return None
+    if name in HYDRA_OUTPUT_SETTINGS or job_name_only:
+        return f"hydra.{name}"
+    raise ConfigError(f"{where}: hydra.{name} cannot be honoured: reinforge does not run through Hydra, and this setting "
+                      f"would change how the job runs; remove it (hydra.searchpath, {', '.join(HYDRA_OUTPUT_SETTINGS)} and "
+                      "job.name are ignored)")
+
+
+def command_line_hydra(overrides: list) -> tuple[list, list[str]]:
+    """The command line's overrides without Hydra's own settings (`hydra.run.dir=outputs/x`, `hydra/job_logging=disabled`,
+    which verl's Hydra entry point takes), and those settings to list as without effect; one that would change how the
+    job runs is a ConfigError, as in a config file."""
+    kept, ignored = [], []
+    for override in overrides:
+        key = override.key
+        if key.startswith("hydra/"):  # a choice in one of Hydra's config groups: only its logging's change nothing here
+            if key.removeprefix("hydra/") not in ("job_logging", "hydra_logging"):
+                raise ConfigError(f"{override.text}: Hydra's config group {key} cannot be honoured: reinforge does not run "
+                                  "through Hydra; remove it (hydra/job_logging and hydra/hydra_logging are ignored)")
+            ignored.append(key)
+        elif key == "hydra" or key.startswith("hydra."):
+            name, *rest = key.split(".")[1:] or [""]
+            value = override.value
+            for part in reversed(rest):
+                value = {part: value}
+            if setting := _hydra_setting(override.text, name, value):
+                ignored.append(setting)
+        else:
+            kept.append(override)
+    return kept, ignored
 
 
 def _defaults_list(file: Path, entries: Any, base: str) -> list[str]:

@@ -227,7 +227,7 @@ def server_form(args: list[str]) -> tuple[list[str], list[str]]:
         target = SERVER_KEYS.get(key)
         if target is None and key.startswith("actor_rollout_ref.rollout.") and key.split(".")[2] in rollout_keys:
             target = "rollout." + key.split(".", 2)[2]
-        if target is None and _generation_key(key):
+        if target is None and (_generation_key(key) or key.startswith(("hydra.", "hydra/"))):  # Hydra's: ignored, listed
             target = key
         if target is None:
             resolve(Config, [arg])  # a key of neither command: ConfigError naming it, with the closest training key

@@ -385,9 +385,13 @@ def resolve(root: type, args: list[str] | None = None, config_file: str | None =
     from omegaconf import OmegaConf
     from omegaconf.errors import OmegaConfBaseException
 
+    from reinforge.config.config_file import command_line_hydra
+
     file_overrides, ignored = _from_yaml(config_file, root, base) if config_file else ([], [])
     from_file = {id(override) for override in file_overrides}
-    overrides = [override for override in file_overrides + parse_overrides(list(args or []))
+    given, hydra_settings = command_line_hydra(parse_overrides(list(args or [])))
+    ignored = list(dict.fromkeys(ignored + hydra_settings))
+    overrides = [override for override in file_overrides + given
                  if override.key.rpartition(".")[2] != "_target_"]  # verl's class for Hydra to build a section: no setting
     defaults = dataclasses.asdict(root())
     tree = copy.deepcopy(defaults) if preset else defaults

@@ -11,8 +11,9 @@ Where it differs, and why:
   string prompts and `data.apply_chat_template_kwargs` work as in `reinforge train`, and a bad row is named;
 - verl calls its engine `n_samples` times per batch; here each batch is one engine call of batch x n_samples rows,
   every row with its own seed hashed from (`rollout.seed`, row, sample): with hf and vLLM the same command writes the
-  same file, for any `data.batch_size` or `rollout.micro_batch_size_per_gpu` (verl's vLLM engine is seeded once per
-  run); SGLang takes no seed per request, only `rollout.seed` for the engine, so its files do not repeat exactly;
+  same file, and other batch sizes draw the same numbers (verl's vLLM engine is seeded once per run), rows computed
+  beside others rounding their logits a little differently; SGLang takes no seed per request, only `rollout.seed` for
+  the engine, so its files do not repeat exactly;
 - one process and one engine: hf (on one device), or vLLM / SGLang, which read model.path's weights themselves and
   spread over `rollout.tensor_model_parallel_size` GPUs (verl: Ray workers on every GPU, vLLM by default);
 - the file is written to a temporary name and renamed, so an interrupted run leaves no partial output.

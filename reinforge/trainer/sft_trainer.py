@@ -163,12 +163,16 @@ class SFTTrainer:
 
     def load(self, folder: Path) -> None:
         from reinforge.training.checkpoint_io import load_training_state, set_rng_state
+        from reinforge.training.optim import apply_settings, group_settings
 
         contents = self.config.trainer.checkpoint["load_contents"]
+        built = group_settings(self.optimizer)
         extra = load_training_state(str(folder), contents, self.model, self.optimizer, self.device, key="trainer")
         if extra is not None:
             self.scheduler.load_state_dict(extra["lr_scheduler"])
             set_rng_state(extra["rng"])
+        for note in apply_settings(self.optimizer, self.scheduler, self.config.optim, "optim", built):
+            print(f"reinforge: note: {note}", flush=True)
         self.global_step = int(folder.name.removeprefix("global_step_"))
 
     # ---- the loop ------------------------------------------------------------------------------------------

@@ -113,10 +113,10 @@ def group_settings(optimizer: torch.optim.Optimizer) -> list[dict]:
 
 def apply_settings(optimizer: torch.optim.Optimizer, scheduler: torch.optim.lr_scheduler.LambdaLR, optim: OptimConfig,
                    key: str, built: list[dict]) -> list[str]:
-    """After resuming: the config's lr (the schedule's peak) and the settings the optimizer was built with (`built`, its
-    `group_settings` before the checkpoint was loaded) replace the checkpoint's, which loading the optimizer and
-    scheduler states brought back; returns a note per setting that changed (none when the run resumes with the config
-    it saved with, so an exact resume stays exact)."""
+    """After resuming: the config's lr (the schedule's peak), its schedule over this run's steps, and the settings the
+    optimizer was built with (`built`, its `group_settings` before the checkpoint was loaded) replace the checkpoint's,
+    which loading the optimizer and scheduler states brought back; returns a note per setting that changed (none when the
+    run resumes with the config it saved with, so an exact resume stays exact)."""
     notes = {}
     overrides = optim.override_optimizer_config or {}
     for group, settings in zip(optimizer.param_groups, built, strict=True):
@@ -130,10 +130,13 @@ def apply_settings(optimizer: torch.optim.Optimizer, scheduler: torch.optim.lr_s
     if any(base != optim.lr for base in scheduler.base_lrs):
         notes["lr"] = f"{key}.lr={optim.lr} (the checkpoint had {scheduler.base_lrs[0]})"
         scheduler.base_lrs = [optim.lr] * len(optimizer.param_groups)
-        for group, factor in zip(optimizer.param_groups, scheduler.lr_lambdas, strict=True):
+        for group in optimizer.param_groups:
             group["initial_lr"] = optim.lr
-            group["lr"] = optim.lr * factor(scheduler.last_epoch)
-        scheduler._last_lr = [group["lr"] for group in optimizer.param_groups]
+    # the lr of the next step is this schedule's at the step reached: the loaded lr is the saved run's schedule's, which
+    # differs when the run goes on for more steps (a finished cosine run's 0); the same value when nothing changed
+    for group, base, factor in zip(optimizer.param_groups, scheduler.base_lrs, scheduler.lr_lambdas, strict=True):
+        group["lr"] = base * factor(scheduler.last_epoch)
+    scheduler._last_lr = [group["lr"] for group in optimizer.param_groups]
     return [f"resumed with {note}" for note in notes.values()]
 
 

@@ -60,6 +60,24 @@ def test_defaults_and_hydra_settings_reinforge_cannot_honour_name_the_file_and_t
     assert message in str(error.value)
 
 
+def test_hydras_own_settings_on_the_command_line_are_listed_as_without_effect_or_refused():
+    """verl's main_ppo is a Hydra app, so its command line may carry Hydra's settings: those of its outputs and logs
+    change nothing here (listed, as from a file's hydra section); one that changes how the job runs is refused."""
+    args = [*VERL, "hydra.run.dir=outputs/x", "hydra.verbose=true", "hydra/job_logging=disabled", "hydra.job.name=x",
+            "hydra.searchpath=[file://verl/trainer/config]"]
+    config, keys = load_config(args)
+    assert dataclasses.asdict(config) == dataclasses.asdict(load_config(VERL)[0])
+    reported = notes(config, keys)
+    for name in ("hydra.run", "hydra.verbose", "hydra/job_logging", "hydra.job"):
+        assert f"{name}: Hydra's own setting" in reported
+    assert "searchpath" not in reported
+    for override, message in (("hydra.job.chdir=true", "hydra.job.chdir=true: hydra.job cannot be honoured"),
+                              ("hydra/launcher=submitit", "hydra/launcher=submitit: Hydra's config group hydra/launcher "
+                                                          "cannot be honoured")):
+        with pytest.raises(ConfigError, match=message):
+            load_config([*VERL, override])
+
+
 # ------------------------------------------------------------------------------ verl's key names
 def test_verl_sample_limits_set_the_rows_used():
     config, _ = load_config([*VERL, "data.train_max_samples=64", "data.val_max_samples=8"])

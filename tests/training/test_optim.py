@@ -123,6 +123,33 @@ def test_resuming_with_another_lr_and_betas_uses_the_config_and_says_so():
     assert optimizer.param_groups[0]["lr"] == pytest.approx(1e-5)  # warmup ends on the new peak
 
 
+def test_a_finished_schedule_continued_for_more_steps_takes_the_new_schedules_lr_at_once():
+    """A 10-step cosine run that finished (lr 0) resumed for 15 steps: the 11th step trains at the 15-step schedule's
+    lr for it, not at the saved 0 (a step lost); resumed for the same 10 steps, the lr is the saved one, bit for bit."""
+    from reinforge.training.optim import apply_settings, group_settings, make_scheduler
+
+    cfg = OptimConfig(lr=1e-3, lr_scheduler_type="cosine")
+    weight = torch.nn.Parameter(torch.ones(3))
+    optimizer = make_optimizer([weight], cfg)
+    scheduler = make_scheduler(optimizer, cfg, 10)
+    middle = None
+    for step in range(10):
+        optimizer.step()
+        scheduler.step()
+        if step == 4:
+            middle = optimizer.state_dict(), scheduler.state_dict(), optimizer.param_groups[0]["lr"]
+    assert optimizer.param_groups[0]["lr"] == 0.0
+    state = optimizer.state_dict(), scheduler.state_dict()
+    for total, saved, expected in ((15, state, 1e-3 * lr_factor(10, cfg, 15)), (10, middle, middle[2])):
+        optimizer = make_optimizer([weight], cfg)
+        scheduler = make_scheduler(optimizer, cfg, total)
+        built = group_settings(optimizer)
+        optimizer.load_state_dict(saved[0])
+        scheduler.load_state_dict(saved[1])
+        assert apply_settings(optimizer, scheduler, cfg, "optim", built) == []
+        assert optimizer.param_groups[0]["lr"] == expected and scheduler.get_last_lr() == [expected] and expected > 0
+
+
 def test_resuming_with_the_same_overrides_changes_nothing_and_other_overrides_are_noted():
     from reinforge.training.optim import apply_settings, group_settings, make_scheduler
 
