@@ -179,10 +179,21 @@ def write_hf_model(config, state_dict: dict[str, torch.Tensor], out_dir: Path, m
     if getattr(config, "tie_word_embeddings", False) and isinstance(tied, dict):  # a verl checkpoint holds them twice
         state_dict = {name: value for name, value in state_dict.items() if name not in tied or tied[name] not in state_dict}
     model.save_pretrained(out_dir, state_dict=state_dict, safe_serialization=True)
-    umask = os.umask(0)
-    os.umask(umask)
+    umask = _umask()
     for file in Path(out_dir).glob("*.safetensors"):  # written private (0600) by the save: readable as the umask allows,
         file.chmod(0o666 & ~umask)  # as the folder's other files are, for the other users of a shared machine
+
+
+def _umask() -> int:
+    """The process's umask, read without setting it (Linux's /proc), else set and set back (a moment another thread's
+    new file could be made with)."""
+    try:
+        return int(next(line for line in Path("/proc/self/status").read_text().splitlines()
+                        if line.startswith("Umask:")).split()[1], 8)
+    except (OSError, StopIteration, IndexError, ValueError):
+        umask = os.umask(0o077)
+        os.umask(umask)
+        return umask
 
 
 def rng_state() -> dict:
