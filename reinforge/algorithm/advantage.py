@@ -229,8 +229,9 @@ def compute_reinforce_plus_plus_outcome_advantage(token_level_rewards: torch.Ten
     """REINFORCE++ (arXiv:2501.03262): discounted returns over the response's own tokens, whitened over the batch.
 
     A token outside the mask (padding, or a tool's or user's span inside a multi-turn response) neither adds its
-    reward nor discounts: the return is carried through it unchanged, as in verl, so a turn before a tool answer
-    still gets the outcome reward that comes after it. gamma is `config.gamma` (algorithm.gamma), as in verl; the
+    reward nor discounts: the return is carried through it unchanged, so a turn before a tool answer still gets the
+    outcome reward that comes after it (verl restarts the return at 0 at a masked token: the same for trailing
+    padding, no credit for the earlier turns of a multi-turn response). gamma is `config.gamma` (algorithm.gamma), as in verl; the
     `gamma` argument is used without a config.
     """
     gamma = config.gamma if config is not None else (1.0 if gamma is None else gamma)
