@@ -171,6 +171,12 @@ def _run_in(run_dir: Path, config: Config, user_keys: list[str], startup: Startu
                                         reward_workers=config.reward.num_workers, **rm.reward_kwargs, **options)
 
     _check_teacher_routing(config.distillation, train_set, data.train_files)
+    if rm.enable and rm.judge.enable:  # a template with {ground_truth} needs it in every row
+        from reinforge.reward.models.judge import check_judge_rows
+
+        for dataset in (train_set, val_loader.dataset if val_loader else None):
+            if hasattr(dataset, "located_rows"):  # not a user's Dataset class
+                check_judge_rows(rm.judge, dataset.located_rows())
     startup.mark("reward")
     with contextlib.ExitStack() as cleanup:  # on every way out: the reward manager's processes, then the workers
         if hasattr(reward_fn, "close"):

@@ -47,6 +47,36 @@ def test_fill_template_fills_once_and_keeps_other_braces():
     assert prompt_text([{"role": "system", "content": "s"}, {"role": "user", "content": "u"}]) == "system: s\n\nuser: u"
 
 
+def test_a_prompt_with_images_reaches_a_reward_model_as_its_text():
+    """A row with images keeps its prompt as a content list; a reward model (a judge's {prompt}, a classifier's
+    rebuilt conversation) reads its text parts, the images left out (docs/data.md), not the list's Python repr."""
+    import numpy as np
+
+    from reinforge.batch import Batch
+    from reinforge.reward.models.rows import chat_messages
+
+    parts = [{"type": "image"}, {"type": "text", "text": "Is the square light?"}, {"type": "text", "text": " Answer 1 or 0."}]
+    batch = Batch(non_tensors={"raw_prompt": [[{"role": "system", "content": "Be brief."},
+                                                {"role": "user", "content": np.array(parts, dtype=object)}]]})
+    messages = chat_messages(batch, 0)
+    assert messages == [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Is the square light? Answer 1 or 0."}]
+    assert prompt_text(messages[1:]) == "Is the square light? Answer 1 or 0."
+
+
+def test_rows_without_the_ground_truth_a_judge_template_uses_are_named_at_start(tiny_model_path):
+    from reinforge.errors import DataError
+    from reinforge.reward.models.judge import check_judge_rows
+
+    judge = rm_config(tiny_model_path, tiny_model_path, "reward_model.judge.enable=true").reward_model.judge
+    rows = [({"reward_model": {"ground_truth": "2"}}, "a.jsonl", 0), ({"prompt": "x"}, "a.jsonl", 1)]
+    check_judge_rows(judge, rows)  # the default template has no {ground_truth}: rows need none
+    judge.prompt_template = "Q: {prompt} A: {response} Truth: {ground_truth}"
+    with pytest.raises(DataError, match=r"^a\.jsonl: row 1, column 'reward_model': there is no such column; "
+                                        r"reward_model\.judge\.prompt_template uses \{ground_truth\}"):
+        check_judge_rows(judge, rows)
+    check_judge_rows(judge, rows[:1])
+
+
 @pytest.mark.parametrize("override, message", [
     ("reward_model.judge.prompt_template='Rate {answer}'", r"unknown placeholders \['\{answer\}'\]"),
     ("reward_model.judge.prompt_template='Rate {prompt}'", "no {response}"),
@@ -57,6 +87,22 @@ def test_fill_template_fills_once_and_keeps_other_braces():
 def test_judge_config_mistakes_are_config_errors(tiny_model_path, override, message):
     with pytest.raises(ConfigError, match=message):
         rm_config(tiny_model_path, tiny_model_path, "reward_model.judge.enable=true", "reward_model.judge.max_score=4", override)
+
+
+def test_a_judge_refuses_a_classifiers_checkpoint(tiny_model_path, tmp_path):
+    """A sequence classifier with tied embeddings loads as a causal LM without a missing weight, its score head dropped:
+    its verdicts would be noise, so the judge names the head and the architecture instead."""
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+    from reinforge.errors import ModelError
+
+    classifier = AutoModelForSequenceClassification.from_pretrained(tiny_model_path, num_labels=1)
+    classifier.save_pretrained(tmp_path / "rm")
+    AutoTokenizer.from_pretrained(tiny_model_path).save_pretrained(tmp_path / "rm")
+    group = LocalWorkerGroup(RewardModelWorker, rm_config(tiny_model_path, tmp_path / "rm", "reward_model.judge.enable=true"))
+    with pytest.raises(ModelError, match=r"the checkpoint has a classifier's score head \(score\.weight; architectures "
+                                         r"\['Qwen2ForSequenceClassification'\]\): a judge generates its verdict with a causal LM"):
+        group.init_model()
 
 
 def judge_config(tiny_model_path, *extra):

@@ -204,7 +204,7 @@ def test_another_tokenizer_reads_the_conversation_in_its_own_chat_template(tiny_
 
 
 def test_max_length_cuts_the_end_of_a_rebuilt_input_and_is_counted(tiny_model_path, tokenizer, other_tokenizer,
-                                                                   other_tokenizer_rm):
+                                                                   other_tokenizer_rm, capsys):
     batch = make_batch(tokenizer)
     config = rm_config(tiny_model_path, other_tokenizer_rm, "reward_model.max_length=9")
     group = LocalWorkerGroup(RewardModelWorker, config)
@@ -216,6 +216,9 @@ def test_max_length_cuts_the_end_of_a_rebuilt_input_and_is_counted(tiny_model_pa
         assert inputs.input_ids[row][inputs.attention_mask[row].bool()].tolist() == ids[:9]
     scored = RewardModelScorer(group)(batch, return_dict=True)
     assert scored["reward_metrics"]["reward/rm_truncated"] == sum(inputs.truncated)
+    assert inputs.truncated[0]  # the first input is shown once, as the model reads it: cut
+    assert (f"the first (cut to reward_model.max_length=9 tokens): {other_tokenizer.decode(full[0][:9])!r}"
+            in capsys.readouterr().out)
     row = 0
     assert scored["reward_tensor"][row].sum().item() == pytest.approx(direct_score(other_tokenizer_rm, full[row][:9]), abs=1e-5)
 

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from reinforge.batch import Batch
-from reinforge.errors import ConfigError, ModelError
+from reinforge.errors import ConfigError, DataError, ModelError
 from reinforge.inference import InferenceEngine, SamplingParams
 from reinforge.reward.models.rows import chat_messages, ground_truth, response_texts
 
@@ -57,6 +57,20 @@ def check_judge_config(judge: Any) -> None:
         raise ConfigError(f"{_KEY}.max_new_tokens={judge.max_new_tokens} must be > 0")
     if judge.temperature < 0:
         raise ConfigError(f"{_KEY}.temperature={judge.temperature} must be >= 0 (0: greedy)")
+
+
+def check_judge_rows(judge: Any, located: Any) -> None:
+    """When prompt_template uses {ground_truth}: a DataError naming the file and row of the first of `located` (rows with
+    their file and row number) without a reward_model.ground_truth to fill it with, before any model loads."""
+    if "ground_truth" not in _PLACEHOLDER.findall(judge.prompt_template):
+        return
+    for row, file, number in located:
+        reward_model = row.get("reward_model")
+        if not isinstance(reward_model, dict) or "ground_truth" not in reward_model:
+            what = ("there is no such column" if "reward_model" not in row else "it is null" if reward_model is None
+                    else "it has no 'ground_truth' key")
+            raise DataError(f"{file}: row {number}, column 'reward_model': {what}; {_KEY}.prompt_template uses "
+                            "{ground_truth}, which is filled from each row's reward_model.ground_truth")
 
 
 def fill_template(template: str, values: dict[str, str]) -> str:

@@ -29,7 +29,18 @@ def chat_messages(batch: Batch, row: int) -> list[dict[str, Any]]:
     messages = batch["raw_prompt"][row]
     if isinstance(messages, np.ndarray):
         messages = messages.tolist()
-    return [dict(message) for message in messages]
+    return [{**dict(message), "content": _text_of(dict(message).get("content"))} for message in messages]
+
+
+def _text_of(content: Any) -> Any:
+    """A message's content as text: the text parts of a content list (a row with images: [{"type": "image"}, {"type":
+    "text", "text": ...}]) joined, its images left out, as a reward model reads a prompt (docs/data.md); other content
+    as it is."""
+    if isinstance(content, np.ndarray):
+        content = content.tolist()
+    if not isinstance(content, list):
+        return content
+    return "".join(str(part.get("text") or "") for part in content if isinstance(part, dict) and part.get("type") == "text")
 
 
 def response_lengths(batch: Batch) -> torch.Tensor:

@@ -87,9 +87,10 @@ class RewardModelWorker:
             return Batch({"rm_scores": on_last_response_token(torch.tensor(verdicts.scores), batch)},
                          {"rm_truncated": verdicts.truncated, "judge_parse_failed": verdicts.parse_failed})
         inputs = self.classifier_inputs(batch)
-        if inputs.texts:
+        if inputs.texts and not self._shown:
             cut = f" (cut to reward_model.max_length={self.config.reward_model.max_length} tokens)" if inputs.truncated[0] else ""
-            self._show_once(f"the reward model reads conversations in its own chat template; the first{cut}: {inputs.texts[0]!r}")
+            read = self.tokenizer.decode(inputs.input_ids[0, :int(inputs.attention_mask[0].sum())].tolist()) if cut else inputs.texts[0]
+            self._show_once(f"the reward model reads conversations in its own chat template; the first{cut}: {read!r}")
         if inputs.unscored and not self._warned_cut:
             self._warned_cut = True
             print(f"reinforge: warning: reward_model.max_length={self.config.reward_model.max_length} cuts away every response "
@@ -169,6 +170,10 @@ def _load(config: Config, judge: bool, device: str, pad_token_id: int | None = N
         if info["missing_keys"]:
             raise ModelError(f"the checkpoint has no weights for {sorted(info['missing_keys'])[:4]}, so they would be random "
                              "(is it a reward model of this kind?)")
+        if judge and head:  # a classifier's checkpoint: as a causal LM its head is dropped and its verdicts are noise
+            raise ModelError(f"the checkpoint has a classifier's score head ({sorted(head)[0]}; architectures "
+                             f"{getattr(hf_config, 'architectures', None)}): a judge generates its verdict with a causal LM. "
+                             "Score with it as a classifier (reward_model.judge.enable=false), or give the judge a causal LM")
         if not judge and head:
             raise ModelError(f"the checkpoint's score head has weights the {type(model).__name__} does not use, "
                              f"{sorted(head)[:4]}, so its scores would not be the checkpoint's")
