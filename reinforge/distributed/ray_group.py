@@ -30,6 +30,7 @@ import socket
 import sys
 import threading
 import time
+from pathlib import Path
 from typing import Any
 
 import ray
@@ -209,6 +210,7 @@ def _init_ray(config: Config) -> bool:
     kwargs = {key: value for key, value in (config.ray_kwargs.get("ray_init") or {}).items() if value is not None}
     # "local" starts a new Ray: ray.init() without an address would join whatever `ray start` left on this machine
     kwargs["address"] = ray_address(config) or "local"
+    _check_cluster(config, kwargs["address"])
     if kwargs["address"] == "local" and config.trainer.device == "cpu":
         # a rank reserves one logical CPU: as many worker processes as asked, even on a machine with fewer cores
         kwargs.setdefault("num_cpus", max(os.cpu_count() or 1, world_size_of(config)))
@@ -225,6 +227,36 @@ def _init_ray(config: Config) -> bool:
         ray.shutdown()
         raise KeyboardInterrupt
     return True
+
+
+def _check_cluster(config: Config, address: str) -> None:
+    """Before ray.init: a ConfigError for trainer.nnodes > 1 with no cluster named (a Ray of the run's own is this one
+    machine), and for a named cluster that does not answer (ray.init would wait for it, minutes, saying nothing of ours)."""
+    given = "RAY_ADDRESS" if os.environ.get("RAY_ADDRESS") else "ray_kwargs.ray_init.address"
+    if address == "local":
+        if config.trainer.nnodes > 1:
+            raise ConfigError(
+                f"trainer.nnodes={config.trainer.nnodes} spreads the ranks over that many machines of a Ray cluster, but no "
+                "cluster is named (RAY_ADDRESS or ray_kwargs.ray_init.address), and the Ray a run starts on its own is this "
+                "machine alone. Start a cluster (`ray start --head` on one machine, `ray start --address=<head-ip>:6379` "
+                "on the others; docs/distributed.md) and set RAY_ADDRESS=<head-ip>:6379, or run with trainer.nnodes=1")
+        return
+    target, where = address, ""
+    if address == "auto":  # Ray reads the address of the cluster last started on this machine from this file
+        current = Path(os.environ.get("RAY_TMPDIR") or os.environ.get("TMPDIR") or "/tmp") / "ray" / "ray_current_cluster"
+        if not current.is_file():
+            return  # Ray says itself that no cluster runs here
+        target, where = current.read_text().strip(), f" (the address {current} holds)"
+    host, _, port = target.removeprefix("ray://").rpartition(":")
+    if not host or not port.isdigit():
+        return  # an address of another form: Ray's to read
+    try:
+        socket.create_connection((host, int(port)), timeout=10).close()
+    except OSError as error:
+        stale = " (a cluster started here that has stopped? `ray stop` clears it)" if where else ""
+        raise ConfigError(f"{given}={address}: the Ray cluster at {target}{where} cannot be reached "
+                          f"({error.strerror or error}){stale}. Start it (`ray start --head{'' if where else f' --port={port}'}`), "
+                          f"correct the address, or unset {given} to run on this machine with a Ray of the run's own") from None
 
 
 def _check_cluster_resources(config: Config) -> None:

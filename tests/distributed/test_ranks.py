@@ -114,3 +114,37 @@ def test_a_rank_leaves_its_process_group_when_it_exits(tmp_path, how):
     assert [proc.returncode for proc in procs] == ([0, 0] if how == "finish" else [1, 0]), outputs
     assert all("group left before teardown: True" in out for out in outputs), outputs
     assert ("other rank gone" in outputs[1]) == (how == "fail"), outputs
+
+
+def test_a_cluster_that_cannot_be_reached_or_is_missing_for_several_nodes_is_named_before_ray_starts(monkeypatch, tmp_path):
+    """ray.init would wait minutes for an address that does not answer; several nodes without a cluster would all be
+    this machine. Both are ConfigErrors before Ray starts (no Ray started here)."""
+    import socket
+
+    pytest.importorskip("ray")
+    from reinforge.distributed.ray_group import _check_cluster
+
+    for name in ("RAY_ADDRESS", "TMPDIR"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("RAY_TMPDIR", str(tmp_path))
+    config, _ = load_config(["trainer.nnodes=2"])
+    with pytest.raises(ConfigError, match=r"trainer.nnodes=2 spreads the ranks over that many machines of a Ray cluster, "
+                                          r"but no cluster is named"):
+        _check_cluster(config, "local")
+    closed = socket.socket()
+    closed.bind(("127.0.0.1", 0))
+    port = closed.getsockname()[1]
+    closed.close()
+    monkeypatch.setenv("RAY_ADDRESS", f"127.0.0.1:{port}")
+    with pytest.raises(ConfigError, match=rf"^RAY_ADDRESS=127.0.0.1:{port}: the Ray cluster at 127.0.0.1:{port} cannot be "
+                                          r"reached \(Connection refused\)"):
+        _check_cluster(config, f"127.0.0.1:{port}")
+    (tmp_path / "ray").mkdir()
+    (tmp_path / "ray" / "ray_current_cluster").write_text(f"127.0.0.1:{port}")  # left by a cluster that has stopped
+    monkeypatch.setenv("RAY_ADDRESS", "auto")
+    with pytest.raises(ConfigError, match=r"the address .*ray_current_cluster holds\) cannot be reached .*`ray stop` clears it"):
+        _check_cluster(config, "auto")
+    with socket.create_server(("127.0.0.1", 0)) as listening:
+        _check_cluster(config, f"127.0.0.1:{listening.getsockname()[1]}")  # it answers: Ray's to join
+    single, _ = load_config([])
+    _check_cluster(single, "local")

@@ -143,6 +143,10 @@ def test_console_step_line_is_aligned_and_plain_off_a_terminal():
     del metrics["actor/kl_loss"]
     metrics["actor/ppo_kl"] = -2e-5
     assert "| ppo_kl -0.0000 |" in console.step_line(metrics, 3)
+    # a critic warm-up step: the actor did not update, so there is no entropy or KL of its to show (not "entropy nan")
+    warmup = {"critic/score/mean": 0.5, "response_length/mean": 4.0, "critic/vf_loss": 0.1, "timing_s/step": 0.5}
+    assert console.step_line(warmup, 3) == ("step  3/10 | reward 0.500 | resp_len   4.0 | actor not updated "
+                                            "(trainer.critic_warmup) | 0.50s")
     console.close()
 
 

@@ -50,8 +50,9 @@ class ConsoleLogger:
         reward = f"reward {m['critic/score/mean']:.3f}"
         if self.colour:
             head, reward = f"{BOLD}{head}{RESET}", f"{GREEN}{reward}{RESET}"
-        return (f"{head} | {reward} | resp_len {m['response_length/mean']:5.1f} | {label} {kl:.4f}"
-                f" | entropy {m.get('actor/entropy', float('nan')):.3f} | {m['timing_s/step']:.2f}s")
+        actor = (f"{label} {kl:.4f} | entropy {m['actor/entropy']:.3f}" if "actor/entropy" in m
+                 else "actor not updated (trainer.critic_warmup)")  # a warm-up step trains the critic alone
+        return f"{head} | {reward} | resp_len {m['response_length/mean']:5.1f} | {actor} | {m['timing_s/step']:.2f}s"
 
     def write(self, line: str) -> None:
         self.progress.write(line, file=sys.stdout) if not self.progress.disable else print(line, flush=True)
