@@ -170,6 +170,15 @@ def _json_messages(text: str) -> bool:
     return isinstance(decoded, list) and bool(decoded) and all(isinstance(m, dict) and "role" in m for m in decoded)
 
 
+def missing_ground_truth(row: dict[str, Any]) -> str | None:
+    """Why `row` has no reward_model.ground_truth (verl's schema), in words for a message; None when it has one."""
+    reward_model = row.get("reward_model")
+    if isinstance(reward_model, dict) and "ground_truth" in reward_model:
+        return None
+    return ("there is no such column" if "reward_model" not in row else "it is null" if reward_model is None
+            else f"it holds {preview(reward_model)}, without a 'ground_truth' key")
+
+
 def preview(value: Any, limit: int = 120) -> str:
     """A value's type and its repr, cut to `limit` characters, for messages about a row."""
     text = repr(value)

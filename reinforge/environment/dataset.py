@@ -35,7 +35,7 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
-from reinforge.environment import multimodal
+from reinforge.environment import data_files, multimodal
 from reinforge.environment.data_files import check_row, file_list, is_text_prompt, preview, read_rows, shape_prompt, to_messages
 from reinforge.errors import ConfigError, DataError, ModelError
 from reinforge.user_code import check_keywords, load_user_class, user_call
@@ -160,10 +160,8 @@ class RLDataset(Dataset):
                                 "names as the column that picks each row's reward function")
             if getattr(self.config, "label_key", None) or not ground_truth:  # the label column is it (check_row: every row
                 continue  # has it), or the function does without (OpenRLHF's: "")
-            reward_model = row.get("reward_model")
-            if not isinstance(reward_model, dict) or "ground_truth" not in reward_model:
-                what = ("there is no such column" if "reward_model" not in row else "it is null" if reward_model is None
-                        else f"it holds {preview(reward_model)}, without a 'ground_truth' key")
+            what = data_files.missing_ground_truth(row)
+            if what:
                 raise DataError(f"{file}: row {number}, column 'reward_model': {what}. The reward function is called with "
                                 "the row's reward_model.ground_truth (verl's schema: {'style': 'rule', 'ground_truth': ...}); a "
                                 "reward function written for TRL (a completions, completion_ids or prompts parameter, or "

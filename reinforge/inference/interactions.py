@@ -118,7 +118,7 @@ def interaction_entries(path: str | Path) -> list[tuple[str, type, str, dict]]:
     from reinforge.inference.tools.loading import config_entries
 
     entries: dict[str, tuple[str, type, str, dict]] = {}
-    for where, entry, cls in config_entries(path, KEY, "interaction", "name, class_name, config", BUILTIN_INTERACTIONS):
+    for where, entry, cls in config_entries(path, KEY, "interaction", ("name", "class_name", "config"), BUILTIN_INTERACTIONS):
         if not issubclass(cls, BaseInteraction) and not all(callable(getattr(cls, m, None)) for m in INTERFACE):
             raise ConfigError(f"{where}: {entry['class_name']} is not a subclass of "
                               f"reinforge.inference.interactions.BaseInteraction; an interaction implements {', '.join(INTERFACE)}")

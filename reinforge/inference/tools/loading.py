@@ -69,7 +69,7 @@ def read_yaml(path: str | Path, key: str) -> tuple[Path, Any]:
         raise ConfigError(f"{key}: {file} is not valid YAML: {err}") from err
 
 
-def config_entries(path: str | Path, key: str, section: str, entry_fields: str,
+def config_entries(path: str | Path, key: str, section: str, entry_fields: tuple[str, ...],
                    builtins: dict[str, type]) -> Iterator[tuple[str, dict, type]]:
     """(where, entry, class) for each entry of the list under `section:` in the YAML file named by config `key`.
 
@@ -79,17 +79,16 @@ def config_entries(path: str | Path, key: str, section: str, entry_fields: str,
     document = document or {}
     entries = document.get(section) if isinstance(document, dict) else None
     if not isinstance(entries, list):
-        raise ConfigError(f"{key}: {file} must hold a list under '{section}:' (entries with {entry_fields})")
-    allowed = entry_fields.split(", ")
+        raise ConfigError(f"{key}: {file} must hold a list under '{section}:' (entries with {', '.join(entry_fields)})")
     for i, entry in enumerate(entries):
         where = f"{file}, {section}[{i}]"
         if not isinstance(entry, dict) or not isinstance(entry.get("class_name"), str):
             raise ConfigError(f"{where}: each entry needs a class_name")
-        unknown = [key for key in entry if key not in allowed]
+        unknown = [key for key in entry if key not in entry_fields]
         if unknown:  # a misspelt key would leave its setting at the default unnoticed
-            named = [f"{key!r}" + (f" (did you mean {close[0]!r}?)" if (close := difflib.get_close_matches(str(key), allowed, n=1))
+            named = [f"{key!r}" + (f" (did you mean {close[0]!r}?)" if (close := difflib.get_close_matches(str(key), entry_fields, n=1))
                                    else "") for key in unknown]
-            raise ConfigError(f"{where}: unknown key{'s' * (len(unknown) > 1)} {', '.join(named)}; an entry has {entry_fields}")
+            raise ConfigError(f"{where}: unknown key{'s' * (len(unknown) > 1)} {', '.join(named)}; an entry has {', '.join(entry_fields)}")
         _check_mapping(where, entry, "config", "the keyword settings given to the class, e.g. {timeout_s: 5}")
         name = entry["class_name"]
         short = sorted(b for b in builtins if "." not in b)
@@ -134,7 +133,7 @@ def load_all_tools(tool_config_path: str | Path | None, function_tool_path: str 
 def load_tools(path: str | Path) -> dict[str, BaseTool]:
     """The tools of a tool config file, by the name the model calls them."""
     tools: dict[str, BaseTool] = {}
-    for where, entry, cls in config_entries(path, KEY, "tools", "class_name, config, tool_schema", BUILTIN_TOOLS):
+    for where, entry, cls in config_entries(path, KEY, "tools", ("class_name", "config", "tool_schema"), BUILTIN_TOOLS):
         if not issubclass(cls, BaseTool) and not hasattr(cls, "execute"):
             raise ConfigError(f"{where}: {entry['class_name']} has no execute method; tools implement BaseTool's interface")
         _check_mapping(where, entry, "tool_schema", "an OpenAI function schema: {type: function, function: {name, description, "

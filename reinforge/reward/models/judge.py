@@ -64,11 +64,11 @@ def check_judge_rows(judge: Any, located: Any) -> None:
     their file and row number) without a reward_model.ground_truth to fill it with, before any model loads."""
     if "ground_truth" not in _PLACEHOLDER.findall(judge.prompt_template):
         return
+    from reinforge.environment.data_files import missing_ground_truth
+
     for row, file, number in located:
-        reward_model = row.get("reward_model")
-        if not isinstance(reward_model, dict) or "ground_truth" not in reward_model:
-            what = ("there is no such column" if "reward_model" not in row else "it is null" if reward_model is None
-                    else "it has no 'ground_truth' key")
+        what = missing_ground_truth(row)
+        if what:
             raise DataError(f"{file}: row {number}, column 'reward_model': {what}; {_KEY}.prompt_template uses "
                             "{ground_truth}, which is filled from each row's reward_model.ground_truth")
 
