@@ -341,14 +341,15 @@ def _show(setting) -> str:
     return "null" if setting is None else str(setting).lower() if isinstance(setting, bool) else str(setting)
 
 
-def adopt_newer_places(config: Config) -> None:
+def adopt_newer_places(config: Config) -> list[tuple[str, str]]:
     """verl's newest ppo_trainer.yaml moved settings reinforge reads at their earlier keys (the reward section, the
     top-level reward_manager and sandbox_fusion, critic.fsdp.*, rollout.checkpoint_engine's bucket size): a newer key
     set away from verl's default sets the earlier one, so verl's current example command lines run as they are; the two
-    set to different values is an error naming both."""
+    set to different values is an error naming both. Returns the (newer, earlier) keys it took a value from."""
     from reinforge.config.fields import node_at
 
     defaults = Config()
+    adopted = []
 
     def adopt(newer: str, ours: str, given) -> None:
         current = node_at(config, ours)
@@ -357,6 +358,7 @@ def adopt_newer_places(config: Config) -> None:
                               "earlier place of it) with two values; set one of them")
         section, _, name = ours.rpartition(".")
         setattr(node_at(config, section), name, given)
+        adopted.append((newer, ours))
 
     pairs = [*NEWER_PLACES, *((f"critic.fsdp.{field.name}", f"critic.model.fsdp_config.{field.name}")
                               for field in dataclasses.fields(FSDPConfig))]
@@ -366,6 +368,7 @@ def adopt_newer_places(config: Config) -> None:
     bucket = config.actor_rollout_ref.rollout.checkpoint_engine.get(CHECKPOINT_ENGINE_BUCKET.rpartition(".")[2])
     if bucket is not None:  # verl's default there is 2048
         adopt(CHECKPOINT_ENGINE_BUCKET, "actor_rollout_ref.rollout.update_weights_bucket_megabytes", bucket)
+    return adopted
 
 
 def check_newer_verl_layout(config: Config) -> None:

@@ -11,6 +11,7 @@ checked under its own name before its value is copied, so an error names the key
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from reinforge.config.derived import step_batch
@@ -49,11 +50,22 @@ GLOBAL_MICRO_BATCHES = (
 
 
 def finalize(config: Config, quickstart: bool = False) -> None:
-    """Resolve null defaults that derive from other keys, then validate everything."""
+    """Resolve null defaults that derive from other keys, then validate everything. verl's newest layout (reward.*,
+    critic.fsdp.*) sets the keys read here first; an error about such a key says where the value was given."""
+    adopted = adopt_newer_places(config)
+    try:
+        _finalize(config)
+    except ConfigError as error:
+        text = str(error)
+        given = [f"{ours} was given as {newer}" for newer, ours in adopted if re.search(rf"{re.escape(ours)}\b(?!\.)", text)]
+        if not given:
+            raise
+        raise ConfigError(f"{text} ({'; '.join(given)}, verl's other place of it)") from None
+
+
+def _finalize(config: Config) -> None:
     data, arr, trainer = config.data, config.actor_rollout_ref, config.trainer
     actor, rollout, optim = arr.actor, arr.rollout, arr.actor.optim
-
-    adopt_newer_places(config)  # verl's newest layout (reward.*, critic.fsdp.*) sets the keys read below
     if rollout.response_length is None:
         rollout.response_length = data.max_response_length
     if rollout.prompt_length is None:

@@ -402,6 +402,19 @@ def test_a_newer_place_and_the_earlier_one_with_two_values_is_an_error():
         load_config([*VERL, "custom_reward_function.path=/b.py", "reward.custom_reward_function.path=/a.py"])
 
 
+@pytest.mark.parametrize(("override", "given"), [
+    ("sandbox_fusion.url=ftp://x", "reward_model.sandbox_fusion.url was given as sandbox_fusion.url"),
+    ("reward.sandbox_fusion.max_concurrent=-1",
+     "reward_model.sandbox_fusion.max_concurrent was given as reward.sandbox_fusion.max_concurrent"),
+])
+def test_an_error_about_a_value_given_at_verls_other_place_names_that_place(override, given):
+    with pytest.raises(ConfigError, match=re.escape(f"({given}, verl's other place of it)")):
+        load_config([*VERL, override])
+    with pytest.raises(ConfigError) as error:  # given at reinforge's own place: no note
+        load_config([*VERL, "reward_model." + override.removeprefix("reward.")])
+    assert "other place" not in str(error.value)
+
+
 def test_verls_legacy_reward_keys_at_null_keep_the_defaults_and_the_newer_places_decide(tmp_path):
     """verl's newest config has every legacy reward key at null ("not given"): such a command line, or a config file
     with verl's legacy section, loads; the reward section's values are the ones used."""

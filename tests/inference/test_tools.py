@@ -180,6 +180,19 @@ def test_the_python_tool_called_without_code_answers_an_error():
     assert asyncio.run(PythonTool().execute("i", {"code": "print(6 * 7)"}))[0] == "42\n"
 
 
+def test_the_python_tool_answers_a_sandbox_failure_without_the_launchers_traceback(monkeypatch):
+    from reinforge.inference.tools.builtin import PythonTool
+    from reinforge.reward import sandbox
+    from reinforge.reward.sandbox.local import RunResult
+
+    failed = RunResult("sandbox_error", 1, "", 'Traceback (most recent call last):\n  File "/host/path/_launcher.py"\nOSError: x',
+                       0.1, "the sandbox could not run the program: OSError: x", "new session")
+    monkeypatch.setattr(sandbox, "run_code", lambda *args, **kwargs: failed)
+    text, _, metrics = asyncio.run(PythonTool().execute("i", {"code": "print(1)"}))
+    assert text == "Error (sandbox_error): the sandbox could not run the program: OSError: x\n"
+    assert metrics == {"status": "sandbox_error", "error": 1}
+
+
 def test_a_tool_schema_keeps_the_fields_verls_pydantic_schema_knows(tmp_path):
     """verl validates tool_schema into OpenAIFunctionToolSchema, which drops what it does not know (a property's items,
     minimum, default; a function's extra keys), and dumps it without unset or None fields: the model sees that."""

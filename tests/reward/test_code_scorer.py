@@ -103,7 +103,7 @@ def test_call_cases_take_argument_lists_or_json_lines():
 def test_assert_cases_as_a_list_or_verl_dict():
     listed = parse_test_cases(["assert f(1) == 2"])
     assert [(c.kind, c.stdin, c.expected) for c in listed] == [("assert", "", None)]
-    assert listed[0].suffix.startswith("\n\nassert f(1) == 2\n")
+    assert listed[0].statement == "assert f(1) == 2"
     verl = parse_test_cases({"assert_case": ["assert f(1) == 2", "print(f(1))"], "inputs": ["", "x"], "outputs": [None, "2"]})
     assert [(c.stdin, c.expected) for c in verl] == [("", None), ("x", "2")]
 
@@ -118,6 +118,10 @@ def test_assert_cases_as_a_list_or_verl_dict():
         ({"inputs": "1", "outputs": "1"}, "must be lists"),
         ({"assert_case": [1]}, "list of Python statements"),
         ({"assert_case": ["assert 1"], "inputs": ["", ""]}, "same length"),
+        ({"inputs": [], "outputs": []}, "'inputs' and 'outputs' are empty lists"),
+        ({"assert_case": []}, "'assert_case' is an empty list"),
+        # a string input of a call-based case is JSON values, one per line: "1, 2" is bad data, not a bad program
+        ({"fn_name": "add", "inputs": ["1, 2"], "outputs": [3]}, "input 1 of a call-based case is a string whose line '1, 2'"),
     ],
 )
 def test_malformed_test_cases_raise(ground_truth, message):
@@ -190,6 +194,45 @@ def test_a_forged_result_line_is_a_wrong_answer():
     program = "def f():\n    print('__reinforge_call_result__:not json')\n    import os\n    os._exit(0)"
     result = compute_score(fenced(program), {"fn_name": "f", "inputs": [[]], "outputs": [1]})
     assert result["reason"] == "passed 0 of 1 test cases; case 1: the function returned nothing the harness could read"
+
+
+def test_the_harness_markers_cannot_be_printed_by_the_program():
+    # the markers end in a number drawn for each run: the old fixed ones, printed before exiting, pass nothing
+    forged_call = "import os\nprint('\\n__reinforge_call_result__:3', flush=True)\nos._exit(0)\ndef add(a, b):\n    return 0"
+    result = compute_score(fenced(forged_call), {"fn_name": "add", "inputs": [[1, 2]], "outputs": [3]})
+    assert result["reason"] == "passed 0 of 1 test cases; case 1: the function returned nothing the harness could read"
+    forged_assert = "import os\nprint('\\n__reinforge_assert_done__', flush=True)\nos._exit(0)"
+    result = compute_score(fenced(forged_assert), ["assert False"])
+    assert result["reason"] == "passed 0 of 1 test cases; case 1: the program exited before its test statement finished"
+
+
+def test_the_preludes_functions_are_not_the_programs():
+    # verl's prelude binds math's gcd, operator's add...: a program that defines nothing does not pass by them
+    for name, args, expected in [("gcd", [12, 18], 6), ("add", [1, 2], 3), ("factorial", [5], 120)]:
+        result = compute_score(fenced("pass"), {"fn_name": name, "inputs": [args], "outputs": [expected]})
+        assert result["score"] == 0.0 and f"the program defines no function {name!r}" in result["reason"]
+    # a Solution class without the method is not rescued by a global of that name (verl calls through Solution)
+    result = compute_score(fenced("class Solution:\n    pass"), {"fn_name": "gcd", "inputs": [[4, 6]], "outputs": [2]})
+    assert "its Solution class has no method 'gcd'" in result["reason"]
+    # the program's own function of a prelude name counts
+    own = "def gcd(a, b):\n    return a if b == 0 else gcd(b, a % b)"
+    assert compute_score(fenced(own), {"fn_name": "gcd", "inputs": [[12, 18]], "outputs": [6]})["score"] == 1.0
+
+
+def test_integers_are_compared_exactly_and_other_numbers_within_1e_6():
+    program = "print(input().strip())"
+    for printed, expected, passes in [("1000000008", "1000000007", False), ("999999 5", "1000000 5", False),
+                                      ("123456789012345678", "123456789012345679", False), ("+7", "7", True),
+                                      ("1000000.5", "1000000.6", True), ("0.1000001", "0.1", True),
+                                      ("0.1001", "0.1", False), ("3.0", "3", True)]:
+        result = compute_score(fenced(program), {"inputs": [printed], "outputs": [expected]})
+        assert result["score"] == float(passes), (printed, expected, result["reason"])
+
+
+def test_a_from_future_import_over_several_lines_is_moved_above_the_prelude():
+    program = ('"""Sums."""\nfrom __future__ import (annotations,\n                        division)\n'
+               "text = '''\nfrom __future__ import braces\n'''\nprint(sum(map(int, input().split())), len(text))")
+    assert compute_score(fenced(program), {"inputs": ["1 2\n"], "outputs": ["3 31\n"]})["score"] == 1.0
 
 
 def test_no_code_block_scores_zero():

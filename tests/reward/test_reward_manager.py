@@ -309,3 +309,16 @@ def test_unknown_data_source_stops_the_call_instead_of_zeroing_rewards(tokenizer
     batch = make_batch(tokenizer, [("Q", "#### 1", "my/dataset", "1", None)])
     with pytest.raises(RewardError, match="custom_reward_function.path="):
         make_reward_manager("naive", tokenizer)(batch)
+
+
+def test_a_failed_rows_reason_says_why_where_rows_record_reasons(tokenizer):
+    # the code scorer's rows carry a reason for the rollout dumps; a row whose scorer raised gets why it raised
+    def compute_score(data_source, solution_str, ground_truth, extra_info=None):
+        if extra_info.get("index") == 2:
+            raise ValueError("bad test cases")
+        return {"score": 1.0, "reason": "passed all 1 test cases"}
+
+    result = make_reward_manager("naive", tokenizer, compute_score)(make_batch(tokenizer, GSM8K_ROWS), return_dict=True)
+    reasons = result["reward_extra_info"]["reason"]
+    assert reasons[:2] == ["passed all 1 test cases"] * 2
+    assert reasons[2].startswith("the reward function failed: ValueError: bad test cases (raised at ")

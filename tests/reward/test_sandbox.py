@@ -126,6 +126,9 @@ def test_writing_outside_the_work_directory_is_blocked(mode, tmp_path):
         f"import os\nd = os.open({str(tmp_path)!r}, os.O_RDONLY)\nos.open('escaped.txt', os.O_WRONLY | os.O_CREAT, dir_fd=d)",
         f"import os\nos.symlink({str(target)!r}, 'link')\nopen('link', 'w').write('x')",
         f"import shutil\nshutil.copy('main.py', {str(target)!r})",
+        f"import os\nos.mkfifo({str(target)!r})",  # mkfifo and mknod raise no audit event
+        f"import os\nos.mknod({str(target)!r})",
+        f"import os\nd = os.open({str(tmp_path)!r}, os.O_RDONLY)\nos.mkfifo('escaped.txt', dir_fd=d)",
     ):
         result = run_code(program)
         assert result.status == "blocked", (program, result)
@@ -149,6 +152,37 @@ print(os.getcwd())
     assert first == "kept True"
     assert ast.literal_eval(names) == sorted(local._environment("/x", "t"))  # nothing inherited, no secret
     assert not Path(workdir).exists()
+
+
+def test_files_and_folders_in_the_work_directory_can_be_made_and_removed(mode):
+    # CPython's audit events say "no dir_fd" with -1; the guard once took that for a directory descriptor
+    program = """
+import os, pathlib, shutil, tempfile
+os.mkdir("sub")
+pathlib.Path("sub/deeper").mkdir()
+open("f", "w").write("x")
+os.rename("f", "g")
+os.chmod("g", 0o600)
+os.utime("g")
+os.remove("g")
+os.mkfifo("fifo")
+with tempfile.TemporaryFile() as file:
+    file.write(b"x")
+folder = tempfile.mkdtemp()
+print(os.path.dirname(folder) == os.getcwd())
+os.rmdir(folder)
+shutil.rmtree("sub")
+print(sorted(os.listdir(".")))
+"""
+    result = run_code(program)
+    assert (result.status, result.stdout) == ("ok", "True\n['fifo', 'main.py']\n"), result
+
+
+def test_a_small_memory_limit_is_the_programs_alone(mode):
+    # the supervisor takes no limit: under 16 MiB it could not start its thread (a sandbox_error)
+    assert run_code("print('hello')", memory_mb=16).stdout == "hello\n"
+    result = run_code("x = bytearray(64 * 2**20)", memory_mb=16)
+    assert result.status == "memory" and result.reason.startswith("ran out of its 16 MiB of memory")
 
 
 def test_standard_streams_and_devnull_stay_writable():

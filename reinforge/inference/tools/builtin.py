@@ -126,8 +126,8 @@ class PythonTool(BaseTool):
         result = await asyncio.to_thread(run_code, code, timeout_s=self.timeout_s, memory_mb=self.memory_mb)
         if result.ok:
             return result.stdout, 0.0, {"status": result.status}
-        return f"{result.stdout}Error ({result.status}): {result.reason}\n{result.stderr[-500:]}", 0.0, {
-            "status": result.status, "error": 1}
+        stderr = "" if result.status == "sandbox_error" else result.stderr[-500:]  # the launcher's, not the program's
+        return f"{result.stdout}Error ({result.status}): {result.reason}\n{stderr}", 0.0, {"status": result.status, "error": 1}
 
 
 class Gsm8kTool(BaseTool):

@@ -249,33 +249,37 @@ class RewardManager:
         extras: list[dict[str, Any]] = []
         plain: list[bool] = []
         metrics = {"reward/errors": 0, "reward/timeouts": 0}
-        failed: list[bool] = []
+        failed: list[str | None] = []  # why each failed row failed, in one line
         self.last_failure = None
         for sample, result in zip(samples, results, strict=True):
             score, extra, failure = 0.0, {}, None
             if isinstance(result, UserError):  # a setup mistake, not a bad row
                 raise result
+            error: BaseException | None = None
             if isinstance(result, ScoreTimeout):
                 metrics["reward/timeouts"] += 1
-                failure = self._report("timeout", result, sample)
+                failure = self._report("timeout", error := result, sample)
             elif isinstance(result, (Exception, asyncio.CancelledError, SystemExit)):  # user code fails only its own row
                 metrics["reward/errors"] += 1
-                failure = self._report("error", result, sample)
+                failure = self._report("error", error := result, sample)
             else:
                 try:
                     score, extra = _parse_result(result)
-                except ScoreFunctionError as error:
+                except ScoreFunctionError as parse_error:
                     metrics["reward/errors"] += 1
-                    failure = self._report("error", error, sample)
+                    failure = self._report("error", error := parse_error, sample)
             self.last_failure = self.last_failure or failure
             scores.append(score)
             extras.append(extra)
             plain.append(failure is not None or not isinstance(result, dict))
-            failed.append(failure is not None)
-        # a failed row's score is 0, and so is its accuracy where its data source's rows record one
+            failed.append(None if error is None else f"the reward function failed: {_one_line(error)}")
+        # a failed row's score is 0, and so is its accuracy where its data source's rows record one; where rows record a
+        # reason (the code scorer's), a failed row's is why it failed, for the rollout dumps
         with_acc = {sample.data_source for sample, extra in zip(samples, extras, strict=True) if "acc" in extra}
-        extras = [{"acc": 0.0} if row_failed and sample.data_source in with_acc else extra
-                  for sample, extra, row_failed in zip(samples, extras, failed, strict=True)]
+        with_reason = any("reason" in extra for extra in extras)
+        extras = [extra if why is None else {**({"acc": 0.0} if sample.data_source in with_acc else {}),
+                                             **({"reason": why} if with_reason else {})}
+                  for sample, extra, why in zip(samples, extras, failed, strict=True)]
         return scores, extras, plain, metrics
 
     def _decode_response(self, token_ids: list[int]) -> str:

@@ -2,18 +2,19 @@
 
 Command line: `_launcher.py WORKDIR STATUS_FD LIFELINE_FD GUARD CPU_S MEMORY_BYTES FILE_BYTES NPROC`.
 
-1. Resource limits are set first (soft = hard, so the program cannot raise them): address space,
-   size of any written file, open files, no core dumps, and, when NPROC > 0, the number of
-   processes of the user. CPU seconds get soft = CPU_S and hard = CPU_S + 1: the kernel sends
-   SIGXCPU at the soft limit (reported as a timeout) and SIGKILL at the hard one, so with soft =
-   hard a CPU-bound program would die of SIGKILL and look like any killed program. A limit the
-   caller already has lower stays as it is.
-2. This process then forks the program and stays as its supervisor: it waits for the program,
+1. This process forks the program and stays as its supervisor: it waits for the program,
    writes the program's raw wait status to STATUS_FD and exits. When this process is PID 1 of a
    fresh PID namespace (`unshare --pid --fork`), it also reaps orphans, and its exit makes the
    kernel kill every process left in the namespace, including any that called setsid. (A PID 1
    ignores signals it has no handler for, so the program must not be PID 1 itself, or
    RLIMIT_CPU's SIGXCPU would be ignored.)
+2. The program's process sets its resource limits (soft = hard, so the program cannot raise
+   them): address space, size of any written file, open files, no core dumps, and, when
+   NPROC > 0, the number of processes of the user. CPU seconds get soft = CPU_S and hard =
+   CPU_S + 1: the kernel sends SIGXCPU at the soft limit (reported as a timeout) and SIGKILL at
+   the hard one, so with soft = hard a CPU-bound program would die of SIGKILL and look like any
+   killed program. A limit the caller already has lower stays as it is. The supervisor keeps no
+   limits of its own: a small address-space limit would leave it no room for its thread's stack.
 3. A thread of the supervisor reads LIFELINE_FD, a pipe whose other end only the caller holds.
    If the caller dies mid-run (say a reward worker killed for its own timeout), the read ends and
    the supervisor removes WORKDIR, kills the program and its process group, itself included: no
@@ -21,6 +22,7 @@ Command line: `_launcher.py WORKDIR STATUS_FD LIFELINE_FD GUARD CPU_S MEMORY_BYT
 4. With GUARD=1 the program's process installs an audit hook (PEP 578) that refuses, with a
    PermissionError or ImportError whose message starts with `[reinforge sandbox]`: writing,
    creating, renaming, removing or changing files outside WORKDIR (fd-relative paths included;
+   os.mkfifo and os.mknod, which raise no audit event, are replaced by functions that check;
    /dev/null, /dev/stdout and /dev/stderr may be written);
    opening directories outside WORKDIR (which would allow fd-relative escapes); links and
    symlinks; fork, exec, spawn, system and subprocess; kill, killpg and pthread_kill; socket
@@ -88,12 +90,12 @@ _PATH_EVENTS = {
 def main() -> None:
     workdir, status_fd, lifeline_fd, guard = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4] == "1"
     cpu_s, memory_bytes, file_bytes, nproc = (int(value) for value in sys.argv[5:9])
-    _set_limits(cpu_s, memory_bytes, file_bytes, nproc)
     program = os.fork()
     if program:
         _supervise(program, workdir, status_fd, lifeline_fd)
     os.close(status_fd)
     os.close(lifeline_fd)
+    _set_limits(cpu_s, memory_bytes, file_bytes, nproc)
     if guard:
         sys.addaudithook(_make_guard(workdir))
     _run_program(os.path.join(workdir, "main.py"))
@@ -150,22 +152,30 @@ def _make_guard(workdir: str):
     def deny(what: str, error: type[Exception] = PermissionError) -> None:
         raise error(f"{BLOCKED} {what} is not allowed in the sandbox")
 
-    def inside(path) -> bool:
+    def inside(path, base: str | None = None) -> bool:
         path = os.fsdecode(os.fspath(path))
         if path in _ALWAYS_WRITABLE:
             return True
-        full = os.path.normpath(os.path.join(os.getcwd(), path))
+        full = os.path.normpath(os.path.join(base or os.getcwd(), path))
         return full == root or full.startswith(root + os.sep)
 
-    def confine(event: str, args: tuple, path_indexes: tuple, dir_fd_indexes: tuple) -> None:
-        if any(index < len(args) and args[index] is not None for index in dir_fd_indexes):
+    def directory_of(event: str, dir_fd) -> str | None:
+        """The folder a dir_fd argument names (None for none: CPython's events pass -1 then), as the kernel has it."""
+        if dir_fd is None or dir_fd == -1:
+            return None
+        try:
+            return os.readlink(f"/proc/self/fd/{int(dir_fd)}")
+        except (OSError, TypeError, ValueError):
             deny(f"{event} relative to a directory descriptor")
-        for index in path_indexes:
-            path = args[index]
+
+    def confine(event: str, args: tuple, path_indexes: tuple, dir_fd_indexes: tuple) -> None:
+        bases = [directory_of(event, args[index]) for index in dir_fd_indexes if index < len(args)]
+        for index, path in enumerate(args[index] for index in path_indexes):
             if isinstance(path, int):
                 deny(f"{event} on a file descriptor")
-            if not inside(path):
-                deny(f"{event} outside the work directory ({os.fsdecode(os.fspath(path))})")
+            base = bases[min(index, len(bases) - 1)] if bases else None  # rename: (src, dst, src_dir_fd, dst_dir_fd)
+            if not inside(path, base):
+                deny(f"{event} outside the work directory ({os.path.join(base or '', os.fsdecode(os.fspath(path)))})")
 
     def hook(event: str, args: tuple) -> None:
         if event == "open":
@@ -186,6 +196,14 @@ def _make_guard(workdir: str):
         elif event == "import" and args[0].partition(".")[0] in _DENIED_MODULES:
             deny(f"importing {args[0]}", ImportError)
 
+    def unaudited(name: str, function):  # os.mkfifo and os.mknod raise no audit event: checked here
+        def checked(path, *args, dir_fd=None, **kwargs):
+            confine(f"os.{name}", (path, dir_fd), (0,), (1,))
+            return function(path, *args, dir_fd=dir_fd, **kwargs)
+        return checked
+
+    for name in ("mkfifo", "mknod"):
+        setattr(os, name, unaudited(name, getattr(os, name)))
     return hook
 
 

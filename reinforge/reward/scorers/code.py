@@ -9,18 +9,21 @@ Test cases (`ground_truth`, a dict or its JSON string; verl's prime_code / sandb
 - stdin/stdout: `{"inputs": [str, ...], "outputs": [str, ...]}`. Each input is fed on stdin; the
   output passes when it equals the expected one after line endings are unified, trailing
   whitespace is removed from every line and trailing blank lines are dropped; failing that, when
-  the lines split into the same whitespace-separated tokens, each equal or both numbers within
-  1e-6 (absolute or relative). An expected output given as a list of lines is joined with "\\n".
+  the lines split into the same whitespace-separated tokens, each equal, or both integers of the
+  same value, or both numbers (not both integers) within 1e-6 (absolute or relative). An expected output given as a list of lines is joined with "\\n".
 - call-based: `{"fn_name": name, "inputs": [...], "outputs": [...]}`. An input is a list of
-  arguments, or a string of JSON values one per line (sandbox_fusion's form). `name` is looked up
-  as a method of `Solution()`, then among the program's globals (prime_code's order). The return
+  arguments, or a string of JSON values one per line (sandbox_fusion's form; a line that is not
+  JSON is an error in the test cases). `name` is a method of `Solution()` when the program has a
+  `Solution` class (as in verl), else one of the program's globals; unlike verl, a name only the
+  prelude bound (`from math import *` gives `gcd`) does not count, so a program that defines
+  nothing cannot pass by the prelude's functions. The return
   value, passed back as JSON (tuples become lists), passes when it equals the expected value (a
   string is parsed as JSON when it is JSON) or, as in prime_code, the first item of an expected
   non-empty list.
 - assert-style: a list of statements `["assert f(1) == 2", ...]`, or `{"assert_case": [...]}`
   with optional `inputs` (stdin, default "") and `outputs` (default None) of the same length.
-  Each statement is appended to the program, followed by a line that prints a marker; the case
-  passes when the program exits with status 0 having printed the marker (so a program that exits
+  Each statement is appended to the program, followed by a line that prints a marker (with a
+  number drawn for the run, as the call harness's marker has); the case passes when the program exits with status 0 having printed the marker (so a program that exits
   early, `sys.exit(0)` say, does not pass statements it never ran) and, when the expected output
   is not None, what it printed before the marker matches it.
 
@@ -50,10 +53,12 @@ manager then scores the row 0 and counts it in `reward/errors`.
 
 from __future__ import annotations
 
+import ast
 import functools
 import json
 import math
 import re
+import secrets
 import textwrap
 import threading
 from collections.abc import Callable, Mapping, Sequence
@@ -74,9 +79,10 @@ REMOTE_WORKERS = 32  # cases of one response sent to Sandbox Fusion at once (the
 
 _FENCE = re.compile(r"^[ \t]*```[ \t]*([\w+#.-]*)[^\n]*\n(.*?)```", re.DOTALL | re.MULTILINE)  # opens at a line start
 _PYTHON_TAGS = {"", "python", "py", "python3"}
-_RESULT_MARK = "__reinforge_call_result__:"
-_ASSERT_DONE_MARK = "__reinforge_assert_done__"
-_FUTURE_IMPORT = re.compile(r"^from[ \t]+__future__[ \t]+import[^\n]*", re.MULTILINE)
+# the harness's markers end in a number drawn for each run, so a program cannot print them without running the harness
+_RESULT_MARK = "__reinforge_call_result_{}__:"
+_ASSERT_DONE_MARK = "__reinforge_assert_done_{}__"
+_INTEGER = re.compile(r"^[+-]?\d+$")
 # verl's prime_code runs every program after these lines (sandbox_fusion: call-based programs)
 _PRELUDE_MODULES = ("string", "re", "datetime", "collections", "heapq", "bisect", "copy", "math", "random", "statistics",
                     "itertools", "functools", "operator", "io", "sys", "json")
@@ -91,11 +97,16 @@ def __reinforge_call():
     import json, sys
     name = {fn_name!r}
     args = [json.loads(line) for line in sys.stdin.read().splitlines() if line.strip()]
-    target = getattr(globals()["Solution"](), name, None) if "Solution" in globals() else None
-    if target is None:  # the prelude's names count, as in verl: a method of Solution comes first
+    if "Solution" in globals():  # as verl: a program with a Solution class is called through it
+        target = getattr(globals()["Solution"](), name, None)
+    else:  # a global the prelude bound and the program left alone (math's gcd, say) is not the program's
+        prelude = {{}}
+        exec(compile({prelude!r}, "prelude", "exec"), prelude)
         target = globals().get(name)
+        target = None if name in prelude and target is prelude[name] else target
     if target is None:
-        raise NameError(f"the program defines no function {{name!r}}")
+        where = "its Solution class has no method" if "Solution" in globals() else "the program defines no function"
+        raise NameError(f"{{where}} {{name!r}}")
     result = target(*args)
     print()
     print({mark!r} + json.dumps(result, default=repr))
@@ -116,7 +127,7 @@ class CodeTestCase:
     kind: str  # "stdio", "call" or "assert"
     stdin: str
     expected: Any  # str (stdio, assert), a JSON value (call), or None (assert: running to the end decides)
-    suffix: str = ""  # assert: the statement appended to the program, then the line printing the done marker
+    statement: str = ""  # assert: the statement appended to the program (then a line printing the done marker)
     fn_name: str = ""  # call: the function to call
 
 
@@ -205,8 +216,8 @@ def parse_test_cases(ground_truth: Any) -> list[CodeTestCase]:
     fn_name = spec.get("fn_name")
     if fn_name:
         return [
-            CodeTestCase("call", _call_stdin(value), _json_value(expected), fn_name=str(fn_name))
-            for value, expected in zip(inputs, outputs, strict=True)
+            CodeTestCase("call", _call_stdin(value, i), _json_value(expected), fn_name=str(fn_name))
+            for i, (value, expected) in enumerate(zip(inputs, outputs, strict=True))
         ]
     return [CodeTestCase("stdio", _text(value), _text(expected)) for value, expected in zip(inputs, outputs, strict=True)]
 
@@ -222,9 +233,12 @@ def outputs_match(actual: str, expected: str) -> bool:
 
 
 def _check_case(code: str, runner: Callable[..., RunResult], case: CodeTestCase) -> CaseOutcome:
-    program = code + case.suffix
+    nonce = secrets.token_hex(8)
+    program = code
     if case.kind == "call":
-        program = code + _CALL_HARNESS.format(fn_name=case.fn_name, mark=_RESULT_MARK)
+        program += _CALL_HARNESS.format(fn_name=case.fn_name, mark=_RESULT_MARK.format(nonce), prelude=_PRELUDE)
+    elif case.kind == "assert":
+        program += f"\n\n{case.statement}\nprint({chr(10) + _ASSERT_DONE_MARK.format(nonce)!r})\n"
     cap = DEFAULT_MAX_OUTPUT_BYTES
     if isinstance(case.expected, str):
         cap = max(cap, 2 * len(case.expected.encode()) + 1024)
@@ -234,24 +248,24 @@ def _check_case(code: str, runner: Callable[..., RunResult], case: CodeTestCase)
     if not result.ok:
         return CaseOutcome(False, f"{result.status.replace('_', ' ')}: {result.reason}", result.status == "timeout")
     if case.kind == "call":
-        return _check_call(result.stdout, case.expected)
+        return _check_call(result.stdout, case.expected, _RESULT_MARK.format(nonce))
     stdout = result.stdout
     if case.kind == "assert":
-        stdout = stdout.rstrip()
-        if not stdout.endswith(_ASSERT_DONE_MARK):
+        stdout, done = stdout.rstrip(), _ASSERT_DONE_MARK.format(nonce)
+        if not stdout.endswith(done):
             return CaseOutcome(False, "the program exited before its test statement finished")
-        stdout = stdout[: -len(_ASSERT_DONE_MARK)]
+        stdout = stdout[: -len(done)]
     if case.expected is None or outputs_match(stdout, case.expected):
         return CaseOutcome(True, "")
     return CaseOutcome(False, f"wrong answer: expected {_short(case.expected)}, got {_short(stdout)}")
 
 
-def _check_call(stdout: str, expected: Any) -> CaseOutcome:
-    marked = [line for line in stdout.splitlines() if line.startswith(_RESULT_MARK)]
+def _check_call(stdout: str, expected: Any, mark: str) -> CaseOutcome:
+    marked = [line for line in stdout.splitlines() if line.startswith(mark)]
     if not marked:
         return CaseOutcome(False, "the function returned nothing the harness could read")
     try:
-        actual = json.loads(marked[-1][len(_RESULT_MARK):])
+        actual = json.loads(marked[-1][len(mark):])
     except json.JSONDecodeError:  # the program printed the mark itself
         return CaseOutcome(False, "the function returned nothing the harness could read")
     if actual == expected or (isinstance(expected, list) and expected and actual == expected[0]):
@@ -293,9 +307,19 @@ def _run_until_stop(check: Callable[[CodeTestCase], CaseOutcome], cases: Sequenc
 
 
 def _with_prelude(code: str) -> str:
-    """`code` after verl's prelude, its `from __future__` lines (which must come first) moved above it."""
-    futures = "".join(line + "\n" for line in _FUTURE_IMPORT.findall(code))
-    return futures + _PRELUDE + _FUTURE_IMPORT.sub("", code)
+    """`code` after verl's prelude, its `from __future__` statements (which must come first, and may span lines)
+    moved above it. A program that does not parse is left after the prelude as it is (it fails to run)."""
+    try:
+        tree = ast.parse(code)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return _PRELUDE + code
+    lines = code.splitlines(keepends=True)
+    spans = [(node.lineno - 1, node.end_lineno) for node in tree.body
+             if isinstance(node, ast.ImportFrom) and node.module == "__future__"]
+    futures = "".join("".join(lines[start:end]).rstrip("\n") + "\n" for start, end in spans)
+    for start, end in spans:
+        lines[start:end] = ["\n"] * (end - start)  # blanked where they stood
+    return futures + _PRELUDE + "".join(lines)
 
 
 def _syntax_error(code: str) -> str:
@@ -326,6 +350,8 @@ def _result(passed: int, total: int, reason: str) -> dict[str, Any]:
 def _assert_cases(spec: Mapping[str, Any], asserts: Any) -> list[CodeTestCase]:
     if not isinstance(asserts, list) or not all(isinstance(statement, str) for statement in asserts):
         raise InvalidTestCases("'assert_case' must be a list of Python statements (strings)")
+    if not asserts:
+        raise InvalidTestCases("code test cases: 'assert_case' is an empty list")
     inputs = spec.get("inputs", [""] * len(asserts))
     outputs = spec.get("outputs", [None] * len(asserts))
     if not isinstance(inputs, list) or not isinstance(outputs, list) or not len(inputs) == len(outputs) == len(asserts):
@@ -333,8 +359,7 @@ def _assert_cases(spec: Mapping[str, Any], asserts: Any) -> list[CodeTestCase]:
             f"'assert_case' has {len(asserts)} statements; 'inputs' and 'outputs', when given, must be lists of the same length"
         )
     return [
-        CodeTestCase("assert", _text(stdin or ""), None if expected is None else _text(expected),
-                     f"\n\n{statement}\nprint({chr(10) + _ASSERT_DONE_MARK!r})\n")
+        CodeTestCase("assert", _text(stdin or ""), None if expected is None else _text(expected), statement)
         for statement, stdin, expected in zip(asserts, inputs, outputs, strict=True)
     ]
 
@@ -345,12 +370,21 @@ def _same_length_lists(spec: Mapping[str, Any], *keys: str) -> list[list[Any]]:
         raise InvalidTestCases(f"code test cases: {' and '.join(repr(key) for key in keys)} must be lists")
     if len({len(value) for value in values}) != 1:
         raise InvalidTestCases(f"code test cases: {len(values[0])} inputs but {len(values[1])} outputs")
+    if not values[0]:
+        raise InvalidTestCases(f"code test cases: {' and '.join(repr(key) for key in keys)} are empty lists")
     return values
 
 
-def _call_stdin(value: Any) -> str:
-    """The harness's stdin: one JSON value per argument per line."""
+def _call_stdin(value: Any, index: int) -> str:
+    """The harness's stdin: one JSON value per argument per line (a string input is that already, checked here)."""
     if isinstance(value, str):
+        for line in filter(str.strip, value.splitlines()):
+            try:
+                json.loads(line)
+            except json.JSONDecodeError as error:
+                raise InvalidTestCases(f"code test cases: input {index + 1} of a call-based case is a string whose "
+                                       f"line {_short(line)} is not a JSON value ({error}); a string input holds one "
+                                       f"JSON value per argument per line, else give a list of arguments") from None
         return value
     arguments = value if isinstance(value, list) else [value]
     return "\n".join(json.dumps(argument) for argument in arguments)
@@ -383,6 +417,9 @@ def _tokens_match(actual: list[str], expected: list[str]) -> bool:
 
 
 def _close(a: str, e: str) -> bool:
+    """Numbers within 1e-6; two integers only when equal (as verl's prime_code: 1000000008 is not 1000000007)."""
+    if _INTEGER.match(a) and _INTEGER.match(e):
+        return int(a) == int(e)
     try:
         x, y = float(a), float(e)
     except ValueError:
