@@ -194,3 +194,17 @@ class RolloutConfig(Node):
     val_kwargs: ValKwargs = _sub(ValKwargs, "Sampling for validation.")
     multi_turn: MultiTurnConfig = _sub(MultiTurnConfig, "Multi-turn rollouts.")
     agent: AgentConfig = _sub(AgentConfig, "Agent loops of multi-turn rollouts (docs/agents.md).")
+
+
+ENGINE_SECTIONS = ("vllm", "sglang")  # rollout.engine_kwargs nests the pass-through arguments by engine, as verl does
+
+
+def check_engine_kwargs(engine_kwargs: dict, name: str = "vllm") -> None:
+    """A key directly under rollout.engine_kwargs, not under an engine's name, is an error naming it (with any engine:
+    neither vLLM nor SGLang would take it there)."""
+    from reinforge.errors import ConfigError
+
+    unknown = [key for key in engine_kwargs if key not in ENGINE_SECTIONS]
+    if unknown:
+        raise ConfigError(f"actor_rollout_ref.rollout.engine_kwargs.{unknown[0]}: engine arguments nest under the engine's "
+                          f"name, e.g. actor_rollout_ref.rollout.engine_kwargs.{name}.{unknown[0]}=...")

@@ -15,7 +15,7 @@ class TrainerConfig(Node):
     project_name: str = _f("verl_examples", "Project name: trackers and the default run folder.")
     experiment_name: str = _f("gsm8k", "Experiment name: trackers and the default run folder.")
     logger: list | str = _f(["console"], "Where metrics go, a list or one name: console, file/jsonl, tensorboard, wandb, mlflow, "
-                      "swanlab (docs/observability.md). metrics.jsonl in the run folder is always written.")
+                      "swanlab, trackio (docs/observability.md). metrics.jsonl in the run folder is always written.")
     log_val_generations: int = _f(0, "Validation samples printed after each validation and logged as a table "
                                   "(wandb, mlflow) or text (tensorboard, swanlab).")
     rollout_data_dir: str | None = _f(None, "Write each step's rollouts as JSONL here (<dir>/<step>.jsonl). null: the run "
@@ -55,6 +55,13 @@ class TrainerConfig(Node):
                                              "reinforge has one.")
     esi_redundant_time: float = _f(0.0, "Accepted for verl compatibility (seconds kept free before an Elastic Server Instance "
                                       "expires, to save a checkpoint in time); no effect here.")
+    profile_steps: list | None = _f(None, "Accepted for verl compatibility (verl 0.4/0.5: the steps Nsight profiles; newer verl: "
+                                          "global_profiler.steps); no profiler integration here, the timing_s/* metrics "
+                                          "give each phase's seconds per step.")
+    controller_nsight_options: dict = _f({}, "Accepted for verl compatibility (verl 0.4/0.5's Nsight options of the driver); "
+                                             "no effect here.")
+    worker_nsight_options: dict = _f({}, "Accepted for verl compatibility (verl 0.4/0.5's Nsight options of the workers); no "
+                                         "effect here.")
     ray_wait_register_center_timeout: int = _f(300, "Accepted for verl compatibility (seconds Ray workers wait for verl's "
                                                     "register center); there is none here.")
     hang_dump_s: float = _f(600, "reinforge only: when a call to the Ray workers runs this many seconds, every rank still "

@@ -94,6 +94,8 @@ _ALWAYS_INERT = {
     "actor_rollout_ref.rollout.data_parallel_size": "generation runs on the training ranks, one engine each; it has no "
                                                     "data-parallel size of its own",
     "global_profiler": PROFILER_REASON,
+    **dict.fromkeys(("trainer.profile_steps", "trainer.controller_nsight_options", "trainer.worker_nsight_options"),
+                    PROFILER_REASON),
     **dict.fromkeys(("actor_rollout_ref.actor.entropy_from_logits_chunk_size", "actor_rollout_ref.ref.entropy_from_logits_chunk_size"),
                     "the entropy is computed from each micro-batch's logits at once"),
     **dict.fromkeys(("actor_rollout_ref.actor.pad_to_length", "actor_rollout_ref.ref.pad_to_length"),

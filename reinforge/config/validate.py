@@ -17,7 +17,7 @@ from pathlib import Path
 from reinforge.config.derived import step_batch
 from reinforge.config.distillation_schema import check_distillation
 from reinforge.config.fields import node_at
-from reinforge.config.rollout_schema import TOOL_CALL_FORMATS
+from reinforge.config.rollout_schema import TOOL_CALL_FORMATS, check_engine_kwargs
 from reinforge.config.schema import Config
 from reinforge.config.section_checks import (
     CHECKPOINT_CONTENTS,
@@ -275,6 +275,7 @@ def _check(config: Config) -> None:
         raise ConfigError("actor_rollout_ref.rollout.name='sglang_async' is verl's older name of its SGLang engine; write "
                           "sglang (or hf on a machine without a GPU)")
     choice("actor_rollout_ref.rollout.name", rollout.name, ("hf", "vllm", "sglang"))
+    check_engine_kwargs(rollout.engine_kwargs, "vllm" if rollout.name == "hf" else rollout.name)
     choice("actor_rollout_ref.rollout.skip.action", rollout.skip.action, ("cache", "repeat", "repeat_last"))
     positive("actor_rollout_ref.rollout.skip.max_dump_step", rollout.skip.max_dump_step, allow_zero=True)
     if (rollout.skip.enable or rollout.skip_rollout) and rollout.skip.max_dump_step == 0 and rollout.skip.action != "cache":

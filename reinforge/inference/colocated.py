@@ -26,6 +26,7 @@ from types import ModuleType
 
 import torch
 
+from reinforge.config.rollout_schema import check_engine_kwargs
 from reinforge.distributed.process_group import full_tensor
 from reinforge.errors import ConfigError
 from reinforge.inference.engine import GenerationOutput, InferenceEngine, SamplingParams
@@ -185,10 +186,7 @@ class ColocatedEngine(InferenceEngine):
 def engine_kwargs_for(name: str, engine_kwargs: dict) -> dict:
     """The user's pass-through arguments for engine `name`, nested as verl nests them
     (`rollout.engine_kwargs.vllm.swap_space=4`); other engines' sections are ignored."""
-    unknown = [key for key in engine_kwargs if key not in ("vllm", "sglang")]
-    if unknown:
-        raise ConfigError(f"actor_rollout_ref.rollout.engine_kwargs.{unknown[0]}: engine arguments nest under the engine's "
-                          f"name, e.g. actor_rollout_ref.rollout.engine_kwargs.{name}.{unknown[0]}=...")
+    check_engine_kwargs(engine_kwargs, name)
     section = engine_kwargs.get(name) or {}
     if not isinstance(section, dict):
         raise ConfigError(f"actor_rollout_ref.rollout.engine_kwargs.{name}={section!r} must be a mapping of argument names to values")

@@ -41,6 +41,14 @@ def test_seed_overrides_parse(tmp_path):
     assert "engine_kwargs" in notes and "n_gpus_per_node" not in notes  # 8 ranks: Ray would run them
 
 
+def test_an_engine_argument_not_nested_under_an_engine_is_an_error_with_any_engine():
+    for engine in ("hf", "vllm"):  # hf too: no engine would take it there (it used to be a note with hf)
+        with pytest.raises(ConfigError, match=re.escape("actor_rollout_ref.rollout.engine_kwargs.swap_space: engine arguments "
+                                                        "nest under the engine's name, e.g. actor_rollout_ref.rollout."
+                                                        "engine_kwargs.vllm.swap_space=...")):
+            load_config(VERL + [f"actor_rollout_ref.rollout.name={engine}", "+actor_rollout_ref.rollout.engine_kwargs.swap_space=4"])
+
+
 def test_validation_sampling_settings_under_greedy_validation_are_listed():
     cfg, keys = load_config(VERL + ["actor_rollout_ref.rollout.val_kwargs.temperature=1.0", "actor_rollout_ref.rollout.val_kwargs.n=4"])
     notes = unused_settings(cfg, keys)

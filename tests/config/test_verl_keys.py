@@ -237,6 +237,9 @@ def test_hf_config_path_and_tokenizer_path_load_from_their_own_folders(tiny_mode
     ("actor_rollout_ref.rollout.trace.max_samples_per_step_per_worker=4", None),
     ("actor_rollout_ref.rollout.pipeline_model_parallel_size=2", 1), ("actor_rollout_ref.rollout.scheduling_policy=priority", "fcfs"),
     ("actor_rollout_ref.rollout.quantization=fp8", None),
+    # verl 0.4/0.5's profiler keys (its configs ship profile_steps: null)
+    ("trainer.profile_steps=[1,2]", None), ("+trainer.controller_nsight_options.trace=cuda", {}),
+    ("trainer.worker_nsight_options.capture-range=cudaProfilerApi", {}),
 ])
 def test_newer_verl_keys_that_change_only_speed_memory_or_logging_are_accepted_and_reported(override, default_value):
     key = override.split("=")[0].lstrip("+")

@@ -199,6 +199,30 @@ def test_mlflow_local_file_store_read_back(tmp_path, monkeypatch):
     assert load_dict(f"{run.info.artifact_uri}/val_generations/step_2.json") == SAMPLES
 
 
+def test_mlflow_file_store_chosen_in_the_environment(tmp_path, monkeypatch):
+    # MLflow 3 refuses file stores unless MLFLOW_ALLOW_FILE_STORE is set: a file URI or a path the user chose works too
+    from mlflow.tracking import MlflowClient
+
+    for uri in ((tmp_path / "as_uri").as_uri(), str(tmp_path / "as_path")):
+        monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+        monkeypatch.delenv("MLFLOW_ALLOW_FILE_STORE", raising=False)
+        write_run(tmp_path / "run", "mlflow")
+        monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")
+        client = MlflowClient(uri)
+        assert [run.info.run_name for run in client.search_runs([client.get_experiment_by_name("proj").experiment_id])] == ["exp1"]
+    assert not (tmp_path / "run" / "mlruns").exists()
+
+
+def test_wandb_mode_disabled_writes_nothing(tmp_path, monkeypatch, capsys):
+    for name in ("WANDB_API_KEY", "WANDB_DIR"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("WANDB_MODE", "disabled")
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    write_run(tmp_path, "wandb")
+    assert not (tmp_path / "wandb").exists()
+    assert "wandb is disabled (WANDB_MODE=disabled)" in capsys.readouterr().out
+
+
 def test_mlflow_keys_keep_slashes_and_rewrite_forbidden_characters():
     assert mlflow_key("val-core/gsm8k/acc/best@4/mean") == "val-core/gsm8k/acc/best_at_4/mean"
     assert mlflow_key("timing_s//gen (ms)%") == "timing_s/gen _ms__"

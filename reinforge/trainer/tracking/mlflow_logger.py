@@ -1,8 +1,8 @@
 """MLflow: experiment = trainer.project_name, run name = trainer.experiment_name (verl's mapping), config as params.
 
 The tracking URI is `MLFLOW_TRACKING_URI` when set, else a local file store in `<run_dir>/mlruns`
-(MLflow 3 keeps that store behind `MLFLOW_ALLOW_FILE_STORE`, which is set for this process only
-when we chose the file store; view it with `MLFLOW_ALLOW_FILE_STORE=true mlflow ui --backend-store-uri <that folder>`).
+(MLflow 3 keeps file stores behind `MLFLOW_ALLOW_FILE_STORE`, which is set for this process only,
+when the store is a file store, ours or a `file:` URI or path in `MLFLOW_TRACKING_URI`; view it with `MLFLOW_ALLOW_FILE_STORE=true mlflow ui --backend-store-uri <that folder>`).
 Metric names keep their `/`; characters MLflow forbids are rewritten as in verl (`@` -> `_at_`,
 anything else outside letters, digits, `_ - . / : space` -> `_`), so `val-core/x/acc/mean@4`
 arrives as `val-core/x/acc/mean_at_4`. The config is flattened to dotted params
@@ -43,6 +43,8 @@ class MlflowLogger:
         from mlflow.tracking import MlflowClient
 
         uri = os.environ.get("MLFLOW_TRACKING_URI")
+        if uri and (uri.startswith("file:") or "://" not in uri):  # a file store the user chose, as ours below
+            os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")
         if not uri:
             uri = (Path(run_dir).resolve() / "mlruns").as_uri()
             os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")

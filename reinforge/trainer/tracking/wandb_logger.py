@@ -1,7 +1,7 @@
 """Weights & Biases: project/run names from trainer.project_name / trainer.experiment_name, the resolved config logged.
 
 Never asks for a login: without an API key (`WANDB_API_KEY`, or a `wandb login` entry in ~/.netrc)
-the run is offline, and so is it with `WANDB_MODE=offline`; the offline run lives in
+the run is offline, and so is it with `WANDB_MODE=offline` (`WANDB_MODE=disabled` writes nothing); the offline run lives in
 `<run_dir>/wandb/` (`$WANDB_DIR/wandb/` when set) and `wandb sync <that folder>` uploads it later. `WANDB_ENTITY` and the other
 `WANDB_*` variables work as wandb documents them. wandb's capture of stdout is off, so the
 console lines stay ours. Validation samples go to `val/generations` as verl's wandb.Table: a row per
@@ -34,11 +34,14 @@ class WandbLogger:
         import wandb
 
         self.wandb = wandb
-        offline = os.environ.get("WANDB_MODE") == "offline" or not has_api_key()
+        disabled = os.environ.get("WANDB_MODE") == "disabled"  # wandb's own off switch: wandb.init then writes nothing
+        offline = not disabled and (os.environ.get("WANDB_MODE") == "offline" or not has_api_key())
         self.run = wandb.init(project=project, name=experiment, config=config, dir=os.environ.get("WANDB_DIR") or str(run_dir),
                               mode="offline" if offline else None, settings=wandb.Settings(console="off"))
         self.rows: list[list] = []
-        if offline:
+        if disabled:
+            print("reinforge: wandb is disabled (WANDB_MODE=disabled): nothing is written for it", flush=True)
+        elif offline:
             print(f"reinforge: wandb is offline (no API key or WANDB_MODE=offline); upload later with "
                   f"`wandb sync {Path(self.run.dir).parent}`", flush=True)
 
