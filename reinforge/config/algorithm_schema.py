@@ -90,6 +90,6 @@ class AlgorithmConfig(Node):
     rollout_correction: RolloutCorrectionConfig = _sub(
         RolloutCorrectionConfig, "Train/inference mismatch correction (verl's): importance weights, rejection, bypass mode.")
     custom_modules: list = _f([], "Python files or module names imported at start (and in every Ray worker); the estimators, "
-                              "losses, agent loops and text environments they register (@register_adv_est, "
-                              "@register_policy_loss, @register_agent_loop, @register_env) can then be named like the "
-                              "built-in ones.")
+                              "losses, agent loops, text environments and reward managers they register (@register_adv_est, "
+                              "@register_policy_loss, @register_agent_loop, @register_env, @register_reward_manager) can "
+                              "then be named like the built-in ones.")

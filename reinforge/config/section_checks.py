@@ -7,6 +7,7 @@ allowed.
 from __future__ import annotations
 
 import dataclasses
+import difflib
 from pathlib import Path
 
 from reinforge.config.engine_schema import FSDPConfig
@@ -21,7 +22,9 @@ CHECKPOINT_CONTENTS = ("model", "optimizer", "extra", "hf_model")
 
 def choice(key: str, value: object, allowed: tuple | list) -> None:
     if value not in allowed:
-        raise ConfigError(f"{key}={value!r} is not one of: {', '.join(map(str, allowed))}")
+        close = difflib.get_close_matches(str(value), [str(name) for name in allowed], n=1, cutoff=0.75)
+        raise ConfigError(f"{key}={value!r} is not one of: {', '.join(map(str, allowed))}"
+                          + (f"; did you mean {close[0]!r}?" if close else ""))
 
 
 def chat_template(key: str, template: str | None) -> None:
@@ -30,6 +33,15 @@ def chat_template(key: str, template: str | None) -> None:
     if template is not None and "{{" not in str(template) and "{%" not in str(template):
         raise ConfigError(f"{key}={template!r} is not a Jinja chat template (no {{{{ }}}} or {{% %}}); give the template's "
                           f"text itself (on a command line, quoted for Hydra: \"{key}=\\\"$(cat template.jinja)\\\"\")")
+    if template is not None:
+        import jinja2
+        from transformers.utils.chat_template_utils import _compile_jinja_template  # as transformers renders it
+
+        try:
+            _compile_jinja_template(str(template))
+        except jinja2.TemplateError as error:
+            line = f" (line {error.lineno} of the template)" if getattr(error, "lineno", None) else ""
+            raise ConfigError(f"{key}: the chat template is not valid Jinja: {error.message}{line}") from None
 
 
 def check_prompt_options(data) -> None:

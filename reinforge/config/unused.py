@@ -334,6 +334,9 @@ def unused_settings(config: Config, user_keys: list[str]) -> list[str]:
         elif reason is None and key in ("data.label_key", "data.input_template", "data.apply_chat_template") \
                 and config.data.custom_cls.path:
             reason = "the Dataset class of data.custom_cls makes the rows' prompts and ground truths"
+        elif reason is None and key == "data.filter_overlong_prompts" and config.data.custom_cls.path:
+            reason = ("the Dataset class of data.custom_cls chooses its own rows; its items longer than "
+                      "data.max_prompt_length follow data.truncation as they are read")
         elif reason is None and key == "data.input_template" and "\\n" in (config.data.input_template or "") \
                 and "\n" not in config.data.input_template and not config.data.apply_chat_template:
             reason = ("its \\n is a backslash and an n, not a line break (a shell passes what is typed between single quotes, "

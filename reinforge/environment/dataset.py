@@ -37,8 +37,8 @@ from torch.utils.data import Dataset
 
 from reinforge.environment import data_files, multimodal
 from reinforge.environment.data_files import check_row, file_list, is_text_prompt, preview, read_rows, shape_prompt, to_messages
+from reinforge.environment.user_dataset import create_user_dataset, load_dataset_class
 from reinforge.errors import ConfigError, DataError, ModelError
-from reinforge.user_code import check_keywords, load_user_class, user_call
 
 TRUNCATION_MODES = ("error", "left", "right", "middle")
 
@@ -477,21 +477,9 @@ def create_rl_dataset(data_files: str | Path | Sequence[str | Path], data_config
         kwargs["max_samples"] = max_samples
     if not custom.path:
         return cls(**kwargs)
-    where = f"data.custom_cls: {custom.name}"
-    check_keywords(cls, kwargs, where, DataError)
-    with user_call(f"{where}(data_files={data_files!r}, ...)", DataError):
-        return cls(**kwargs)
+    return create_user_dataset(cls, kwargs, custom.path)
 
 
 def _accepts(cls: type, name: str) -> bool:
     params = inspect.signature(cls.__init__).parameters.values()
     return any(p.name == name or p.kind is inspect.Parameter.VAR_KEYWORD for p in params)
-
-
-def load_dataset_class(path: str, name: str | None) -> type:
-    """The torch Dataset subclass `name` defined in the Python file (or importable module) `path`."""
-    cls = load_user_class(path, name, "data.custom_cls.path", "data.custom_cls.name")
-    if not issubclass(cls, Dataset):
-        raise DataError(f"data.custom_cls.path={path!r}: {name!r} is not a subclass of torch.utils.data.Dataset; "
-                        f"it is {preview(cls)}.")
-    return cls

@@ -98,6 +98,7 @@ def _run_in(run_dir: Path, config: Config, user_keys: list[str], startup: Startu
     from reinforge.environment.sampler import create_rl_sampler
     from reinforge.errors import ConfigError, RankError
     from reinforge.reward import get_compute_score, make_reward_manager
+    from reinforge.reward.manager.base import is_users
     from reinforge.trainer.checkpoint import check_resume_folder, resume_folder
     from reinforge.trainer.ppo_trainer import RLTrainer
     from reinforge.trainer.stop import latest_checkpoint
@@ -165,7 +166,7 @@ def _run_in(run_dir: Path, config: Config, user_keys: list[str], startup: Startu
     if not rm.enable or config.custom_reward_function.path:
         compute_score = get_compute_score(config)
         manager, options = _manager_for(compute_score, rm.reward_manager, data, rm.reward_kwargs)
-        _check_reward_data(data, compute_score, train_set, val_loader.dataset if val_loader else None)
+        _check_reward_data(data, compute_score, is_users(manager), train_set, val_loader.dataset if val_loader else None)
         # one manager for training and validation: a failing reward function's traceback is shown once per run
         reward_fn = make_reward_manager(manager, tokenizer, compute_score, reward_fn_key=data.reward_fn_key,
                                         reward_workers=config.reward.num_workers, **rm.reward_kwargs, **options)
@@ -313,17 +314,18 @@ def _manager_for(compute_score, manager: str, data, reward_kwargs: dict) -> tupl
     return kind, {"prompt_key": data.prompt_key, "image_key": data.image_key}
 
 
-def _check_reward_data(data, compute_score, *datasets) -> None:
+def _check_reward_data(data, compute_score, users_manager: bool, *datasets) -> None:
     """Fail before any model work when a row cannot be scored: no data.reward_fn_key value or ground truth
-    (`RLDataset.check_reward_columns`), with the built-in scorers a data_source without one, and with TRL reward
-    functions the columns they take and none named as their arguments (`check_rows`; they need no ground truth)."""
+    (`RLDataset.check_reward_columns`), with the built-in scorers a data_source without one (unless a reward manager of
+    the user's scores: it may not call them), and with TRL reward functions the columns they take and none named as their
+    arguments (`check_rows`; they need no ground truth)."""
     from reinforge.errors import RewardError
     from reinforge.reward import default_compute_score, find_scorer
     from reinforge.reward.manager.openrlhf import OpenRLHFRewardFunction
     from reinforge.reward.manager.trl import TRLRewardFunctions, check_rows
 
     key = data.reward_fn_key
-    built_in = getattr(compute_score, "func", compute_score) is default_compute_score  # sandbox settings bound: a partial
+    built_in = getattr(compute_score, "func", compute_score) is default_compute_score and not users_manager  # (a partial)
     if isinstance(compute_score, TRLRewardFunctions):  # training and validation rows together: one prompt form for both
         located = [dataset.located_rows() for dataset in datasets if hasattr(dataset, "located_rows")]
         check_rows(compute_score, itertools.chain(*located), data.prompt_key)

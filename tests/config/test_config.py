@@ -348,3 +348,19 @@ def test_a_null_data_seed_is_the_trainer_seed():
     """verl's data.seed defaults to null (an unseeded order); here it is trainer.seed, so the run repeats."""
     config, _ = load_config([*VERL, "data.seed=null", "trainer.seed=7"])
     assert config.data.seed == 7
+
+
+def test_a_chat_template_that_is_not_valid_jinja_is_a_config_error():
+    # it used to be blamed on the first data row, when the template rendered it
+    with pytest.raises(ConfigError, match=re.escape("actor_rollout_ref.model.custom_chat_template: the chat template is not "
+                                                    "valid Jinja: unexpected '}' (line 1 of the template)")):
+        load_config(VERL + ["actor_rollout_ref.model.custom_chat_template='{% for m in messages %}{{ m.content }'"])
+    # transformers' own tags and filters are valid
+    load_config(VERL + ["actor_rollout_ref.model.custom_chat_template='{% for m in messages %}{% generation %}"
+                        "{{ m.content|tojson }}{% endgeneration %}{% endfor %}'"])
+
+
+def test_a_misspelt_choice_suggests_the_closest():
+    with pytest.raises(ConfigError, match=re.escape("algorithm.adv_estimator='grop' is not one of: gae, ") + r".*"
+                                          + re.escape("; did you mean 'grpo'?")):
+        load_config(VERL + ["algorithm.adv_estimator=grop"])

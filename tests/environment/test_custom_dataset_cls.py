@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from reinforge.environment.dataset import RLDataset, create_rl_dataset
+from reinforge.environment.user_dataset import load_dataset_class
 from reinforge.errors import DataError
 
 SOURCE = """
@@ -122,7 +123,8 @@ def test_file_that_fails_to_import(tmp_path, tokenizer, data_config):
 
 
 @pytest.mark.parametrize(("name", "message"), [
-    ("Raises", r"data.custom_cls: Raises\(data_files='missing.parquet', ...\) failed: FileNotFoundError: .*missing.parquet"),
+    ("Raises", r"data.custom_cls Raises \(.*my_data.py\), called with data_files='missing.parquet', ..., failed: "
+               r"FileNotFoundError: .*missing.parquet"),
     ("OldSignature", r"data.custom_cls: OldSignature must accept the keyword arguments data_files, tokenizer, config and "
                      r"processor \(as verl calls it\): got an unexpected keyword argument 'config'"),
 ])
@@ -149,5 +151,51 @@ def test_items_without_input_ids_fail_when_the_loader_is_made(custom_file, token
     from reinforge.environment.dataset import collate_fn
 
     dataset = create_rl_dataset("x", _config(data_config, custom_file, "NoInputIds"), tokenizer)
-    with pytest.raises(DataError, match=r"Dataset item 0 has no input_ids \(\['prompt'\]\)"):
+    with pytest.raises(DataError, match=r"data.custom_cls NoInputIds \(.*my_data.py\), item 0 has no input_ids \(\['prompt'\]\)"):
         PromptLoader(dataset, 1, collate_fn(tokenizer.pad_token_id), shuffle=False, seed=0)
+
+
+CHECKED = """
+    import torch
+    from torch.utils.data import Dataset
+
+
+    class Items(Dataset):
+        def __init__(self, data_files, tokenizer, config, processor=None):
+            self.items = [{"input_ids": ids, "data_source": "d"} for ids in data_files]
+            self.first = self[0]  # a class may read its own items while it is built
+
+        def __len__(self):
+            return len(self.items)
+
+        def __getitem__(self, i):
+            if self.items[i]["input_ids"] == "raise":
+                raise OSError("network share went away")
+            return self.items[i]
+"""
+
+
+def test_a_classs_items_are_checked_as_they_are_read_and_errors_name_the_class(tmp_path, tokenizer, data_config):
+    """What a user's class raises, a token id the model has no embedding for, and a prompt over data.max_prompt_length
+    (data.truncation=error) stop the run naming data.custom_cls, the class, its file and the item; other truncation
+    modes cut the prompt as rows of files are cut. The instance is still of the user's class."""
+    path = tmp_path / "items.py"
+    path.write_text(textwrap.dedent(CHECKED))
+    config = _config(data_config, path, "Items")
+    config.max_prompt_length = 4
+    dataset = create_rl_dataset([[1, 2], "raise", [1, 999], [1, 2, 3, 4, 5, 6]], config, tokenizer)
+    assert isinstance(dataset, load_dataset_class(str(path), "Items")) and dataset.first["input_ids"] == [1, 2]
+    where = re.escape(f"data.custom_cls Items ({path}), item ")
+    with pytest.raises(DataError, match=where + "1: __getitem__ failed: OSError: network share went away"):
+        dataset[1]
+    assert dataset[2]["input_ids"] == [1, 999]  # the model's vocabulary is not known yet
+    dataset.check_token_ids(100, "actor_rollout_ref.model.path=/m")
+    with pytest.raises(DataError, match=where + "2: the prompt holds token id 999, but the model of "
+                                                "actor_rollout_ref.model.path=/m has embeddings for 100 tokens"):
+        dataset[2]
+    with pytest.raises(DataError, match=where + "3: the prompt is 6 tokens, over data.max_prompt_length=4"):
+        dataset[3]
+    config.truncation = "left"
+    dataset = create_rl_dataset([[1, 2, 3, 4, 5, 6]], config, tokenizer)
+    assert dataset[0]["input_ids"].tolist() == [3, 4, 5, 6]
+

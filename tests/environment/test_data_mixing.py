@@ -58,7 +58,8 @@ def test_a_data_source_without_a_scorer_is_reported_with_its_file(mixed, tokeniz
     config = DataConfig(train_files=[str(first), str(second)])
     dataset = RLDataset(config.train_files, tokenizer, data_config())
     with pytest.raises(RewardError, match=rf"^{re.escape(str(second))}: no reward function for data_source 'lab/puzzles'"):
-        _check_reward_data(config, default_compute_score, dataset, None)
+        _check_reward_data(config, default_compute_score, False, dataset, None)
+    _check_reward_data(config, default_compute_score, True, dataset, None)  # a manager of the user's may score it itself
 
 
 def test_max_samples_that_leaves_a_file_out_says_so(mixed, tokenizer, data_config, capsys):
@@ -88,15 +89,15 @@ def test_reward_fn_key_names_the_column_that_picks_the_scorer(mixed, tmp_path, t
     second = write_rows(tmp_path / "keyed.jsonl", rows)
     config = DataConfig(train_files=[str(second)], reward_fn_key="task")
     dataset = RLDataset(config.train_files, tokenizer, config)
-    _check_reward_data(config, default_compute_score, dataset, None)  # passes: 'task' is scored by the gsm8k scorer
+    _check_reward_data(config, default_compute_score, False, dataset, None)  # passes: 'task' is scored by the gsm8k scorer
     assert dataset.data_source_files("task") == {"openai/gsm8k": [str(second)]}
     assert [dataset[i]["task"] for i in range(2)] == ["openai/gsm8k", "openai/gsm8k"]  # the items carry it to the reward
     with pytest.raises(RewardError, match=rf"^{re.escape(str(second))}: no reward function for data_source 'lab/puzzles'"):
-        _check_reward_data(DataConfig(train_files=[str(second)]), default_compute_score, dataset, None)
+        _check_reward_data(DataConfig(train_files=[str(second)]), default_compute_score, False, dataset, None)
     config = DataConfig(train_files=[str(first), str(second)], reward_fn_key="task")
     with pytest.raises(DataError, match=rf"^{re.escape(str(first))}: row 0: no value in column 'task', which "
                                         "data.reward_fn_key='task' names"):
-        _check_reward_data(config, _custom_reward, RLDataset(config.train_files, tokenizer, config), None)
+        _check_reward_data(config, _custom_reward, False, RLDataset(config.train_files, tokenizer, config), None)
 
 
 @pytest.mark.parametrize("reward_model", [None, {"style": "rule"}], ids=["no column", "no ground_truth"])
@@ -113,4 +114,4 @@ def test_rows_without_a_ground_truth_are_named_before_training(mixed, tmp_path, 
     dataset = RLDataset(config.train_files, tokenizer, config)
     what = "there is no such column" if reward_model is None else "it holds dict {'style': 'rule'}, without a 'ground_truth' key"
     with pytest.raises(DataError, match=rf"^{re.escape(str(bad))}: row 1, column 'reward_model': {re.escape(what)}\. "):
-        _check_reward_data(config, _custom_reward, dataset, None)  # a custom reward function is called with the ground truth too
+        _check_reward_data(config, _custom_reward, False, dataset, None)  # a custom reward function is called with the ground truth too

@@ -46,7 +46,7 @@ def test_agent_loop_config_registers_user_loops(tmp_path, tokenizer):
     AgentRunner(tokenizer, config.actor_rollout_ref.rollout.multi_turn, config.actor_rollout_ref.rollout.agent)
     assert AGENT_LOOP_REGISTRY.pop("echo_agent").__name__ == "Echo"
     config.actor_rollout_ref.rollout.agent.agent_loop_config_path = str(bad)
-    with pytest.raises(ConfigError, match="NotALoop is not an AgentLoopBase subclass"):
+    with pytest.raises(ConfigError, match="NotALoop is not a subclass of reinforge.inference.agent.AgentLoopBase; a loop here is `async def run"):
         AgentRunner(tokenizer, config.actor_rollout_ref.rollout.multi_turn, config.actor_rollout_ref.rollout.agent)
 
 

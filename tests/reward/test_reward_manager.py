@@ -322,3 +322,42 @@ def test_a_failed_rows_reason_says_why_where_rows_record_reasons(tokenizer):
     reasons = result["reward_extra_info"]["reason"]
     assert reasons[:2] == ["passed all 1 test cases"] * 2
     assert reasons[2].startswith("the reward function failed: ValueError: bad test cases (raised at ")
+
+
+def test_a_users_reward_manager_that_raises_is_named_with_its_file(tokenizer):
+    from reinforge.errors import ConfigError, RewardError
+    from reinforge.reward.manager.base import _MANAGERS, RewardManager, is_users, register_reward_manager
+
+    class NeedsKey(RewardManager):
+        def __init__(self, tokenizer, num_examine=0, compute_score=None, reward_fn_key="data_source"):
+            raise ValueError("need an API key")
+
+    class Explodes(RewardManager):
+        def __init__(self, tokenizer, num_examine=0, compute_score=None, reward_fn_key="data_source"):
+            super().__init__(tokenizer, num_examine, compute_score, reward_fn_key, timeout_s=None)
+
+        def _compute(self, samples):
+            raise RuntimeError("manager exploded")
+
+    try:
+        for cls in (NeedsKey, Explodes):
+            cls.__module__ = "users_managers"  # as a class from a file of algorithm.custom_modules
+            register_reward_manager(cls.__name__.lower())(cls)
+        assert is_users("explodes") and not is_users("naive")
+        with pytest.raises(RewardError, match=r"the reward manager 'needskey' \(users_managers: .*NeedsKey\) failed: "
+                                              r"ValueError: need an API key"):
+            make_reward_manager("needskey", tokenizer)
+        manager = make_reward_manager("explodes", tokenizer)
+        assert isinstance(manager, Explodes)
+        with pytest.raises(RewardError, match=r"the reward manager 'explodes' \(users_managers: .*Explodes\), called on a "
+                                              r"batch of 3 rows failed: RuntimeError: manager exploded"):
+            manager(make_batch(tokenizer, GSM8K_ROWS))
+        with pytest.raises(ConfigError, match=r"@register_reward_manager\('verl_style'\) on 'VerlStyle': a reward manager "
+                                              r"here subclasses reinforge.reward.manager.RewardManager"):
+            @register_reward_manager("verl_style")
+            class VerlStyle:
+                def __call__(self, data, return_dict=False):
+                    return data.batch["responses"]
+    finally:
+        for name in ("needskey", "explodes", "verl_style"):
+            _MANAGERS.pop(name, None)

@@ -58,7 +58,9 @@ def load_agent_loops(path: str | Path) -> None:
             raise ConfigError(f"{file}, entry {i}: each agent loop needs a name and a _target_ (package.module.Class)")
         cls = import_class(entry["_target_"], f"{file}, entry {i}", file.parent)
         if not issubclass(cls, AgentLoopBase):
-            raise ConfigError(f"{file}, entry {i}: {entry['_target_']} is not an AgentLoopBase subclass")
+            raise ConfigError(f"{file}, entry {i}: {entry['_target_']} is not a subclass of reinforge.inference.agent."
+                              "AgentLoopBase; a loop here is `async def run(self, row: AgentRow) -> AgentOutput`, not verl's "
+                              "run(sampling_params, **kwargs) (docs/agents.md, \"Writing an agent loop\")")
         AGENT_LOOP_REGISTRY[entry["name"]] = cls
 
 

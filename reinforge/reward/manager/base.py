@@ -49,6 +49,7 @@ from reinforge.errors import ConfigError, DataError, RewardError, UserError
 from reinforge.reward.manager.calls import ScoreTimeout, WorkerError, call_coroutines, call_inline, function_name, is_async
 from reinforge.reward.manager.pool import ScoringPool
 from reinforge.reward.registry import default_compute_score
+from reinforge.user_code import user_call
 
 _MANAGERS: dict[str, type] = {}
 _COMMON_ARGS = {"tokenizer", "compute_score", "reward_fn_key", "num_examine", "prompt_key"}  # given by the trainer
@@ -64,10 +65,20 @@ def register_reward_manager(name: str) -> Callable[[type], type]:
     of `RewardManager` only writes `_compute` (and `close()` is there for the end of the run)."""
 
     def register(cls: type) -> type:
+        if not (isinstance(cls, type) and issubclass(cls, RewardManager)):
+            raise ConfigError(f"@register_reward_manager({name!r}) on {getattr(cls, '__name__', cls)!r}: a reward manager "
+                              "here subclasses reinforge.reward.manager.RewardManager and writes _compute(samples) (one "
+                              "result per row); verl's managers, called with its DataProto, do not run here (ARCHITECTURE.md)")
         _MANAGERS[name] = cls
         return cls
 
     return register
+
+
+def is_users(name: str) -> bool:
+    """Whether the reward manager `name` is a class of the user's (registered from a module outside reinforge)."""
+    cls = _MANAGERS.get(name)
+    return cls is not None and not cls.__module__.startswith("reinforge.")
 
 
 def reward_manager_names() -> list[str]:
@@ -100,8 +111,22 @@ def make_reward_manager(
             f"{KWARGS} {unknown} are not options of the {name!r} reward manager; "
             f"its options are {sorted(set(parameters) - _COMMON_ARGS) or 'none'}"
         )
-    return cls(tokenizer=tokenizer, num_examine=num_examine, compute_score=compute_score, reward_fn_key=reward_fn_key,
-               **reward_kwargs)
+    arguments = dict(tokenizer=tokenizer, num_examine=num_examine, compute_score=compute_score, reward_fn_key=reward_fn_key,
+                     **reward_kwargs)
+    if not is_users(name):
+        return cls(**arguments)
+    # the user's class: what it raises, made or called, is an error naming it (a subclass made for it calls it)
+    source = getattr(sys.modules.get(cls.__module__), "__file__", None) or cls.__module__
+    where = f"the reward manager {name!r} ({source}: {cls.__qualname__})"
+
+    def checked_call(self, batch: Batch, return_dict: bool = False):
+        with user_call(f"{where}, called on a batch of {len(batch)} rows", RewardError):
+            return cls.__call__(self, batch, return_dict=return_dict)
+
+    checked = type(cls.__name__, (cls,), {"__call__": checked_call, "__module__": cls.__module__,
+                                          "__qualname__": cls.__qualname__})
+    with user_call(where, RewardError):
+        return checked(**arguments)
 
 
 @dataclass
