@@ -23,6 +23,12 @@ were, a one-line warning says what to do, and `save_checkpoint` returns None so 
 on (the trainer logs `checkpoint/save_failed`). Any other OSError (permissions, a read-only
 filesystem) will not go away by itself while the run trains on without checkpoints, so it stops
 the run with a `CheckpointError` naming the step, folder and error.
+
+Before a step folder is published, `checksums.json` in it lists every file's size and CRC-32
+(`write_checksums`); a resume and `reinforge merge` check the files they read against it
+(`verify_files`), so a file whose bytes changed after the save (a disk fault, a copy cut short or
+overwritten) is named instead of loaded. CRC-32 (zlib, several GB/s) finds damage, not tampering.
+Folders without the file (saved before it was written, or by verl) are read unchecked.
 """
 
 from __future__ import annotations
@@ -36,7 +42,8 @@ import re
 import shutil
 import sys
 import zipfile
-from collections.abc import Callable, Iterator
+import zlib
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -45,10 +52,70 @@ from reinforge.errors import CheckpointError, ConfigError
 
 TRACKER = "latest_checkpointed_iteration.txt"
 STEP_FOLDER = re.compile(r"^global_step_(\d+)$")
-LOCK = ".reinforge.lock"  # held by the process training in the run folder
 UNREADABLE = (RuntimeError, EOFError, OSError, pickle.UnpicklingError)  # what torch.load raises on a file cut short or overwritten
 STEP_RECORD = "metrics.json"  # in a step folder: the step's metrics, logged on resuming when the run had not logged them
 DISK_FULL = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG})
+CHECKSUMS = "checksums.json"  # in a step folder: each file's size and CRC-32, as saved
+
+
+def crc32_of(path: Path) -> int:
+    value = 0
+    with open(path, "rb") as file:
+        while chunk := file.read(1 << 24):
+            value = zlib.crc32(chunk, value)
+    return value
+
+
+def write_checksums(folder: Path) -> None:
+    """`folder`/checksums.json: the size and CRC-32 of every file under `folder` (relative POSIX paths)."""
+    files = sorted(path for path in folder.rglob("*") if path.is_file() and path.name != CHECKSUMS)
+    listed = {path.relative_to(folder).as_posix(): {"bytes": path.stat().st_size, "crc32": crc32_of(path)} for path in files}
+    (folder / CHECKSUMS).write_text(json.dumps(listed, indent=0))
+
+
+def verify_files(files: Iterable[Path], advice: str | None = None) -> None:
+    """CheckpointError naming the first of `files` that checksums.json of its step folder (the nearest global_step_<N>
+    folder above it, or the folder holding the file) lists with other bytes, or that it lists and that is gone; files of a
+    folder without checksums.json are not checked. `advice` ends the error (default: resume an earlier step)."""
+    manifests: dict[Path, dict | None] = {}
+    for file in map(Path, files):
+        root = next((folder for folder in file.parents if (folder / CHECKSUMS).is_file() or STEP_FOLDER.match(folder.name)),
+                    None)
+        if root is None:
+            continue
+        if root not in manifests:
+            try:
+                manifests[root] = json.loads((root / CHECKSUMS).read_text()) if (root / CHECKSUMS).is_file() else None
+            except (OSError, ValueError) as error:
+                raise damaged(root / CHECKSUMS, error, advice) from error
+        entry = (manifests[root] or {}).get(file.relative_to(root).as_posix())
+        if not isinstance(entry, dict):
+            continue
+        if not file.is_file():
+            raise damaged(file, ChangedFile(f"it is gone, but the checkpoint was saved with it ({CHECKSUMS} lists it)"),
+                          advice)
+        try:
+            size, crc = file.stat().st_size, crc32_of(file)
+        except OSError as error:
+            raise unreadable(file, error) from error
+        if (size, crc) != (entry.get("bytes"), entry.get("crc32")):
+            raise damaged(file, ChangedFile(f"its bytes are not those saved ({size} bytes, CRC-32 {crc}; {CHECKSUMS} lists "
+                                           f"{entry.get('bytes')} bytes, CRC-32 {entry.get('crc32')})"), advice)
+
+
+def _listed(folder: Path) -> list[str]:
+    """The files checksums.json of `folder` lists (none when it has none, or it cannot be read: `verify_files` says so)."""
+    try:
+        listed = json.loads((folder / CHECKSUMS).read_text())
+    except (OSError, ValueError):
+        return []
+    return list(listed) if isinstance(listed, dict) else []
+
+
+def unreadable(path: Path, error: OSError) -> CheckpointError:
+    """The error for a checkpoint file or folder this process may not read (its permissions), rather than a damaged one."""
+    return CheckpointError(f"cannot read {path}: {error.strerror or error}; give this user read access to it (chmod, chown), "
+                           "or resume another step")
 
 
 def save_torch(obj: object, path: Path) -> None:
@@ -60,12 +127,19 @@ def save_torch(obj: object, path: Path) -> None:
         torch.save(obj, file)
 
 
+_RUST_OS_ERROR = re.compile(r"\(os error (\d+)\)")  # how the tokenizers library (Rust) reports one, in a plain Exception
+
+
 def os_error_in(error: BaseException | None) -> OSError | None:
-    """The OSError that `error` is or that caused it (torch wraps a failed write in a RuntimeError), if any."""
+    """The OSError that `error` is or that caused it (torch wraps a failed write in a RuntimeError; the tokenizers
+    library raises a plain Exception saying "No space left on device (os error 28)"), if any."""
     seen = set()
     while error is not None and id(error) not in seen:
         if isinstance(error, OSError):
             return error
+        if type(error) is Exception and (match := _RUST_OS_ERROR.search(str(error))):
+            code = int(match.group(1))
+            return OSError(code, os.strerror(code))
         seen.add(id(error))
         error = error.__cause__ or error.__context__
     return None
@@ -149,6 +223,7 @@ def save_checkpoint(run_dir: Path, step: int, write: Callable[[Path], None], kee
     published = False
     try:
         write(tmp)
+        write_checksums(tmp)
         if final.exists():
             os.replace(final, old)
         os.replace(tmp, final)
@@ -182,69 +257,23 @@ def save_checkpoint(run_dir: Path, step: int, write: Callable[[Path], None], kee
 def _save_failed(run_dir: Path, step: int, error: OSError) -> None:
     """Warn and return None when the disk is full; raise CheckpointError for any other OSError."""
     tracker = run_dir / TRACKER
-    latest = f"global_step_{tracker.read_text().strip()}" if tracker.is_file() else "none yet"
+    latest = f"global_step_{tracker.read_text(errors='replace').strip()}" if tracker.is_file() else None
     reason = f"{error.strerror}: {error.filename}" if error.strerror and error.filename else error.strerror or str(error)
     if error.errno in DISK_FULL:
-        print(f"reinforge: warning: step {step}: checkpoint not saved, the disk is full ({reason}); training goes on and "
-              f"the latest checkpoint stays {latest} in {run_dir}. Free space there or point trainer.default_local_dir "
-              "at a larger disk (older checkpoints: trainer.max_actor_ckpt_to_keep)", file=sys.stderr, flush=True)
+        stays = f"the latest checkpoint stays {latest}" if latest else "there is no checkpoint yet"
+        if error.errno == errno.EFBIG:  # the process's file size limit (ulimit -f), not the disk
+            what = (f"a file went over this process's file size limit ({reason})", "Raise the limit (ulimit -f) and "
+                    "resume, or train without checkpoints (trainer.save_freq=-1)")
+        else:
+            what = (f"the disk is full ({reason})", "Free space there or point trainer.default_local_dir at a larger disk "
+                    "(trainer.max_actor_ckpt_to_keep=N keeps N checkpoints, and the disk must hold N + 1: the oldest is "
+                    "deleted after the new one is saved)")
+        print(f"reinforge: warning: step {step}: checkpoint not saved, {what[0]}; training goes on and {stays} in {run_dir}. "
+              f"{what[1]}", file=sys.stderr, flush=True)
         return None
     raise CheckpointError(f"step {step}: cannot write the checkpoint in {run_dir} ({reason}); the latest checkpoint is "
-                          f"{latest}. Check that trainer.default_local_dir is writable, or set trainer.save_freq=-1 "
-                          "to train without checkpoints") from error
-
-
-def unwritable(setting: str, run_dir: Path, error: OSError, key: str = "trainer.default_local_dir",
-               what: str = "the run folder") -> ConfigError:
-    """The error for a folder of the run that cannot be made or written (`key`=`setting`)."""
-    return ConfigError(f"{key}={setting}: cannot write {what} {run_dir} ({error.strerror or error}: {error.filename}); "
-                       f"point {key} at a writable folder")
-
-
-@contextmanager
-def hold_run_folder(run_dir: Path, setting: str):
-    """`run_dir` made, and held by this process (an exclusive lock on its .reinforge.lock file, which the system releases
-    when the process ends, however it ends) until the block ends: a second run started in it, which would write over the
-    first's checkpoints or append to its metrics, stops with a ConfigError naming the process holding it."""
-    import fcntl
-
-    try:
-        run_dir.mkdir(parents=True, exist_ok=True)
-        lock = open(run_dir / LOCK, "a+")  # noqa: SIM115  (closed below, after the block)
-    except OSError as error:
-        raise unwritable(setting, run_dir, error) from None
-    with lock:
-        try:
-            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            lock.seek(0)
-            holder = lock.read().strip() or "?"
-            raise ConfigError(f"trainer.default_local_dir={setting} is in use by another reinforge run (process {holder}); "
-                              "wait for it to end, or give this run another trainer.default_local_dir") from None
-        except OSError as error:  # a file system without locks (some network mounts): train, unguarded
-            print(f"reinforge: warning: cannot lock the run folder {run_dir} ({error.strerror or error}); nothing stops "
-                  "a second run from writing in it at the same time", file=sys.stderr, flush=True)
-            yield
-            return
-        lock.seek(0)
-        lock.truncate()
-        lock.write(f"{os.getpid()}\n")
-        lock.flush()
-        try:
-            yield
-        finally:
-            fcntl.flock(lock, fcntl.LOCK_UN)
-
-
-def write_run_config(run_dir: Path, config: dict, setting: str) -> None:
-    """The run's resolved config as `run_dir`/config.yaml (`reinforge report` reads it), through a new file and a rename:
-    a folder where files cannot be added fails here, at the start, with a ConfigError naming `setting`."""
-    from omegaconf import OmegaConf
-
-    try:
-        _write_atomic(run_dir / "config.yaml", OmegaConf.to_yaml(OmegaConf.create(config)))
-    except OSError as error:
-        raise unwritable(setting, run_dir, error) from None
+                          f"{latest or 'none: no step was saved yet'}. Check that trainer.default_local_dir is writable, or "
+                          "set trainer.save_freq=-1 to train without checkpoints") from error
 
 
 def saved_steps(run_dir: Path) -> list[int]:
@@ -274,8 +303,11 @@ def resume_folder(trainer: TrainerConfig) -> Path | None:
     run_dir = Path(trainer.default_local_dir)
     clean_stale(run_dir)  # puts back the old copy of a step whose new copy never arrived
     tracker = run_dir / TRACKER
+    if tracker.exists() and not tracker.is_file():
+        raise ConfigError(f"{tracker} should be the file holding the step of the latest checkpoint, but it is a folder; "
+                          "remove it (resuming then takes the newest global_step_<N> folder) or write that file in its place")
     if not tracker.is_file():
-        steps = saved_steps(run_dir)
+        steps = [step for step in saved_steps(run_dir) if _holds_files(run_dir / f"global_step_{step}")]
         if not steps:
             return None
         # copied without it, or killed between a first save and its tracker: the newest step, not a fresh start over them
@@ -286,7 +318,10 @@ def resume_folder(trainer: TrainerConfig) -> Path | None:
             # under a name of this process's: the other ranks' clean_stale removes the usual one
             _write_atomic(tracker, f"{steps[-1]}\n", tracker.with_name(f".{TRACKER}.{os.getpid()}.tmp"))
         return run_dir / f"global_step_{steps[-1]}"
-    text = tracker.read_text().strip()
+    try:
+        text = tracker.read_text(errors="replace").strip()  # not UTF-8: shown with replacement characters
+    except OSError as error:
+        raise unreadable(tracker, error) from None
     folder = run_dir / f"global_step_{text}"
     if not text.isdigit():
         raise ConfigError(f"{tracker} should hold the step of the latest checkpoint, but holds {text!r}; write the step of "
@@ -299,6 +334,14 @@ def resume_folder(trainer: TrainerConfig) -> Path | None:
     return folder
 
 
+def _holds_files(folder: Path) -> bool:
+    """Whether a step folder has anything in it (an empty one, made by hand or copied in part, is no checkpoint)."""
+    try:
+        return any(folder.iterdir())
+    except OSError:  # not readable: resuming it names the problem
+        return True
+
+
 def save_step_record(folder: Path, metrics: dict) -> None:
     """The step's metrics so far (the save's timing included) in its step folder: a run stopped after the save but before
     it logged the step (in the step's validation, say) logs them when it resumes (`read_step_record`)."""
@@ -308,9 +351,14 @@ def save_step_record(folder: Path, metrics: dict) -> None:
 
 def read_step_record(folder: Path) -> dict | None:
     """The metrics `save_step_record` kept in `folder`; None when there are none (saved before they were kept)."""
+    file = folder / STEP_RECORD
+    if not file.is_file():
+        return None
     try:
-        record = json.loads((folder / STEP_RECORD).read_text())
-    except (OSError, ValueError):
+        record = json.loads(file.read_text())
+    except (OSError, ValueError) as error:
+        print(f"reinforge: warning: {file} cannot be read ({type(error).__name__}: {str(error)[:120]}), so the metrics of "
+              f"the step it saved are not logged", file=sys.stderr, flush=True)
         return None
     return {k: float(v) if v in ("nan", "inf", "-inf") else v for k, v in record.items()} if isinstance(record, dict) else None
 
@@ -327,6 +375,9 @@ def read_trainer_state(folder: Path) -> tuple[dict, dict]:
     try:
         state = json.loads((folder / "trainer_state.json").read_text())
         state["global_steps"], state["kl_ctrl"] = int(state["global_steps"]), dict(state["kl_ctrl"])
+        state["kl_ctrl"]["value"] = float(state["kl_ctrl"]["value"])  # the KL coefficient
+        if STEP_FOLDER.match(folder.name) and state["global_steps"] != step_of(folder):
+            raise ValueError(f"it holds step {state['global_steps']}, its folder is {folder.name}")
     except (ValueError, TypeError, KeyError) as error:
         raise damaged(folder / "trainer_state.json", error) from error
     return loader_state, state
@@ -340,7 +391,13 @@ def damaged(file: Path, error: BaseException, advice: str | None = None) -> Chec
         advice = (f"Resume an earlier step than {step}" if step else "Resume an earlier step") + (
             " (trainer.resume_mode=resume_path trainer.resume_from_path=<run folder>/global_step_<N>), or start afresh in "
             "another trainer.default_local_dir")
+    if isinstance(error, ChangedFile):  # found by the checksums: the file reads, but not as saved
+        return CheckpointError(f"{file} is damaged: {error}. {advice}")
     return CheckpointError(f"{file} is damaged and cannot be read ({type(error).__name__}: {str(error)[:200]}). {advice}")
+
+
+class ChangedFile(ValueError):
+    """A checkpoint file that is gone or whose bytes are not those saved (checksums.json)."""
 
 
 def _step_folders(steps: list[int]) -> str:
@@ -360,9 +417,20 @@ def _saved_by_verl(fsdp_config: Path) -> bool:
 def check_resume_folder(folder: Path, critic: bool) -> tuple[dict, dict]:
     """Before anything loads: ConfigError naming what `folder` lacks of what resuming needs (the critic's only with `critic`),
     CheckpointError naming a file of it that is not whole; else its data loader's and trainer's states (`read_trainer_state`)."""
-    missing = [f"{name}/" for name in (["actor", "critic"] if critic else ["actor"]) if not (folder / name).is_dir()]
+    roles = ["actor", "critic"] if critic else ["actor"]
+    for path in [folder, *(folder / role for role in roles), *(folder / role / "huggingface" for role in roles)]:
+        if path.is_dir() and not os.access(path, os.R_OK | os.X_OK):  # its files would look missing
+            raise unreadable(path, PermissionError(errno.EACCES, os.strerror(errno.EACCES)))
+    missing = [f"{name}/" for name in roles if not (folder / name).is_dir()]
     missing += [name for name in ("data.pt", "trainer_state.json") if not (folder / name).is_file()]
     if not missing:
+        read = [folder / "data.pt", folder / "trainer_state.json",
+                *(file for role in roles for file in [*sorted((folder / role).glob("*.pt")), folder / role / "huggingface" / "config.json"]),
+                *(folder / name for name in _listed(folder) if name.endswith(".pt") and name.split("/")[0] in roles)]
+        for file in read:
+            if file.is_file() and not os.access(file, os.R_OK):
+                raise unreadable(file, PermissionError(errno.EACCES, os.strerror(errno.EACCES)))
+        verify_files(dict.fromkeys(read))
         for file in [folder / "data.pt", *sorted(folder.glob("*/*.pt"))]:  # torch.save writes zip archives
             if not zipfile.is_zipfile(file):
                 raise damaged(file, ValueError("not a complete torch.save archive"))

@@ -15,7 +15,7 @@ import numpy as np
 
 from reinforge.config import Config, batch_arithmetic, quickstart, to_dict, unused_settings
 from reinforge.config.derived import generation_batch
-from reinforge.trainer.checkpoint import hold_run_folder, unwritable, write_run_config
+from reinforge.trainer.run_folder import hold_run_folder, unwritable, write_run_config
 from reinforge.trainer.startup import StartupClock
 
 if TYPE_CHECKING:
@@ -261,8 +261,9 @@ def run_summary(config: Config, run_dir: Path) -> list[str]:
     tracker = run_dir / TRACKER
     if tracker.is_file():
         checkpoints = f"{run_dir / ('global_step_' + tracker.read_text().strip())} (latest)"
-    else:
-        checkpoints = f"none saved (trainer.save_freq={config.trainer.save_freq})"
+    else:  # with saves due, each that failed said why (a warning, checkpoint/save_failed)
+        failed = "; a save that failed said why above" if config.trainer.save_freq > 0 else ""
+        checkpoints = f"none saved (trainer.save_freq={config.trainer.save_freq}{failed})"
     lines = [f"  metrics      {run_dir / 'metrics.jsonl'}", f"  checkpoints  {checkpoints}"]
     recent = run_dir / RECENT_ROLLOUTS  # without trainer.rollout_data_dir, the latest steps' samples kept for the report
     rollouts = config.trainer.rollout_data_dir or (recent if recent.is_dir() else None)

@@ -162,11 +162,13 @@ class SFTTrainer:
         self.tokenizer.save_pretrained(hf_dir)
 
     def load(self, folder: Path) -> None:
+        from reinforge.trainer.checkpoint import verify_files
         from reinforge.training.checkpoint_io import load_training_state, set_rng_state
         from reinforge.training.optim import apply_settings, group_settings
 
         contents = self.config.trainer.checkpoint["load_contents"]
         built = group_settings(self.optimizer)
+        verify_files(sorted(folder.glob("*.pt")))  # against the save's checksums.json (trainer/checkpoint.py)
         extra = load_training_state(str(folder), contents, self.model, self.optimizer, self.device, key="trainer")
         if extra is not None:
             self.scheduler.load_state_dict(extra["lr_scheduler"])
@@ -248,8 +250,8 @@ def load_sft_model(config: SFTConfig, device: str) -> torch.nn.Module:
 def run_sft(config: SFTConfig, notes: list[str]) -> dict[str, float]:
     """Fine-tune as configured (every rank runs this); returns the last validation metrics."""
     from reinforge.distributed.process_group import init_distributed
-    from reinforge.trainer.checkpoint import hold_run_folder
     from reinforge.trainer.main import _quiet_transformers
+    from reinforge.trainer.run_folder import hold_run_folder
 
     device = config.trainer.device or ("cuda" if torch.cuda.is_available() else "cpu")
     init_distributed(device)
@@ -272,7 +274,8 @@ def _run_sft_in(run_dir: Path, config: SFTConfig, device: str, say) -> dict[str,
     from reinforge.config.loading import to_dict
     from reinforge.environment.sft_dataset import create_sft_dataset
     from reinforge.errors import ConfigError
-    from reinforge.trainer.checkpoint import resume_folder, write_run_config
+    from reinforge.trainer.checkpoint import resume_folder
+    from reinforge.trainer.run_folder import write_run_config
     from reinforge.training.optim import make_optimizer, make_scheduler
 
     folder = resume_folder(config.trainer)  # before anything is written or loaded: a fresh start over a saved run stops here

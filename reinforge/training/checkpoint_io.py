@@ -227,8 +227,8 @@ def load_training_state(folder: str, contents: list, model: torch.nn.Module, opt
     advice = f"Point {elsewhere}"
     saved = [part for part in parts if path.is_dir() and any(path.glob(f"{PARTS[part]}_world_size_*_rank_*.pt"))]
     if saved and saved != parts:  # saved with fewer save_contents than this run loads
-        advice = (f"It was saved without them (checkpoint.save_contents): resume from it with "
-                  f"{key}.checkpoint.load_contents=[{','.join(saved)}], or point {elsewhere}")
+        advice = (f"If it was saved without them (checkpoint.save_contents), resume from it with "
+                  f"{key}.checkpoint.load_contents=[{','.join(saved)}]; if they were lost, point {elsewhere}")
     saved_ranks = saved_world_size(path, [PARTS[part] for part in parts], advice)
     ranks = world_size()
     if "model" in contents:
@@ -443,7 +443,12 @@ def check_same_architecture(folder: Path, model: torch.nn.Module) -> None:
     saved_file = folder / "huggingface" / "config.json"
     if not saved_file.is_file():
         return
-    saved, current = json.loads(saved_file.read_text()), model.config.to_dict()
+    try:
+        saved, current = json.loads(saved_file.read_text()), model.config.to_dict()
+        if not isinstance(saved, dict):
+            raise ValueError(f"it holds a JSON {type(saved).__name__}, not a model config")
+    except (ValueError, OSError) as error:  # a JSON or UTF-8 decoding error is a ValueError
+        raise damaged(saved_file, error) from error
     differ = [f"{key} {saved[key]} (checkpoint) vs {current.get(key)} (model)" for key in ARCHITECTURE_KEYS
               if key in saved and saved[key] != current.get(key)]
     if differ:

@@ -19,10 +19,12 @@ import shutil
 from pathlib import Path
 
 from reinforge.errors import ConfigError
+from reinforge.trainer.checkpoint import damaged, verify_files
 from reinforge.training.checkpoint_io import read_full_model_state, write_hf_model
 from reinforge.training.lora import ADAPTER_DIR, merge_lora_state, saved_scaling
 
 ADVICE = "Name a worker folder of a saved step, e.g. checkpoints/<project>/<experiment>/global_step_<N>/actor"
+DAMAGED = "Merge another saved step (its global_step_<N>/actor folder)"
 WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin")  # and model-*: shards
 
 
@@ -45,8 +47,13 @@ def merge_checkpoint(folder: str, out: str, trust_remote_code: bool = False, ove
     if out_dir.resolve() in (path.resolve(), hf_dir.resolve()):
         raise ConfigError(f"the output folder {out} is the checkpoint folder itself or its huggingface/; name another one")
     _check_output(out_dir, overwrite)
+    # the files merge reads and copies, against the checksums the save wrote (trainer/checkpoint.py)
+    verify_files([*sorted(path.glob("model_world_size_*_rank_*.pt")), *sorted(hf_dir.iterdir())], DAMAGED)
     state = read_full_model_state(path, ADVICE)
-    config = AutoConfig.from_pretrained(hf_dir, trust_remote_code=trust_remote_code)
+    try:
+        config = AutoConfig.from_pretrained(hf_dir, trust_remote_code=trust_remote_code)
+    except (ValueError, OSError) as error:  # a config.json cut short or overwritten
+        raise damaged(hf_dir / "config.json", error, DAMAGED) from error
     model_class = language_model_class(config)
     if "score.weight" in state:  # a critic's value model
         if type(config) not in AutoModelForTokenClassification._model_mapping:

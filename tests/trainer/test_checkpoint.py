@@ -2,6 +2,7 @@ import errno
 import json
 import os
 import re
+from pathlib import Path
 
 import pytest
 import torch
@@ -105,7 +106,8 @@ def resumable(folder, *leave_out):
     if "data.pt" not in leave_out:
         torch.save({}, folder / "data.pt")
     if "trainer_state.json" not in leave_out:
-        (folder / "trainer_state.json").write_text(json.dumps({"global_steps": 1, "kl_ctrl": {}}))
+        step = int(re.search(r"global_step_(\d+)", folder.name).group(1))  # the staging folder's name too
+        (folder / "trainer_state.json").write_text(json.dumps({"global_steps": step, "kl_ctrl": {"value": 0.001}}))
     return folder
 
 
@@ -171,7 +173,7 @@ def test_a_model_only_checkpoint_names_the_load_contents_that_resume_it(run_step
     run_steps("trainer.save_freq=2", "actor_rollout_ref.actor.checkpoint.save_contents=[model]", run_dir=run_dir)
     with pytest.raises(ConfigError, match=r"global_step_2/actor is not a checkpoint this run can load: it has no optim_world_size_1_rank_0.pt, "
                                           r"extra_state_world_size_1_rank_0.pt .* resume from it with "
-                                          r"actor_rollout_ref.actor.checkpoint.load_contents=\[model\], or point trainer.resume_from_path"):
+                                          r"actor_rollout_ref.actor.checkpoint.load_contents=\[model\]; if they were lost, point trainer.resume_from_path"):
         run_steps("trainer.total_training_steps=3", run_dir=run_dir)
     steps = run_steps("trainer.total_training_steps=3", "actor_rollout_ref.actor.checkpoint.load_contents=[model]", run_dir=run_dir)
     assert 3 in steps  # the advice works
@@ -336,9 +338,9 @@ def test_a_run_folder_is_held_by_one_run_at_a_time(tmp_path):
     import subprocess
     import sys
 
-    from reinforge.trainer.checkpoint import hold_run_folder
+    from reinforge.trainer.run_folder import hold_run_folder
 
-    code = ("import sys, time\nfrom pathlib import Path\nfrom reinforge.trainer.checkpoint import hold_run_folder\n"
+    code = ("import sys, time\nfrom pathlib import Path\nfrom reinforge.trainer.run_folder import hold_run_folder\n"
             "with hold_run_folder(Path(sys.argv[1]), 'x'):\n    print('held', flush=True)\n    time.sleep(120)\n")
     holder = subprocess.Popen([sys.executable, "-c", code, str(tmp_path)], stdout=subprocess.PIPE, text=True)
     try:
@@ -358,7 +360,7 @@ def test_a_run_folder_is_held_by_one_run_at_a_time(tmp_path):
 def test_a_file_system_without_locks_trains_unguarded_with_a_warning(tmp_path, monkeypatch, capsys):
     import fcntl
 
-    from reinforge.trainer.checkpoint import hold_run_folder
+    from reinforge.trainer.run_folder import hold_run_folder
 
     def no_locks(*args):
         raise OSError(errno.ENOLCK, "No locks available")
@@ -368,3 +370,87 @@ def test_a_file_system_without_locks_trains_unguarded_with_a_warning(tmp_path, m
     with hold_run_folder(tmp_path, "run"):
         ran.append(True)
     assert ran and "warning: cannot lock the run folder" in capsys.readouterr().err
+
+
+# ------------------------------------------------------------------------------------- damage the save's checks find
+def saved(tmp_path, step=2):
+    """A step saved through save_checkpoint (so with its checksums.json), resumable."""
+    save_checkpoint(tmp_path, step, lambda folder: resumable(folder))
+    return tmp_path / f"global_step_{step}"
+
+
+def test_the_checksums_name_a_file_whose_bytes_changed_or_that_is_gone(tmp_path):
+    from reinforge.trainer.checkpoint import CHECKSUMS, verify_files
+
+    folder = saved(tmp_path)
+    listed = json.loads((folder / CHECKSUMS).read_text())
+    assert sorted(listed) == ["actor/model_world_size_1_rank_0.pt", "actor/state.txt", "critic/model_world_size_1_rank_0.pt",
+                              "critic/state.txt", "data.pt", "trainer_state.json"]
+    assert listed["trainer_state.json"]["bytes"] == (folder / "trainer_state.json").stat().st_size
+    check_resume_folder(folder, critic=True)  # as saved
+    weights = folder / "actor" / "model_world_size_1_rank_0.pt"
+    data = bytearray(weights.read_bytes())
+    data[len(data) // 2] ^= 0xFF  # one byte: the archive still reads (torch.load would load it)
+    weights.write_bytes(bytes(data))
+    with pytest.raises(CheckpointError, match=re.escape(f"{weights} is damaged: its bytes are not those saved")):
+        check_resume_folder(folder, critic=True)
+    weights.unlink()
+    with pytest.raises(CheckpointError, match=re.escape(f"{weights} is damaged: it is gone, but the checkpoint was saved "
+                                                        f"with it ({CHECKSUMS} lists it)")):
+        check_resume_folder(folder, critic=True)
+    verify_files([tmp_path / "elsewhere.pt"])  # a file of no saved step: nothing to check against
+
+
+def test_a_trainer_state_whose_step_is_not_its_folders_is_refused(tmp_path):
+    folder = resumable(tmp_path / "global_step_4")
+    for state in ({"global_steps": 3, "kl_ctrl": {"value": 0.1}}, {"global_steps": -5, "kl_ctrl": {"value": 0.1}}):
+        (folder / "trainer_state.json").write_text(json.dumps(state))
+        with pytest.raises(CheckpointError, match=re.escape(f"trainer_state.json is damaged and cannot be read (ValueError: "
+                                                            f"it holds step {state['global_steps']}, its folder is global_step_4)")):
+            check_resume_folder(folder, critic=True)
+    (folder / "trainer_state.json").write_text(json.dumps({"global_steps": 4, "kl_ctrl": {}}))
+    with pytest.raises(CheckpointError, match=re.escape("trainer_state.json is damaged and cannot be read (KeyError: 'value')")):
+        check_resume_folder(folder, critic=True)
+
+
+def test_a_tracker_that_is_a_folder_or_not_text_and_no_tracker_beside_an_empty_step(tmp_path):
+    resumable(tmp_path / "global_step_2")
+    (tmp_path / "global_step_6").mkdir()  # empty: no checkpoint, though the newest
+    assert resume_folder(TrainerConfig(default_local_dir=str(tmp_path))) == tmp_path / "global_step_2"
+    (tmp_path / TRACKER).write_bytes(b"\xff\xfe\x00")
+    with pytest.raises(ConfigError, match=re.escape(f"{TRACKER} should hold the step of the latest checkpoint, but holds "
+                                                    "'\ufffd\ufffd\\x00'")):
+        resume_folder(TrainerConfig(default_local_dir=str(tmp_path)))
+    (tmp_path / TRACKER).unlink()
+    (tmp_path / TRACKER).mkdir()
+    with pytest.raises(ConfigError, match=re.escape(f"{TRACKER} should be the file holding the step of the latest "
+                                                    "checkpoint, but it is a folder")):
+        resume_folder(TrainerConfig(default_local_dir=str(tmp_path)))
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([TRACKER, "global_step_2", "global_step_6"])  # nothing left
+
+
+def test_a_file_this_user_may_not_read_is_named_as_such(tmp_path, monkeypatch):
+    folder = resumable(tmp_path / "global_step_1")
+    blocked = folder / "actor" / "model_world_size_1_rank_0.pt"
+    access = os.access
+    monkeypatch.setattr(os, "access", lambda path, mode: Path(path) != blocked and access(path, mode))  # root reads all
+    with pytest.raises(CheckpointError, match=re.escape(f"cannot read {blocked}: Permission denied; give this user read "
+                                                        "access to it")):
+        check_resume_folder(folder, critic=True)
+
+
+def test_a_full_disk_the_tokenizers_library_reports_is_a_full_disk():
+    from reinforge.trainer.checkpoint import os_error_in
+
+    error = os_error_in(Exception("No space left on device (os error 28)"))  # how tokenizers (Rust) raises it
+    assert isinstance(error, OSError) and error.errno == errno.ENOSPC
+    assert os_error_in(Exception("a bug (os error in the message of a subclass)")) is None
+
+
+def test_a_step_record_that_cannot_be_read_says_its_metrics_are_not_logged(tmp_path, capsys):
+    from reinforge.trainer.checkpoint import STEP_RECORD, read_step_record
+
+    (tmp_path / STEP_RECORD).write_text('{"step": 4, "actor/')
+    assert read_step_record(tmp_path) is None
+    assert "metrics.json cannot be read (JSONDecodeError: " in capsys.readouterr().err
+    assert read_step_record(tmp_path / "none") is None and capsys.readouterr().err == ""  # saved before records were kept

@@ -12,8 +12,9 @@ import subprocess
 import sys
 
 from reinforge.config import load_config
-from reinforge.trainer.checkpoint import LOCK, TRACKER
+from reinforge.trainer.checkpoint import TRACKER
 from reinforge.trainer.main import run
+from reinforge.trainer.run_folder import LOCK
 from tests.trainer.conftest import train_steps
 
 FILE_SIZE_LIMIT = 256 * 1024  # the tiny model's weights are about 0.5 MB, its optimizer state 1 MB
@@ -38,7 +39,7 @@ def test_a_full_disk_skips_the_save_keeps_the_last_checkpoint_and_trains_on(smal
                           env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1"})
     assert full.returncode == 0, full.stderr
     warnings = [line for line in full.stderr.splitlines() if "checkpoint not saved" in line]
-    assert len(warnings) == 2 and warnings[0].startswith("reinforge: warning: step 3: checkpoint not saved, the disk is full")
+    assert len(warnings) == 2 and warnings[0].startswith("reinforge: warning: step 3: checkpoint not saved, a file went over this process's file size limit")
     assert "File too large" in warnings[0] and "the latest checkpoint stays global_step_2" in warnings[0]
     steps = train_steps(run_dir)
     assert sorted(steps) == [1, 2, 3, 4]  # trained on after both failures

@@ -19,7 +19,8 @@ from pathlib import Path
 import torch
 
 from reinforge.config.schema import TrainerConfig
-from reinforge.trainer.checkpoint import LOCK, STEP_FOLDER, TRACKER, resume_folder
+from reinforge.trainer.checkpoint import STEP_FOLDER, TRACKER, resume_folder
+from reinforge.trainer.run_folder import LOCK
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -314,7 +314,7 @@ def test_user_mistakes_are_named(tiny_model_path, data, tmp_path, capsys, extra,
 def test_a_run_folder_in_use_stops_before_anything_is_written(tiny_model_path, data, tmp_path, capsys):
     """A second SFT run in a folder another run holds would write over its config.yaml, checkpoints and metrics."""
     run = tmp_path / "run"
-    code = ("import sys, time\nfrom pathlib import Path\nfrom reinforge.trainer.checkpoint import hold_run_folder\n"
+    code = ("import sys, time\nfrom pathlib import Path\nfrom reinforge.trainer.run_folder import hold_run_folder\n"
             "with hold_run_folder(Path(sys.argv[1]), 'x'):\n    print('held', flush=True)\n    time.sleep(120)\n")
     holder = subprocess.Popen([sys.executable, "-c", code, str(run)], stdout=subprocess.PIPE, text=True)
     try:

@@ -13,8 +13,9 @@ import sys
 import pytest
 
 from reinforge.config import load_config
-from reinforge.trainer.checkpoint import LOCK, TRACKER
+from reinforge.trainer.checkpoint import TRACKER
 from reinforge.trainer.main import run
+from reinforge.trainer.run_folder import LOCK
 from tests.trainer.conftest import train_steps
 
 STEPS, WARMUP, SAVE_FREQ, KEEP = 300, 50, 10, 3

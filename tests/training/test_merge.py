@@ -125,3 +125,32 @@ def test_a_damaged_weights_file_is_named_with_merge_advice_not_resume_advice(tin
     err = capsys.readouterr().err
     assert f"{weights} is damaged and cannot be read" in err and "Name a worker folder of a saved step" in err
     assert "resume" not in err and not (tmp_path / "hf" / "model.safetensors").exists()
+
+
+def test_a_file_whose_bytes_changed_since_the_save_is_named_before_merging(tiny_model_path, tmp_path, capsys):
+    """A flipped byte leaves the archive readable (torch.load loads the wrong weights): the save's checksums.json names it;
+    so with a config.json cut short, which transformers would fail on."""
+    from transformers import AutoModelForCausalLM
+
+    from reinforge.trainer.checkpoint import write_checksums
+
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_path)
+    step = tmp_path / "global_step_3"
+    save_training_state(str(step / "actor"), ["model"], model, torch.optim.AdamW(model.parameters()), {})
+    write_checksums(step)  # as save_checkpoint does before publishing the folder
+    weights, config = step / "actor" / "model_world_size_1_rank_0.pt", step / "actor" / "huggingface" / "config.json"
+    data = bytearray(weights.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    weights.write_bytes(bytes(data))
+    assert cli_main(["merge", str(step / "actor"), str(tmp_path / "hf")]) == 2
+    err = capsys.readouterr().err
+    assert f"{weights} is damaged: its bytes are not those saved" in err and "Merge another saved step" in err
+    assert not (tmp_path / "hf" / "model.safetensors").exists()
+    data[len(data) // 2] ^= 0xFF
+    weights.write_bytes(bytes(data))
+    config.write_text(config.read_text()[:100])
+    assert cli_main(["merge", str(step / "actor"), str(tmp_path / "hf")]) == 2
+    assert f"{config} is damaged: its bytes are not those saved" in capsys.readouterr().err
+    (step / "checksums.json").unlink()  # a folder without checksums (saved before they were written): transformers reads it
+    assert cli_main(["merge", str(step / "actor"), str(tmp_path / "hf")]) == 2
+    assert f"{config} is damaged and cannot be read" in capsys.readouterr().err
