@@ -150,3 +150,25 @@ def load_user_class(path: str, name: str | None, path_key: str, name_key: str) -
         raise DataError(f"{where}: {name!r} ({name_key}) is not a class; it is {type(cls).__name__} "
                         f"{text if len(text) <= 120 else text[:120] + '...'}.")
     return cls
+
+
+def checked_subclass(cls: type, namespace: dict) -> type:
+    """A subclass of the user's class `cls` with the methods in `namespace` (which check what the user's code does), named
+    as `cls` (so messages, `isinstance` and `type(x).__name__` read as the user's) and pickled as `cls`: a copy in
+    another process is the user's class as it is."""
+    def reduce_ex(self, protocol):
+        return _remade, (cls, self.__getstate__() if hasattr(self, "__getstate__") else dict(vars(self)))
+
+    checked = type(cls.__name__, (cls,), {**namespace, "__reduce_ex__": reduce_ex, "__module__": cls.__module__,
+                                          "__qualname__": cls.__qualname__})
+    return checked
+
+
+def _remade(cls: type, state):
+    """An instance of `cls` with the pickled `state` (what `checked_subclass`'s instances unpickle as)."""
+    made = cls.__new__(cls)
+    if hasattr(made, "__setstate__"):
+        made.__setstate__(state)
+    elif isinstance(state, dict):
+        vars(made).update(state)
+    return made

@@ -167,7 +167,7 @@ def make_workspace(folder: Path, model: Path, other_model: Path) -> None:
                         torch.optim.AdamW(small.parameters()), {})
     for run in ("half_run/global_step_1", "small_run/global_step_1"):  # the rest of a checkpoint: only the actor's files are wrong
         torch.save({}, folder / run / "data.pt")
-        (folder / run / "trainer_state.json").write_text(json.dumps({"global_steps": 1, "kl_ctrl": {}}))
+        (folder / run / "trainer_state.json").write_text(json.dumps({"global_steps": 1, "kl_ctrl": {"value": 0.001}}))
 
 
 def command_line(case: Case, index: int, model: Path) -> tuple[list[str], dict[str, str]]:

@@ -200,11 +200,12 @@ ENGINE_SECTIONS = ("vllm", "sglang")  # rollout.engine_kwargs nests the pass-thr
 
 
 def check_engine_kwargs(engine_kwargs: dict, name: str = "vllm") -> None:
-    """A key directly under rollout.engine_kwargs, not under an engine's name, is an error naming it (with any engine:
-    neither vLLM nor SGLang would take it there)."""
+    """A setting directly under rollout.engine_kwargs, not in an engine's section, is an error naming it (with any engine:
+    no engine would take it there). Sections of engines reinforge does not have (verl's trtllm: {}) are left alone."""
     from reinforge.errors import ConfigError
 
-    unknown = [key for key in engine_kwargs if key not in ENGINE_SECTIONS]
+    unknown = [key for key, value in engine_kwargs.items()
+               if key not in ENGINE_SECTIONS and value is not None and not isinstance(value, dict)]
     if unknown:
         raise ConfigError(f"actor_rollout_ref.rollout.engine_kwargs.{unknown[0]}: engine arguments nest under the engine's "
                           f"name, e.g. actor_rollout_ref.rollout.engine_kwargs.{name}.{unknown[0]}=...")

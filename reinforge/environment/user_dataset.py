@@ -23,8 +23,8 @@ import torch
 from torch.utils.data import Dataset
 
 from reinforge.environment.data_files import preview
-from reinforge.errors import DataError
-from reinforge.user_code import check_keywords, load_user_class, user_call
+from reinforge.errors import DataError, UserError
+from reinforge.user_code import check_keywords, checked_subclass, load_user_class, user_call
 
 
 def load_dataset_class(path: str, name: str | None) -> type:
@@ -43,9 +43,8 @@ def create_user_dataset(cls: type, kwargs: dict[str, Any], path: str) -> Dataset
     config = kwargs["config"]
     reading = {"where": where, "vocab_size": None, "setting": "", "max_prompt_length": config.max_prompt_length,
                "truncation": config.truncation}  # a class attribute: the class's __init__ may read items itself
-    checked = type(cls.__name__, (cls,), {"__getitem__": _checked_getitem, "check_token_ids": _check_token_ids,
-                                          "_reinforge_reading": reading, "__module__": cls.__module__,
-                                          "__qualname__": cls.__qualname__})
+    checked = checked_subclass(cls, {"__getitem__": _checked_getitem, "check_token_ids": _check_token_ids,
+                                     "_reinforge_reading": reading})
     with user_call(f"{where}, called with data_files={kwargs['data_files']!r}, ...,", DataError):
         return checked(**kwargs)
 
@@ -59,8 +58,16 @@ def _check_token_ids(self, vocab_size: int, setting: str) -> None:
 def _checked_getitem(self, index: int) -> dict[str, Any]:
     reading = self._reinforge_reading
     where = f"{reading['where']}, item {index}"
-    with user_call(f"{where}: __getitem__", DataError):
+    try:
         item = super(type(self), self).__getitem__(index)
+    except IndexError as error:
+        if isinstance(index, int) and 0 <= index < len(self):
+            raise DataError(f"{where}: __getitem__ failed: IndexError: {error}") from error
+        raise  # past the end: how iterating a Dataset (`for item in dataset`) ends
+    except UserError:
+        raise
+    except Exception as error:
+        raise DataError(f"{where}: __getitem__ failed: {type(error).__name__}: {error}") from error
     if not isinstance(item, dict) or "input_ids" not in item:
         keys = sorted(item) if isinstance(item, dict) else preview(item)
         raise DataError(f"{where} has no input_ids ({keys}); the items are dicts with the prompt's token ids as input_ids "

@@ -27,8 +27,10 @@ the run with a `CheckpointError` naming the step, folder and error.
 Before a step folder is published, `checksums.json` in it lists every file's size and CRC-32
 (`write_checksums`); a resume and `reinforge merge` check the files they read against it
 (`verify_files`), so a file whose bytes changed after the save (a disk fault, a copy cut short or
-overwritten) is named instead of loaded. CRC-32 (zlib, several GB/s) finds damage, not tampering.
-Folders without the file (saved before it was written, or by verl) are read unchecked.
+overwritten) is named instead of loaded. CRC-32 (zlib, several GB/s) finds damage, not tampering; it
+reads each file once more at a save and at a resume (about a second per 4 GB, from the page cache
+right after a save). Folders without the file (saved before it was written, or by verl) are read
+unchecked.
 """
 
 from __future__ import annotations
@@ -77,18 +79,25 @@ def verify_files(files: Iterable[Path], advice: str | None = None) -> None:
     """CheckpointError naming the first of `files` that checksums.json of its step folder (the nearest global_step_<N>
     folder above it, or the folder holding the file) lists with other bytes, or that it lists and that is gone; files of a
     folder without checksums.json are not checked. `advice` ends the error (default: resume an earlier step)."""
-    manifests: dict[Path, dict | None] = {}
-    for file in map(Path, files):
-        root = next((folder for folder in file.parents if (folder / CHECKSUMS).is_file() or STEP_FOLDER.match(folder.name)),
-                    None)
+    manifests: dict[Path, dict] = {}
+    for file in (Path(file).absolute() for file in files):
+        root = None
+        for folder in list(file.parents)[:3]:  # a step's files are at most 3 levels down (actor/huggingface/config.json)
+            if (folder / CHECKSUMS).is_file():
+                root = folder
+                break
+            if STEP_FOLDER.match(folder.name):  # a step folder without checksums: nothing to check against
+                break
         if root is None:
             continue
         if root not in manifests:
             try:
-                manifests[root] = json.loads((root / CHECKSUMS).read_text()) if (root / CHECKSUMS).is_file() else None
+                manifests[root] = json.loads((root / CHECKSUMS).read_text())
+                if not isinstance(manifests[root], dict):
+                    raise ValueError(f"it holds a JSON {type(manifests[root]).__name__}, not the files' checksums")
             except (OSError, ValueError) as error:
                 raise damaged(root / CHECKSUMS, error, advice) from error
-        entry = (manifests[root] or {}).get(file.relative_to(root).as_posix())
+        entry = manifests[root].get(file.relative_to(root).as_posix())
         if not isinstance(entry, dict):
             continue
         if not file.is_file():
@@ -414,19 +423,32 @@ def _saved_by_verl(fsdp_config: Path) -> bool:
         return True
 
 
-def check_resume_folder(folder: Path, critic: bool) -> tuple[dict, dict]:
+def loads_of(config) -> dict[str, list | None]:
+    """What resuming loads of each role, by the run's config (its checkpoint.load_contents), for `check_resume_folder`."""
+    return {"actor": config.actor_rollout_ref.actor.checkpoint.load_contents, "critic": config.critic.checkpoint.load_contents}
+
+
+def check_resume_folder(folder: Path, critic: bool, loads: dict[str, list] | None = None) -> tuple[dict, dict]:
     """Before anything loads: ConfigError naming what `folder` lacks of what resuming needs (the critic's only with `critic`),
-    CheckpointError naming a file of it that is not whole; else its data loader's and trainer's states (`read_trainer_state`)."""
+    CheckpointError naming a file of it that is not whole or not as saved (of the parts each role loads, `loads`: role ->
+    its checkpoint.load_contents; default all); else its data loader's and trainer's states (`read_trainer_state`)."""
+    from reinforge.training.checkpoint_io import PARTS
+
     roles = ["actor", "critic"] if critic else ["actor"]
+    loads = {role: (loads or {}).get(role) or list(PARTS) for role in roles}
+    prefixes = {role: tuple(f"{PARTS[part]}_world_size_" for part in loads[role] if part in PARTS) for role in roles}
     for path in [folder, *(folder / role for role in roles), *(folder / role / "huggingface" for role in roles)]:
         if path.is_dir() and not os.access(path, os.R_OK | os.X_OK):  # its files would look missing
             raise unreadable(path, PermissionError(errno.EACCES, os.strerror(errno.EACCES)))
     missing = [f"{name}/" for name in roles if not (folder / name).is_dir()]
     missing += [name for name in ("data.pt", "trainer_state.json") if not (folder / name).is_file()]
     if not missing:
-        read = [folder / "data.pt", folder / "trainer_state.json",
-                *(file for role in roles for file in [*sorted((folder / role).glob("*.pt")), folder / role / "huggingface" / "config.json"]),
-                *(folder / name for name in _listed(folder) if name.endswith(".pt") and name.split("/")[0] in roles)]
+        read = [folder / "data.pt", folder / "trainer_state.json"]  # and of each role, the parts it loads
+        for role in roles:
+            read += [folder / role / "huggingface" / "config.json"] if "model" in loads[role] else []
+            read += sorted(file for file in (folder / role).glob("*.pt") if file.name.startswith(prefixes[role]))
+            read += [folder / name for name in _listed(folder) if name.startswith(f"{role}/") and name.endswith(".pt")
+                     and name.split("/")[-1].startswith(prefixes[role])]
         for file in read:
             if file.is_file() and not os.access(file, os.R_OK):
                 raise unreadable(file, PermissionError(errno.EACCES, os.strerror(errno.EACCES)))

@@ -99,7 +99,7 @@ def _run_in(run_dir: Path, config: Config, user_keys: list[str], startup: Startu
     from reinforge.errors import ConfigError, RankError
     from reinforge.reward import get_compute_score, make_reward_manager
     from reinforge.reward.manager.base import is_users
-    from reinforge.trainer.checkpoint import check_resume_folder, resume_folder
+    from reinforge.trainer.checkpoint import check_resume_folder, loads_of, resume_folder
     from reinforge.trainer.ppo_trainer import RLTrainer
     from reinforge.trainer.stop import latest_checkpoint
     from reinforge.training.model import load_tokenizer, model_source, model_text_settings
@@ -107,7 +107,7 @@ def _run_in(run_dir: Path, config: Config, user_keys: list[str], startup: Startu
 
     # no global_step_<N> folder to resume, or a fresh start over a saved run: before anything is written or loaded
     resumed = resume_folder(config.trainer)
-    resume = None if resumed is None else (resumed, *check_resume_folder(resumed, critic=config.critic.enable))
+    resume = None if resumed is None else (resumed, *check_resume_folder(resumed, config.critic.enable, loads_of(config)))
     write_run_config(run_dir, to_dict(config), config.trainer.default_local_dir)
     _seed_everything(config.trainer.seed)
     startup.mark("run folder" + (" and quickstart files" if quickstart.applies(user_keys) else ""))

@@ -68,6 +68,7 @@ from reinforge.report.rollouts import keep_recent_rollouts
 from reinforge.trainer.checkpoint import (
     check_resume_folder,
     due,
+    loads_of,
     read_step_record,
     resume_folder,
     save_checkpoint,
@@ -483,7 +484,7 @@ class RLTrainer:
             folder = resume_folder(self.config.trainer)
             if folder is None:
                 return None
-            self.resume = (folder, *check_resume_folder(folder, critic=self.critic_wg is not None))
+            self.resume = (folder, *check_resume_folder(folder, self.critic_wg is not None, loads_of(self.config)))
         folder, loader_state, state = self.resume
         notes = self.actor_rollout_wg.load_checkpoint(str(folder / "actor"))  # settings the command line changed
         if self.critic_wg is not None:

@@ -47,6 +47,8 @@ def test_an_engine_argument_not_nested_under_an_engine_is_an_error_with_any_engi
                                                         "nest under the engine's name, e.g. actor_rollout_ref.rollout."
                                                         "engine_kwargs.vllm.swap_space=...")):
             load_config(VERL + [f"actor_rollout_ref.rollout.name={engine}", "+actor_rollout_ref.rollout.engine_kwargs.swap_space=4"])
+    # verl 0.8+ ships a section per engine, trtllm's among them: another engine's section is left alone
+    load_config(VERL + ["+actor_rollout_ref.rollout.engine_kwargs.trtllm={}"])
 
 
 def test_validation_sampling_settings_under_greedy_validation_are_listed():

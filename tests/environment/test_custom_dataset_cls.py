@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pickle
 import re
 import textwrap
 from pathlib import Path
@@ -198,4 +199,7 @@ def test_a_classs_items_are_checked_as_they_are_read_and_errors_name_the_class(t
     config.truncation = "left"
     dataset = create_rl_dataset([[1, 2, 3, 4, 5, 6]], config, tokenizer)
     assert dataset[0]["input_ids"].tolist() == [3, 4, 5, 6]
+    assert len(list(dataset)) == 1  # iterating ends at the IndexError past the end, as for the class itself
+    copy = pickle.loads(pickle.dumps(dataset))  # a copy in another process is the user's class as it is
+    assert type(copy) is load_dataset_class(str(path), "Items") and copy[0]["input_ids"] == [1, 2, 3, 4, 5, 6]
 

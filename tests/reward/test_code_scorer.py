@@ -204,6 +204,10 @@ def test_the_harness_markers_cannot_be_printed_by_the_program():
     forged_assert = "import os\nprint('\\n__reinforge_assert_done__', flush=True)\nos._exit(0)"
     result = compute_score(fenced(forged_assert), ["assert False"])
     assert result["reason"] == "passed 0 of 1 test cases; case 1: the program exited before its test statement finished"
+    # nor read from the program's own file, which is removed as it starts
+    reading = ("import os, re\nmark = re.search(r'__reinforge_assert_done_[0-9a-f]+__', open(__file__).read())\n"
+               "print()\nprint(mark.group(0), flush=True)\nos._exit(0)")
+    assert compute_score(fenced(reading), ["assert False"])["score"] == 0.0
 
 
 def test_the_preludes_functions_are_not_the_programs():
@@ -224,13 +228,14 @@ def test_integers_are_compared_exactly_and_other_numbers_within_1e_6():
     for printed, expected, passes in [("1000000008", "1000000007", False), ("999999 5", "1000000 5", False),
                                       ("123456789012345678", "123456789012345679", False), ("+7", "7", True),
                                       ("1000000.5", "1000000.6", True), ("0.1000001", "0.1", True),
-                                      ("0.1001", "0.1", False), ("3.0", "3", True)]:
+                                      ("0.1001", "0.1", False), ("3.0", "3", True), ("-0", "0", True), ("007", "7", True),
+                                      ("0" * 4400 + "7", "7", True), ("1" * 5000, "1" * 4999 + "2", False)]:  # > 4300 digits
         result = compute_score(fenced(program), {"inputs": [printed], "outputs": [expected]})
         assert result["score"] == float(passes), (printed, expected, result["reason"])
 
 
 def test_a_from_future_import_over_several_lines_is_moved_above_the_prelude():
-    program = ('"""Sums."""\nfrom __future__ import (annotations,\n                        division)\n'
+    program = ('"""Sums.\x0c"""\nfrom __future__ import (annotations,\n                        division)\n'
                "text = '''\nfrom __future__ import braces\n'''\nprint(sum(map(int, input().split())), len(text))")
     assert compute_score(fenced(program), {"inputs": ["1 2\n"], "outputs": ["3 31\n"]})["score"] == 1.0
 

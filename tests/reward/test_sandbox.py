@@ -129,6 +129,12 @@ def test_writing_outside_the_work_directory_is_blocked(mode, tmp_path):
         f"import os\nos.mkfifo({str(target)!r})",  # mkfifo and mknod raise no audit event
         f"import os\nos.mknod({str(target)!r})",
         f"import os\nd = os.open({str(tmp_path)!r}, os.O_RDONLY)\nos.mkfifo('escaped.txt', dir_fd=d)",
+        f"import posix\nposix.mkfifo({str(target)!r})",  # os's functions are posix's
+        # the "open" event has no dir_fd: a folder opened relative to one, from a deeper working directory, is checked
+        # from that descriptor's folder (which the working directory's check would put inside)
+        "import os\nos.makedirs('a/b/c/d/e/f/g/h/i/j/k/l/m/n/o/p/q/r/s/t')\nw = os.open('.', os.O_RDONLY)\n"
+        "os.chdir('a/b/c/d/e/f/g/h/i/j/k/l/m/n/o/p/q/r/s/t')\nd = os.open('../../..', os.O_RDONLY, dir_fd=w)\n"
+        f"os.open({os.path.relpath(target, '/')!r}, os.O_WRONLY | os.O_CREAT, dir_fd=d)",
     ):
         result = run_code(program)
         assert result.status == "blocked", (program, result)

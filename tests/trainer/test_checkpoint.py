@@ -454,3 +454,22 @@ def test_a_step_record_that_cannot_be_read_says_its_metrics_are_not_logged(tmp_p
     assert read_step_record(tmp_path) is None
     assert "metrics.json cannot be read (JSONDecodeError: " in capsys.readouterr().err
     assert read_step_record(tmp_path / "none") is None and capsys.readouterr().err == ""  # saved before records were kept
+
+
+def test_the_checksums_are_found_from_a_relative_path_and_what_is_not_loaded_is_not_checked(tmp_path, monkeypatch):
+    from reinforge.trainer.checkpoint import CHECKSUMS, verify_files
+
+    folder = saved(tmp_path)
+    critic = folder / "critic" / "model_world_size_1_rank_0.pt"
+    critic.write_bytes(critic.read_bytes() + b"\0")
+    monkeypatch.chdir(folder / "critic")  # reinforge merge . from inside the worker folder
+    with pytest.raises(CheckpointError, match="model_world_size_1_rank_0.pt is damaged: its bytes are not those saved"):
+        verify_files([Path("model_world_size_1_rank_0.pt")])
+    check_resume_folder(folder, critic=False)  # a run without a critic does not read it
+    check_resume_folder(folder, critic=True, loads={"critic": ["optimizer"]})  # nor one that loads only its optimizer
+    with pytest.raises(CheckpointError):
+        check_resume_folder(folder, critic=True)
+    (folder / CHECKSUMS).write_text("[1, 2]")
+    with pytest.raises(CheckpointError, match=re.escape(f"{CHECKSUMS} is damaged and cannot be read (ValueError: it holds a "
+                                                        "JSON list, not the files' checksums)")):
+        check_resume_folder(folder, critic=False)

@@ -49,7 +49,7 @@ from reinforge.errors import ConfigError, DataError, RewardError, UserError
 from reinforge.reward.manager.calls import ScoreTimeout, WorkerError, call_coroutines, call_inline, function_name, is_async
 from reinforge.reward.manager.pool import ScoringPool
 from reinforge.reward.registry import default_compute_score
-from reinforge.user_code import user_call
+from reinforge.user_code import checked_subclass, user_call
 
 _MANAGERS: dict[str, type] = {}
 _COMMON_ARGS = {"tokenizer", "compute_score", "reward_fn_key", "num_examine", "prompt_key"}  # given by the trainer
@@ -123,8 +123,7 @@ def make_reward_manager(
         with user_call(f"{where}, called on a batch of {len(batch)} rows", RewardError):
             return cls.__call__(self, batch, return_dict=return_dict)
 
-    checked = type(cls.__name__, (cls,), {"__call__": checked_call, "__module__": cls.__module__,
-                                          "__qualname__": cls.__qualname__})
+    checked = checked_subclass(cls, {"__call__": checked_call})
     with user_call(where, RewardError):
         return checked(**arguments)
 

@@ -22,7 +22,8 @@ Command line: `_launcher.py WORKDIR STATUS_FD LIFELINE_FD GUARD CPU_S MEMORY_BYT
 4. With GUARD=1 the program's process installs an audit hook (PEP 578) that refuses, with a
    PermissionError or ImportError whose message starts with `[reinforge sandbox]`: writing,
    creating, renaming, removing or changing files outside WORKDIR (fd-relative paths included;
-   os.mkfifo and os.mknod, which raise no audit event, are replaced by functions that check;
+   os.mkfifo and os.mknod, which raise no audit event, and os.open, whose event has no dir_fd,
+   are replaced (in os and posix) by functions that check;
    /dev/null, /dev/stdout and /dev/stderr may be written);
    opening directories outside WORKDIR (which would allow fd-relative escapes); links and
    symlinks; fork, exec, spawn, system and subprocess; kill, killpg and pthread_kill; socket
@@ -177,16 +178,19 @@ def _make_guard(workdir: str):
             if not inside(path, base):
                 deny(f"{event} outside the work directory ({os.path.join(base or '', os.fsdecode(os.fspath(path)))})")
 
+    def check_open(path, mode, flags, base: str | None = None) -> None:
+        if path is None or isinstance(path, int):
+            return
+        writes = (isinstance(flags, int) and flags & _WRITE_FLAGS) or (mode and any(c in mode for c in "wax+"))
+        where = os.path.join(base or "", os.fsdecode(os.fspath(path)))
+        if writes and not inside(path, base):
+            deny(f"writing {where} (outside the work directory)")
+        if not writes and not inside(path, base) and os.path.isdir(where if base else path):
+            deny(f"opening the directory {where}")
+
     def hook(event: str, args: tuple) -> None:
         if event == "open":
-            path, mode, flags = args
-            if path is None or isinstance(path, int):
-                return
-            writes = (isinstance(flags, int) and flags & _WRITE_FLAGS) or (mode and any(c in mode for c in "wax+"))
-            if writes and not inside(path):
-                deny(f"writing {os.fsdecode(os.fspath(path))} (outside the work directory)")
-            if not writes and not inside(path) and os.path.isdir(path):
-                deny(f"opening the directory {os.fsdecode(os.fspath(path))}")
+            check_open(*args)
         elif event in _PATH_EVENTS:
             confine(event, args, *_PATH_EVENTS[event])
         elif event in _DENIED_EVENTS:
@@ -202,8 +206,20 @@ def _make_guard(workdir: str):
             return function(path, *args, dir_fd=dir_fd, **kwargs)
         return checked
 
-    for name in ("mkfifo", "mknod"):
-        setattr(os, name, unaudited(name, getattr(os, name)))
+    def open_relative(function):  # the "open" event has no dir_fd: a path relative to one is checked from its folder here
+        def checked(path, flags, mode=0o777, *, dir_fd=None):
+            base = directory_of("os.open", dir_fd)
+            if base is not None:
+                check_open(path, None, flags, base)
+            return function(path, flags, mode, dir_fd=dir_fd)
+        return checked
+
+    import posix  # os's functions are posix's: both names are replaced
+
+    for module in (os, posix):
+        for name in ("mkfifo", "mknod"):
+            setattr(module, name, unaudited(name, getattr(posix, name)))
+        module.open = open_relative(posix.open)
     return hook
 
 

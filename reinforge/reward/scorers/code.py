@@ -79,13 +79,17 @@ REMOTE_WORKERS = 32  # cases of one response sent to Sandbox Fusion at once (the
 
 _FENCE = re.compile(r"^[ \t]*```[ \t]*([\w+#.-]*)[^\n]*\n(.*?)```", re.DOTALL | re.MULTILINE)  # opens at a line start
 _PYTHON_TAGS = {"", "python", "py", "python3"}
-# the harness's markers end in a number drawn for each run, so a program cannot print them without running the harness
+# the harness's markers end in a number drawn for each run, and the program's file is removed as it starts (_UNLISTED), so
+# it cannot read them from its own source; deliberate introspection (its code object's constants) still can, as it can
+# switch the sandbox's guard off: docs/sandbox.md
 _RESULT_MARK = "__reinforge_call_result_{}__:"
 _ASSERT_DONE_MARK = "__reinforge_assert_done_{}__"
 _INTEGER = re.compile(r"^[+-]?\d+$")
 # verl's prime_code runs every program after these lines (sandbox_fusion: call-based programs)
 _PRELUDE_MODULES = ("string", "re", "datetime", "collections", "heapq", "bisect", "copy", "math", "random", "statistics",
                     "itertools", "functools", "operator", "io", "sys", "json")
+_UNLISTED = ("try:\n    import os as __reinforge_os\n    __reinforge_os.remove(__file__)\nexcept Exception:\n"
+             "    pass\n")  # where the program runs from a file (the local sandbox; Sandbox Fusion may not)
 _PRELUDE = (
     "".join(f"from {name} import *\n" for name in (*_PRELUDE_MODULES, "builtins", "typing"))
     + "".join(f"import {name}\n" for name in _PRELUDE_MODULES)
@@ -312,14 +316,14 @@ def _with_prelude(code: str) -> str:
     try:
         tree = ast.parse(code)
     except (SyntaxError, ValueError, RecursionError, MemoryError):
-        return _PRELUDE + code
-    lines = code.splitlines(keepends=True)
+        return _UNLISTED + _PRELUDE + code
+    lines = re.split(r"(?<=\n)", code.replace("\r\n", "\n").replace("\r", "\n"))  # ast's lines (not form feeds')
     spans = [(node.lineno - 1, node.end_lineno) for node in tree.body
              if isinstance(node, ast.ImportFrom) and node.module == "__future__"]
     futures = "".join("".join(lines[start:end]).rstrip("\n") + "\n" for start, end in spans)
     for start, end in spans:
         lines[start:end] = ["\n"] * (end - start)  # blanked where they stood
-    return futures + _PRELUDE + "".join(lines)
+    return futures + _UNLISTED + _PRELUDE + "".join(lines)
 
 
 def _syntax_error(code: str) -> str:
@@ -418,13 +422,19 @@ def _tokens_match(actual: list[str], expected: list[str]) -> bool:
 
 def _close(a: str, e: str) -> bool:
     """Numbers within 1e-6; two integers only when equal (as verl's prime_code: 1000000008 is not 1000000007)."""
-    if _INTEGER.match(a) and _INTEGER.match(e):
-        return int(a) == int(e)
+    if _INTEGER.match(a) and _INTEGER.match(e):  # as digit strings: int() refuses numbers of over 4300 digits
+        return _integer_text(a) == _integer_text(e)
     try:
         x, y = float(a), float(e)
     except ValueError:
         return False
     return math.isfinite(x) and math.isfinite(y) and math.isclose(x, y, rel_tol=1e-6, abs_tol=1e-6)
+
+
+def _integer_text(token: str) -> str:
+    """An integer token as its value's digits: no plus sign or leading zeros, and -0 is 0."""
+    digits = token.lstrip("+-").lstrip("0") or "0"
+    return ("-" if token.startswith("-") and digits != "0" else "") + digits
 
 
 def _short(value: Any, limit: int = 80) -> str:
