@@ -37,7 +37,7 @@ from torch.utils.data import Dataset
 
 from reinforge.environment import data_files, multimodal
 from reinforge.environment.data_files import check_row, file_list, is_text_prompt, preview, read_rows, shape_prompt, to_messages
-from reinforge.environment.user_dataset import create_user_dataset, load_dataset_class
+from reinforge.environment.user_dataset import create_user_dataset, load_dataset_class, prompt_ids
 from reinforge.errors import ConfigError, DataError, ModelError
 
 TRUNCATION_MODES = ("error", "left", "right", "middle")
@@ -405,7 +405,7 @@ def collate_prompts(items: list[dict[str, Any]], pad_token_id: int) -> dict[str,
     """
     if not items:
         raise ValueError("collate_prompts needs at least one item")
-    prompts = [_unpadded_ids(item, i) for i, item in enumerate(items)]
+    prompts = [prompt_ids(item, f"Dataset item {i}") for i, item in enumerate(items)]
     length = max(len(p) for p in prompts)
     input_ids = torch.full((len(items), length), pad_token_id, dtype=torch.long)  # (batch, prompt_len)
     attention_mask = torch.zeros((len(items), length), dtype=torch.long)
@@ -422,17 +422,6 @@ def collate_prompts(items: list[dict[str, Any]], pad_token_id: int) -> dict[str,
     return batch
 
 
-def _unpadded_ids(item: dict[str, Any], i: int) -> torch.Tensor:
-    if not isinstance(item, dict) or "input_ids" not in item:
-        keys = sorted(item) if isinstance(item, dict) else preview(item)
-        raise DataError(f"Dataset item {i} has no input_ids ({keys}); a Dataset's items are dicts with the prompt's "
-                        "token ids as input_ids (1-D), and data_source, reward_model, extra_info for the reward.")
-    ids = torch.as_tensor(item["input_ids"], dtype=torch.long)
-    if ids.dim() != 1:
-        raise DataError(f"Dataset item {i}: input_ids must be 1-D (one prompt), got shape {tuple(ids.shape)}.")
-    if "attention_mask" in item:
-        ids = ids[torch.as_tensor(item["attention_mask"]).bool()]
-    return ids
 
 
 def collate_fn(pad_token_id: int) -> Callable[[list[dict[str, Any]]], dict[str, Any]]:

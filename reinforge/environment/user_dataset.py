@@ -49,6 +49,21 @@ def create_user_dataset(cls: type, kwargs: dict[str, Any], path: str) -> Dataset
         return checked(**kwargs)
 
 
+def prompt_ids(item: Any, where: str) -> torch.Tensor:
+    """A Dataset item's prompt token ids (1-D, cut down by its own attention_mask when it has one); DataError naming
+    `where` ("Dataset item 3", or the class and item) when the item is not a dict with 1-D input_ids."""
+    if not isinstance(item, dict) or "input_ids" not in item:
+        keys = sorted(item) if isinstance(item, dict) else preview(item)
+        raise DataError(f"{where} has no input_ids ({keys}); a Dataset's items are dicts with the prompt's token ids as "
+                        "input_ids (1-D), and data_source, reward_model, extra_info for the reward.")
+    ids = torch.as_tensor(item["input_ids"], dtype=torch.long)
+    if ids.dim() != 1:
+        raise DataError(f"{where}: input_ids must be 1-D (one prompt), got shape {tuple(ids.shape)}.")
+    if "attention_mask" in item:
+        ids = ids[torch.as_tensor(item["attention_mask"]).bool()]
+    return ids
+
+
 def _check_token_ids(self, vocab_size: int, setting: str) -> None:
     """Token ids of `vocab_size` or more, which the model (its path the config `setting`) has no embedding for, are refused
     when their item is read (a class's items are not all read at start)."""
@@ -68,15 +83,7 @@ def _checked_getitem(self, index: int) -> dict[str, Any]:
         raise
     except Exception as error:
         raise DataError(f"{where}: __getitem__ failed: {type(error).__name__}: {error}") from error
-    if not isinstance(item, dict) or "input_ids" not in item:
-        keys = sorted(item) if isinstance(item, dict) else preview(item)
-        raise DataError(f"{where} has no input_ids ({keys}); the items are dicts with the prompt's token ids as input_ids "
-                        "(1-D), and data_source, reward_model, extra_info for the reward.")
-    ids = torch.as_tensor(item["input_ids"], dtype=torch.long)
-    if ids.dim() != 1:
-        raise DataError(f"{where}: input_ids must be 1-D (one prompt), got shape {tuple(ids.shape)}.")
-    if "attention_mask" in item:
-        ids = ids[torch.as_tensor(item["attention_mask"]).bool()]
+    ids = prompt_ids(item, where)
     vocab_size = reading["vocab_size"]
     if vocab_size is not None and len(ids) and (int(ids.max()) >= vocab_size or int(ids.min()) < 0):
         bad = int(ids.max()) if int(ids.max()) >= vocab_size else int(ids.min())
