@@ -169,6 +169,10 @@ def _remade(cls: type, state):
     made = cls.__new__(cls)
     if hasattr(made, "__setstate__"):
         made.__setstate__(state)
-    elif isinstance(state, dict):
-        vars(made).update(state)
+        return made
+    attributes, slots = state if isinstance(state, tuple) else (state, None)  # (dict, slots) for a class with __slots__
+    if attributes:
+        vars(made).update(attributes)
+    for name, value in (slots or {}).items():
+        object.__setattr__(made, name, value)
     return made

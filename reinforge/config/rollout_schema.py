@@ -197,6 +197,7 @@ class RolloutConfig(Node):
 
 
 ENGINE_SECTIONS = ("vllm", "sglang")  # rollout.engine_kwargs nests the pass-through arguments by engine, as verl does
+OTHER_ENGINES = ("trtllm",)  # sections verl's configs ship (empty) for engines reinforge does not have
 
 
 def check_engine_kwargs(engine_kwargs: dict, name: str = "vllm") -> None:
@@ -204,8 +205,7 @@ def check_engine_kwargs(engine_kwargs: dict, name: str = "vllm") -> None:
     no engine would take it there). Sections of engines reinforge does not have (verl's trtllm: {}) are left alone."""
     from reinforge.errors import ConfigError
 
-    unknown = [key for key, value in engine_kwargs.items()
-               if key not in ENGINE_SECTIONS and value is not None and not isinstance(value, dict)]
+    unknown = [key for key, value in engine_kwargs.items() if key not in ENGINE_SECTIONS and key not in OTHER_ENGINES]
     if unknown:
         raise ConfigError(f"actor_rollout_ref.rollout.engine_kwargs.{unknown[0]}: engine arguments nest under the engine's "
                           f"name, e.g. actor_rollout_ref.rollout.engine_kwargs.{name}.{unknown[0]}=...")

@@ -17,6 +17,7 @@ the loader reads it, with errors that name `data.custom_cls`, the class and the 
 
 from __future__ import annotations
 
+import operator
 from typing import Any
 
 import torch
@@ -60,7 +61,11 @@ def prompt_ids(item: Any, where: str) -> torch.Tensor:
     if ids.dim() != 1:
         raise DataError(f"{where}: input_ids must be 1-D (one prompt), got shape {tuple(ids.shape)}.")
     if "attention_mask" in item:
-        ids = ids[torch.as_tensor(item["attention_mask"]).bool()]
+        mask = torch.as_tensor(item["attention_mask"]).bool()
+        if mask.shape != ids.shape:
+            raise DataError(f"{where}: attention_mask has shape {tuple(mask.shape)}, input_ids {tuple(ids.shape)}; give "
+                            "them the same length, or leave attention_mask out")
+        ids = ids[mask]
     return ids
 
 
@@ -76,7 +81,11 @@ def _checked_getitem(self, index: int) -> dict[str, Any]:
     try:
         item = super(type(self), self).__getitem__(index)
     except IndexError as error:
-        if isinstance(index, int) and 0 <= index < len(self):
+        try:
+            within = 0 <= operator.index(index) < len(self)
+        except TypeError:  # no __len__, or an index that is no integer: the class's own error stands
+            raise error from None
+        if within:
             raise DataError(f"{where}: __getitem__ failed: IndexError: {error}") from error
         raise  # past the end: how iterating a Dataset (`for item in dataset`) ends
     except UserError:

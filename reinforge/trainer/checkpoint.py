@@ -453,7 +453,7 @@ def check_resume_folder(folder: Path, critic: bool, loads: dict[str, list] | Non
             if file.is_file() and not os.access(file, os.R_OK):
                 raise unreadable(file, PermissionError(errno.EACCES, os.strerror(errno.EACCES)))
         verify_files(dict.fromkeys(read))
-        for file in [folder / "data.pt", *sorted(folder.glob("*/*.pt"))]:  # torch.save writes zip archives
+        for file in dict.fromkeys(file for file in read if file.suffix == ".pt" and file.is_file()):  # zip archives
             if not zipfile.is_zipfile(file):
                 raise damaged(file, ValueError("not a complete torch.save archive"))
         return read_trainer_state(folder)

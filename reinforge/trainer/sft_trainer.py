@@ -168,8 +168,7 @@ class SFTTrainer:
 
         contents = self.config.trainer.checkpoint["load_contents"]
         built = group_settings(self.optimizer)
-        if rank() == 0:  # against the save's checksums.json (trainer/checkpoint.py); one rank reads them all
-            verify_files(sorted(folder.glob("*.pt")))
+        verify_files(sorted(folder.glob("*.pt")))  # against the save's checksums.json (trainer/checkpoint.py), on every rank
         extra = load_training_state(str(folder), contents, self.model, self.optimizer, self.device, key="trainer")
         if extra is not None:
             self.scheduler.load_state_dict(extra["lr_scheduler"])

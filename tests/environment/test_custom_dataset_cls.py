@@ -201,5 +201,9 @@ def test_a_classs_items_are_checked_as_they_are_read_and_errors_name_the_class(t
     assert dataset[0]["input_ids"].tolist() == [3, 4, 5, 6]
     assert len(list(dataset)) == 1  # iterating ends at the IndexError past the end, as for the class itself
     copy = pickle.loads(pickle.dumps(dataset))  # a copy in another process is the user's class as it is
+    dataset.items[0]["attention_mask"] = [1, 1]
+    with pytest.raises(DataError, match=re.escape("item 0: attention_mask has shape (2,), input_ids (6,)")):
+        dataset[0]
+    dataset.items[0].pop("attention_mask")
     assert type(copy) is load_dataset_class(str(path), "Items") and copy[0]["input_ids"] == [1, 2, 3, 4, 5, 6]
 

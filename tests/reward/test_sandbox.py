@@ -135,10 +135,16 @@ def test_writing_outside_the_work_directory_is_blocked(mode, tmp_path):
         "import os\nos.makedirs('a/b/c/d/e/f/g/h/i/j/k/l/m/n/o/p/q/r/s/t')\nw = os.open('.', os.O_RDONLY)\n"
         "os.chdir('a/b/c/d/e/f/g/h/i/j/k/l/m/n/o/p/q/r/s/t')\nd = os.open('../../..', os.O_RDONLY, dir_fd=w)\n"
         f"os.open({os.path.relpath(target, '/')!r}, os.O_WRONLY | os.O_CREAT, dir_fd=d)",
+        # a str subclass answering the guard's own checks; the unchecked posix functions by a fresh import; a working
+        # directory outside (the check and the call would race on it); C modules that create files unaudited
+        f"class S(str):\n    startswith = endswith = lambda *a: False\nopen(S({str(target)!r}), 'w')",
+        f"import sys\ndel sys.modules['posix']\nimport posix\nposix.mkfifo({str(target)!r})",
+        f"import os\nos.chdir({str(tmp_path)!r})\nopen('escaped.txt', 'w')",
+        f"import sqlite3\nsqlite3.connect({str(target)!r})",
     ):
         result = run_code(program)
         assert result.status == "blocked", (program, result)
-        assert result.reason.startswith("PermissionError: [reinforge sandbox]")
+        assert result.reason.startswith(("PermissionError: [reinforge sandbox]", "ImportError: [reinforge sandbox]"))
         assert not target.exists()
 
 

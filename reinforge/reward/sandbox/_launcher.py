@@ -27,8 +27,10 @@ Command line: `_launcher.py WORKDIR STATUS_FD LIFELINE_FD GUARD CPU_S MEMORY_BYT
    /dev/null, /dev/stdout and /dev/stderr may be written);
    opening directories outside WORKDIR (which would allow fd-relative escapes); links and
    symlinks; fork, exec, spawn, system and subprocess; kill, killpg and pthread_kill; socket
-   connect, bind, sendto, sendmsg and name lookups; raising resource limits; importing ctypes,
-   cffi or _posixsubprocess, and any ctypes call. An audit hook cannot be removed, but deliberate
+   connect, bind, sendto, sendmsg and name lookups; raising resource limits; a working directory
+   outside WORKDIR; importing ctypes, cffi, _posixsubprocess, the C modules that create files
+   unaudited (_sqlite3, readline, _posixshmem, _multiprocessing) and, once the guard is set, posix
+   anew; and any ctypes call. An audit hook cannot be removed, but deliberate
    Python code can still defeat it (through frames, or by replacing the os.path functions the
    checks call), and native code is not audited: it is no security boundary (docs/sandbox.md).
 5. WORKDIR/main.py then runs as `__main__`; its exceptions and exit status are the run's.
@@ -37,6 +39,7 @@ Only the standard library is used, and nothing is imported from reinforge: under
 sandboxed interpreter need not see this package.
 """
 
+import operator
 import os
 import resource
 import signal
@@ -70,7 +73,9 @@ _DENIED_EVENTS = {
     "resource.prlimit": "changing resource limits",
 }
 _ALWAYS_WRITABLE = {os.devnull, "/dev/stdout", "/dev/stderr"}
-_DENIED_MODULES = {"ctypes", "_ctypes", "cffi", "_cffi_backend", "_posixsubprocess"}
+# C modules that start processes or create files unaudited (sqlite3 databases, readline's history, shared memory)
+_DENIED_MODULES = {"ctypes", "_ctypes", "cffi", "_cffi_backend", "_posixsubprocess", "_sqlite3", "readline", "_posixshmem",
+                   "_multiprocessing"}
 # event -> (indexes of path arguments, indexes of dir_fd arguments)
 _PATH_EVENTS = {
     "os.remove": ((0,), (1,)),
@@ -150,11 +155,13 @@ def _die_with_caller(lifeline_fd: int, program: int, workdir: str) -> None:
 def _make_guard(workdir: str):
     root = os.path.realpath(workdir)
 
+    guarded: list[bool] = []
+
     def deny(what: str, error: type[Exception] = PermissionError) -> None:
         raise error(f"{BLOCKED} {what} is not allowed in the sandbox")
 
     def inside(path, base: str | None = None) -> bool:
-        path = os.fsdecode(os.fspath(path))
+        path = str.__str__(os.fsdecode(os.fspath(path)))  # an exact str: a subclass's own methods cannot answer for it
         if path in _ALWAYS_WRITABLE:
             return True
         full = os.path.normpath(os.path.join(base or os.getcwd(), path))
@@ -162,10 +169,10 @@ def _make_guard(workdir: str):
 
     def directory_of(event: str, dir_fd) -> str | None:
         """The folder a dir_fd argument names (None for none: CPython's events pass -1 then), as the kernel has it."""
-        if dir_fd is None or dir_fd == -1:
+        if dir_fd is None or (type(dir_fd) is int and dir_fd == -1):
             return None
         try:
-            return os.readlink(f"/proc/self/fd/{int(dir_fd)}")
+            return os.readlink(f"/proc/self/fd/{operator.index(dir_fd)}")
         except (OSError, TypeError, ValueError):
             deny(f"{event} relative to a directory descriptor")
 
@@ -197,29 +204,46 @@ def _make_guard(workdir: str):
             deny(_DENIED_EVENTS[event])
         elif event.startswith("ctypes."):
             deny("ctypes")
-        elif event == "import" and args[0].partition(".")[0] in _DENIED_MODULES:
+        elif event == "import" and (args[0].partition(".")[0] in _DENIED_MODULES or (guarded and args[0] == "posix")):
             deny(f"importing {args[0]}", ImportError)
+        elif event == "os.chdir" and not isinstance(args[0], int) and not inside(args[0]):
+            deny(f"changing the working directory to {os.fsdecode(os.fspath(args[0]))} (outside the work directory)")
+        elif event == "os.chdir" and isinstance(args[0], int) and not inside(directory_of("os.fchdir", args[0]) or "."):
+            deny("changing the working directory outside the work directory")
+
+    def plain(path, dir_fd):
+        """The path and descriptor as the call will use them, converted once (a check and a call must read the same)."""
+        path = path if isinstance(path, int) else os.fspath(path)
+        path = bytes(path) if isinstance(path, bytes) else path if isinstance(path, int) else str.__str__(path)
+        return path, (dir_fd if dir_fd is None else operator.index(dir_fd))
 
     def unaudited(name: str, function):  # os.mkfifo and os.mknod raise no audit event: checked here
         def checked(path, *args, dir_fd=None, **kwargs):
+            path, dir_fd = plain(path, dir_fd)
             confine(f"os.{name}", (path, dir_fd), (0,), (1,))
             return function(path, *args, dir_fd=dir_fd, **kwargs)
         return checked
 
     def open_relative(function):  # the "open" event has no dir_fd: a path relative to one is checked from its folder here
         def checked(path, flags, mode=0o777, *, dir_fd=None):
+            path, dir_fd = plain(path, dir_fd)
             base = directory_of("os.open", dir_fd)
             if base is not None:
                 check_open(path, None, flags, base)
             return function(path, flags, mode, dir_fd=dir_fd)
         return checked
 
-    import posix  # os's functions are posix's: both names are replaced
+    import posix  # os's functions are posix's: both names are replaced, and os.supports_dir_fd lists the replacements
 
-    for module in (os, posix):
-        for name in ("mkfifo", "mknod"):
-            setattr(module, name, unaudited(name, getattr(posix, name)))
-        module.open = open_relative(posix.open)
+    for name in ("mkfifo", "mknod", "open"):
+        original = getattr(posix, name)
+        checked = open_relative(original) if name == "open" else unaudited(name, original)
+        setattr(os, name, checked)
+        setattr(posix, name, checked)
+        if original in os.supports_dir_fd:
+            os.supports_dir_fd.discard(original)
+            os.supports_dir_fd.add(checked)
+    guarded.append(True)  # from now on, a fresh import of posix (with the unchecked functions) is refused
     return hook
 
 

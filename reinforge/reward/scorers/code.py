@@ -84,7 +84,7 @@ _PYTHON_TAGS = {"", "python", "py", "python3"}
 # switch the sandbox's guard off: docs/sandbox.md
 _RESULT_MARK = "__reinforge_call_result_{}__:"
 _ASSERT_DONE_MARK = "__reinforge_assert_done_{}__"
-_INTEGER = re.compile(r"^[+-]?\d+$")
+_INTEGER = re.compile(r"^[+-]?[0-9]+$")
 # verl's prime_code runs every program after these lines (sandbox_fusion: call-based programs)
 _PRELUDE_MODULES = ("string", "re", "datetime", "collections", "heapq", "bisect", "copy", "math", "random", "statistics",
                     "itertools", "functools", "operator", "io", "sys", "json")
