@@ -91,12 +91,7 @@ def verify_files(files: Iterable[Path], advice: str | None = None) -> None:
         if root is None:
             continue
         if root not in manifests:
-            try:
-                manifests[root] = json.loads((root / CHECKSUMS).read_text())
-                if not isinstance(manifests[root], dict):
-                    raise ValueError(f"it holds a JSON {type(manifests[root]).__name__}, not the files' checksums")
-            except (OSError, ValueError) as error:
-                raise damaged(root / CHECKSUMS, error, advice) from error
+            manifests[root] = checksums_of(root, advice)
         entry = manifests[root].get(file.relative_to(root).as_posix())
         if not isinstance(entry, dict):
             continue
@@ -112,13 +107,18 @@ def verify_files(files: Iterable[Path], advice: str | None = None) -> None:
                                            f"{entry.get('bytes')} bytes, CRC-32 {entry.get('crc32')})"), advice)
 
 
-def _listed(folder: Path) -> list[str]:
-    """The files checksums.json of `folder` lists (none when it has none, or it cannot be read: `verify_files` says so)."""
+def checksums_of(folder: Path, advice: str | None = None) -> dict:
+    """What checksums.json of `folder` lists (relative path -> bytes and crc32; {} when it has none); a file that cannot
+    be read or holds no mapping is a CheckpointError naming it."""
+    if not (folder / CHECKSUMS).is_file():
+        return {}
     try:
         listed = json.loads((folder / CHECKSUMS).read_text())
-    except (OSError, ValueError):
-        return []
-    return list(listed) if isinstance(listed, dict) else []
+        if not isinstance(listed, dict):
+            raise ValueError(f"it holds a JSON {type(listed).__name__}, not the files' checksums")
+    except (OSError, ValueError) as error:
+        raise damaged(folder / CHECKSUMS, error, advice) from error
+    return listed
 
 
 def unreadable(path: Path, error: OSError) -> CheckpointError:
@@ -447,7 +447,7 @@ def check_resume_folder(folder: Path, critic: bool, loads: dict[str, list] | Non
         for role in roles:
             read += [folder / role / "huggingface" / "config.json"] if "model" in loads[role] else []
             read += sorted(file for file in (folder / role).glob("*.pt") if file.name.startswith(prefixes[role]))
-            read += [folder / name for name in _listed(folder) if name.startswith(f"{role}/") and name.endswith(".pt")
+            read += [folder / name for name in checksums_of(folder) if name.startswith(f"{role}/") and name.endswith(".pt")
                      and name.split("/")[-1].startswith(prefixes[role])]
         for file in read:
             if file.is_file() and not os.access(file, os.R_OK):

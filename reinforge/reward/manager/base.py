@@ -49,7 +49,7 @@ from reinforge.errors import ConfigError, DataError, RewardError, UserError
 from reinforge.reward.manager.calls import ScoreTimeout, WorkerError, call_coroutines, call_inline, function_name, is_async
 from reinforge.reward.manager.pool import ScoringPool
 from reinforge.reward.registry import default_compute_score
-from reinforge.user_code import checked_subclass, user_call
+from reinforge.user_code import checked_subclass, class_label, user_call
 
 _MANAGERS: dict[str, type] = {}
 _COMMON_ARGS = {"tokenizer", "compute_score", "reward_fn_key", "num_examine", "prompt_key"}  # given by the trainer
@@ -116,8 +116,7 @@ def make_reward_manager(
     if not is_users(name):
         return cls(**arguments)
     # the user's class: what it raises, made or called, is an error naming it (a subclass made for it calls it)
-    source = getattr(sys.modules.get(cls.__module__), "__file__", None) or cls.__module__
-    where = f"the reward manager {name!r} ({source}: {cls.__qualname__})"
+    where = f"the reward manager {name!r} ({class_label(cls)})"
 
     def checked_call(self, batch: Batch, return_dict: bool = False):
         with user_call(f"{where}, called on a batch of {len(batch)} rows", RewardError):

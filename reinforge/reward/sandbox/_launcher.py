@@ -213,8 +213,9 @@ def _make_guard(workdir: str):
 
     def plain(path, dir_fd):
         """The path and descriptor as the call will use them, converted once (a check and a call must read the same)."""
-        path = path if isinstance(path, int) else os.fspath(path)
-        path = bytes(path) if isinstance(path, bytes) else path if isinstance(path, int) else str.__str__(path)
+        if not isinstance(path, int):  # an exact str or bytes, not a subclass or an object with __fspath__
+            path = os.fspath(path)
+            path = bytes(path) if isinstance(path, bytes) else str.__str__(path)
         return path, (dir_fd if dir_fd is None else operator.index(dir_fd))
 
     def unaudited(name: str, function):  # os.mkfifo and os.mknod raise no audit event: checked here
