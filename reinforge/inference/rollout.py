@@ -32,10 +32,10 @@ AGENT_INPUT_KEYS = ("raw_prompt", "extra_info", "agent_name", MM_KEY)  # also re
 
 
 def rollout_inputs(batch: Batch) -> Batch:
-    """What generation needs of `batch`: its prompt tensors and seeds (moved out), the per-row fields agent loops read."""
-    moved = [*PROMPT_KEYS, *([SEED_KEY] if SEED_KEY in batch else [])]
-    present = [key for key in AGENT_INPUT_KEYS if key in batch]
-    return batch.pop(moved).union(batch.select(present, meta_info=False))
+    """What generation needs of `batch`: its prompt tensors (moved out), and its seeds and the per-row fields agent loops
+    read (copied: a generative reward model samples its verdict on a row with a seed derived from the row's)."""
+    present = [key for key in (*AGENT_INPUT_KEYS, SEED_KEY) if key in batch]
+    return batch.pop(list(PROMPT_KEYS)).union(batch.select(present, meta_info=False))
 
 
 def check_single_turn_row(where: str, agent_name: str | None) -> None:

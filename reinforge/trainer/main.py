@@ -5,7 +5,6 @@ from __future__ import annotations
 import contextlib
 import itertools
 import os
-import random
 import sys
 import time
 from pathlib import Path
@@ -53,14 +52,6 @@ def describe(config: Config, user_keys: list[str]) -> str:
     return "\n".join(lines)
 
 
-def _seed_everything(seed: int) -> None:
-    import torch
-
-    random.seed(seed)
-    np.random.seed(seed)
-    torch.manual_seed(seed)
-
-
 def run(config: Config, user_keys: list[str], startup: StartupClock | None = None) -> dict[str, float]:
     """Train as configured; returns the final validation metrics.
 
@@ -102,6 +93,7 @@ def _run_in(run_dir: Path, config: Config, user_keys: list[str], startup: Startu
     from reinforge.trainer.checkpoint import check_resume_folder, loads_of, resume_folder
     from reinforge.trainer.ppo_trainer import RLTrainer
     from reinforge.trainer.stop import latest_checkpoint
+    from reinforge.training.checkpoint_io import seed_rngs
     from reinforge.training.model import load_tokenizer, model_source, model_text_settings
     from reinforge.training.vision import load_processor
 
@@ -109,7 +101,7 @@ def _run_in(run_dir: Path, config: Config, user_keys: list[str], startup: Startu
     resumed = resume_folder(config.trainer)
     resume = None if resumed is None else (resumed, *check_resume_folder(resumed, config.critic.enable, loads_of(config)))
     write_run_config(run_dir, to_dict(config), config.trainer.default_local_dir)
-    _seed_everything(config.trainer.seed)
+    seed_rngs(config.trainer.seed)
     startup.mark("run folder" + (" and quickstart files" if quickstart.applies(user_keys) else ""))
 
     if not config.data.train_files and not config.data.custom_cls.path:  # a user's Dataset class may not read files

@@ -63,7 +63,7 @@ from reinforge.config.schema import Config
 from reinforge.distributed import WorkerGroup
 from reinforge.errors import ConfigError
 from reinforge.inference.rollout import AGENT_INPUT_KEYS, PROMPT_KEYS, SEED_KEY, concat_trajectories, rollout_inputs
-from reinforge.inference.seeds import RESAMPLE, TRAIN, derive_seed, row_seeds
+from reinforge.inference.seeds import BASELINE, RESAMPLE, TRAIN, derive_seed, row_seeds
 from reinforge.report.rollouts import keep_recent_rollouts
 from reinforge.trainer.checkpoint import (
     check_resume_folder,
@@ -258,10 +258,9 @@ class RLTrainer:
         return concat_trajectories(kept, self.tokenizer.pad_token_id).index(slice(0, wanted * n)), None
 
     def _generate(self, prompts: Batch, gen_batch: int, timing: dict) -> Batch:
-        """Repeat each prompt n times and generate (and, for ReMax, score a greedy response per prompt).
-
-        Each row's sampling seed follows from (trainer.seed, step, generation round, row), so a row samples the
-        same tokens however the rows are split over ranks, and a resumed run samples what the straight run did."""
+        """Repeat each prompt n times and generate (and, for ReMax, score a greedy response per prompt). Each row's sampling
+        seed follows from (trainer.seed, step, generation round, row), so a row samples the same tokens however the rows
+        are split over ranks, and a resumed run samples what the straight run did; a generative judge's seeds follow."""
         wg, n = self.actor_rollout_wg, self.config.actor_rollout_ref.rollout.n
         prompts.meta_info["trainer_state"] = state = trainer_state(self, self.global_steps - 1)  # TRL reward functions read it
         prompts["uid"] = [f"{self.global_steps}-{gen_batch}-{row}" for row in range(len(prompts))]  # one group per prompt
@@ -282,6 +281,7 @@ class RLTrainer:
                 greedy = prompts.select([*PROMPT_KEYS, *AGENT_INPUT_KEYS])  # agent loops read the row's messages and extra_info
                 greedy.meta_info["do_sample"] = False
                 baseline = prompts.select([k for k in prompts.keys() if k not in PROMPT_KEYS]).union(wg.generate_sequences(greedy))
+                baseline[SEED_KEY] = row_seeds(len(baseline), self.config.trainer.seed, BASELINE, self.global_steps, gen_batch)
                 batch["reward_baselines"] = self.reward_fn(baseline).sum(-1).repeat_interleave(n)
         return batch
 

@@ -23,17 +23,16 @@ from __future__ import annotations
 
 import contextlib
 import math
-import random
 import time
 from pathlib import Path
 
-import numpy as np
 import torch
 
 from reinforge.config.sft_schema import EACH_EPOCH, SFTConfig
 from reinforge.distributed.process_group import all_reduce, rank, world_size
 from reinforge.environment.sft_dataset import collate_examples
 from reinforge.trainer.checkpoint import due
+from reinforge.training.checkpoint_io import seed_rngs
 from reinforge.training.minibatch import backward_if_finite, clip_and_step, eval_mode, trim_padding
 from reinforge.training.optim import advance_schedule
 
@@ -258,9 +257,7 @@ def run_sft(config: SFTConfig, notes: list[str]) -> dict[str, float]:
     say = print if rank() == 0 else (lambda *args, **kwargs: None)
     for note in notes:
         say(f"reinforge: note: {note}", flush=True)
-    random.seed(config.trainer.seed)
-    np.random.seed(config.trainer.seed)
-    torch.manual_seed(config.trainer.seed)
+    seed_rngs(config.trainer.seed)
     _quiet_transformers()
     run_dir = Path(config.trainer.default_local_dir).resolve()
     say(f"reinforge: run folder {run_dir}", flush=True)

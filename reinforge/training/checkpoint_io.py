@@ -196,6 +196,15 @@ def _umask() -> int:
         return umask
 
 
+def seed_rngs(seed: int) -> None:
+    """Start this process's random streams (torch, numpy, Python) from `seed`: the driver and every worker process do,
+    so what draws from them (a user's tool, environment or loss) repeats, and a resumed run's saved streams are the
+    straight run's."""
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+
+
 def rng_state() -> dict:
     """This process's random streams (torch, numpy, Python, and this rank's CUDA device), for a checkpoint's extra state."""
     state = {"torch": torch.get_rng_state(), "numpy": np.random.get_state(), "python": random.getstate()}

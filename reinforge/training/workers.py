@@ -36,6 +36,7 @@ from reinforge.training.checkpoint_io import (
     load_training_state,
     rng_state,
     save_training_state,
+    seed_rngs,
     set_rng_state,
     write_hf_model,
 )
@@ -85,7 +86,7 @@ class ActorRolloutRefWorker:
     def init_model(self, total_training_steps: int) -> None:
         cfg = self.config.actor_rollout_ref
         init_distributed(self.device)
-        torch.manual_seed(self.config.trainer.seed)
+        seed_rngs(self.config.trainer.seed)  # each worker process's own streams (the driver seeds its own)
         self.tokenizer = load_tokenizer(self.config)
         if self.has_actor:
             model = load_causal_lm(self.config, self.device, trainable=True, dtype=cfg.actor.fsdp_config.model_dtype)

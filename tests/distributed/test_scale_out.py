@@ -19,10 +19,12 @@ from __future__ import annotations
 
 import json
 import math
+import random
 import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
@@ -121,6 +123,18 @@ def test_two_ray_workers_train_like_one_process(runs):
     start = read_full_model_state(runs["one"] / "global_step_1" / "actor", "test")
     end = read_full_model_state(runs["one"] / "global_step_3" / "actor", "test")
     assert max((end[k] - start[k]).abs().max().item() for k in start) > 1e-3
+
+
+def test_each_worker_process_starts_its_random_streams_from_the_seed(runs):
+    """Nothing in this run draws from numpy's or Python's stream, so each rank saves them as trainer.seed (1) starts them.
+    Unseeded, a worker process started them from the OS's entropy: a resume did not continue what the straight run had."""
+    numpy_state, python_state = np.random.RandomState(1).get_state(), random.Random(1).getstate()
+    for rank in (0, 1):
+        rng = torch.load(runs["two"] / "global_step_3" / "actor" / f"extra_state_world_size_2_rank_{rank}.pt",
+                         weights_only=False)["rng"]
+        assert rng["python"] == python_state, rank
+        assert [np.array_equal(a, b) if isinstance(a, np.ndarray) else a == b
+                for a, b in zip(rng["numpy"], numpy_state, strict=True)] == [True] * 5, rank
 
 
 @pytest.mark.parametrize("resumed, saved_by", [("two_from_one", "one"), ("one_from_two", "two")])

@@ -118,9 +118,9 @@ def test_judge_reads_the_filled_template_and_its_verdicts_are_parsed(tiny_model_
     seen = []
     verdicts = ["Fine.\nScore: 8", "Score: 15", "no idea", "Score: 2.5"]
 
-    def fixed_verdicts(prompts, params):
+    def fixed_verdicts(prompts, params, seeds=None):
         seen.extend(prompts)
-        assert params.max_tokens == 64 and params.greedy
+        assert params.max_tokens == 64 and params.greedy and seeds is None  # a batch without sample_seeds
         return [GenerationOutput(token_ids=tokenizer(text, add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id])
                 for text in verdicts]
 
@@ -170,6 +170,25 @@ def test_a_tiny_judge_generates_end_to_end(tiny_model_path, tokenizer):
             assert scored["rm_scores"][row, length - 1].item() == (min(float(digits[-1]), 4.0) if digits else 0.0)
     assert any(scored["rm_truncated"]) and any(scored["judge_parse_failed"]) and not all(scored["judge_parse_failed"])
 
+
+def test_a_sampling_judge_seeds_each_verdict_from_its_rows_seed(tiny_model_path, tokenizer):
+    """With each row's `sample_seeds`, a row's sampled verdict is the same judged with the whole batch, judged in parts (as
+    ranks judge their shares) or judged again (as a resumed run does): the engine's own random stream plays no part."""
+    batch = make_batch(tokenizer)
+    batch["sample_seeds"] = torch.tensor([11, 12, 13, 14])
+    group = LocalWorkerGroup(RewardModelWorker, judge_config(
+        tiny_model_path, "reward_model.judge.apply_chat_template=false", "reward_model.judge.max_new_tokens=12",
+        "reward_model.judge.temperature=1.0"))
+    group.init_model()
+    worker = group.workers[0]
+
+    def verdicts(rows: slice) -> list[str]:
+        return worker.judge.judge(batch.index(rows), worker.input_tokenizer).verdicts
+
+    whole = verdicts(slice(0, 4))
+    assert len(set(whole)) == 4  # sampled: four rows, four different verdicts
+    assert verdicts(slice(2, 4)) + verdicts(slice(0, 2)) == whole[2:] + whole[:2]
+    assert verdicts(slice(0, 4)) == whole
 
 
 def test_one_training_step_with_a_judge_alone_and_validation(run_steps, tiny_model_path, tmp_path):

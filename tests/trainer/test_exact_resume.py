@@ -45,6 +45,20 @@ CASES = {
 }
 
 
+def test_a_sampling_judge_resumes_exactly(small_run, tiny_model_path, tmp_path):
+    """A generative reward model sampling its verdicts (temperature > 0) samples each with a seed derived from its row's,
+    so the resumed run's verdicts, rewards and updates are the straight run's (it drew from the engine's own stream,
+    which no checkpoint holds: the first resumed step scored 1.75 where the straight run scored 5.0)."""
+    judge = ["custom_reward_function.path=null", "reward_model.reward_manager=batch", "reward_model.enable=true",
+             f"reward_model.model.path={tiny_model_path}", "reward_model.judge.enable=true",
+             "reward_model.judge.apply_chat_template=false", "reward_model.judge.max_score=9",
+             r"reward_model.judge.score_pattern='(\d)'", "reward_model.judge.prompt_template='sun {response} 4 7 1 moon:'",
+             "reward_model.judge.max_new_tokens=48", "reward_model.judge.temperature=0.3", "data.max_samples=8"]
+    straight = assert_resumes_exactly([*small_run, *judge], tmp_path, stop_after=2, total=3)
+    scores = [r["critic/score/mean"] for r in straight if "training/global_step" in r]
+    assert len(set(scores)) > 1  # the verdicts vary: the judge samples
+
+
 @pytest.mark.parametrize("case", list(CASES))
 def test_stop_and_resume_equals_a_straight_run(case, small_run, tmp_path):
     extra, stop_after, total = CASES[case]
