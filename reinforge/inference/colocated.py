@@ -25,6 +25,7 @@ from collections.abc import Iterable, Iterator
 from types import ModuleType
 
 import torch
+from packaging.version import Version
 
 from reinforge.config.rollout_schema import check_engine_kwargs
 from reinforge.distributed.process_group import full_tensor
@@ -122,6 +123,9 @@ class ColocatedEngine(InferenceEngine):
     def _resume(self, tags: tuple[str, ...]) -> None:
         """Take back the memory of `tags` ("weights", then the KV cache's tags)."""
 
+    def _before_push(self) -> None:
+        """Prepare the engine for a push (SGLang 0.5.21+ opens a weight-update session)."""
+
     @abstractmethod
     def _load_bucket(self, bucket: list[tuple[str, torch.Tensor]]) -> None:
         """Copy one bucket of (HF name, tensor) into the engine's model."""
@@ -166,6 +170,7 @@ class ColocatedEngine(InferenceEngine):
         """Send the source's weights in buckets, then drop the caches computed with the old ones."""
         if self.source is None:
             raise RuntimeError("the engine has no weights to generate with: call update_weights(ModuleWeights(actor)) first")
+        self._before_push()
         for bucket in weight_buckets(self.source, self.bucket_bytes, self.dtype):
             self._load_bucket(bucket)
         self._after_push()
@@ -185,7 +190,7 @@ class ColocatedEngine(InferenceEngine):
 
 def engine_kwargs_for(name: str, engine_kwargs: dict) -> dict:
     """The user's pass-through arguments for engine `name`, nested as verl nests them
-    (`rollout.engine_kwargs.vllm.swap_space=4`); other engines' sections are ignored."""
+    (`rollout.engine_kwargs.vllm.kv_cache_dtype=fp8`); other engines' sections are ignored."""
     check_engine_kwargs(engine_kwargs, name)
     section = engine_kwargs.get(name) or {}
     if not isinstance(section, dict):
@@ -208,13 +213,32 @@ def engine_dtype(name: str) -> torch.dtype:
     return dtype
 
 
+# the oldest releases the adapters work with (pyproject.toml's extras): SGLang before 0.5.5 returns up to 5 of the
+# prompt's tokens at the start of `output_ids` (its detokenizer's offset) and knows no cuda_graph memory tag
+OLDEST = {"vllm": "0.11", "sglang": "0.5.5"}
+
+
 def import_engine(name: str) -> ModuleType:
-    """The engine's package, or a ConfigError saying which extra installs it."""
+    """The engine's package, or a ConfigError saying which extra installs it (or that its release is too old)."""
     try:
-        return importlib.import_module(name)
+        module = importlib.import_module(name)
     except ImportError as exc:
         raise ConfigError(f"actor_rollout_ref.rollout.name={name} needs the {name} package, which is not installed "
                           f"({exc}): pip install 'reinforge[{name}]', or use actor_rollout_ref.rollout.name=hf") from exc
+    release = Version(getattr(module, "__version__", OLDEST[name]))
+    if release < Version(OLDEST[name]) and not release.is_devrelease:
+        raise ConfigError(f"actor_rollout_ref.rollout.name={name}: {name} {release} is installed, and reinforge works with "
+                          f"{name} {OLDEST[name]} or newer: pip install 'reinforge[{name}]'")
+    return module
+
+
+def finish_reason(engine: str, reason: str | None, detail: object = None) -> str:
+    """"stop" or "length", as the engine reported it. Any other reason (vLLM's and SGLang's "abort", vLLM's "error") is
+    a request the engine gave up on: an error, not a response cut at its token limit."""
+    if reason in ("stop", "length"):
+        return reason
+    raise RuntimeError(f"{engine} ended a request with finish reason {reason!r}" + (f" ({detail})" if detail else "")
+                       + ": the response is not complete; see the engine's log above")
 
 
 def stop_token_ids(params: SamplingParams, eos_token_ids: tuple[int, ...]) -> list[int]:

@@ -6,16 +6,25 @@ names become SGLang's, e.g. gpu_memory_utilization -> mem_fraction_static, enfor
 disable_cuda_graph), then `rollout.engine_kwargs.sglang.*` is passed through and wins. Requests go
 in as `input_ids` with one sampling-parameter dict each and `return_logprob=True`; the output's
 `output_ids` and `meta_info.output_token_logprobs` become a GenerationOutput. Weights are pushed in
-buckets with `Engine.update_weights_from_tensor`, then the KV cache is flushed (`Engine.flush_cache`). With
-`rollout.free_cache_engine` the engine starts with `enable_memory_saver`, and
-`release_memory_occupation` frees weights and KV cache during training; the weights are pushed
+buckets with `Engine.update_weights_from_tensor` (inside `begin_weight_update` / `end_weight_update`
+from SGLang 0.5.21, which loads tensors only in such a session), then the KV cache is flushed
+(`Engine.flush_cache`). With `rollout.free_cache_engine` the engine starts with `enable_memory_saver`,
+and `release_memory_occupation` frees weights and KV cache during training; the weights are pushed
 again on wake.
+
+Every `sglang.Engine` method runs SGLang's asyncio event loop until its call completes, which Python
+refuses in a thread where another loop runs, as one does in reinforge's rollouts and agent loops
+(`asyncio.run`, inference/rollout.py). So the engine's methods are called from one thread of their
+own, with an event loop of its own; the training thread waits for each. (Called from the main thread,
+SGLang would also take over SIGTERM when its first request starts, and a graceful stop would not run.)
 
 Nothing here imports sglang until an `SGLangEngine` is built.
 """
 
 from __future__ import annotations
 
+import asyncio
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import torch
@@ -26,6 +35,7 @@ from reinforge.inference.colocated import (
     engine_dtype,
     engine_dtype_name,
     engine_kwargs_for,
+    finish_reason,
     import_engine,
     stop_token_ids,
 )
@@ -79,7 +89,11 @@ def sglang_output(output: dict) -> GenerationOutput:
         raise RuntimeError(f"SGLang returned {len(log_probs)} log-probs for {len(token_ids)} tokens; this SGLang version "
                            "does not return output_token_logprobs as reinforge expects")
     reason = meta.get("finish_reason") or {}
-    return GenerationOutput(token_ids, log_probs, "stop" if reason.get("type") == "stop" else "length")
+    return GenerationOutput(token_ids, log_probs, finish_reason("SGLang", reason.get("type"), reason.get("message")))
+
+
+def _own_event_loop() -> None:
+    asyncio.set_event_loop(asyncio.new_event_loop())
 
 
 class SGLangEngine(ColocatedEngine):
@@ -90,25 +104,39 @@ class SGLangEngine(ColocatedEngine):
         super().__init__(free_cache_engine, bucket_bytes, engine_dtype(engine_kwargs["dtype"]))
         sglang = import_engine("sglang")
         self.eos_token_ids = tuple(eos_token_ids)
-        self.engine = sglang.Engine(**engine_kwargs)
+        self.engine = sglang.Engine(**engine_kwargs)  # in this thread: SGLang handles its processes' start-up signals here
+        self._caller = ThreadPoolExecutor(1, "sglang", initializer=_own_event_loop)  # every call after (module docstring)
+        self.sessions = hasattr(self.engine, "begin_weight_update")  # SGLang 0.5.21+
 
-    def _release(self) -> None:
-        self.engine.release_memory_occupation(tags=["weights", *self.cache_tags])  # exactly what _resume takes back
+    def _call(self, method: str, **kwargs: Any) -> Any:
+        return self._caller.submit(getattr(self.engine, method), **kwargs).result()
 
-    def _resume(self, tags: tuple[str, ...]) -> None:
-        self.engine.resume_memory_occupation(tags=list(tags))
-
-    def _load_bucket(self, bucket: list[tuple[str, torch.Tensor]]) -> None:
-        done = self.engine.update_weights_from_tensor(named_tensors=bucket, flush_cache=False)
+    def _loaded(self, method: str, **kwargs: Any) -> None:
+        done = self._call(method, **kwargs)
         success, message = done if isinstance(done, tuple) else (True, "")
         if not success:  # a failed load would leave stale weights generating every later rollout
-            raise RuntimeError(f"SGLang did not load the actor's weights: {message}")
+            raise RuntimeError(f"SGLang did not load the actor's weights ({method}): {message}")
+
+    def _release(self) -> None:
+        self._call("release_memory_occupation", tags=["weights", *self.cache_tags])  # exactly what _resume takes back
+
+    def _resume(self, tags: tuple[str, ...]) -> None:
+        self._call("resume_memory_occupation", tags=list(tags))
+
+    def _before_push(self) -> None:
+        if self.sessions:
+            self._loaded("begin_weight_update")
+
+    def _load_bucket(self, bucket: list[tuple[str, torch.Tensor]]) -> None:
+        self._loaded("update_weights_from_tensor", named_tensors=bucket, flush_cache=False)
 
     def _after_push(self) -> None:
-        self.engine.flush_cache()
+        if self.sessions:
+            self._loaded("end_weight_update")
+        self._call("flush_cache")
 
     def _generate(self, prompts: list[list[int]], params: SamplingParams, max_tokens: list[int],
                   seeds: list[int | None]) -> list[GenerationOutput]:
         sampling = [sglang_sampling_params(params, limit, self.eos_token_ids) for limit in max_tokens]  # seeds: see above
-        outputs = self.engine.generate(input_ids=prompts, sampling_params=sampling, return_logprob=True)
+        outputs = self._call("generate", input_ids=prompts, sampling_params=sampling, return_logprob=True)
         return [sglang_output(output) for output in outputs]

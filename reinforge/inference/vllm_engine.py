@@ -28,6 +28,7 @@ from reinforge.inference.colocated import (
     engine_dtype,
     engine_dtype_name,
     engine_kwargs_for,
+    finish_reason,
     import_engine,
     stop_token_ids,
 )
@@ -86,7 +87,7 @@ def vllm_output(request_output: Any) -> GenerationOutput:
         raise RuntimeError(f"vLLM returned {len(entries)} log-prob entries for {len(token_ids)} tokens; "
                            "this vLLM version does not return the sampled token's log-prob as reinforge expects")
     log_probs = [float(entry[token].logprob) for token, entry in zip(token_ids, entries, strict=True)]
-    return GenerationOutput(token_ids, log_probs, "stop" if completion.finish_reason == "stop" else "length")
+    return GenerationOutput(token_ids, log_probs, finish_reason("vLLM", completion.finish_reason))
 
 
 def load_weights_into_worker(worker: Any, bucket: list[tuple[str, torch.Tensor]]) -> None:

@@ -17,8 +17,9 @@ from reinforge.errors import ConfigError
 from reinforge.inference import ModuleWeights, SamplingParams, factory
 from reinforge.inference.colocated import engine_kwargs_for, hf_weight_name, weight_buckets
 from reinforge.inference.factory import check_gpu_engine
-from reinforge.inference.sglang_engine import SGLangEngine, sglang_engine_kwargs, sglang_sampling_params
-from reinforge.inference.vllm_engine import VLLMEngine, vllm_llm_kwargs, vllm_sampling_kwargs
+from reinforge.inference.rollout import run_single_turn
+from reinforge.inference.sglang_engine import SGLangEngine, sglang_engine_kwargs, sglang_output, sglang_sampling_params
+from reinforge.inference.vllm_engine import VLLMEngine, vllm_llm_kwargs, vllm_output, vllm_sampling_kwargs
 from tests.inference.fake_engines import fake_sglang, fake_vllm
 
 MiB = 1 << 20
@@ -50,12 +51,12 @@ def log(monkeypatch) -> list:
 # ---- settings -------------------------------------------------------------------------------------
 def test_vllm_llm_kwargs_translate_the_rollout_settings_and_pass_engine_kwargs_through():
     settings = rollout(tensor_model_parallel_size=1, gpu_memory_utilization=0.4, max_model_len=1024, enforce_eager=False,
-                       engine_kwargs={"vllm": {"swap_space": 4, "max_num_seqs": 8}, "sglang": {"tp_size": 9}})
+                       engine_kwargs={"vllm": {"kv_cache_dtype": "fp8", "max_num_seqs": 8}, "sglang": {"tp_size": 9}})
     assert vllm_llm_kwargs(settings, "/models/q", seed=7) == {
         "model": "/models/q", "tensor_parallel_size": 1, "dtype": "bfloat16", "seed": 7, "gpu_memory_utilization": 0.4,
         "enforce_eager": False, "max_num_batched_tokens": 8192, "max_num_seqs": 8, "enable_chunked_prefill": True,
         "enable_sleep_mode": True, "load_format": "dummy", "disable_log_stats": True, "trust_remote_code": False,
-        "logprobs_mode": "processed_logprobs", "max_model_len": 1024, "swap_space": 4,
+        "logprobs_mode": "processed_logprobs", "max_model_len": 1024, "kv_cache_dtype": "fp8",
     }
 
 
@@ -234,8 +235,8 @@ def test_sglang_protocol_pushes_on_every_wake_since_release_discards_weights(log
     engine.sleep()
     step(engine, model)
     engine.wake()
-    woken = [("resume", ("weights",)), ("load", len(list(ModuleWeights(model)))), ("flush_cache",),
-             ("resume", ("kv_cache", "cuda_graph"))]
+    woken = [("resume", ("weights",)), ("begin_weight_update",), ("load", len(list(ModuleWeights(model)))),
+             ("end_weight_update",), ("flush_cache",), ("resume", ("kv_cache", "cuda_graph"))]
     released = ("release", ["weights", "kv_cache", "cuda_graph"])  # exactly the tags a wake takes back
     assert log == [released, *woken, ("generate", 1), released, *woken]
 
@@ -259,6 +260,68 @@ def test_without_free_cache_engine_nothing_is_released(log):
     loads = len(list(ModuleWeights(model)))
     assert log == [("load", loads), ("reset_prefix_cache",), ("generate", 1), ("load", loads), ("reset_prefix_cache",),
                    ("generate", 1)]
+
+
+def test_sglang_generates_inside_the_rollouts_event_loop(log):
+    """Rollouts and agent loops run in `asyncio.run`, and every sglang.Engine method runs SGLang's own loop to completion,
+    which Python refuses while another loop runs in the thread ("Cannot run the event loop while another loop is
+    running"): the engine's methods are called from a thread of their own."""
+    model = tiny_qwen()
+    engine = make("sglang", model, eos=[20])
+    engine.sleep()
+    outputs = run_single_turn(engine, [[5, 7], [1, 50]], SamplingParams(max_tokens=4), [None, None])
+    assert [o.token_ids for o in outputs] == [[18, 19, 20], [61, 62, 63, 64]]
+    step(engine, model)  # and outside a loop, as the trainer's weight pushes and generate's batches run
+    assert log[-1] == ("release", ["weights", "kv_cache", "cuda_graph"])
+    assert {name.startswith("sglang") for name in engine.engine.threads} == {True}
+
+
+@pytest.mark.parametrize("version, session", [("0.5.20", False), ("0.5.21", True)])
+def test_sglang_pushes_weights_in_a_weight_update_session_where_it_has_them(monkeypatch, version, session):
+    log: list = []
+    monkeypatch.setitem(sys.modules, "sglang", fake_sglang(log, version))
+    model = tiny_qwen()
+    engine = make("sglang", model, free_cache_engine=False)
+    engine.generate_batch([[1, 2]], SamplingParams(max_tokens=1))
+    loads = len(list(ModuleWeights(model)))
+    opened = [("begin_weight_update",)] if session else []
+    closed = [("end_weight_update",)] if session else []
+    assert log == [*opened, ("load", loads), *closed, ("flush_cache",), ("generate", 1)]
+    assert torch.equal(engine.engine.weights["model.norm.weight"], torch.ones(8, dtype=torch.bfloat16))
+
+
+def test_a_weight_load_sglang_refuses_stops_the_run(log):
+    engine = make("sglang", tiny_qwen())
+    engine.sessions = False  # as before reinforge opened SGLang 0.5.21's sessions: every update was refused
+    with pytest.raises(RuntimeError, match=r"SGLang did not load the actor's weights \(update_weights_from_tensor\): "
+                                           r"update_weights_from_tensor must run between begin_weight_update\(\)"):
+        engine.generate_batch([[1, 2]], SamplingParams(max_tokens=1))
+
+
+def test_sglang_releases_before_0_5_5_are_refused(monkeypatch):
+    """They return up to 5 prompt tokens at the start of output_ids, so every request failed its length check."""
+    monkeypatch.setitem(sys.modules, "sglang", fake_sglang([], "0.5.4"))
+    with pytest.raises(ConfigError, match=r"sglang 0\.5\.4 is installed, and reinforge works with sglang 0\.5\.5 or newer: "
+                                          r"pip install 'reinforge\[sglang\]'"):
+        make("sglang", tiny_qwen())
+
+
+@pytest.mark.parametrize("output", [
+    {"output_ids": [5], "meta_info": {"finish_reason": {"type": "abort", "message": "out of memory"},
+                                      "output_token_logprobs": [(-0.1, 5, None)]}},
+    SimpleNamespace(outputs=[SimpleNamespace(token_ids=[5], logprobs=[{5: SimpleNamespace(logprob=-0.1)}],
+                                             finish_reason="abort")]),
+])
+def test_a_request_the_engine_aborted_is_an_error_not_a_response_cut_at_its_limit(output):
+    convert = sglang_output if isinstance(output, dict) else vllm_output
+    with pytest.raises(RuntimeError, match=r"ended a request with finish reason 'abort'.*: the response is not complete"):
+        convert(output)
+
+
+def test_the_fakes_refuse_engine_arguments_the_libraries_do_not_have(log):
+    """vLLM 0.33's EngineArgs has no swap_space (0.18-0.32 dropped it with a warning): a TypeError there, so here."""
+    with pytest.raises(TypeError, match="unexpected keyword argument 'swap_space'"):
+        VLLMEngine({**vllm_llm_kwargs(rollout(), "m", 0), "swap_space": 4}, [], True, MiB)
 
 
 # ---- errors -------------------------------------------------------------------------------------------
