@@ -17,6 +17,22 @@ import torch.distributed as dist
 
 from reinforge.config.schema import Config
 
+# the oldest torch whose FSDP2 trains over gloo, on CPU ranks: in 2.6 it fails on the CPU stream (no record_event), and
+# 2.7 and 2.8 sum the ranks' gradients where they should average them (tests/training/test_fsdp.py; CUDA ranks are not
+# affected)
+CPU_RANKS_TORCH = "2.9"
+
+
+def check_cpu_ranks(ranks: int) -> None:
+    """ConfigError when this torch cannot train `ranks` > 1 ranks on the CPU (CPU_RANKS_TORCH)."""
+    from packaging.version import Version
+
+    if ranks > 1 and Version(torch.__version__) < Version(CPU_RANKS_TORCH):
+        from reinforge.errors import ConfigError
+
+        raise ConfigError(f"{ranks} ranks on the CPU need torch {CPU_RANKS_TORCH} or newer, and this is torch {torch.__version__}, "
+                          "whose FSDP2 over gloo does not train correctly there: upgrade torch, or train on one rank")
+
 
 def init_distributed(device: str) -> None:
     """Join the process group the environment describes (gloo on cpu; gloo for CPU tensors and nccl for CUDA ones
@@ -37,6 +53,8 @@ def init_distributed(device: str) -> None:
                               "or train on the CPU with trainer.device=cpu")
         torch.cuda.set_device(local_rank)
         backend = "cpu:gloo,cuda:nccl"
+    else:
+        check_cpu_ranks(size)
     dist.init_process_group(backend=backend, rank=int(os.environ["RANK"]), world_size=size)
     atexit.register(close_distributed)
 

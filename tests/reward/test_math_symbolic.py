@@ -75,6 +75,23 @@ def test_symbolic_timeout_is_enforced_on_the_main_thread():
     assert compute_score(r"\boxed{2^{2^{2^{2^{2^{2}}}}}}", "3^{3^{3^{3^{3}}}}", timeout_s=1, timeout_score=-0.5) == -0.5
 
 
+def test_a_parse_that_runs_out_of_time_scores_timeout_score(monkeypatch):
+    """math-verify's own parse, its extraction slowed past the limit: its alarm fires inside parse, which returns []
+    (read as unparsable: 0.0) unless asked to raise."""
+    from math_verify import parser
+
+    extract = parser.extract_target_from_pred
+
+    def slow_extract(*args, **kwargs):
+        time.sleep(3)
+        return extract(*args, **kwargs)
+
+    monkeypatch.setattr(parser, "extract_target_from_pred", slow_extract)
+    with pytest.raises(math_scorer.SymbolicTimeout):
+        symbolic_equal("0.25", r"\frac14", timeout_s=1)
+    assert compute_score(r"\boxed{0.25}", r"\frac14", timeout_s=1, timeout_score=-0.5) == -0.5
+
+
 def test_symbolic_stage_works_off_the_main_thread():
     results = []
     thread = threading.Thread(target=lambda: results.append(compute_score(r"\boxed{0.25}", r"\frac14")))

@@ -171,8 +171,9 @@ def symbolic_equal(answer: str, ground_truth: str, timeout_s: int | None = 5) ->
     timeout = timeout_s if threading.current_thread() is threading.main_thread() else None
     config = [LatexExtractionConfig(boxed_match_priority=0)]
     try:
-        gold = parse(f"\\boxed{{{ground_truth}}}", extraction_config=config, parsing_timeout=timeout)
-        pred = parse(f"\\boxed{{{answer}}}", extraction_config=config, parsing_timeout=timeout)
+        # raise_on_error: a parse that runs out of time raises (else math-verify returns [], read as unparsable)
+        gold = parse(f"\\boxed{{{ground_truth}}}", extraction_config=config, parsing_timeout=timeout, raise_on_error=True)
+        pred = parse(f"\\boxed{{{answer}}}", extraction_config=config, parsing_timeout=timeout, raise_on_error=True)
         if not gold or not pred:
             return None
         return bool(verify(gold, pred, timeout_seconds=timeout, raise_on_error=True))
