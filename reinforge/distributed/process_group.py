@@ -27,7 +27,7 @@ def check_cpu_ranks(ranks: int) -> None:
     """ConfigError when this torch cannot train `ranks` > 1 ranks on the CPU (CPU_RANKS_TORCH)."""
     from packaging.version import Version
 
-    if ranks > 1 and Version(torch.__version__) < Version(CPU_RANKS_TORCH):
+    if ranks > 1 and Version(torch.__version__).release < Version(CPU_RANKS_TORCH).release:  # 2.9's pre-releases pass
         from reinforge.errors import ConfigError
 
         raise ConfigError(f"{ranks} ranks on the CPU need torch {CPU_RANKS_TORCH} or newer, and this is torch {torch.__version__}, "

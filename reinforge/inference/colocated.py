@@ -25,7 +25,7 @@ from collections.abc import Iterable, Iterator
 from types import ModuleType
 
 import torch
-from packaging.version import Version
+from packaging.version import InvalidVersion, Version
 
 from reinforge.config.rollout_schema import check_engine_kwargs
 from reinforge.distributed.process_group import full_tensor
@@ -213,9 +213,9 @@ def engine_dtype(name: str) -> torch.dtype:
     return dtype
 
 
-# the oldest releases the adapters work with (pyproject.toml's extras): SGLang before 0.5.5 returns up to 5 of the
-# prompt's tokens at the start of `output_ids` (its detokenizer's offset) and knows no cuda_graph memory tag
-OLDEST = {"vllm": "0.11", "sglang": "0.5.5"}
+# the oldest releases the adapters work with (pyproject.toml's extras): SGLang before 0.5.11 pins a transformers older
+# than reinforge's 5.4, and before 0.5.5 it returns up to 5 of the prompt's tokens at the start of `output_ids`
+OLDEST = {"vllm": "0.11", "sglang": "0.5.11"}
 
 
 def import_engine(name: str) -> ModuleType:
@@ -225,8 +225,11 @@ def import_engine(name: str) -> ModuleType:
     except ImportError as exc:
         raise ConfigError(f"actor_rollout_ref.rollout.name={name} needs the {name} package, which is not installed "
                           f"({exc}): pip install 'reinforge[{name}]', or use actor_rollout_ref.rollout.name=hf") from exc
-    release = Version(getattr(module, "__version__", OLDEST[name]))
-    if release < Version(OLDEST[name]) and not release.is_devrelease:
+    try:
+        release = Version(getattr(module, "__version__", OLDEST[name]))
+    except InvalidVersion:  # a source build's "dev"
+        return module
+    if release.release < Version(OLDEST[name]).release:  # a pre-release or dev build of the oldest passes
         raise ConfigError(f"actor_rollout_ref.rollout.name={name}: {name} {release} is installed, and reinforge works with "
                           f"{name} {OLDEST[name]} or newer: pip install 'reinforge[{name}]'")
     return module

@@ -26,7 +26,9 @@ _MASK64 = (1 << 64) - 1
 TRAIN, VALIDATION = 0, 1  # the purpose a row's seed is drawn for (the second part of its key)
 RESAMPLE = 2  # the trainer's per-step draw of algorithm.use_pf_ppo
 BASELINE = 3  # ReMax's greedy baseline rows (greedy, but a generative reward model samples its verdicts on them)
-JUDGE = 4  # a generative reward model's verdict on a row, derived from the row's own seed
+# derived from a row's own seed, derive_seed(row seed, part): agent turn t takes part t >= 0 (inference/agent/base.py),
+# a generative reward model's verdict on the row part VERDICT, which no turn takes
+VERDICT = -1
 
 
 def splitmix64(x: np.ndarray) -> np.ndarray:

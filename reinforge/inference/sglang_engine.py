@@ -15,7 +15,7 @@ again on wake.
 Every `sglang.Engine` method runs SGLang's asyncio event loop until its call completes, which Python
 refuses in a thread where another loop runs, as one does in reinforge's rollouts and agent loops
 (`asyncio.run`, inference/rollout.py). So the engine's methods are called from one thread of their
-own, with an event loop of its own; the training thread waits for each. (Called from the main thread,
+own, which runs the loop the engine chose when it was made; the training thread waits for each. (Called from the main thread,
 SGLang would also take over SIGTERM when its first request starts, and a graceful stop would not run.)
 
 Nothing here imports sglang until an `SGLangEngine` is built.
@@ -23,7 +23,6 @@ Nothing here imports sglang until an `SGLangEngine` is built.
 
 from __future__ import annotations
 
-import asyncio
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -92,9 +91,6 @@ def sglang_output(output: dict) -> GenerationOutput:
     return GenerationOutput(token_ids, log_probs, finish_reason("SGLang", reason.get("type"), reason.get("message")))
 
 
-def _own_event_loop() -> None:
-    asyncio.set_event_loop(asyncio.new_event_loop())
-
 
 class SGLangEngine(ColocatedEngine):
     keeps_weights_asleep = False  # release_memory_occupation discards the weights
@@ -105,7 +101,7 @@ class SGLangEngine(ColocatedEngine):
         sglang = import_engine("sglang")
         self.eos_token_ids = tuple(eos_token_ids)
         self.engine = sglang.Engine(**engine_kwargs)  # in this thread: SGLang handles its processes' start-up signals here
-        self._caller = ThreadPoolExecutor(1, "sglang", initializer=_own_event_loop)  # every call after (module docstring)
+        self._caller = ThreadPoolExecutor(1, "sglang")  # every call after (module docstring)
         self.sessions = hasattr(self.engine, "begin_weight_update")  # SGLang 0.5.21+
 
     def _call(self, method: str, **kwargs: Any) -> Any:

@@ -208,5 +208,5 @@ def fake_vllm(log: list) -> types.ModuleType:
 
 def fake_sglang(log: list, version: str = "0.5.23") -> types.ModuleType:
     FakeSGLangEngine.log, FakeSGLangEngine.instances = log, []
-    sessions = tuple(map(int, version.split("."))) >= (0, 5, 21)
+    sessions = version == "dev" or tuple(int(part) for part in version.split(".")[:3] if part.isdigit()) >= (0, 5, 21)
     return types.SimpleNamespace(Engine=FakeSGLangSessionEngine if sessions else FakeSGLangEngine, __version__=version)

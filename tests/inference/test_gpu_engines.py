@@ -4,6 +4,7 @@ scripts/gpu_smoke.sh)."""
 
 from __future__ import annotations
 
+import re
 import sys
 from types import SimpleNamespace
 
@@ -298,12 +299,20 @@ def test_a_weight_load_sglang_refuses_stops_the_run(log):
         engine.generate_batch([[1, 2]], SamplingParams(max_tokens=1))
 
 
-def test_sglang_releases_before_0_5_5_are_refused(monkeypatch):
-    """They return up to 5 prompt tokens at the start of output_ids, so every request failed its length check."""
-    monkeypatch.setitem(sys.modules, "sglang", fake_sglang([], "0.5.4"))
-    with pytest.raises(ConfigError, match=r"sglang 0\.5\.4 is installed, and reinforge works with sglang 0\.5\.5 or newer: "
-                                          r"pip install 'reinforge\[sglang\]'"):
+@pytest.mark.parametrize("version", ["0.5.4", "0.5.10.post1"])
+def test_sglang_releases_before_0_5_11_are_refused(monkeypatch, version):
+    """Before 0.5.5 they return up to 5 prompt tokens at the start of output_ids, so every request failed its length
+    check; before 0.5.11 they pin a transformers older than 5.4."""
+    monkeypatch.setitem(sys.modules, "sglang", fake_sglang([], version))
+    with pytest.raises(ConfigError, match=rf"sglang {re.escape(version)} is installed, and reinforge works with sglang "
+                                          r"0\.5\.11 or newer: pip install 'reinforge\[sglang\]'"):
         make("sglang", tiny_qwen())
+
+
+@pytest.mark.parametrize("version", ["0.5.11rc1", "dev"])
+def test_a_pre_release_of_the_oldest_or_a_source_builds_version_passes(monkeypatch, version):
+    monkeypatch.setitem(sys.modules, "sglang", fake_sglang([], version))
+    make("sglang", tiny_qwen())
 
 
 @pytest.mark.parametrize("output", [

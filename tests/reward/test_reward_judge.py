@@ -11,6 +11,7 @@ from transformers import AutoModelForCausalLM
 from reinforge.distributed import LocalWorkerGroup
 from reinforge.errors import ConfigError, RewardError
 from reinforge.inference import GenerationOutput
+from reinforge.inference.seeds import VERDICT, derive_seed
 from reinforge.reward.models import RewardModelScorer, RewardModelWorker
 from reinforge.reward.models.judge import fill_template, parse_score, prompt_text
 from tests.reward.test_reward_model import ROWS, make_batch, response_lengths, rm_config
@@ -187,6 +188,8 @@ def test_a_sampling_judge_seeds_each_verdict_from_its_rows_seed(tiny_model_path,
 
     whole = verdicts(slice(0, 4))
     assert len(set(whole)) == 4  # sampled: four rows, four different verdicts
+    # not the seeds of the rows' agent turns (derive_seed(row seed, turn)): no verdict draws what a turn drew
+    assert not {derive_seed(seed, VERDICT) for seed in (11, 12, 13, 14)} & {derive_seed(s, t) for s in (11, 12, 13, 14) for t in range(64)}
     assert verdicts(slice(2, 4)) + verdicts(slice(0, 2)) == whole[2:] + whole[:2]
     assert verdicts(slice(0, 4)) == whole
 

@@ -56,9 +56,19 @@ def spawn_ranks(model_path: Path, batch: Batch, tmp_path: Path, ranks: int = 2) 
     return start_ranks("fsdp_ranks.py", model_path, batch_file, tmp_path, ranks=ranks)
 
 
+def rank_outputs(procs: list[subprocess.Popen], timeout: float = 240) -> list[str]:
+    """Each rank's output once it has exited; on a timeout every rank is killed (none left running after the test)."""
+    try:
+        return [proc.communicate(timeout=timeout)[0] for proc in procs]
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+
+
 def rank_results(procs: list[subprocess.Popen], tmp_path: Path) -> list[dict]:
-    for proc in procs:
-        output, _ = proc.communicate(timeout=240)
+    for proc, output in zip(procs, rank_outputs(procs), strict=True):
         assert proc.returncode == 0, output[-4000:]
     return [torch.load(tmp_path / f"rank{r}.pt", weights_only=False) for r in range(len(procs))]
 

@@ -34,7 +34,7 @@ from reinforge.batch import Batch
 from reinforge.errors import ConfigError, DataError, ModelError
 from reinforge.inference import InferenceEngine, SamplingParams
 from reinforge.inference.rollout import SEED_KEY
-from reinforge.inference.seeds import JUDGE, derive_seed
+from reinforge.inference.seeds import VERDICT, derive_seed
 from reinforge.reward.models.rows import chat_messages, ground_truth, response_texts
 
 PLACEHOLDERS = ("prompt", "response", "ground_truth")
@@ -153,7 +153,7 @@ class Judge:
         token_ids = [ids[-self.max_length:] if self.max_length else ids for ids in token_ids]
         params = SamplingParams(max_tokens=self.config.max_new_tokens, temperature=self.config.temperature,
                                 do_sample=self.config.temperature > 0)
-        seeds = [derive_seed(seed, JUDGE) for seed in batch[SEED_KEY].tolist()] if SEED_KEY in batch else None
+        seeds = [derive_seed(seed, VERDICT) for seed in batch[SEED_KEY].tolist()] if SEED_KEY in batch else None
         outputs = self.engine.generate_batch(token_ids, params, seeds=seeds)
         verdicts = [self.tokenizer.decode(output.token_ids, skip_special_tokens=True) for output in outputs]
         parsed = [parse_score(verdict, self.pattern, self.config.min_score, self.config.max_score) for verdict in verdicts]
