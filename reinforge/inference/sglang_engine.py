@@ -15,8 +15,9 @@ again on wake.
 Every `sglang.Engine` method runs SGLang's asyncio event loop until its call completes, which Python
 refuses in a thread where another loop runs, as one does in reinforge's rollouts and agent loops
 (`asyncio.run`, inference/rollout.py). So the engine's methods are called from one thread of their
-own, which runs the loop the engine chose when it was made; the training thread waits for each. (Called from the main thread,
-SGLang would also take over SIGTERM when its first request starts, and a graceful stop would not run.)
+own, which runs the loop the engine chose when it was made; the training thread waits for each.
+(Called from the main thread, SGLang would also take over SIGTERM when its first request starts, and
+a graceful stop would not run.)
 
 Nothing here imports sglang until an `SGLangEngine` is built.
 """
@@ -89,7 +90,6 @@ def sglang_output(output: dict) -> GenerationOutput:
                            "does not return output_token_logprobs as reinforge expects")
     reason = meta.get("finish_reason") or {}
     return GenerationOutput(token_ids, log_probs, finish_reason("SGLang", reason.get("type"), reason.get("message")))
-
 
 
 class SGLangEngine(ColocatedEngine):
