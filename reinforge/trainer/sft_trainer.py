@@ -141,7 +141,7 @@ class SFTTrainer:
         from transformers import AutoModelForCausalLM
 
         from reinforge.training.checkpoint_io import full_model_state, rng_state, save_training_state, write_hf_model
-        from reinforge.training.lora import adapter_state, has_lora, lora_scaling, merge_lora_state, save_adapter
+        from reinforge.training.lora import adapter_state, fan_in_fan_out, has_lora, lora_scaling, merge_lora_state, save_adapter
 
         contents = self.config.trainer.checkpoint["save_contents"]
         extra = {"lr_scheduler": self.scheduler.state_dict(), "global_step": self.global_step, "rng": rng_state()}
@@ -154,8 +154,8 @@ class SFTTrainer:
         if adapter is not None:
             save_adapter(self.model, adapter, folder)
         if weights is not None:
-            write_hf_model(self.model.config, merge_lora_state(weights, lora_scaling(self.model)) if adapter else weights,
-                           hf_dir, AutoModelForCausalLM)
+            merged = merge_lora_state(weights, lora_scaling(self.model), fan_in_fan_out(self.model)) if adapter else weights
+            write_hf_model(self.model.config, merged, hf_dir, AutoModelForCausalLM)
         if self.model.generation_config is not None:
             self.model.generation_config.save_pretrained(hf_dir)
         self.tokenizer.save_pretrained(hf_dir)

@@ -176,6 +176,9 @@ class WithoutAdapters(torch.nn.Module):
     def get_output_embeddings(self) -> torch.nn.Module | None:
         return self.policy.get_output_embeddings()  # the vocabulary head, which a packed forward runs on fewer positions
 
+    def get_input_embeddings(self) -> torch.nn.Module:
+        return self.policy.get_input_embeddings()  # the packing probe's token ids come from its size
+
 
 def lora_scaling(model: torch.nn.Module) -> dict[str, float]:
     """The scale alpha / r of each adapted layer, by its name in `model`."""
@@ -184,9 +187,19 @@ def lora_scaling(model: torch.nn.Module) -> dict[str, float]:
     return {name: module.scaling[ADAPTER_NAME] for name, module in model.named_modules() if isinstance(module, LoraLayer)}
 
 
-def merge_lora_state(state: dict[str, torch.Tensor], scaling: dict[str, float]) -> dict[str, torch.Tensor]:
-    """A state dict with LoRA layers as the plain model's: `X.base_layer.weight` + scale B A as `X.weight`, the base
-    layer's other tensors under `X.`, the adapters' own tensors dropped."""
+def fan_in_fan_out(model: torch.nn.Module) -> set[str]:
+    """The adapted layers of `model` whose weight is stored (in, out), as transformers' Conv1D (GPT-2's) stores it:
+    peft's fan_in_fan_out, whose update B A is added to the weight transposed."""
+    from peft.tuners.lora import LoraLayer
+
+    return {name for name, module in model.named_modules() if isinstance(module, LoraLayer) and getattr(module, "fan_in_fan_out", False)}
+
+
+def merge_lora_state(state: dict[str, torch.Tensor], scaling: dict[str, float],
+                     transposed: set[str] | frozenset[str] = frozenset()) -> dict[str, torch.Tensor]:
+    """A state dict with LoRA layers as the plain model's: `X.base_layer.weight` + scale B A as `X.weight` (its transpose
+    for the `transposed` layers, `fan_in_fan_out`), the base layer's other tensors under `X.`, the adapters' own tensors
+    dropped."""
     merged = {}
     for name, tensor in state.items():
         if ".lora_A." in name or ".lora_B." in name:
@@ -198,7 +211,8 @@ def merge_lora_state(state: dict[str, torch.Tensor], scaling: dict[str, float]) 
         if rest == "weight":
             a = state[f"{layer}.lora_A.{ADAPTER_NAME}.weight"]
             b = state[f"{layer}.lora_B.{ADAPTER_NAME}.weight"]
-            tensor = tensor + (scaling[layer] * (b.float() @ a.float())).to(tensor.dtype)
+            update = b.float() @ a.float()
+            tensor = tensor + (scaling[layer] * (update.T if layer in transposed else update)).to(tensor.dtype)
         merged[f"{layer}.{rest}"] = tensor
     return merged
 
@@ -207,7 +221,7 @@ def merged_weights(model: torch.nn.Module) -> Iterator[tuple[str, torch.Tensor, 
     """The current weights of a model with LoRA layers under the plain model's names, as (name, tensor, owned): the
     module's own tensors, and each adapted layer's merged weight, computed (not owned) one layer at a time from
     gathered tensors when FSDP2 shards them (every rank must iterate)."""
-    scaling = lora_scaling(model)
+    scaling, transposed = lora_scaling(model), fan_in_fan_out(model)
     state = model.state_dict()
     for name, tensor in state.items():
         if ".lora_A." in name or ".lora_B." in name:
@@ -222,7 +236,7 @@ def merged_weights(model: torch.nn.Module) -> Iterator[tuple[str, torch.Tensor, 
         parts = {f"{layer}.base_layer.weight": full_tensor(tensor),
                  f"{layer}.lora_A.{ADAPTER_NAME}.weight": full_tensor(state[f"{layer}.lora_A.{ADAPTER_NAME}.weight"]),
                  f"{layer}.lora_B.{ADAPTER_NAME}.weight": full_tensor(state[f"{layer}.lora_B.{ADAPTER_NAME}.weight"])}
-        yield f"{layer}.weight", merge_lora_state(parts, scaling)[f"{layer}.weight"], False
+        yield f"{layer}.weight", merge_lora_state(parts, scaling, transposed)[f"{layer}.weight"], False
 
 
 class MergedWeights(ModuleWeights):
@@ -259,25 +273,30 @@ def save_adapter(model: torch.nn.Module, weights: dict[str, torch.Tensor], path:
     (path / TRAIN_META).write_text(json.dumps({"r": int(config.r), "lora_alpha": config.lora_alpha, "task_type": str(task)}))
 
 
-def saved_scaling(path: Path, model_class, config, state: dict[str, torch.Tensor]) -> dict[str, float]:
-    """The scale of each adapted layer of the checkpoint worker folder `path` (whose model state is `state`): its saved
-    adapter config applied to the model `model_class` builds from `config`, without weights; or, for a checkpoint
-    without one (verl's), lora_alpha / r from its TRAIN_META."""
+def saved_lora(path: Path, model_class, config, state: dict[str, torch.Tensor]) -> tuple[dict[str, float], set[str]]:
+    """The scale of each adapted layer of the checkpoint worker folder `path` (whose model state is `state`), and the
+    layers whose update is added transposed (`fan_in_fan_out`): its saved adapter config applied to the model
+    `model_class` builds from `config`, without weights; or, for a checkpoint without one (verl's), lora_alpha / r from
+    its TRAIN_META, and the layers that are transformers' Conv1D."""
     peft = _peft("the checkpoint's LoRA adapters")
     folder = path / ADAPTER_DIR
+    with torch.device("meta"):
+        model = model_class.from_config(config)
     if not (folder / "adapter_config.json").is_file():
         if (path / TRAIN_META).is_file():
             import json
 
+            from transformers.pytorch_utils import Conv1D
+
             meta = json.loads((path / TRAIN_META).read_text())
-            return {name.split(".lora_A.")[0]: meta["lora_alpha"] / meta["r"] for name in state if ".lora_A." in name}
+            layers = {name.split(".lora_A.")[0] for name in state if ".lora_A." in name}
+            return ({layer: meta["lora_alpha"] / meta["r"] for layer in layers},
+                    {layer for layer in layers if isinstance(model.get_submodule(layer), Conv1D)})
         raise ConfigError(f"{path} holds LoRA adapter weights but neither {ADAPTER_DIR}/adapter_config.json nor {TRAIN_META} "
                           "giving their scale; it was not saved whole")
     lora_config = peft.LoraConfig.from_pretrained(str(folder))
-    with torch.device("meta"):
-        model = model_class.from_config(config)
     peft.inject_adapter_in_model(lora_config, lora_target(model), adapter_name=ADAPTER_NAME)
-    return lora_scaling(model)
+    return lora_scaling(model), fan_in_fan_out(model)
 
 
 def check_same_scaling(path: Path, model: torch.nn.Module, section: str) -> None:

@@ -21,7 +21,7 @@ from pathlib import Path
 from reinforge.errors import ConfigError
 from reinforge.trainer.checkpoint import damaged, verify_files
 from reinforge.training.checkpoint_io import read_full_model_state, write_hf_model
-from reinforge.training.lora import ADAPTER_DIR, merge_lora_state, saved_scaling
+from reinforge.training.lora import ADAPTER_DIR, merge_lora_state, saved_lora
 
 ADVICE = "Name a worker folder of a saved step, e.g. checkpoints/<project>/<experiment>/global_step_<N>/actor"
 DAMAGED = "Merge another saved step (its global_step_<N>/actor folder)"
@@ -65,7 +65,7 @@ def merge_checkpoint(folder: str, out: str, trust_remote_code: bool = False, ove
         raise ConfigError(f"{path} holds LoRA adapters without the model's own weights (saved with checkpoint.save_lora_only): "
                           f"load its {ADAPTER_DIR}/ onto the base model with peft's PeftModel.from_pretrained and merge_and_unload")
     if layers:  # LoRA adapters: the folder gets the merged weights
-        state = merge_lora_state(state, saved_scaling(path, model_class, config, state))
+        state = merge_lora_state(state, *saved_lora(path, model_class, config, state))
     try:
         write_hf_model(config, state, out_dir, model_class, trust_remote_code)
         for file in hf_dir.iterdir():  # the generation config and tokenizer as the run had them

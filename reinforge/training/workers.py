@@ -48,6 +48,7 @@ from reinforge.training.lora import (
     adapter_state,
     add_lora,
     engine_weights,
+    fan_in_fan_out,
     has_lora,
     lora_enabled,
     lora_scaling,
@@ -236,7 +237,7 @@ class ActorRolloutRefWorker:
             save_adapter(model, adapter, path)
         if weights is not None:
             if adapter is not None:  # the Hugging Face model is the merged one
-                weights = merge_lora_state(weights, lora_scaling(model))
+                weights = merge_lora_state(weights, lora_scaling(model), fan_in_fan_out(model))
             write_hf_model(model.config, weights, hf_dir, model_class(model.config))
         if model.generation_config is not None:
             model.generation_config.save_pretrained(hf_dir)

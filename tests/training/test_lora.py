@@ -16,6 +16,7 @@ from reinforge.training.lora import (  # noqa: E402
     WithoutAdapters,
     add_lora,
     engine_weights,
+    fan_in_fan_out,
     lora_scaling,
     merge_lora_state,
 )
@@ -38,6 +39,47 @@ def randomise_adapters(model, seed=0):
         for name, param in model.named_parameters():
             if ".lora_B." in name:
                 param.copy_(torch.randn(param.shape, generator=g) * 0.2)
+
+
+def tiny_gpt2(tiny_model_path, folder):
+    """A GPT-2 (its linear layers transformers' Conv1D, weights stored (in, out); no intermediate_size in its config) with
+    the tiny tokenizer, dropout off."""
+    from transformers import AutoTokenizer, GPT2Config, GPT2LMHeadModel
+
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model_path)
+    config = GPT2Config(vocab_size=len(tokenizer), n_positions=128, n_embd=32, n_layer=2, n_head=2, resid_pdrop=0.0,
+                        embd_pdrop=0.0, attn_pdrop=0.0, bos_token_id=tokenizer.eos_token_id, eos_token_id=tokenizer.eos_token_id,
+                        pad_token_id=tokenizer.pad_token_id)
+    torch.manual_seed(0)
+    GPT2LMHeadModel(config).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder
+
+
+def test_a_conv1d_models_merged_weights_compute_the_adapted_model(tiny_model_path, tmp_path):
+    """peft adds GPT-2's Conv1D updates transposed (fan_in_fan_out): merged untransposed, c_attn's (32, 96) weight did not
+    take its (96, 32) update, and c_proj's square one took the wrong one silently (logits off by up to 5)."""
+    path = tiny_gpt2(tiny_model_path, tmp_path / "gpt2")
+    model = add_lora(load(path), ModelConfig(lora_rank=4, lora_alpha=12), "m")
+    randomise_adapters(model)
+    assert "transformer.h.0.attn.c_attn" in fan_in_fan_out(model) and "transformer.h.0.attn.c_proj" in fan_in_fan_out(model)
+    plain = load(path)
+    plain.load_state_dict(merge_lora_state(model.state_dict(), lora_scaling(model), fan_in_fan_out(model)))
+    assert torch.allclose(plain(IDS).logits, model(IDS).logits, atol=1e-5)
+    copy_of_plain = load(path)  # what an engine with its own copy receives
+    own = copy_of_plain.state_dict()
+    for name, tensor in engine_weights(model):
+        own[name].copy_(tensor)
+    assert torch.allclose(copy_of_plain(IDS).logits, model(IDS).logits, atol=1e-5)
+
+
+def test_the_reference_without_adapters_passes_the_packing_probe_of_a_model_without_mlp_sizes(tiny_model_path, tmp_path):
+    """The probe reads the vocabulary from the input embeddings when the config has no intermediate_size (GPT-2, OPT,
+    BLOOM, Falcon): the reference (the policy with its adapters off) has to hand them over."""
+    from reinforge.training.packing import packing_works
+
+    model = add_lora(load(tiny_gpt2(tiny_model_path, tmp_path / "gpt2")), ModelConfig(lora_rank=4), "m")
+    assert packing_works(WithoutAdapters(model), torch.device("cpu"))
 
 
 def test_only_the_adapters_train_and_the_policy_starts_as_the_base_model(tiny_model_path):
