@@ -19,6 +19,9 @@ from typing import Any
 from reinforge.environment.multimodal import VISION_FAMILIES
 from reinforge.errors import ModelError
 
+# transformers before 5.18 builds no Qwen2-VL image processor without torchvision (measured: 5.17 refuses, 5.18 builds it)
+NEWER = ", or transformers 5.18 or newer, which builds it without torchvision"
+
 
 def is_vision_config(hf_config: Any) -> bool:
     """Whether a model config describes a vision-language model that reinforge trains with images."""
@@ -59,7 +62,7 @@ def load_processor(source: str, tokenizer: Any, trust_remote_code: bool = False,
     cls = getattr(transformers, PROCESSOR_MAPPING_NAMES.get(hf_config.model_type, ""), None)
     if cls is None:
         raise ModelError(f"{key}={source}: the model's processor needs torchvision, which is not installed "
-                         "(pip install torchvision, the build that matches your torch)")
+                         f"(pip install torchvision, the build that matches your torch){NEWER}")
     try:
         image_processor = AutoImageProcessor.from_pretrained(source, trust_remote_code=trust_remote_code)
         with _no_class_check(cls):  # its check of the (absent) video processor fails without torchvision
@@ -67,7 +70,7 @@ def load_processor(source: str, tokenizer: Any, trust_remote_code: bool = False,
                        chat_template=getattr(tokenizer, "chat_template", None))
     except Exception as exc:
         raise ModelError(f"{key}={source}: cannot build the model's processor without torchvision ({exc}); "
-                         "pip install torchvision, the build that matches your torch") from exc
+                         f"pip install torchvision, the build that matches your torch{NEWER}") from exc
 
 
 @contextlib.contextmanager

@@ -225,6 +225,9 @@ def test_sft_packed_and_padded_give_the_same_losses(tiny_model_path, tmp_path, m
 def test_configs_of_multimodal_and_per_layer_models_give_a_pair_cost_and_flops():
     """Gemma 4's head_dim set per layer (transformers raises when it is read as one value), Gemma 3n's per-layer MLP
     widths and a multimodal config holding its language model's sizes under text_config."""
+    transformers = pytest.importorskip("transformers")
+    if not hasattr(transformers, "Gemma4Config"):
+        pytest.skip(f"transformers {transformers.__version__} has no Gemma 4")
     from transformers import Gemma3nTextConfig, Gemma4Config, Gemma4TextConfig
 
     from reinforge.training.perf import model_shape, training_flops
