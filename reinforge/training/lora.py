@@ -10,7 +10,8 @@ policy starts as the model it was loaded from (or as the adapter `lora_adapter_p
   as verl's ref-in-actor: no second copy of the model.
 - Engines that hold their own weights (vLLM, SGLang, an hf copy in another dtype or on several
   ranks) and Hugging Face folders get the merged weights, W + (alpha / r) B A under W's own name
-  (`merged_weights`, `merge_lora_state`), so they see a plain model.
+  (its transpose for a Conv1D layer, as peft's fan_in_fan_out; `merged_weights`, `merge_lora_state`), so they see a
+  plain model.
 - Checkpoints keep the base and adapter weights as the model holds them (an exact resume) under peft's
   names (`base_model.model.` first, as verl's rank files of a LoRA model; checkpoint_io.py), with
   `lora_train_meta.json` ({r, lora_alpha, task_type}, which verl writes and its model merger reads for
