@@ -89,10 +89,16 @@ def add_lora(model: torch.nn.Module, model_cfg, key: str) -> torch.nn.Module:
         if unmatched:
             raise ConfigError(f"{key}.target_modules names {unmatched}, which match no layer of the model (adapted: "
                               f"{sorted({name.rsplit('.', 1)[-1] for name in adapted})}); leave them out or fix their spelling")
-    others = sorted({type(module).__name__ for module in adapted_layers(model)} - {"Linear"})
-    if others:
-        raise ConfigError(f"{key}.target_modules adapts layers of kind {', '.join(others)}; reinforge supports LoRA on linear "
-                          "layers only: name linear layers (e.g. all-linear, or [q_proj, v_proj])")
+    layers = {id(layer) for layer in adapted_layers(model)}
+    kinds = {name: type(module).__name__ for name, module in model.named_modules() if id(module) in layers}
+    others = sorted(set(kinds.values()) - {"Linear"})
+    if others:  # e.g. a mixture-of-experts model's fused expert weights, which peft's all-linear adapts as ParamWrapper
+        linear = sorted({name.rsplit(".", 1)[-1] for name, kind in kinds.items() if kind == "Linear"})
+        where = sorted(name for name, kind in kinds.items() if kind != "Linear")[0]
+        raise ConfigError(f"{key}.target_modules={model_cfg.get('target_modules')!r} adapts layers of kind {', '.join(others)} "
+                          f"({where}, ...); reinforge trains and merges LoRA on linear layers only: name them"
+                          + (f", e.g. {key}.target_modules=[{','.join(linear)}] (the linear layers it adapts here)" if linear
+                             else " (e.g. [q_proj,v_proj])"))
     output = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
     if getattr(model.config, "tie_word_embeddings", False) and any(layer is output for layer in adapted_layers(model)):
         raise ConfigError(f"{key}.target_modules adapts the output layer (lm_head), whose weight this model shares with its "

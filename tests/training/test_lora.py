@@ -14,6 +14,7 @@ from reinforge.config.schema import CriticModelConfig, ModelConfig  # noqa: E402
 from reinforge.errors import ConfigError  # noqa: E402
 from reinforge.training.lora import (  # noqa: E402
     WithoutAdapters,
+    adapted_layers,
     add_lora,
     engine_weights,
     fan_in_fan_out,
@@ -80,6 +81,27 @@ def test_the_reference_without_adapters_passes_the_packing_probe_of_a_model_with
 
     model = add_lora(load(tiny_gpt2(tiny_model_path, tmp_path / "gpt2")), ModelConfig(lora_rank=4), "m")
     assert packing_works(WithoutAdapters(model), torch.device("cpu"))
+
+
+def test_fused_expert_weights_are_refused_naming_the_linear_layers_to_adapt_instead():
+    """A mixture-of-experts model keeps its experts' weights as fused parameters, which peft's all-linear (the default)
+    adapts as ParamWrapper layers that reinforge does not merge: the message names the linear layers that work."""
+    from transformers import Qwen3MoeConfig, Qwen3MoeForCausalLM
+
+    def moe():
+        torch.manual_seed(0)
+        return Qwen3MoeForCausalLM(Qwen3MoeConfig(vocab_size=64, hidden_size=16, intermediate_size=32, moe_intermediate_size=8,
+                                                  num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=1,
+                                                  head_dim=8, num_experts=4, num_experts_per_tok=2))
+
+    with pytest.raises(ConfigError, match=r"^m.target_modules='all-linear' adapts layers of kind ParamWrapper "
+                                          r"\(model.layers.0.mlp.experts, ...\); reinforge trains and merges LoRA on linear "
+                                          r"layers only: name them, e.g. m.target_modules=\[(\w+,)+\w+\]") as refused:
+        add_lora(moe(), ModelConfig(lora_rank=4), "m")
+    named = str(refused.value).split("m.target_modules=[")[1].split("]")[0].split(",")
+    assert {"q_proj", "k_proj", "v_proj", "o_proj"} <= set(named)
+    model = add_lora(moe(), ModelConfig(lora_rank=4, target_modules=named), "m")  # what the message says works
+    assert {type(layer).__name__ for layer in adapted_layers(model)} == {"Linear"}
 
 
 def test_only_the_adapters_train_and_the_policy_starts_as_the_base_model(tiny_model_path):
