@@ -38,7 +38,7 @@ from reinforge.inference.colocated import ModuleWeights
 
 ADAPTER_DIR = "lora_adapter"  # in a checkpoint's worker folder (global_step_<N>/actor/lora_adapter)
 TRAIN_META = "lora_train_meta.json"  # in a checkpoint's worker folder: the adapters' r, lora_alpha and task_type, as verl's
-UNSUPPORTED = ("use_dora", "lora_bias", "modules_to_save", "trainable_token_indices", "layer_replication", "fan_in_fan_out")
+UNSUPPORTED = ("use_dora", "lora_bias", "modules_to_save", "trainable_token_indices", "layer_replication")
 ADAPTER_NAME = "default"
 BASE = ".base_layer."  # peft's name of the wrapped layer inside an adapted one
 SAVED_PREFIX = "base_model.model."  # peft's prefix of a PeftModel's keys: in adapter_model.safetensors, and in rank files
@@ -280,7 +280,8 @@ def save_adapter(model: torch.nn.Module, weights: dict[str, torch.Tensor], path:
     (path / TRAIN_META).write_text(json.dumps({"r": int(config.r), "lora_alpha": config.lora_alpha, "task_type": str(task)}))
 
 
-def saved_lora(path: Path, model_class, config, state: dict[str, torch.Tensor]) -> tuple[dict[str, float], set[str]]:
+def saved_lora(path: Path, model_class, config, state: dict[str, torch.Tensor],
+               trust_remote_code: bool = False) -> tuple[dict[str, float], set[str]]:
     """The scale of each adapted layer of the checkpoint worker folder `path` (whose model state is `state`), and the
     layers whose update is added transposed (`fan_in_fan_out`): its saved adapter config applied to the model
     `model_class` builds from `config`, without weights; or, for a checkpoint without one (verl's), lora_alpha / r from
@@ -288,7 +289,7 @@ def saved_lora(path: Path, model_class, config, state: dict[str, torch.Tensor]) 
     peft = _peft("the checkpoint's LoRA adapters")
     folder = path / ADAPTER_DIR
     with torch.device("meta"):
-        model = model_class.from_config(config)
+        model = model_class.from_config(config, trust_remote_code=trust_remote_code)
     if not (folder / "adapter_config.json").is_file():
         if (path / TRAIN_META).is_file():
             import json

@@ -65,7 +65,7 @@ def merge_checkpoint(folder: str, out: str, trust_remote_code: bool = False, ove
         raise ConfigError(f"{path} holds LoRA adapters without the model's own weights (saved with checkpoint.save_lora_only): "
                           f"load its {ADAPTER_DIR}/ onto the base model with peft's PeftModel.from_pretrained and merge_and_unload")
     if layers:  # LoRA adapters: the folder gets the merged weights
-        state = merge_lora_state(state, *saved_lora(path, model_class, config, state))
+        state = merge_lora_state(state, *saved_lora(path, model_class, config, state, trust_remote_code))
     try:
         write_hf_model(config, state, out_dir, model_class, trust_remote_code)
         for file in hf_dir.iterdir():  # the generation config and tokenizer as the run had them

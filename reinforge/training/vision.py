@@ -7,7 +7,8 @@ transformers also lists as causal LMs, such as Qwen3.5, train on text there), an
 Its processor is the folder's `AutoProcessor` around reinforge's tokenizer (custom chat template and pad token
 applied). transformers 5 builds a Qwen2-VL processor only with torchvision installed (its video processor needs it);
 without torchvision, images need only the image processor's Pillow backend, so the processor is built from that and
-the tokenizer, with no video processor (videos are not supported anyway).
+the tokenizer, with no video processor (videos are not supported anyway); transformers before 5.18 builds that
+backend only with torchvision too (WITHOUT_TORCHVISION).
 """
 
 from __future__ import annotations
@@ -20,7 +21,17 @@ from reinforge.environment.multimodal import VISION_FAMILIES
 from reinforge.errors import ModelError
 
 # transformers before 5.18 builds no Qwen2-VL image processor without torchvision (measured: 5.17 refuses, 5.18 builds it)
-NEWER = ", or transformers 5.18 or newer, which builds it without torchvision"
+WITHOUT_TORCHVISION = "5.18"
+
+
+def _or_newer() -> str:
+    """The other way out of a processor that needs torchvision, on a transformers too old to build it without."""
+    import transformers
+    from packaging.version import Version
+
+    if Version(transformers.__version__).release >= Version(WITHOUT_TORCHVISION).release:
+        return ""
+    return f", or transformers {WITHOUT_TORCHVISION} or newer, which builds it without torchvision"
 
 
 def is_vision_config(hf_config: Any) -> bool:
@@ -62,7 +73,7 @@ def load_processor(source: str, tokenizer: Any, trust_remote_code: bool = False,
     cls = getattr(transformers, PROCESSOR_MAPPING_NAMES.get(hf_config.model_type, ""), None)
     if cls is None:
         raise ModelError(f"{key}={source}: the model's processor needs torchvision, which is not installed "
-                         f"(pip install torchvision, the build that matches your torch){NEWER}")
+                         f"(pip install torchvision, the build that matches your torch){_or_newer()}")
     try:
         image_processor = AutoImageProcessor.from_pretrained(source, trust_remote_code=trust_remote_code)
         with _no_class_check(cls):  # its check of the (absent) video processor fails without torchvision
@@ -70,7 +81,7 @@ def load_processor(source: str, tokenizer: Any, trust_remote_code: bool = False,
                        chat_template=getattr(tokenizer, "chat_template", None))
     except Exception as exc:
         raise ModelError(f"{key}={source}: cannot build the model's processor without torchvision ({exc}); "
-                         f"pip install torchvision, the build that matches your torch{NEWER}") from exc
+                         f"pip install torchvision, the build that matches your torch{_or_newer()}") from exc
 
 
 @contextlib.contextmanager

@@ -72,6 +72,36 @@ def test_a_conv1d_models_merged_weights_compute_the_adapted_model(tiny_model_pat
     for name, tensor in engine_weights(model):
         own[name].copy_(tensor)
     assert torch.allclose(copy_of_plain(IDS).logits, model(IDS).logits, atol=1e-5)
+    # the square layer alone, whose untransposed merge raised nothing
+    square = add_lora(load(path), ModelConfig(lora_rank=4, lora_alpha=12, target_modules=["attn.c_proj"]), "m")
+    randomise_adapters(square)
+    plain = load(path)
+    plain.load_state_dict(merge_lora_state(square.state_dict(), lora_scaling(square), fan_in_fan_out(square)))
+    assert torch.allclose(plain(IDS).logits, square(IDS).logits, atol=1e-5)
+
+
+def test_a_conv1d_models_lora_checkpoint_merges_and_its_adapter_loads(tiny_model_path, tmp_path):
+    """reinforge merge of a GPT-2 LoRA checkpoint, with its lora_adapter/ and in verl's layout (lora_train_meta.json
+    alone), computes the adapted model; its adapter (peft writes fan_in_fan_out into it) loads with lora_adapter_path."""
+    import shutil
+
+    from reinforge.cli import main as cli_main
+    from reinforge.training.checkpoint_io import save_training_state
+    from reinforge.training.lora import adapter_state, save_adapter
+
+    path = tiny_gpt2(tiny_model_path, tmp_path / "gpt2")
+    model = add_lora(load(path), ModelConfig(lora_rank=4, lora_alpha=12), "m")
+    randomise_adapters(model)
+    actor = tmp_path / "actor"
+    save_training_state(str(actor), ["model"], model, torch.optim.AdamW(model.parameters()), {})
+    save_adapter(model, adapter_state(model), actor)
+    loaded = add_lora(load(path), ModelConfig(lora_adapter_path=str(actor / "lora_adapter")), "m")
+    assert torch.allclose(loaded(IDS).logits, model(IDS).logits, atol=1e-6)
+    assert cli_main(["merge", str(actor), str(tmp_path / "hf")]) == 0
+    shutil.rmtree(actor / "lora_adapter")
+    assert cli_main(["merge", str(actor), str(tmp_path / "hf_verl")]) == 0
+    for out in ("hf", "hf_verl"):
+        assert torch.allclose(load(tmp_path / out)(IDS).logits, model(IDS).logits, atol=1e-5), out
 
 
 def test_the_reference_without_adapters_passes_the_packing_probe_of_a_model_without_mlp_sizes(tiny_model_path, tmp_path):
