@@ -159,9 +159,8 @@ def checked_subclass(cls: type, namespace: dict) -> type:
     def reduce_ex(self, protocol):
         return _remade, (cls, self.__getstate__() if hasattr(self, "__getstate__") else dict(vars(self)))
 
-    checked = type(cls.__name__, (cls,), {**namespace, "__reduce_ex__": reduce_ex, "__module__": cls.__module__,
-                                          "__qualname__": cls.__qualname__})
-    return checked
+    return type(cls.__name__, (cls,), {**namespace, "__reduce_ex__": reduce_ex, "__module__": cls.__module__,
+                                       "__qualname__": cls.__qualname__})
 
 
 def _remade(cls: type, state):

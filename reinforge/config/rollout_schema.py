@@ -205,7 +205,7 @@ def check_engine_kwargs(engine_kwargs: dict, name: str = "vllm") -> None:
     no engine would take it there). Sections of engines reinforge does not have (verl's trtllm: {}) are left alone."""
     from reinforge.errors import ConfigError
 
-    unknown = [key for key, value in engine_kwargs.items() if key not in ENGINE_SECTIONS and key not in OTHER_ENGINES]
+    unknown = [key for key in engine_kwargs if key not in ENGINE_SECTIONS + OTHER_ENGINES]
     if unknown:
         raise ConfigError(f"actor_rollout_ref.rollout.engine_kwargs.{unknown[0]}: engine arguments nest under the engine's "
                           f"name, e.g. actor_rollout_ref.rollout.engine_kwargs.{name}.{unknown[0]}=...")

@@ -422,8 +422,6 @@ def collate_prompts(items: list[dict[str, Any]], pad_token_id: int) -> dict[str,
     return batch
 
 
-
-
 def collate_fn(pad_token_id: int) -> Callable[[list[dict[str, Any]]], dict[str, Any]]:
     """The collate function for a PromptLoader: `collate_prompts` with the tokenizer's pad id bound."""
     if pad_token_id is None:

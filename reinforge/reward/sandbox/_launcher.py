@@ -206,10 +206,11 @@ def _make_guard(workdir: str):
             deny("ctypes")
         elif event == "import" and (args[0].partition(".")[0] in _DENIED_MODULES or (guarded and args[0] == "posix")):
             deny(f"importing {args[0]}", ImportError)
-        elif event == "os.chdir" and not isinstance(args[0], int) and not inside(args[0]):
-            deny(f"changing the working directory to {os.fsdecode(os.fspath(args[0]))} (outside the work directory)")
-        elif event == "os.chdir" and isinstance(args[0], int) and not inside(directory_of("os.fchdir", args[0]) or "."):
-            deny("changing the working directory outside the work directory")
+        elif event == "os.chdir":
+            by_fd = isinstance(args[0], int)
+            if not inside(directory_of("os.fchdir", args[0]) or "." if by_fd else args[0]):
+                deny("changing the working directory outside the work directory" if by_fd else
+                     f"changing the working directory to {os.fsdecode(os.fspath(args[0]))} (outside the work directory)")
 
     def plain(path, dir_fd):
         """The path and descriptor as the call will use them, converted once (a check and a call must read the same)."""
